@@ -1,0 +1,225 @@
+package optim
+
+import "fmt"
+
+const nameSGD = "sgd"
+
+// SGDConfig holds the hyper-parameters of SGD, with torch.optim.SGD's
+// meaning. Zero fields are taken literally (momentum 0 is plain SGD); start
+// from DefaultSGDConfig to get PyTorch's defaults.
+type SGDConfig struct {
+	LR          float64 // learning rate, >= 0 (PyTorch default 1e-3)
+	Momentum    float64 // momentum factor, >= 0 (default 0)
+	Dampening   float64 // dampening for momentum, finite (default 0)
+	WeightDecay float64 // L2 penalty added to the gradient, >= 0 (default 0)
+	Nesterov    bool    // Nesterov momentum; needs Momentum > 0 and Dampening == 0 (default false)
+}
+
+// DefaultSGDConfig returns torch.optim.SGD's defaults: lr 1e-3, no momentum,
+// no dampening, no weight decay, no Nesterov.
+func DefaultSGDConfig() SGDConfig { return SGDConfig{LR: 1e-3} }
+
+// Validate returns an error wrapping ErrConfig naming the first invalid field.
+func (c SGDConfig) Validate() error {
+	if err := checkLR(nameSGD, c.LR); err != nil {
+		return err
+	}
+	if err := checkNonNeg(nameSGD, "Momentum", c.Momentum); err != nil {
+		return err
+	}
+	if !finite(c.Dampening) {
+		return configErr(nameSGD, "Dampening", c.Dampening, "finite")
+	}
+	if err := checkNonNeg(nameSGD, "WeightDecay", c.WeightDecay); err != nil {
+		return err
+	}
+	if c.Nesterov && (c.Momentum <= 0 || c.Dampening != 0) {
+		return fmt.Errorf("%w: %s: Nesterov needs Momentum > 0 and Dampening == 0, have Momentum = %v, Dampening = %v",
+			ErrConfig, nameSGD, c.Momentum, c.Dampening)
+	}
+	return nil
+}
+
+// SGD is stochastic gradient descent with optional momentum, dampening,
+// Nesterov momentum and weight decay, as torch.optim.SGD (maximize=False).
+// Per element, with g the gradient and p the parameter:
+//
+//	g = g + weight_decay*p                       (if weight_decay != 0)
+//	if momentum != 0:
+//	    buf = g                                  (first step)
+//	    buf = momentum*buf + (1-dampening)*g     (later steps)
+//	    g = g + momentum*buf  if nesterov, else g = buf
+//	p = p - lr*g
+type SGD[T Float] struct {
+	cfg  SGDConfig
+	step int64
+	n    int
+	buf  []T // momentum_buffer; nil when Momentum == 0
+}
+
+var _ Optimizer[float32] = (*SGD[float32])(nil)
+
+// NewSGD returns an SGD optimizer, or an error wrapping ErrConfig naming the
+// invalid field.
+func NewSGD[T Float](cfg SGDConfig) (*SGD[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &SGD[T]{cfg: cfg}, nil
+}
+
+// Config returns the current hyper-parameters.
+func (o *SGD[T]) Config() SGDConfig { return o.cfg }
+
+// Name returns "sgd".
+func (o *SGD[T]) Name() string { return nameSGD }
+
+// LR returns the learning rate.
+func (o *SGD[T]) LR() float64 { return o.cfg.LR }
+
+// SetLR sets the learning rate for the following steps.
+func (o *SGD[T]) SetLR(lr float64) error {
+	if err := checkLR(nameSGD, lr); err != nil {
+		return err
+	}
+	o.cfg.LR = lr
+	return nil
+}
+
+// Steps returns the number of completed steps.
+func (o *SGD[T]) Steps() int64 { return o.step }
+
+// StateBytes returns the bytes held by the momentum buffer.
+func (o *SGD[T]) StateBytes() int64 { return int64(len(o.buf)) * sizeOf[T]() }
+
+// Step updates params in place from grads.
+func (o *SGD[T]) Step(params, grads []T) error {
+	if err := checkLens(nameSGD, o.step > 0, o.n, len(params), len(grads)); err != nil {
+		return err
+	}
+	n := len(params)
+	first := o.step == 0
+	if first {
+		o.n = n
+		if o.cfg.Momentum != 0 {
+			if cap(o.buf) >= n {
+				o.buf = o.buf[:n]
+			} else {
+				o.buf = make([]T, n)
+			}
+		}
+	}
+	p, g := params[:n], grads[:n]
+	negLR := T(-o.cfg.LR)
+	wd, decay := T(o.cfg.WeightDecay), o.cfg.WeightDecay != 0
+	switch {
+	case o.cfg.Momentum == 0:
+		for i := range p {
+			gi := g[i]
+			if decay {
+				gi += wd * p[i]
+			}
+			p[i] += negLR * gi
+		}
+	case first:
+		buf, mom, nesterov := o.buf[:n], T(o.cfg.Momentum), o.cfg.Nesterov
+		for i := range p {
+			gi := g[i]
+			if decay {
+				gi += wd * p[i]
+			}
+			buf[i] = gi
+			if nesterov {
+				gi += mom * gi
+			}
+			p[i] += negLR * gi
+		}
+	default:
+		buf, mom, nesterov := o.buf[:n], T(o.cfg.Momentum), o.cfg.Nesterov
+		oneMinusDamp := T(1 - o.cfg.Dampening)
+		for i := range p {
+			gi := g[i]
+			if decay {
+				gi += wd * p[i]
+			}
+			b := buf[i]*mom + oneMinusDamp*gi
+			buf[i] = b
+			if nesterov {
+				gi += mom * b
+			} else {
+				gi = b
+			}
+			p[i] += negLR * gi
+		}
+	}
+	o.step++
+	return nil
+}
+
+var sgdHyperNames = []string{"lr", "momentum", "dampening", "weight_decay", "nesterov"}
+
+// State returns a deep copy of the state (layout in the package doc).
+func (o *SGD[T]) State() State {
+	nest := 0.0
+	if o.cfg.Nesterov {
+		nest = 1
+	}
+	s := State{
+		Optimizer: nameSGD,
+		DType:     dtypeOf[T](),
+		Step:      o.step,
+		Len:       o.n,
+		Hyper: []Hyper{
+			{"lr", o.cfg.LR}, {"momentum", o.cfg.Momentum}, {"dampening", o.cfg.Dampening},
+			{"weight_decay", o.cfg.WeightDecay}, {"nesterov", nest},
+		},
+	}
+	if o.cfg.Momentum != 0 && o.step > 0 {
+		s.Buffers = []Buffer{{Name: "momentum_buffer", Data: toFloat64(o.buf)}}
+	}
+	return s
+}
+
+func sgdConfigFromState(s State) (SGDConfig, error) {
+	var v [5]float64
+	if err := lookupHypers(s, sgdHyperNames, v[:]); err != nil {
+		return SGDConfig{}, err
+	}
+	if v[4] != 0 && v[4] != 1 {
+		return SGDConfig{}, fmt.Errorf("%w: %s: hyper-parameter nesterov = %v, want 0 or 1", ErrState, s.Optimizer, v[4])
+	}
+	cfg := SGDConfig{LR: v[0], Momentum: v[1], Dampening: v[2], WeightDecay: v[3], Nesterov: v[4] == 1}
+	if err := cfg.Validate(); err != nil {
+		return SGDConfig{}, fmt.Errorf("%w: %w", ErrState, err)
+	}
+	return cfg, nil
+}
+
+// LoadState replaces step count, hyper-parameters and momentum buffer with a
+// copy of s.
+func (o *SGD[T]) LoadState(s State) error {
+	if err := checkHeader[T](s, nameSGD); err != nil {
+		return err
+	}
+	cfg, err := sgdConfigFromState(s)
+	if err != nil {
+		return err
+	}
+	if cfg.Momentum != 0 && s.Step > 0 {
+		err = checkBuffers(s, "momentum_buffer")
+	} else {
+		err = checkBuffers(s)
+	}
+	if err != nil {
+		return err
+	}
+	o.cfg, o.step, o.n = cfg, s.Step, s.Len
+	if cfg.Momentum != 0 && s.Step > 0 {
+		o.buf = loadInto(o.buf, s.Buffers[0].Data)
+	} else if cfg.Momentum == 0 {
+		o.buf = nil
+	} else {
+		o.buf = o.buf[:0]
+	}
+	return nil
+}
