@@ -1,0 +1,40 @@
+package allreducetest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// FormatBytes renders n as 8B, 4KiB, 64MiB (exact binary units when they fit).
+func FormatBytes(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// ParseBytes reads sizes like 8, 64K, 64KiB, 256M, 1G (binary multiples).
+func ParseBytes(s string) (int, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	v, err := strconv.Atoi(t)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("size %q: want a non-negative number with an optional K, M or G suffix", s)
+	}
+	return v * mult, nil
+}

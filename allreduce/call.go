@@ -1,0 +1,128 @@
+package allreduce
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Kind names a collective on the wire.
+type Kind uint8
+
+// The collectives.
+const (
+	KindAllReduce Kind = iota + 1
+	KindReduceScatter
+	KindAllGather
+	KindBroadcast
+	KindReduce
+	KindBarrier
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindAllReduce:
+		return "AllReduce"
+	case KindReduceScatter:
+		return "ReduceScatter"
+	case KindAllGather:
+		return "AllGather"
+	case KindBroadcast:
+		return "Broadcast"
+	case KindReduce:
+		return "Reduce"
+	case KindBarrier:
+		return "Barrier"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// ErrGroupFailed wraps the cause returned by every call on a Group after a
+// collective on it failed.
+var ErrGroupFailed = errors.New("allreduce: group failed earlier")
+
+// ErrInvalid reports misuse on this rank (nil or wrongly sized buffer, root
+// out of range, Avg on integers, ...), found before any communication.
+var ErrInvalid = errors.New("allreduce: invalid call")
+
+// call is one collective as issued by the caller.
+type call struct {
+	kind  Kind
+	dt    DType
+	op    ReduceOp
+	root  int
+	count int    // elements of the whole collective (buf, or src for ReduceScatter, dst for AllGather)
+	buf   []byte // AllReduce, Broadcast, Reduce: in/out; ReduceScatter, AllGather: dst
+	src   []byte // ReduceScatter, AllGather: input
+}
+
+// header is the header of this call's messages.
+func (c *call) header(group uint32, seq uint64) transport.Header {
+	return transport.Header{
+		Group: group,
+		Seq:   seq,
+		Kind:  uint8(c.kind),
+		DType: uint8(c.dt),
+		Op:    uint8(c.op),
+		Root:  int32(c.root),
+		Count: int64(c.count),
+	}
+}
+
+// describeCall renders a call as it appears in error messages.
+func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int64) string {
+	s := fmt.Sprintf("#%d %v(%v × %d", seq, kind, dt, count)
+	switch kind {
+	case KindAllReduce, KindReduceScatter:
+		s += ", " + op.String()
+	case KindReduce:
+		s += fmt.Sprintf(", %v, root %d", op, root)
+	case KindBroadcast:
+		s += fmt.Sprintf(", root %d", root)
+	case KindBarrier:
+		s = fmt.Sprintf("#%d Barrier(", seq)
+	}
+	return s + ")"
+}
+
+func describeHeader(h transport.Header) string {
+	return describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
+}
+
+// callError gives err the context of the call it ended, and spells out a
+// mismatch as the two calls that disagree.
+func callError(rank int, seq uint64, c *call, err error) error {
+	var mm *transport.MismatchError
+	if errors.As(err, &mm) {
+		return fmt.Errorf("allreduce: rank %d called %s (message of %d bytes) but rank %d called %s (message of %d bytes): %w",
+			rank, describeHeader(mm.Local), mm.LocalBytes, mm.Peer, describeHeader(mm.Remote), mm.RemoteBytes, err)
+	}
+	return fmt.Errorf("allreduce: rank %d, %s: %w", rank, describe(seq, c.kind, c.dt, c.op, c.root, int64(c.count)), err)
+}
+
+// validate checks the call on this rank before any communication.
+func (c *call) validate(size int) error {
+	if c.kind == KindBarrier {
+		return nil
+	}
+	if c.dt.Size() == 0 {
+		return fmt.Errorf("%w: unsupported dtype %v", ErrInvalid, c.dt)
+	}
+	switch c.kind {
+	case KindAllReduce, KindReduceScatter, KindReduce:
+		if !c.op.valid() {
+			return fmt.Errorf("%w: unknown reduce op %d", ErrInvalid, uint8(c.op))
+		}
+		if c.op == Avg && !c.dt.IsFloat() {
+			return fmt.Errorf("%w: Avg on integer dtype %v (use Sum and divide)", ErrInvalid, c.dt)
+		}
+	}
+	switch c.kind {
+	case KindBroadcast, KindReduce:
+		if c.root < 0 || c.root >= size {
+			return fmt.Errorf("%w: root %d out of range for %d ranks", ErrInvalid, c.root, size)
+		}
+	}
+	return nil
+}

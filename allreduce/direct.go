@@ -1,0 +1,85 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Direct all-reduce, for ranks that share an address space
+// (transport.PeerMemory): every rank exposes its buffer, then
+//
+//   - two-shot (large buffers): rank r reduces chunk r over all N buffers in
+//     rank order, in one fused pass, into its own buffer; barrier; rank r
+//     copies every other chunk from its owner. Each rank reads M and writes
+//     M/N, then reads and writes (N-1)/N·M: the same 2(N-1)/N·M moved
+//     between ranks as the ring, in 3 synchronisation points instead of
+//     2(N-1) steps and with one pass over memory instead of N-1.
+//   - one-shot (small buffers): every rank reduces the whole buffer over all
+//     N buffers into scratch; barrier; each copies scratch into its buffer.
+//     Two synchronisation points: the latency floor.
+//
+// No rank writes memory another reads in the same phase: in two-shot, rank
+// r writes only chunk r of its own buffer in phase 1, which only rank r
+// reads; in phase 2 it writes the other chunks of its own buffer, which no
+// one reads. The reduction order is rank 0, 1, ..., N-1 for every element.
+
+// oneShotMaxBytes is the largest buffer reduced one-shot.
+const oneShotMaxBytes = 32 << 10
+
+// reduceBlockBytes is the block of the fused N-way reduction, small enough
+// that a block's partial result stays in L1 while the N inputs stream by.
+const reduceBlockBytes = 8 << 10
+
+func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call, pm transport.PeerMemory) error {
+	views, err := pm.Expose(ctx, h, c.buf)
+	if err != nil {
+		return err
+	}
+	block := (reduceBlockBytes / c.dt.Size()) * c.dt.Size()
+	if len(c.buf) <= oneShotMaxBytes {
+		scratch := g.scratchBytes(len(c.buf) + block)
+		out, tmp := scratch[:len(c.buf)], scratch[len(c.buf):]
+		reduceViews(c, out, views, 0, tmp)
+		if err := pm.Release(ctx); err != nil {
+			return err
+		}
+		if c.op == Avg {
+			divideBytes(c.dt, out, g.size)
+		}
+		copy(c.buf, out)
+		return nil
+	}
+	lo, hi := g.chunkBytes(c, g.rank)
+	reduceViews(c, c.buf[lo:hi], views, lo, g.scratchBytes(block))
+	if c.op == Avg {
+		divideBytes(c.dt, c.buf[lo:hi], g.size)
+	}
+	if err := pm.Arrive(ctx); err != nil {
+		_ = pm.Release(ctx)
+		return err
+	}
+	for q := range views {
+		if q != g.rank {
+			qlo, qhi := g.chunkBytes(c, q)
+			copy(c.buf[qlo:qhi], views[q][qlo:qhi])
+		}
+	}
+	return pm.Release(ctx)
+}
+
+// reduceViews sets out = views[0][off:] op views[1][off:] op ... in blocks
+// of len(tmp) bytes accumulated in tmp, so out may alias one of the views.
+// It needs at least two views.
+func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
+	block := len(tmp)
+	for b := 0; b < len(out); b += block {
+		e := min(b+block, len(out))
+		acc := tmp[:e-b]
+		combineBytes(c.dt, c.op, acc, views[0][off+b:off+e], views[1][off+b:off+e])
+		for q := 2; q < len(views); q++ {
+			combineBytes(c.dt, c.op, acc, acc, views[q][off+b:off+e])
+		}
+		copy(out[b:e], acc)
+	}
+}

@@ -1,0 +1,46 @@
+// Package allreduce is ringddp's communicator: a Group of ranks over a
+// transport.Conn and the collectives on it — AllReduce, ReduceScatter,
+// AllGather, Broadcast, Reduce and Barrier — with the reduction operators
+// Sum, Avg, Max, Min and Prod over float32, float64, int32 and int64.
+//
+// Vocabulary:
+//   - rank: a participant, numbered 0..N-1 where N is the group size.
+//   - chunk: one of N contiguous, nearly equal parts of a buffer of count
+//     elements; rank i owns chunk i (see ChunkBounds). Chunk sizes differ by
+//     at most one element.
+//   - step: one round of a collective in which every rank sends at most one
+//     message and receives at most one.
+//   - segment: a piece of a message that a transport moves and reduces on
+//     its own so that reducing one piece overlaps moving the next (done by
+//     the transport through transport.Sink).
+//   - sequence number: every collective on a Group takes the next number on
+//     the calling goroutine; collectives run in that order, and every message
+//     carries it with the kind, dtype, count, op and root, so ranks that issue
+//     different collectives get an error naming both calls instead of a hang.
+//
+// Algorithms and bytes on the wire, for a buffer of M bytes on N ranks:
+//
+//	collective     algorithm                            steps        bytes sent per rank
+//	AllReduce      ring: reduce-scatter then all-gather  2(N-1)       2(N-1)/N·M
+//	AllReduce      direct two-shot (shared memory only)  3 barriers   2(N-1)/N·M read from peers
+//	AllReduce      direct one-shot (≤ 32 KiB, shared)    2 barriers   (N-1)·M read from peers
+//	ReduceScatter  ring                                  N-1          (N-1)/N·M
+//	AllGather      ring                                  N-1          (N-1)/N·M (M = gathered size)
+//	Broadcast      binomial tree                         ⌈log2 N⌉     ≤ ⌈log2 N⌉·M (root)
+//	Reduce         binomial tree                         ⌈log2 N⌉     M (each non-root, once)
+//	Barrier        dissemination                         ⌈log2 N⌉     0
+//
+// The AllReduce algorithm is chosen per Group (WithAlgorithm): Auto uses
+// the direct algorithms where the transport shares memory
+// (transport.PeerMemory: in-process ranks) and the ring elsewhere.
+//
+// Avg is Sum followed by one division by N of each element, done once by the
+// rank that owns the element (so every rank ends bitwise identical). Every
+// chunk is reduced in a fixed rank order, so results are also identical run
+// to run.
+//
+// Failures: the first error of any collective poisons the Group. Every later
+// call fails at once with the original cause, and the transport is told to
+// abort, so peers blocked on this rank fail at once too instead of waiting
+// for their timeout.
+package allreduce

@@ -1,0 +1,289 @@
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Group is a communicator: the ranks of one transport.Conn and the state
+// that keeps their collectives in step. Collectives on a Group run one at a
+// time in the order their sequence numbers were taken, which is the order
+// the calls were issued on this rank; every rank must issue the same
+// collectives in the same order. A Group is safe for concurrent use.
+type Group struct {
+	conn      transport.Conn
+	exchanger transport.Exchanger // nil when conn lacks the capability
+	rank      int
+	size      int
+	id        uint32
+	algorithm Algorithm
+
+	mu      sync.Mutex
+	turnCh  sync.Cond
+	next    uint64 // sequence number of the next call issued
+	turn    uint64 // sequence number of the call allowed to run
+	failure error  // the first error; poisons the group
+	pending sync.WaitGroup
+
+	// Reused by the collective that holds the turn.
+	copy    copySink
+	combine combineSink
+	scratch []int64
+}
+
+// GroupOption configures a Group.
+type GroupOption func(*Group)
+
+// WithGroupID sets the id carried in every message header, for transports
+// shared by several groups. Default 0.
+func WithGroupID(id uint32) GroupOption { return func(g *Group) { g.id = id } }
+
+// Algorithm selects how AllReduce runs.
+type Algorithm uint8
+
+// The AllReduce algorithms.
+const (
+	// Auto picks Direct where the transport shares memory between ranks
+	// (transport.PeerMemory) and Ring elsewhere.
+	Auto Algorithm = iota
+	// Ring is reduce-scatter then all-gather around the ring of ranks.
+	Ring
+	// Direct reads peers' buffers in place (in-process ranks only).
+	Direct
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Auto:
+		return "auto"
+	case Ring:
+		return "ring"
+	case Direct:
+		return "direct"
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm reads "auto", "ring" or "direct".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range []Algorithm{Auto, Ring, Direct} {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return Auto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring or direct)", ErrInvalid, s)
+}
+
+// WithAlgorithm sets the AllReduce algorithm. Direct on a transport that
+// does not share memory is an error at NewGroup.
+func WithAlgorithm(a Algorithm) GroupOption { return func(g *Group) { g.algorithm = a } }
+
+// peerMemory is the transport's shared-memory capability when the chosen
+// algorithm uses it.
+func (g *Group) peerMemory() transport.PeerMemory {
+	if g.algorithm == Ring {
+		return nil
+	}
+	pm, _ := g.conn.(transport.PeerMemory)
+	return pm
+}
+
+// Algorithm is the AllReduce algorithm in use (Auto resolved).
+func (g *Group) Algorithm() Algorithm {
+	if g.peerMemory() != nil {
+		return Direct
+	}
+	return Ring
+}
+
+// NewGroup makes a Group over conn. The Group owns conn and closes it.
+func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: nil transport", ErrInvalid)
+	}
+	n, r := conn.Size(), conn.Rank()
+	if n < 1 || r < 0 || r >= n {
+		return nil, fmt.Errorf("%w: transport reports rank %d of %d", ErrInvalid, r, n)
+	}
+	g := &Group{conn: conn, rank: r, size: n}
+	g.turnCh.L = &g.mu
+	if ex, ok := conn.(transport.Exchanger); ok {
+		g.exchanger = ex
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.algorithm > Direct {
+		return nil, fmt.Errorf("%w: unknown algorithm %v", ErrInvalid, g.algorithm)
+	}
+	if _, ok := conn.(transport.PeerMemory); g.algorithm == Direct && !ok {
+		return nil, fmt.Errorf("%w: algorithm direct needs a transport whose ranks share memory (%T does not)", ErrInvalid, conn)
+	}
+	return g, nil
+}
+
+// Rank is this rank's index in the group.
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.size }
+
+// Conn is the group's transport endpoint.
+func (g *Group) Conn() transport.Conn { return g.conn }
+
+// Err is the error that poisoned the group, or nil.
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failure
+}
+
+// Close fails every queued and later collective, closes the transport and
+// waits for the asynchronous collectives to return.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	if g.failure == nil {
+		g.failure = fmt.Errorf("allreduce: group closed: %w", transport.ErrClosed)
+	}
+	g.mu.Unlock()
+	err := g.conn.Close()
+	g.pending.Wait()
+	return err
+}
+
+// ticket takes the next sequence number.
+func (g *Group) ticket() uint64 {
+	g.mu.Lock()
+	seq := g.next
+	g.next++
+	g.mu.Unlock()
+	return seq
+}
+
+// waitTurn blocks until the call with sequence number seq may run. It
+// returns the poisoning error, if any; the call must then not communicate.
+func (g *Group) waitTurn(seq uint64) error {
+	g.mu.Lock()
+	for g.turn != seq {
+		g.turnCh.Wait()
+	}
+	err := g.failure
+	g.mu.Unlock()
+	return err
+}
+
+// endTurn passes the turn on and, if err is the call's own failure,
+// poisons the group and tells the peers.
+func (g *Group) endTurn(err error) {
+	g.mu.Lock()
+	first := err != nil && g.failure == nil
+	if first {
+		g.failure = err
+	}
+	g.turn++
+	g.turnCh.Broadcast()
+	g.mu.Unlock()
+	if first {
+		if a, ok := g.conn.(transport.Aborter); ok {
+			a.Abort(err)
+		}
+	}
+}
+
+// run executes call c with sequence number seq once it is c's turn.
+func (g *Group) run(ctx context.Context, seq uint64, c *call) error {
+	if failed := g.waitTurn(seq); failed != nil {
+		g.endTurn(nil)
+		if errors.Is(failed, ErrGroupFailed) {
+			return failed
+		}
+		return fmt.Errorf("%w: %w", ErrGroupFailed, failed)
+	}
+	err := c.validate(g.size)
+	if err == nil {
+		err = g.execute(ctx, seq, c)
+	}
+	if err != nil {
+		err = callError(g.rank, seq, c, err)
+	}
+	g.endTurn(err)
+	return err
+}
+
+// do runs c synchronously.
+func (g *Group) do(ctx context.Context, c *call) error {
+	return g.run(ctx, g.ticket(), c)
+}
+
+// start runs c on its own goroutine. Its sequence number is taken here, on
+// the calling goroutine.
+func (g *Group) start(ctx context.Context, c call) *Work {
+	seq := g.ticket()
+	w := newWork()
+	g.pending.Add(1)
+	go func() {
+		defer g.pending.Done()
+		w.finish(g.run(ctx, seq, &c))
+	}()
+	return w
+}
+
+// execute dispatches to the algorithm.
+func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
+	h := c.header(g.id, seq)
+	switch c.kind {
+	case KindAllReduce:
+		if pm := g.peerMemory(); pm != nil && g.size > 1 && c.count > 0 && len(c.buf) == c.count*c.dt.Size() {
+			return g.directAllReduce(ctx, h, c, pm)
+		}
+		return g.ringAllReduce(ctx, h, c)
+	case KindReduceScatter:
+		return g.ringReduceScatter(ctx, h, c)
+	case KindAllGather:
+		return g.ringAllGather(ctx, h, c)
+	case KindBroadcast:
+		return g.treeBroadcast(ctx, h, c)
+	case KindReduce:
+		return g.treeReduce(ctx, h, c)
+	case KindBarrier:
+		return g.disseminationBarrier(ctx, h)
+	}
+	return fmt.Errorf("%w: unknown collective %v", ErrInvalid, c.kind)
+}
+
+// exchange sends sp to rank to while receiving n bytes from rank from into
+// sink: one step of a ring.
+func (g *Group) exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	if g.exchanger != nil {
+		return g.exchanger.Exchange(ctx, to, sh, sp, from, rh, n, sink)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- g.conn.Send(ctx, to, sh, sp) }()
+	rerr := g.conn.Recv(ctx, from, rh, n, sink)
+	if rerr != nil {
+		if a, ok := g.conn.(transport.Aborter); ok {
+			a.Abort(rerr)
+		}
+	}
+	serr := <-sent
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}
+
+// scratchBytes returns an 8-byte aligned scratch buffer of n bytes, reused
+// across calls.
+func (g *Group) scratchBytes(n int) []byte {
+	words := (n + 7) / 8
+	if cap(g.scratch) < words {
+		g.scratch = make([]int64, words)
+	}
+	return asBytes(g.scratch[:words])[:n]
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }

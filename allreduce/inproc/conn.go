@@ -1,0 +1,280 @@
+package inproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Conn is one rank's endpoint in a World. It implements transport.Conn,
+// transport.Exchanger, transport.Aborter and transport.Topology.
+type Conn struct {
+	world    *World
+	rank     int
+	dead     chan struct{} // closed by Close or Abort
+	deadOnce sync.Once
+	cause    error // why dead was closed; written before the close
+
+	// PeerMemory state.
+	views        [][]byte
+	stage        atomic.Uint64 // barriers this rank has arrived at
+	arrivals     uint64        // the same, owned by this rank
+	wake         chan struct{} // capacity 1: poked when a peer arrives
+	barrierTimer *time.Timer
+}
+
+var (
+	_ transport.Conn      = (*Conn)(nil)
+	_ transport.Exchanger = (*Conn)(nil)
+	_ transport.Aborter   = (*Conn)(nil)
+	_ transport.Topology  = (*Conn)(nil)
+)
+
+// Rank is this endpoint's rank.
+func (c *Conn) Rank() int { return c.rank }
+
+// Size is the number of ranks in the world.
+func (c *Conn) Size() int { return c.world.size }
+
+// LocalRank is the rank: every in-process rank is on this host.
+func (c *Conn) LocalRank() int { return c.rank }
+
+// LocalSize is the world size.
+func (c *Conn) LocalSize() int { return c.world.size }
+
+// Close fails pending and later calls on this endpoint with
+// transport.ErrClosed; peers see a transport.PeerError.
+func (c *Conn) Close() error {
+	c.kill(transport.ErrClosed)
+	return nil
+}
+
+// Abort marks this rank failed with cause; peers blocked on it fail at once
+// with a transport.PeerError carrying cause.
+func (c *Conn) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted")
+	}
+	c.kill(cause)
+}
+
+func (c *Conn) kill(cause error) {
+	c.deadOnce.Do(func() {
+		c.cause = cause
+		close(c.dead)
+		c.world.noteFailure(c.rank)
+	})
+}
+
+func (c *Conn) check(peer int) error {
+	if peer < 0 || peer >= c.world.size {
+		return fmt.Errorf("inproc: rank %d: %w (world size %d)", peer, transport.ErrInvalid, c.world.size)
+	}
+	select {
+	case <-c.dead:
+		return c.deadErr()
+	default:
+		return nil
+	}
+}
+
+func (c *Conn) deadErr() error {
+	if errors.Is(c.cause, transport.ErrClosed) {
+		return fmt.Errorf("inproc rank %d: %w", c.rank, transport.ErrClosed)
+	}
+	return fmt.Errorf("inproc rank %d aborted: %w", c.rank, c.cause)
+}
+
+func (c *Conn) peerErr(peer int) error {
+	return &transport.PeerError{Peer: peer, Err: c.world.conns[peer].cause}
+}
+
+func cutErr(from, to int) error {
+	return &transport.PeerError{Peer: to, Err: fmt.Errorf("link %d→%d cut", from, to)}
+}
+
+// Send lends p to rank to and returns when the receiver has consumed it.
+func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
+	if err := c.check(to); err != nil {
+		return err
+	}
+	l, posted, err := c.post(ctx, to, h, p)
+	if err != nil || !posted {
+		return err
+	}
+	return c.awaitDone(ctx, l, to)
+}
+
+// Recv takes the next message from rank from and hands it to sink straight
+// from the sender's buffer.
+func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
+	if err := c.check(from); err != nil {
+		return err
+	}
+	return c.take(ctx, from, h, n, sink)
+}
+
+// Exchange lends sp to rank to and receives from rank from at once.
+func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	if err := c.check(to); err != nil {
+		return err
+	}
+	if err := c.check(from); err != nil {
+		return err
+	}
+	l, posted, err := c.post(ctx, to, sh, sp)
+	if err != nil {
+		return err
+	}
+	rerr := c.take(ctx, from, rh, n, sink)
+	if !posted {
+		return rerr
+	}
+	if rerr != nil {
+		c.retract(l)
+		return rerr
+	}
+	return c.awaitDone(ctx, l, to)
+}
+
+// post offers p on the link to rank to. posted is false when a fault
+// swallowed the message.
+func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte) (*link, bool, error) {
+	l := c.world.link(c.rank, to)
+	if f := l.currentFault(); f != (Fault{}) {
+		if f.Err != nil {
+			return l, false, fmt.Errorf("inproc link %d→%d: %w", c.rank, to, f.Err)
+		}
+		if f.Delay > 0 {
+			if err := c.sleep(ctx, l.sendTimer, f.Delay); err != nil {
+				return l, false, err
+			}
+		}
+		if f.Drop {
+			return l, false, nil
+		}
+		if f.Cut {
+			return l, false, cutErr(c.rank, to)
+		}
+	}
+	if err := c.alive(ctx, l, to); err != nil {
+		return l, false, err
+	}
+	l.h, l.p, l.verdict = h, p, nil
+	l.state.Store(statePosted)
+	poke(l.recvWake)
+	return l, true, nil
+}
+
+// alive reports why a message to or from peer cannot move, if it cannot.
+func (c *Conn) alive(ctx context.Context, l *link, peer int) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.dead:
+		return c.deadErr()
+	case <-c.world.conns[peer].dead:
+		return c.peerErr(peer)
+	case <-l.cut:
+		return cutErr(c.rank, peer)
+	default:
+		return nil
+	}
+}
+
+// awaitDone waits for the receiver's verdict on the buffer posted on l.
+func (c *Conn) awaitDone(ctx context.Context, l *link, to int) error {
+	if !l.spinFor(stateDone) {
+		if err := c.park(ctx, l, to, stateDone, l.sendWake, l.sendTimer, "send"); err != nil {
+			c.retract(l)
+			return err
+		}
+	}
+	verdict := l.verdict
+	l.p, l.verdict = nil, nil
+	l.state.Store(stateIdle)
+	return verdict
+}
+
+// park blocks until l reaches state want or the wait fails.
+func (c *Conn) park(ctx context.Context, l *link, peer int, want uint32, wake chan struct{}, t *time.Timer, what string) error {
+	t.Reset(c.world.timeout)
+	defer t.Stop()
+	dead := c.world.conns[peer].dead
+	for l.state.Load() != want {
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.dead:
+			return c.deadErr()
+		case <-dead:
+			if l.state.Load() == want {
+				return nil
+			}
+			return c.peerErr(peer)
+		case <-l.cut:
+			return cutErr(c.rank, peer)
+		case <-t.C:
+			return &transport.TimeoutError{Peer: peer, What: what, After: c.world.timeout.String()}
+		}
+	}
+	return nil
+}
+
+// retract takes back a buffer the receiver has not picked up, or, if it
+// has, waits for it to finish with the buffer (a bounded copy or reduce).
+func (c *Conn) retract(l *link) {
+	if l.state.CompareAndSwap(statePosted, stateIdle) {
+		l.p = nil
+		return
+	}
+	for l.state.Load() == stateTaken {
+		runtime.Gosched()
+	}
+	l.p, l.verdict = nil, nil
+	l.state.Store(stateIdle)
+}
+
+// take receives one message from rank from into sink.
+func (c *Conn) take(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
+	l := c.world.link(from, c.rank)
+	if !l.spinFor(statePosted) {
+		if err := c.park(ctx, l, from, statePosted, l.recvWake, l.recvTimer, "recv"); err != nil {
+			return err
+		}
+	}
+	if !l.state.CompareAndSwap(statePosted, stateTaken) {
+		// The sender gave up between our check and now.
+		return c.peerErr(from)
+	}
+	var err error
+	if l.h != h || len(l.p) != n {
+		l.verdict = &transport.MismatchError{Peer: c.rank, Local: l.h, LocalBytes: len(l.p), Remote: h, RemoteBytes: n}
+		err = &transport.MismatchError{Peer: from, Local: h, LocalBytes: n, Remote: l.h, RemoteBytes: len(l.p)}
+	} else if n > 0 {
+		sink.Consume(0, l.p)
+	}
+	l.state.Store(stateDone)
+	poke(l.sendWake)
+	return err
+}
+
+func (c *Conn) sleep(ctx context.Context, t *time.Timer, d time.Duration) error {
+	t.Reset(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.dead:
+		return c.deadErr()
+	}
+}

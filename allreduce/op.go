@@ -1,0 +1,97 @@
+package allreduce
+
+import "fmt"
+
+// ReduceOp is an element-wise reduction operator.
+type ReduceOp uint8
+
+// The reduction operators. Avg is Sum divided by the group size; it is
+// defined for floating-point types only.
+const (
+	Sum ReduceOp = iota + 1
+	Avg
+	Max
+	Min
+	Prod
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case Sum:
+		return "Sum"
+	case Avg:
+		return "Avg"
+	case Max:
+		return "Max"
+	case Min:
+		return "Min"
+	case Prod:
+		return "Prod"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", uint8(o))
+}
+
+func (o ReduceOp) valid() bool { return o >= Sum && o <= Prod }
+
+// combineElems sets out[i] = a[i] op b[i]. out may alias a or b. Max and Min
+// propagate NaN.
+func combineElems[T Numeric](op ReduceOp, out, a, b []T) {
+	a = a[:len(out)]
+	b = b[:len(out)]
+	switch op {
+	case Sum, Avg:
+		for i := range out {
+			out[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range out {
+			out[i] = a[i] * b[i]
+		}
+	case Max:
+		for i := range out {
+			x, y := a[i], b[i]
+			if y > x || y != y {
+				x = y
+			}
+			out[i] = x
+		}
+	case Min:
+		for i := range out {
+			x, y := a[i], b[i]
+			if y < x || y != y {
+				x = y
+			}
+			out[i] = x
+		}
+	}
+}
+
+// combineBytes is combineElems on raw buffers of element type dt.
+func combineBytes(dt DType, op ReduceOp, out, a, b []byte) {
+	switch dt {
+	case Float32:
+		combineElems(op, asElems[float32](out), asElems[float32](a), asElems[float32](b))
+	case Float64:
+		combineElems(op, asElems[float64](out), asElems[float64](a), asElems[float64](b))
+	case Int32:
+		combineElems(op, asElems[int32](out), asElems[int32](a), asElems[int32](b))
+	case Int64:
+		combineElems(op, asElems[int64](out), asElems[int64](a), asElems[int64](b))
+	}
+}
+
+// divideBytes divides every element of buf (floating point) by n.
+func divideBytes(dt DType, buf []byte, n int) {
+	switch dt {
+	case Float32:
+		divideElems(asElems[float32](buf), float32(n))
+	case Float64:
+		divideElems(asElems[float64](buf), float64(n))
+	}
+}
+
+func divideElems[T float32 | float64](s []T, n T) {
+	for i := range s {
+		s[i] /= n
+	}
+}

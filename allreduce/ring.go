@@ -1,0 +1,159 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// The ring: rank r sends to right = r+1 and receives from left = r-1 (mod N).
+//
+// Reduce-scatter, N-1 steps. At step s rank r sends chunk (r-s-1) — its own
+// input at s = 0, afterwards the partial result it made at step s-1 — and
+// combines chunk (r-s-2) received from the left with its own input of that
+// chunk. After the last step rank r holds chunk r reduced over all ranks, in
+// the fixed order r+1, r+2, ..., r. Each rank sends (N-1)/N·M bytes.
+//
+// All-gather, N-1 steps. At step s rank r sends chunk (r-s) — its own at
+// s = 0, afterwards the one it received at step s-1 — and copies chunk
+// (r-s-1) received from the left into place. Each rank sends (N-1)/N·M bytes.
+//
+// AllReduce is reduce-scatter then all-gather in place: 2(N-1) steps and
+// 2(N-1)/N·M bytes per rank, the minimum for any all-reduce.
+
+// chunkBytes is the byte range of chunk i of c's count elements.
+func (g *Group) chunkBytes(c *call, i int) (lo, hi int) {
+	lo, hi = ChunkBounds(c.count, g.size, mod(i, g.size))
+	es := c.dt.Size()
+	return lo * es, hi * es
+}
+
+func (g *Group) ringAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if g.size == 1 || c.count == 0 {
+		return nil
+	}
+	if err := g.ringReduceScatterSteps(ctx, h, c, c.buf, c.buf); err != nil {
+		return err
+	}
+	if c.op == Avg {
+		lo, hi := g.chunkBytes(c, g.rank)
+		divideBytes(c.dt, c.buf[lo:hi], g.size)
+	}
+	h.Step = uint32(g.size - 1)
+	return g.ringAllGatherSteps(ctx, h, c, c.buf)
+}
+
+func (g *Group) ringReduceScatter(ctx context.Context, h transport.Header, c *call) error {
+	lo, hi := g.chunkBytes(c, g.rank)
+	if err := g.checkLen("source", len(c.src), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.checkLen("destination (this rank's chunk)", len(c.buf), hi-lo); err != nil {
+		return err
+	}
+	if g.size == 1 || c.count == 0 {
+		copy(c.buf, c.src)
+		return nil
+	}
+	if err := g.ringReduceScatterSteps(ctx, h, c, c.src, c.buf); err != nil {
+		return err
+	}
+	if c.op == Avg {
+		divideBytes(c.dt, c.buf, g.size)
+	}
+	return nil
+}
+
+func (g *Group) ringAllGather(ctx context.Context, h transport.Header, c *call) error {
+	lo, hi := g.chunkBytes(c, g.rank)
+	if err := g.checkLen("destination", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.checkLen("source (this rank's chunk)", len(c.src), hi-lo); err != nil {
+		return err
+	}
+	if !sameBytes(c.buf[lo:hi], c.src) {
+		copy(c.buf[lo:hi], c.src)
+	}
+	if g.size == 1 || c.count == 0 {
+		return nil
+	}
+	return g.ringAllGatherSteps(ctx, h, c, c.buf)
+}
+
+// ringReduceScatterSteps reduces src over the ring and leaves this rank's
+// chunk in dst: dst is the whole buffer when it is src (in place), and only
+// this rank's chunk otherwise, in which case src is left unchanged and the
+// partial results live in two chunk-sized scratch buffers.
+func (g *Group) ringReduceScatterSteps(ctx context.Context, h transport.Header, c *call, src, dst []byte) error {
+	n, r := g.size, g.rank
+	right, left := mod(r+1, n), mod(r-1, n)
+	inPlace := len(dst) == len(src)
+	var partial [2][]byte
+	if !inPlace {
+		maxChunk := ((c.count + n - 1) / n) * c.dt.Size()
+		s := g.scratchBytes(2 * maxChunk)
+		partial[0], partial[1] = s[:maxChunk], s[maxChunk:]
+	}
+	sink := &g.combine
+	sink.dt, sink.op = c.dt, c.op
+	for s := 0; s < n-1; s++ {
+		slo, shi := g.chunkBytes(c, r-s-1)
+		rlo, rhi := g.chunkBytes(c, r-s-2)
+		send := src[slo:shi]
+		sink.local = src[rlo:rhi]
+		sink.out = sink.local
+		if !inPlace {
+			if s > 0 {
+				send = partial[(s-1)%2][:shi-slo]
+			}
+			if s == n-2 {
+				sink.out = dst
+			} else {
+				sink.out = partial[s%2][:rhi-rlo]
+			}
+		}
+		h.Step = uint32(s)
+		if err := g.exchange(ctx, right, h, send, left, h, rhi-rlo, sink); err != nil {
+			return err
+		}
+	}
+	sink.out, sink.local = nil, nil
+	return nil
+}
+
+// ringAllGatherSteps circulates every rank's chunk of buf, starting from
+// this rank's own, until every rank has all of them. h.Step is the step
+// number of the first message.
+func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *call, buf []byte) error {
+	n, r := g.size, g.rank
+	right, left := mod(r+1, n), mod(r-1, n)
+	first := h.Step
+	sink := &g.copy
+	for s := 0; s < n-1; s++ {
+		slo, shi := g.chunkBytes(c, r-s)
+		rlo, rhi := g.chunkBytes(c, r-s-1)
+		sink.dst = buf[rlo:rhi]
+		h.Step = first + uint32(s)
+		if err := g.exchange(ctx, right, h, buf[slo:shi], left, h, rhi-rlo, sink); err != nil {
+			return err
+		}
+	}
+	sink.dst = nil
+	return nil
+}
+
+func (g *Group) checkLen(what string, got, want int) error {
+	if got != want {
+		return errLen(what, got, want)
+	}
+	return nil
+}
+
+// sameBytes reports whether a and b are the same memory.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

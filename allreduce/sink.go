@@ -1,0 +1,19 @@
+package allreduce
+
+// copySink copies received bytes into dst.
+type copySink struct{ dst []byte }
+
+func (s *copySink) Consume(off int, p []byte) { copy(s.dst[off:], p) }
+
+// combineSink reduces received bytes with local into out:
+// out[i] = local[i] op received[i]. out may alias local.
+type combineSink struct {
+	out, local []byte
+	dt         DType
+	op         ReduceOp
+}
+
+func (s *combineSink) Consume(off int, p []byte) {
+	end := off + len(p)
+	combineBytes(s.dt, s.op, s.out[off:end], s.local[off:end], p)
+}
