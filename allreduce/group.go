@@ -142,6 +142,25 @@ func (g *Group) Err() error {
 	return g.failure
 }
 
+// Abort poisons the group with cause, as a failed collective would: every
+// queued and later call fails, and peers blocked on this rank fail at once.
+// Use it when this rank cannot go on (say its backward pass failed) so the
+// others do not wait for their timeout.
+func (g *Group) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted")
+	}
+	g.mu.Lock()
+	first := g.failure == nil
+	if first {
+		g.failure = cause
+	}
+	g.mu.Unlock()
+	if a, ok := g.conn.(transport.Aborter); ok && first {
+		a.Abort(cause)
+	}
+}
+
 // Close fails every queued and later collective, closes the transport and
 // waits for the asynchronous collectives to return.
 func (g *Group) Close() error {

@@ -1,0 +1,387 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/internal/graphlock"
+)
+
+// Float is the parameter element type: float32 or float64.
+type Float interface{ ~float32 | ~float64 }
+
+// Optimizer is what Step needs of an optimizer: an update of flat
+// parameters from flat gradients of the same layout (optim's optimizers).
+type Optimizer[T Float] interface {
+	Step(params, grads []T) error
+}
+
+// Option configures Wrap.
+type Option func(*config)
+
+type config struct {
+	firstBucketBytes int
+	bucketBytes      int
+	checkEvery       int
+}
+
+// WithBucketBytes sets the size limit of the first bucket and of the others
+// (PyTorch's defaults: 1 MiB and 25 MiB).
+func WithBucketBytes(first, rest int) Option {
+	return func(c *config) { c.firstBucketBytes, c.bucketBytes = first, rest }
+}
+
+// WithReplicaCheck makes Step verify every k steps that all ranks hold
+// bitwise identical parameters (a hash compared over all ranks); 0 turns
+// it off (the default).
+func WithReplicaCheck(k int) Option { return func(c *config) { c.checkEvery = k } }
+
+// DDP is a wrapped model replica on one rank.
+type DDP[T Float] struct {
+	group   *allreduce.Group
+	params  G.Nodes // the wrapped parameters, creation order
+	tapped  G.Nodes // what the forward pass uses instead
+	slots   []slot
+	buckets []bucketRange
+	cfg     config
+
+	paramArena []T
+	gradArena  []T
+
+	// Per step. The hooks run on the machine's goroutine; the bucket
+	// channels hand complete buckets to the communication goroutine.
+	remaining    []int
+	ready        []chan struct{} // capacity 1 per bucket
+	hookErr      error
+	noSync       bool
+	accumulating bool // the gradient arena holds a NoSync partial sum
+	syncing      bool // the running step all-reduces
+	arrived      []bool
+	steps        int64
+
+	statsMu sync.Mutex
+	last    StepStats
+	order   []int // parameter indices in hook firing order, last Run
+}
+
+// StepStats is the time breakdown of the last Run and Step.
+type StepStats struct {
+	Compute   time.Duration // vm.RunAll: forward and backward
+	CommWait  time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
+	Optimizer time.Duration // the optimizer step
+	// FirstBucketStart is when the first bucket's all-reduce began,
+	// measured from the start of RunAll; it is less than Compute when
+	// communication overlaps the backward pass. Negative if none ran.
+	FirstBucketStart time.Duration
+	Buckets          int
+	BytesReduced     int64
+}
+
+// Wrap makes params (a model's learnables, creation order) data-parallel
+// over group: it checks that every rank has the same parameter shapes,
+// moves the parameters into a flat arena (rebinding each node's value to a
+// view of it), broadcasts rank 0's values, and makes the tapped nodes the
+// forward pass must use instead of params (see Tapped).
+func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, opts ...Option) (*DDP[T], error) {
+	cfg := config{firstBucketBytes: DefaultFirstBucketBytes, bucketBytes: DefaultBucketBytes}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if group == nil {
+		return nil, errors.New("ddp: nil group")
+	}
+	if cfg.checkEvery < 0 {
+		return nil, fmt.Errorf("ddp: replica check interval %d is negative", cfg.checkEvery)
+	}
+	values, err := paramValues[T](params)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSameShapes(ctx, group, values); err != nil {
+		return nil, err
+	}
+	var z T
+	es := int(unsafe.Sizeof(z))
+	sizes := make([]int, len(values))
+	for i, v := range values {
+		sizes[i] = v.Shape().TotalSize()
+	}
+	slots, buckets, err := planLayout(sizes, max(1, cfg.firstBucketBytes/es), max(1, cfg.bucketBytes/es))
+	if err != nil {
+		return nil, err
+	}
+	d := &DDP[T]{group: group, params: append(G.Nodes(nil), params...), slots: slots, buckets: buckets, cfg: cfg}
+	total := 0
+	for _, s := range slots {
+		total += s.size
+	}
+	d.paramArena = make([]T, total)
+	d.gradArena = make([]T, total)
+	for i, v := range values {
+		s := slots[i]
+		view := d.paramArena[s.offset : s.offset+s.size : s.offset+s.size]
+		if err := copyInto(view, v); err != nil {
+			return nil, fmt.Errorf("ddp: parameter %d (%s): %w", i, params[i].Name(), err)
+		}
+		if err := G.Let(params[i], tensor.New(tensor.WithShape(v.Shape().Clone()...), tensor.WithBacking(view))); err != nil {
+			return nil, fmt.Errorf("ddp: rebinding parameter %d (%s) to the arena: %w", i, params[i].Name(), err)
+		}
+	}
+	if err := allreduce.Broadcast(ctx, group, d.paramArena, 0); err != nil {
+		return nil, fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
+	}
+	d.remaining = make([]int, len(buckets))
+	d.ready = make([]chan struct{}, len(buckets))
+	for b := range d.ready {
+		d.ready[b] = make(chan struct{}, 1)
+	}
+	d.arrived = make([]bool, len(params))
+	id := uint64(uintptr(unsafe.Pointer(d)))
+	err = graphlock.Do(func() error {
+		d.tapped = make(G.Nodes, len(params))
+		for i, p := range params {
+			t, err := G.ApplyOp(&tapOp{index: i, sink: d, id: id}, p)
+			if err != nil {
+				return fmt.Errorf("ddp: tapping parameter %d (%s): %w", i, p.Name(), err)
+			}
+			d.tapped[i] = t
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Tapped returns the nodes the forward pass must use in place of the
+// wrapped parameters, in the same order.
+func (d *DDP[T]) Tapped() G.Nodes { return append(G.Nodes(nil), d.tapped...) }
+
+// Params returns the wrapped parameter nodes.
+func (d *DDP[T]) Params() G.Nodes { return append(G.Nodes(nil), d.params...) }
+
+// Group is the communicator.
+func (d *DDP[T]) Group() *allreduce.Group { return d.group }
+
+// ParamArena is the flat parameter arena (reverse creation order of the
+// parameters; see Offsets). Writes to it are what the model computes with.
+func (d *DDP[T]) ParamArena() []T { return d.paramArena }
+
+// GradArena is the flat gradient arena, same layout as ParamArena: after
+// Run, the gradient averaged over ranks.
+func (d *DDP[T]) GradArena() []T { return d.gradArena }
+
+// Offset returns parameter i's element range [lo, hi) in the arenas.
+func (d *DDP[T]) Offset(i int) (lo, hi int) {
+	s := d.slots[i]
+	return s.offset, s.offset + s.size
+}
+
+// BucketRanges returns each bucket's element range in the arenas.
+func (d *DDP[T]) BucketRanges() [][2]int {
+	out := make([][2]int, len(d.buckets))
+	for i, b := range d.buckets {
+		out[i] = [2]int{b.lo, b.hi}
+	}
+	return out
+}
+
+// Backward adds the backward pass of loss to the graph, with a gradient
+// hook on every wrapped parameter. Call it once, after building the
+// forward pass from Tapped and before making the machine.
+func (d *DDP[T]) Backward(loss *G.Node) error {
+	return graphlock.Do(func() error {
+		grads, err := G.Grad(loss, d.params...)
+		if err != nil {
+			return fmt.Errorf("ddp: backward: %w", err)
+		}
+		if len(grads) != len(d.params) {
+			return fmt.Errorf("ddp: backward gave %d gradients for %d parameters", len(grads), len(d.params))
+		}
+		return nil
+	})
+}
+
+// SetNoSync turns gradient synchronisation off (true) or back on. While it
+// is off, Run accumulates gradients locally without communication; the
+// first Run after turning it back on adds its gradients to the accumulated
+// ones and all-reduces the sum (PyTorch's no_sync).
+func (d *DDP[T]) SetNoSync(off bool) { d.noSync = off }
+
+// NoSync runs fn with synchronisation off.
+func (d *DDP[T]) NoSync(fn func() error) error {
+	prev := d.noSync
+	d.noSync = true
+	defer func() { d.noSync = prev }()
+	return fn()
+}
+
+// Machine is what Run needs of a gorgonia VM.
+type Machine interface {
+	RunAll() error
+	Reset()
+}
+
+// Run resets vm and runs the forward and backward passes. Buckets are
+// all-reduced (Avg) as their gradients arrive; Run returns when all of them
+// are done, with GradArena holding the averaged gradient.
+func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
+	d.beginStep()
+	var done chan error
+	start := time.Now()
+	stats := StepStats{FirstBucketStart: -1}
+	abort := make(chan struct{})
+	if d.syncing {
+		done = make(chan error, 1)
+		go d.reduceBuckets(ctx, start, &stats, abort, done)
+	}
+	vm.Reset()
+	runErr := vm.RunAll()
+	computed := time.Now()
+	if runErr == nil && d.hookErr != nil {
+		runErr = d.hookErr
+	}
+	if runErr == nil {
+		runErr = d.checkAllArrived()
+	}
+	if runErr != nil {
+		close(abort)
+		if d.syncing {
+			// Peers are waiting for this rank's buckets: fail them now.
+			d.group.Abort(fmt.Errorf("rank %d: forward/backward failed: %w", d.group.Rank(), runErr))
+		}
+	}
+	var commErr error
+	if done != nil {
+		commErr = <-done
+	}
+	waited := time.Now()
+	d.accumulating = !d.syncing
+	stats.Compute = computed.Sub(start)
+	stats.CommWait = waited.Sub(computed)
+	d.statsMu.Lock()
+	d.last = stats
+	d.statsMu.Unlock()
+	if runErr != nil {
+		return fmt.Errorf("ddp: forward/backward: %w", runErr)
+	}
+	return commErr
+}
+
+func (d *DDP[T]) beginStep() {
+	d.syncing = !d.noSync
+	d.hookErr = nil
+	d.order = d.order[:0]
+	for b, r := range d.buckets {
+		d.remaining[b] = r.params
+		select {
+		case <-d.ready[b]:
+		default:
+		}
+	}
+	for i := range d.arrived {
+		d.arrived[i] = false
+	}
+}
+
+// gradReady is the hook: parameter i's gradient is complete.
+func (d *DDP[T]) gradReady(i int, v G.Value) error {
+	if i < 0 || i >= len(d.slots) {
+		return fmt.Errorf("ddp: hook for unknown parameter %d", i)
+	}
+	if d.arrived[i] {
+		return fmt.Errorf("ddp: gradient of parameter %d (%s) arrived twice in one step", i, d.params[i].Name())
+	}
+	d.arrived[i] = true
+	s := d.slots[i]
+	dst := d.gradArena[s.offset : s.offset+s.size]
+	if err := accumulateInto(dst, v, d.accumulating); err != nil {
+		d.hookErr = fmt.Errorf("ddp: gradient of parameter %d (%s): %w", i, d.params[i].Name(), err)
+		return d.hookErr
+	}
+	d.order = append(d.order, i)
+	if d.syncing {
+		d.remaining[s.bucket]--
+		if d.remaining[s.bucket] == 0 {
+			d.ready[s.bucket] <- struct{}{} // capacity 1, sent once per step: never blocks
+		}
+	}
+	return nil
+}
+
+func (d *DDP[T]) checkAllArrived() error {
+	for i, ok := range d.arrived {
+		if !ok {
+			return fmt.Errorf("parameter %d (%s) got no gradient: is it used by the loss? (the forward pass must use Tapped()[%d], not the parameter itself)", i, d.params[i].Name(), i)
+		}
+	}
+	return nil
+}
+
+// reduceBuckets all-reduces the buckets in order, each as soon as it is
+// complete, and reports on done.
+func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, abort <-chan struct{}, done chan<- error) {
+	for b, r := range d.buckets {
+		select {
+		case <-d.ready[b]:
+		case <-abort:
+			done <- nil
+			return
+		case <-ctx.Done():
+			done <- fmt.Errorf("ddp: waiting for bucket %d: %w", b, ctx.Err())
+			return
+		}
+		if b == 0 {
+			stats.FirstBucketStart = time.Since(start)
+		}
+		if err := allreduce.AllReduce(ctx, d.group, d.gradArena[r.lo:r.hi], allreduce.Avg); err != nil {
+			done <- fmt.Errorf("ddp: all-reduce of bucket %d: %w", b, err)
+			return
+		}
+		stats.Buckets++
+		var z T
+		stats.BytesReduced += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
+	}
+	done <- nil
+}
+
+// Step applies opt to the parameter arena with the gradient arena, then
+// (every k steps with WithReplicaCheck) checks that replicas agree.
+func (d *DDP[T]) Step(ctx context.Context, opt Optimizer[T]) error {
+	start := time.Now()
+	if err := opt.Step(d.paramArena, d.gradArena); err != nil {
+		return fmt.Errorf("ddp: optimizer step: %w", err)
+	}
+	d.accumulating = false
+	d.steps++
+	d.statsMu.Lock()
+	d.last.Optimizer = time.Since(start)
+	d.statsMu.Unlock()
+	if d.cfg.checkEvery > 0 && d.steps%int64(d.cfg.checkEvery) == 0 {
+		return d.CheckReplicas(ctx)
+	}
+	return nil
+}
+
+// Steps is the number of optimizer steps taken.
+func (d *DDP[T]) Steps() int64 { return d.steps }
+
+// LastStats is the breakdown of the last Run and Step.
+func (d *DDP[T]) LastStats() StepStats {
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
+	return d.last
+}
+
+// HookOrder is the order in which parameter gradients arrived in the last
+// Run (parameter indices).
+func (d *DDP[T]) HookOrder() []int { return append([]int(nil), d.order...) }
