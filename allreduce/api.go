@@ -73,3 +73,27 @@ func Barrier(ctx context.Context, g *Group) error {
 func BarrierAsync(ctx context.Context, g *Group) *Work {
 	return g.start(ctx, call{kind: KindBarrier, root: -1})
 }
+
+// ReduceScatterV is ReduceScatter with chunk r of counts[r] elements (the
+// chunks in rank order tile src). Every rank must pass the same counts.
+func ReduceScatterV[T Numeric](ctx context.Context, g *Group, dst, src []T, counts []int, op ReduceOp) error {
+	layout, err := layoutOf(counts)
+	if err != nil {
+		g.Abort(err)
+		return err
+	}
+	c := call{kind: KindReduceScatter, dt: DTypeOf[T](), op: op, root: -1, count: len(src), buf: asBytes(dst), src: asBytes(src), layout: layout}
+	return g.do(ctx, &c)
+}
+
+// AllGatherV is AllGather with rank r contributing counts[r] elements (the
+// chunks in rank order tile dst). Every rank must pass the same counts.
+func AllGatherV[T Numeric](ctx context.Context, g *Group, dst, src []T, counts []int) error {
+	layout, err := layoutOf(counts)
+	if err != nil {
+		g.Abort(err)
+		return err
+	}
+	c := call{kind: KindAllGather, dt: DTypeOf[T](), root: -1, count: len(dst), buf: asBytes(dst), src: asBytes(src), layout: layout}
+	return g.do(ctx, &c)
+}

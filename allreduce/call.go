@@ -55,6 +55,9 @@ type call struct {
 	count int    // elements of the whole collective (buf, or src for ReduceScatter, dst for AllGather)
 	buf   []byte // AllReduce, Broadcast, Reduce: in/out; ReduceScatter, AllGather: dst
 	src   []byte // ReduceScatter, AllGather: input
+	// layout is the chunk of each rank for ReduceScatterV and AllGatherV;
+	// nil means ChunkBounds.
+	layout []Chunk
 }
 
 // header is the header of this call's messages.
@@ -116,6 +119,14 @@ func (c *call) validate(size int) error {
 		}
 		if c.op == Avg && !c.dt.IsFloat() {
 			return fmt.Errorf("%w: Avg on integer dtype %v (use Sum and divide)", ErrInvalid, c.dt)
+		}
+	}
+	if c.layout != nil {
+		if len(c.layout) != size {
+			return fmt.Errorf("%w: %d chunk counts for %d ranks", ErrInvalid, len(c.layout), size)
+		}
+		if c.layout[size-1].Hi != c.count {
+			return fmt.Errorf("%w: chunk counts add up to %d, buffer has %d elements", ErrInvalid, c.layout[size-1].Hi, c.count)
 		}
 	}
 	switch c.kind {

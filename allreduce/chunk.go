@@ -40,3 +40,17 @@ func Chunks(count, n int) ([]Chunk, error) {
 	}
 	return out, nil
 }
+
+// layoutOf turns per-rank element counts into chunks.
+func layoutOf(counts []int) ([]Chunk, error) {
+	out := make([]Chunk, len(counts))
+	off := 0
+	for i, n := range counts {
+		if n < 0 {
+			return nil, fmt.Errorf("%w: chunk count %d of rank %d is negative", ErrInvalid, n, i)
+		}
+		out[i] = Chunk{Lo: off, Hi: off + n}
+		off += n
+	}
+	return out, nil
+}

@@ -23,7 +23,12 @@ import (
 
 // chunkBytes is the byte range of chunk i of c's count elements.
 func (g *Group) chunkBytes(c *call, i int) (lo, hi int) {
-	lo, hi = ChunkBounds(c.count, g.size, mod(i, g.size))
+	if c.layout != nil {
+		ch := c.layout[mod(i, g.size)]
+		lo, hi = ch.Lo, ch.Hi
+	} else {
+		lo, hi = ChunkBounds(c.count, g.size, mod(i, g.size))
+	}
 	es := c.dt.Size()
 	return lo * es, hi * es
 }
@@ -91,10 +96,14 @@ func (g *Group) ringAllGather(ctx context.Context, h transport.Header, c *call) 
 func (g *Group) ringReduceScatterSteps(ctx context.Context, h transport.Header, c *call, src, dst []byte) error {
 	n, r := g.size, g.rank
 	right, left := mod(r+1, n), mod(r-1, n)
-	inPlace := len(dst) == len(src)
+	inPlace := sameBytes(dst, src)
 	var partial [2][]byte
 	if !inPlace {
-		maxChunk := ((c.count + n - 1) / n) * c.dt.Size()
+		maxChunk := 0
+		for i := 0; i < n; i++ {
+			lo, hi := g.chunkBytes(c, i)
+			maxChunk = max(maxChunk, hi-lo)
+		}
 		s := g.scratchBytes(2 * maxChunk)
 		partial[0], partial[1] = s[:maxChunk], s[maxChunk:]
 	}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+)
+
+// collective describes one -op value.
+type collective struct {
+	name string
+	kind allreduce.Kind
+	// reduces: the op takes -redop.
+	reduces bool
+	// rooted: the op takes -root.
+	rooted bool
+	// gathered: the bytes column is the total (gathered) size and the count
+	// is rounded down to a multiple of the number of ranks (nccl-tests'
+	// convention for all-gather and reduce-scatter).
+	gathered bool
+	// busFactor converts algorithm bandwidth to bus bandwidth on n ranks
+	// (nccl-tests' PERFORMANCE.md).
+	busFactor func(n int) float64
+}
+
+var collectives = map[string]collective{
+	"allreduce": {name: "allreduce", kind: allreduce.KindAllReduce, reduces: true, busFactor: func(n int) float64 {
+		return 2 * float64(n-1) / float64(n)
+	}},
+	"reducescatter": {name: "reducescatter", kind: allreduce.KindReduceScatter, reduces: true, gathered: true, busFactor: func(n int) float64 {
+		return float64(n-1) / float64(n)
+	}},
+	"allgather": {name: "allgather", kind: allreduce.KindAllGather, gathered: true, busFactor: func(n int) float64 {
+		return float64(n-1) / float64(n)
+	}},
+	"broadcast": {name: "broadcast", kind: allreduce.KindBroadcast, rooted: true, busFactor: func(int) float64 { return 1 }},
+	"reduce":    {name: "reduce", kind: allreduce.KindReduce, reduces: true, rooted: true, busFactor: func(int) float64 { return 1 }},
+}
+
+var redops = map[string]allreduce.ReduceOp{
+	"sum": allreduce.Sum, "avg": allreduce.Avg, "max": allreduce.Max, "min": allreduce.Min, "prod": allreduce.Prod,
+}
+
+var dtypes = map[string]allreduce.DType{
+	"float32": allreduce.Float32, "float64": allreduce.Float64, "int32": allreduce.Int32, "int64": allreduce.Int64,
+}
+
+// algorithms are the accepted -algo values, the library's AllReduce
+// algorithms (allreduce.WithAlgorithm): auto lets the library choose (direct
+// where ranks share memory, as inproc ranks do; ring elsewhere). The other
+// collectives have one algorithm each (ring for reduce-scatter and
+// all-gather, binomial tree for broadcast and reduce). The value is
+// reported as given.
+var algorithms = []string{"ring", "auto", "direct"}
+
+// config is a parsed and validated command line.
+type config struct {
+	op        collective
+	transport string
+	ranks     int
+	algo      string
+	algorithm allreduce.Algorithm
+	dtype     allreduce.DType
+	redop     allreduce.ReduceOp
+	redopName string
+	minBytes  int
+	maxBytes  int
+	factor    int
+	iters     int
+	warmup    int
+	check     bool
+	json      bool
+	root      int
+	timeout   time.Duration
+}
+
+// names lists a map's keys, sorted, for error messages.
+func names[V any](m map[string]V) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}
+
+// parseConfig parses args. It returns nil, nil after printing the usage for
+// -h or -help.
+func parseConfig(args []string, stdout io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var usage bytes.Buffer
+	fs.SetOutput(&usage)
+	var (
+		op        = fs.String("op", "allreduce", "collective: "+names(collectives))
+		transport = fs.String("transport", "inproc", "transport: "+names(transports))
+		ranks     = fs.Int("ranks", 4, "number of ranks")
+		algo      = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, ring elsewhere)")
+		dtype     = fs.String("dtype", "float32", "element type: "+names(dtypes))
+		redop     = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
+		minS      = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
+		maxS      = fs.String("max", "64M", "largest size in bytes (K, M, G suffixes)")
+		factor    = fs.Int("factor", 2, "multiply the size by this each row (1 only when -min equals -max)")
+		iters     = fs.Int("iters", 20, "timed iterations per size")
+		warmup    = fs.Int("warmup", 5, "untimed iterations per size before the timed ones")
+		check     = fs.Bool("check", true, "after the timed iterations, run once more on fresh inputs and count wrong elements against a sequential reference")
+		jsonOut   = fs.Bool("json", false, "print one JSON object per row instead of the table")
+		root      = fs.Int("root", 0, "root rank of broadcast and reduce")
+		timeout   = fs.Duration("timeout", time.Minute, "transport timeout: a blocking send or receive without progress for this long fails")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: bench [flags]")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, nil
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: bench takes flags only (see -h)", fs.Arg(0))
+	}
+
+	cfg := &config{
+		transport: *transport, ranks: *ranks, algo: *algo, redopName: *redop,
+		factor: *factor, iters: *iters, warmup: *warmup, check: *check,
+		json: *jsonOut, root: *root, timeout: *timeout,
+	}
+	var ok bool
+	if cfg.op, ok = collectives[*op]; !ok {
+		return nil, fmt.Errorf("-op %q: unknown collective (valid: %s)", *op, names(collectives))
+	}
+	if _, ok := transports[*transport]; !ok {
+		return nil, fmt.Errorf("-transport %q: unknown transport (valid: %s)", *transport, names(transports))
+	}
+	if !slices.Contains(algorithms, *algo) {
+		return nil, fmt.Errorf("-algo %q: unknown algorithm (valid: %s)", *algo, strings.Join(algorithms, ", "))
+	}
+	var err error
+	if cfg.algorithm, err = allreduce.ParseAlgorithm(*algo); err != nil {
+		return nil, fmt.Errorf("-algo: %w", err)
+	}
+	if cfg.dtype, ok = dtypes[*dtype]; !ok {
+		return nil, fmt.Errorf("-dtype %q: unknown element type (valid: %s)", *dtype, names(dtypes))
+	}
+	if cfg.redop, ok = redops[*redop]; !ok {
+		return nil, fmt.Errorf("-redop %q: unknown reduction (valid: %s)", *redop, names(redops))
+	}
+	if cfg.redop == allreduce.Avg && !cfg.dtype.IsFloat() {
+		return nil, fmt.Errorf("-redop avg needs a floating-point -dtype (float32 or float64), not %s", cfg.dtype)
+	}
+	if cfg.ranks < 1 {
+		return nil, fmt.Errorf("-ranks %d: need at least 1", cfg.ranks)
+	}
+	if cfg.iters < 1 {
+		return nil, fmt.Errorf("-iters %d: need at least 1", cfg.iters)
+	}
+	if cfg.warmup < 0 {
+		return nil, fmt.Errorf("-warmup %d: must not be negative", cfg.warmup)
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("-timeout %v: must be positive", cfg.timeout)
+	}
+	if cfg.minBytes, err = allreducetest.ParseBytes(*minS); err != nil {
+		return nil, fmt.Errorf("-min: %w", err)
+	}
+	if cfg.maxBytes, err = allreducetest.ParseBytes(*maxS); err != nil {
+		return nil, fmt.Errorf("-max: %w", err)
+	}
+	if cfg.minBytes > cfg.maxBytes {
+		return nil, fmt.Errorf("-min %s is larger than -max %s", *minS, *maxS)
+	}
+	switch {
+	case cfg.factor == 1 && cfg.minBytes != cfg.maxBytes:
+		return nil, fmt.Errorf("-factor 1 needs -min equal to -max (got -min %s, -max %s); use -factor 2 or more", *minS, *maxS)
+	case cfg.factor < 1:
+		return nil, fmt.Errorf("-factor %d: need at least 2 (1 only when -min equals -max)", cfg.factor)
+	case cfg.minBytes == 0 && cfg.maxBytes > 0:
+		return nil, errors.New("-min 0: sizes grow by multiplying, so -min must be at least 1 byte unless -max is 0 too")
+	}
+	if cfg.op.rooted && (cfg.root < 0 || cfg.root >= cfg.ranks) {
+		return nil, fmt.Errorf("-root %d: out of range for -ranks %d (valid: 0..%d)", cfg.root, cfg.ranks, cfg.ranks-1)
+	}
+	if !cfg.op.rooted {
+		cfg.root = -1
+	}
+	return cfg, nil
+}
+
+// sizes are the byte sizes of the rows, before rounding to whole elements.
+func (c *config) sizes() []int {
+	var out []int
+	for s := c.minBytes; s <= c.maxBytes; s *= c.factor {
+		out = append(out, s)
+		if s == 0 || c.factor == 1 || s > math.MaxInt/c.factor {
+			break
+		}
+	}
+	return out
+}
+
+// count is the element count of a row of size bytes: whole elements, and for
+// all-gather and reduce-scatter a multiple of the number of ranks.
+func (c *config) count(size int) int {
+	n := size / c.dtype.Size()
+	if c.op.gathered {
+		n -= n % c.ranks
+	}
+	return n
+}

@@ -1,0 +1,44 @@
+// Command bench is an nccl-tests-style benchmark of ringddp's collectives.
+//
+// It runs one collective (-op) over -ranks ranks on a transport, for sizes
+// from -min to -max bytes (each -factor times the last), and prints one row
+// per size: bytes, element count, dtype, reduction, root, algorithm, time,
+// algorithm bandwidth, bus bandwidth and the number of wrong elements.
+//
+//	go run ./cmd/bench -op allreduce -ranks 4 -min 8 -max 64M -factor 8
+//
+// Time is the median over -iters iterations of the slowest rank's time. Every
+// iteration starts with a barrier; each rank times the collective from its
+// own exit from that barrier to its own return from the collective, and the
+// iteration's time is the maximum over ranks. See README.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, runs the benchmark and writes its report to stdout.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	cfg, err := parseConfig(args, stdout)
+	if err != nil {
+		return err
+	}
+	if cfg == nil { // -h
+		return nil
+	}
+	return benchmark(ctx, cfg, stdout)
+}
