@@ -88,7 +88,7 @@ func TestEveryOpIsCorrect(t *testing.T) {
 					}
 					esz := map[string]int{"float32": 4, "int32": 4, "float64": 8, "int64": 8}[v.dtype]
 					for i, r := range rows {
-						if r["op"] != op || r["transport"] != "inproc" || r["algo"] != "ring" || r["dtype"] != v.dtype {
+						if r["op"] != op || r["transport"] != "inproc" || r["algo"] != "auto" || r["dtype"] != v.dtype {
 							t.Errorf("row %d: %v", i, r)
 						}
 						if got := num(t, r, "ranks"); got != float64(ranks) {
