@@ -31,6 +31,21 @@ type config struct {
 	firstBucketBytes int
 	bucketBytes      int
 	checkEvery       int
+	collective       any // BucketCollective[T] or nil
+}
+
+// BucketCollective communicates one complete bucket, the element range
+// [lo, hi) of the gradient arena grads, over group. The default all-reduces
+// it with Avg; ZeRO-1 reduce-scatters it instead.
+type BucketCollective[T Float] func(ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error
+
+// WithBucketCollective replaces the all-reduce of each bucket.
+func WithBucketCollective[T Float](f BucketCollective[T]) Option {
+	return func(c *config) { c.collective = f }
+}
+
+func allReduceBucket[T Float](ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
+	return allreduce.AllReduce(ctx, group, grads[lo:hi], allreduce.Avg)
 }
 
 // WithBucketBytes sets the size limit of the first bucket and of the others
@@ -52,6 +67,7 @@ type DDP[T Float] struct {
 	slots   []slot
 	buckets []bucketRange
 	cfg     config
+	reduce  BucketCollective[T]
 
 	paramArena []T
 	gradArena  []T
@@ -82,7 +98,7 @@ type StepStats struct {
 	// communication overlaps the backward pass. Negative if none ran.
 	FirstBucketStart time.Duration
 	Buckets          int
-	BytesReduced     int64
+	BucketBytes      int64 // gradient bytes communicated (M)
 }
 
 // Wrap makes params (a model's learnables, creation order) data-parallel
@@ -101,6 +117,14 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	if cfg.checkEvery < 0 {
 		return nil, fmt.Errorf("ddp: replica check interval %d is negative", cfg.checkEvery)
 	}
+	reduce := BucketCollective[T](allReduceBucket[T])
+	if cfg.collective != nil {
+		f, ok := cfg.collective.(BucketCollective[T])
+		if !ok {
+			return nil, fmt.Errorf("ddp: bucket collective %T does not match the wrapper's element type", cfg.collective)
+		}
+		reduce = f
+	}
 	values, err := paramValues[T](params)
 	if err != nil {
 		return nil, err
@@ -118,7 +142,7 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	if err != nil {
 		return nil, err
 	}
-	d := &DDP[T]{group: group, params: append(G.Nodes(nil), params...), slots: slots, buckets: buckets, cfg: cfg}
+	d := &DDP[T]{group: group, params: append(G.Nodes(nil), params...), slots: slots, buckets: buckets, cfg: cfg, reduce: reduce}
 	total := 0
 	for _, s := range slots {
 		total += s.size
@@ -343,13 +367,13 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 		if b == 0 {
 			stats.FirstBucketStart = time.Since(start)
 		}
-		if err := allreduce.AllReduce(ctx, d.group, d.gradArena[r.lo:r.hi], allreduce.Avg); err != nil {
-			done <- fmt.Errorf("ddp: all-reduce of bucket %d: %w", b, err)
+		if err := d.reduce(ctx, d.group, d.gradArena, r.lo, r.hi); err != nil {
+			done <- fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
 			return
 		}
 		stats.Buckets++
 		var z T
-		stats.BytesReduced += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
+		stats.BucketBytes += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
 	}
 	done <- nil
 }
