@@ -82,6 +82,10 @@ type DDP[T Float] struct {
 	syncing      bool // the running step all-reduces
 	arrived      []bool
 	steps        int64
+	// firstHandedOff is set once a bucket went to communication this step;
+	// hooksAfterFirst counts the gradients that arrived after that.
+	firstHandedOff  bool
+	hooksAfterFirst int
 
 	statsMu sync.Mutex
 	last    StepStats
@@ -97,6 +101,10 @@ type StepStats struct {
 	// measured from the start of RunAll; it is less than Compute when
 	// communication overlaps the backward pass. Negative if none ran.
 	FirstBucketStart time.Duration
+	// HooksAfterFirstBucket counts the gradients that arrived after the
+	// first bucket was handed to communication: more than zero means the
+	// hand-off happened mid-backward.
+	HooksAfterFirstBucket int
 	Buckets          int
 	BucketBytes      int64 // gradient bytes communicated (M)
 }
@@ -291,6 +299,7 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	waited := time.Now()
 	d.accumulating = !d.syncing
 	stats.Compute = computed.Sub(start)
+	stats.HooksAfterFirstBucket = d.hooksAfterFirst
 	stats.CommWait = waited.Sub(computed)
 	d.statsMu.Lock()
 	d.last = stats
@@ -305,6 +314,7 @@ func (d *DDP[T]) beginStep() {
 	d.syncing = !d.noSync
 	d.hookErr = nil
 	d.order = d.order[:0]
+	d.firstHandedOff, d.hooksAfterFirst = false, 0
 	for b, r := range d.buckets {
 		d.remaining[b] = r.params
 		select {
@@ -333,10 +343,14 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 		return d.hookErr
 	}
 	d.order = append(d.order, i)
+	if d.firstHandedOff {
+		d.hooksAfterFirst++
+	}
 	if d.syncing {
 		d.remaining[s.bucket]--
 		if d.remaining[s.bucket] == 0 {
 			d.ready[s.bucket] <- struct{}{} // capacity 1, sent once per step: never blocks
+			d.firstHandedOff = true
 		}
 	}
 	return nil
