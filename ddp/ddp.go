@@ -105,8 +105,8 @@ type StepStats struct {
 	// first bucket was handed to communication: more than zero means the
 	// hand-off happened mid-backward.
 	HooksAfterFirstBucket int
-	Buckets          int
-	BucketBytes      int64 // gradient bytes communicated (M)
+	Buckets               int
+	BucketBytes           int64 // gradient bytes communicated (M)
 }
 
 // Wrap makes params (a model's learnables, creation order) data-parallel
