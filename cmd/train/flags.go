@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/ringddp/ringddp/internal/trainer"
+)
+
+// options is a parsed and validated command line.
+type options struct {
+	cfg       trainer.Config
+	transport string
+	out       string
+	json      bool
+	quiet     bool
+	resumed   *trainer.CheckpointInfo // the -resume checkpoint's record
+}
+
+// parseFlags parses args. It returns nil, nil after printing the usage for
+// -h or -help.
+func parseFlags(args []string, stdout io.Writer) (*options, error) {
+	def := trainer.DefaultConfig()
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	var usage bytes.Buffer
+	fs.SetOutput(&usage)
+	var (
+		ranks       = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc)")
+		model       = fs.String("model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
+		hidden      = fs.String("hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
+		dtype       = fs.String("dtype", def.DType, "element type: float32 or float64")
+		epochs      = fs.Int("epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
+		batch       = fs.Int("batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
+		evalBatch   = fs.Int("eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
+		optName     = fs.String("optim", def.Optim, "optimizer: sgd, adam or adamw")
+		lr          = fs.Float64("lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
+		momentum    = fs.Float64("momentum", 0, "SGD momentum (default 0.9 for sgd)")
+		weightDecay = fs.Float64("weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
+		bucketMB    = fs.Float64("bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
+		seed        = fs.Int64("seed", def.Seed, "seed of the model initialisation and the data order")
+		data        = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST)")
+		checkpoint  = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
+		resume      = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values")
+		maxSteps    = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
+		out         = fs.String("out", "", "write metrics.csv and loss_accuracy.png into this directory")
+		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
+		transport   = fs.String("transport", "inproc", "transport: "+transportNames())
+		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: train [flags]")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%v (see -h)", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: train takes flags only (see -h)", fs.Arg(0))
+	}
+	given := map[string]bool{} // flags on the command line
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	set := map[string]bool{} // given, or taken from the -resume checkpoint
+	for k := range given {
+		set[k] = true
+	}
+
+	o := &options{transport: *transport, out: *out, json: *jsonOut, quiet: *quiet}
+	if _, ok := transports[*transport]; !ok {
+		return nil, fmt.Errorf("-transport %q: not supported (valid: %s)", *transport, transportNames())
+	}
+
+	// With -resume, what the checkpoint fixes defaults to its values.
+	if *resume != "" {
+		info, err := trainer.ReadCheckpointInfo(*resume)
+		if err != nil {
+			return nil, fmt.Errorf("-resume: %w", err)
+		}
+		o.resumed = &info
+		fill := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+				set[name] = true
+			}
+		}
+		fill("ranks", func() { *ranks = info.Ranks })
+		fill("model", func() { *model = info.Model })
+		if info.Model == trainer.ModelMLP {
+			fill("hidden", func() { *hidden = joinInts(info.Hidden) })
+		}
+		fill("dtype", func() { *dtype = info.DType })
+		fill("batch", func() { *batch = info.GlobalBatch })
+		fill("seed", func() { *seed = info.Seed })
+		fill("optim", func() { *optName = info.Optim })
+		if *optName == info.Optim {
+			fill("lr", func() { *lr = info.LR })
+			fill("momentum", func() { *momentum = info.Momentum })
+			fill("weight-decay", func() { *weightDecay = info.WeightDecay })
+		}
+	}
+
+	switch *optName {
+	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
+	default:
+		return nil, fmt.Errorf("-optim %q: unknown optimizer (valid: sgd, adam, adamw)", *optName)
+	}
+	if !set["lr"] {
+		*lr = trainer.DefaultLR(*optName, *model)
+	}
+	if !set["momentum"] {
+		*momentum = trainer.DefaultMomentum(*optName)
+	}
+	if !set["weight-decay"] {
+		*weightDecay = trainer.DefaultWeightDecay(*optName)
+	}
+
+	switch {
+	case *ranks < 1:
+		return nil, fmt.Errorf("-ranks %d: need at least 1", *ranks)
+	case *model != trainer.ModelMLP && *model != trainer.ModelCNN:
+		return nil, fmt.Errorf("-model %q: unknown model (valid: mlp, cnn)", *model)
+	case *dtype != trainer.Float32 && *dtype != trainer.Float64:
+		return nil, fmt.Errorf("-dtype %q: unknown element type (valid: float32, float64)", *dtype)
+	case *epochs < 1:
+		return nil, fmt.Errorf("-epochs %d: need at least 1", *epochs)
+	case *batch < 1:
+		return nil, fmt.Errorf("-batch %d: need at least 1", *batch)
+	case *batch%*ranks != 0:
+		return nil, fmt.Errorf("-batch %d is not divisible by -ranks %d: each rank takes batch/ranks examples per step", *batch, *ranks)
+	case *evalBatch < 1:
+		return nil, fmt.Errorf("-eval-batch %d: need at least 1", *evalBatch)
+	case !(*lr > 0) || math.IsInf(*lr, 0):
+		return nil, fmt.Errorf("-lr %v: must be positive and finite", *lr)
+	case !(*momentum >= 0) || math.IsInf(*momentum, 0):
+		return nil, fmt.Errorf("-momentum %v: must be non-negative and finite", *momentum)
+	case *momentum != 0 && *optName != trainer.OptimSGD:
+		return nil, fmt.Errorf("-momentum %v: only -optim sgd has momentum (got -optim %s)", *momentum, *optName)
+	case !(*weightDecay >= 0) || math.IsInf(*weightDecay, 0):
+		return nil, fmt.Errorf("-weight-decay %v: must be non-negative and finite", *weightDecay)
+	case !(*bucketMB > 0) || math.IsInf(*bucketMB, 0) || *bucketMB > 1<<20:
+		return nil, fmt.Errorf("-bucket-mb %v: must be positive (MiB)", *bucketMB)
+	case *maxSteps < 0:
+		return nil, fmt.Errorf("-max-steps %d: must not be negative", *maxSteps)
+	case given["hidden"] && *model != trainer.ModelMLP:
+		return nil, fmt.Errorf("-hidden applies to -model mlp only")
+	}
+	var widths []int
+	if *model == trainer.ModelMLP {
+		var err error
+		if widths, err = parseInts(*hidden); err != nil {
+			return nil, fmt.Errorf("-hidden %q: %v", *hidden, err)
+		}
+	}
+
+	o.cfg = trainer.Config{
+		Ranks: *ranks, Model: *model, Hidden: widths, DType: *dtype,
+		Epochs: *epochs, GlobalBatch: *batch, EvalBatch: *evalBatch,
+		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
+		BucketMB: *bucketMB, Seed: *seed, DataDir: *data,
+		Checkpoint: *checkpoint, Resume: *resume, MaxSteps: *maxSteps,
+		Connect: transports[*transport],
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("want positive integers separated by commas, like 256,128")
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}

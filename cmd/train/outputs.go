@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/ringddp/ringddp/internal/safetensors"
+	"github.com/ringddp/ringddp/internal/trainer"
+)
+
+// The files -out writes.
+const (
+	metricsFile = "metrics.csv"
+	plotFile    = "loss_accuracy.png"
+)
+
+// writeOutputs (re)writes metrics.csv and the plot for the epochs so far,
+// each atomically.
+func writeOutputs(dir string, epochs []trainer.EpochMetrics) error {
+	if err := safetensors.AtomicWriteFile(filepath.Join(dir, metricsFile), func(w io.Writer) error {
+		return writeCSV(w, epochs)
+	}); err != nil {
+		return err
+	}
+	return safetensors.AtomicWriteFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
+		return writePlot(w, epochs)
+	})
+}
+
+// csvColumns are EpochMetrics' JSON keys, in field order.
+func csvColumns() []string {
+	t := reflect.TypeOf(trainer.EpochMetrics{})
+	cols := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		cols = append(cols, strings.Split(t.Field(i).Tag.Get("json"), ",")[0])
+	}
+	return cols
+}
+
+// writeCSV writes one row per epoch with the columns of the JSON output.
+func writeCSV(w io.Writer, epochs []trainer.EpochMetrics) error {
+	cw := csv.NewWriter(w)
+	cols := csvColumns()
+	if err := cw.Write(cols); err != nil {
+		return err
+	}
+	for _, m := range epochs {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		var row map[string]json.Number
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.UseNumber()
+		if err := dec.Decode(&row); err != nil {
+			return err
+		}
+		rec := make([]string, len(cols))
+		for i, c := range cols {
+			rec[i] = row[c].String()
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writePlot draws two panels, the losses and the test accuracy per epoch,
+// as a PNG.
+func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
+	train := make(plotter.XYs, len(epochs))
+	test := make(plotter.XYs, len(epochs))
+	acc := make(plotter.XYs, len(epochs))
+	for i, m := range epochs {
+		x := float64(m.Epoch)
+		train[i] = plotter.XY{X: x, Y: m.TrainLoss}
+		test[i] = plotter.XY{X: x, Y: m.TestLoss}
+		acc[i] = plotter.XY{X: x, Y: 100 * m.TestAccuracy}
+	}
+	blue := color.RGBA{R: 31, G: 119, B: 180, A: 255}
+	orange := color.RGBA{R: 255, G: 127, B: 14, A: 255}
+	green := color.RGBA{R: 44, G: 160, B: 44, A: 255}
+
+	lossPlot := plot.New()
+	lossPlot.Title.Text = "Loss"
+	lossPlot.X.Label.Text = "epoch"
+	lossPlot.Y.Label.Text = "cross-entropy"
+	lossPlot.Y.Min = 0
+	if err := addLine(lossPlot, "train loss", train, blue); err != nil {
+		return err
+	}
+	if err := addLine(lossPlot, "test loss", test, orange); err != nil {
+		return err
+	}
+	lossPlot.Legend.Top = true
+
+	accPlot := plot.New()
+	accPlot.Title.Text = "Test accuracy"
+	accPlot.X.Label.Text = "epoch"
+	accPlot.Y.Label.Text = "accuracy (%)"
+	if err := addLine(accPlot, "test accuracy", acc, green); err != nil {
+		return err
+	}
+	accPlot.Legend.Top = true
+	accPlot.Legend.Left = true
+	for _, p := range []*plot.Plot{lossPlot, accPlot} {
+		p.X.Tick.Marker = epochTicks{}
+		if n := len(epochs); n > 0 {
+			p.X.Min, p.X.Max = float64(epochs[0].Epoch)-0.25, float64(epochs[n-1].Epoch)+0.25
+		}
+	}
+
+	img := vgimg.New(7*vg.Inch, 7*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
+		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
+	canvases := plot.Align([][]*plot.Plot{{lossPlot}, {accPlot}}, tiles, dc)
+	lossPlot.Draw(canvases[0][0])
+	accPlot.Draw(canvases[1][0])
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
+}
+
+func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.Color) error {
+	l, pts, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", name, err)
+	}
+	l.Color = c
+	l.Width = vg.Points(1.5)
+	pts.Color = c
+	pts.Shape = draw.CircleGlyph{}
+	p.Add(l, pts)
+	p.Legend.Add(name, l, pts)
+	return nil
+}
+
+// epochTicks puts a labelled tick on every whole epoch.
+type epochTicks struct{}
+
+func (epochTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := int(lo); float64(e) <= hi; e++ {
+		if float64(e) >= lo {
+			ticks = append(ticks, plot.Tick{Value: float64(e), Label: strconv.Itoa(e)})
+		}
+	}
+	return ticks
+}

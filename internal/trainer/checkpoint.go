@@ -1,0 +1,550 @@
+package trainer
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/internal/safetensors"
+	"github.com/ringddp/ringddp/optim"
+)
+
+// Checkpoint file layout (safetensors):
+//
+//	tensors   param/<index>/<node name>   one per parameter, creation order
+//	                                      index (3+ digits), model dtype, model shape
+//	          optim/<buffer name>         the optimizer's per-element buffers
+//	                                      (momentum_buffer; exp_avg, exp_avg_sq) over
+//	                                      the flat parameter arena, model dtype
+//	metadata  format, format_version      "ringddp.checkpoint", "1"
+//	          model, dtype, hidden        what was trained (hidden: MLP widths, "a,b")
+//	          global_batch, ranks, seed   the run's shape (ranks is informational)
+//	          epoch, step_in_epoch        position: 0-based epoch in progress and the
+//	          global_step                 steps of it done; optimizer steps in total
+//	          steps_per_epoch             at the writer's world size (informational)
+//	          epoch_loss_sum, epoch_loss_steps   the partial epoch's train-loss sum
+//	          param_layout                JSON [{index, name, shape, offset, size}]:
+//	                                      where each parameter sits in the flat arena
+//	                                      the optim/ buffers are laid out in
+//	          optim, optim.dtype, optim.step, optim.len, optim.hyper (JSON
+//	          [{name, value}]), optim.buffers (JSON names)
+//	          data_sha256                 SHA-256 of the data section
+//	          index_sha256                SHA-256 over every other metadata entry and
+//	                                      every tensor's name, dtype, shape and data
+//	                                      hash: covers the header too
+//
+// Because the optimizer buffers are stored per element with the arena
+// layout spelled out, a reader can re-slice them for any arena layout or
+// shard them over any number of ranks (optim.SliceState).
+
+const (
+	checkpointFormat  = "ringddp.checkpoint"
+	checkpointVersion = "1"
+	keyDataSHA        = "data_sha256"
+	keyIndexSHA       = "index_sha256"
+)
+
+// ErrCheckpoint is wrapped by every error about an unreadable, corrupt or
+// inconsistent checkpoint file.
+var ErrCheckpoint = errors.New("bad checkpoint")
+
+// ErrMismatch is wrapped by every error about a checkpoint that does not
+// fit the run resuming from it (model, dtype, batch, ...).
+var ErrMismatch = errors.New("checkpoint does not match the run")
+
+// layoutEntry is one parameter's place in the checkpoint's flat arena.
+type layoutEntry struct {
+	Index  int    `json:"index"`
+	Name   string `json:"name"`
+	Shape  []int  `json:"shape"`
+	Offset int    `json:"offset"`
+	Size   int    `json:"size"`
+}
+
+type hyperEntry struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+}
+
+// CheckpointInfo is what a checkpoint says about the run that wrote it.
+type CheckpointInfo struct {
+	Model       string
+	DType       string
+	Hidden      []int // MLP only
+	GlobalBatch int
+	Ranks       int
+	Seed        int64
+
+	Epoch         int   // 0-based epoch in progress
+	StepInEpoch   int   // steps of it done
+	GlobalStep    int64 // optimizer steps done
+	StepsPerEpoch int
+
+	EpochLossSum   float64
+	EpochLossSteps int
+
+	Optim       string
+	LR          float64
+	Momentum    float64 // sgd
+	WeightDecay float64
+}
+
+// checkpoint is a validated checkpoint file.
+type checkpoint struct {
+	path string
+	CheckpointInfo
+	layout []layoutEntry
+	params [][]float64
+	opt    optim.State // buffers over the checkpoint's arena layout
+}
+
+func ckErr(path, format string, args ...any) error {
+	return fmt.Errorf("trainer: checkpoint %s: %w: %s", path, ErrCheckpoint, fmt.Sprintf(format, args...))
+}
+
+func paramTensorName(i int, name string) string { return fmt.Sprintf("param/%03d/%s", i, name) }
+
+const optimPrefix = "optim/"
+
+func dtypeTag(dtype string) safetensors.DType {
+	if dtype == Float64 {
+		return safetensors.F64
+	}
+	return safetensors.F32
+}
+
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// indexSHA256 hashes every metadata entry but itself and every tensor's
+// name, dtype, shape and data hash, in a canonical order.
+func indexSHA256(meta map[string]string, tensors []safetensors.Tensor) string {
+	h := sha256.New()
+	str := func(s string) {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		if k != keyIndexSHA {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		str(k)
+		str(meta[k])
+	}
+	ts := slices.Clone(tensors)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	for _, t := range ts {
+		str(t.Name)
+		str(string(t.DType))
+		str(fmt.Sprint(t.Shape))
+		sum := sha256.Sum256(t.Data)
+		h.Write(sum[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeCheckpoint writes the parameters (from d's arena), opt's state and
+// info to path, atomically.
+func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, d *ddp.DDP[T], opt optim.Optimizer[T]) error {
+	arena := d.ParamArena()
+	tensors := make([]safetensors.Tensor, 0, len(params)+2)
+	layout := make([]layoutEntry, len(params))
+	for i, p := range params {
+		lo, hi := d.Offset(i)
+		shape := []int(p.Shape().Clone())
+		t, err := safetensors.New(paramTensorName(i, p.Name()), shape, arena[lo:hi])
+		if err != nil {
+			return err
+		}
+		tensors = append(tensors, t)
+		layout[i] = layoutEntry{Index: i, Name: p.Name(), Shape: shape, Offset: lo, Size: hi - lo}
+	}
+	st := opt.State()
+	bufNames := make([]string, len(st.Buffers))
+	for k, b := range st.Buffers {
+		bufNames[k] = b.Name
+		data := make([]T, len(b.Data))
+		for j, x := range b.Data {
+			data[j] = T(x) // exact: the buffers hold T values
+		}
+		t, err := safetensors.New(optimPrefix+b.Name, []int{len(data)}, data)
+		if err != nil {
+			return err
+		}
+		tensors = append(tensors, t)
+	}
+	hyper := make([]hyperEntry, len(st.Hyper))
+	for k, h := range st.Hyper {
+		hyper[k] = hyperEntry{h.Name, h.Value}
+	}
+	layoutJSON, err := json.Marshal(layout)
+	if err != nil {
+		return err
+	}
+	hyperJSON, err := json.Marshal(hyper)
+	if err != nil {
+		return err
+	}
+	bufJSON, err := json.Marshal(bufNames)
+	if err != nil {
+		return err
+	}
+	meta := map[string]string{
+		"format":           checkpointFormat,
+		"format_version":   checkpointVersion,
+		"model":            info.Model,
+		"dtype":            info.DType,
+		"global_batch":     strconv.Itoa(info.GlobalBatch),
+		"ranks":            strconv.Itoa(info.Ranks),
+		"seed":             strconv.FormatInt(info.Seed, 10),
+		"epoch":            strconv.Itoa(info.Epoch),
+		"step_in_epoch":    strconv.Itoa(info.StepInEpoch),
+		"global_step":      strconv.FormatInt(info.GlobalStep, 10),
+		"steps_per_epoch":  strconv.Itoa(info.StepsPerEpoch),
+		"epoch_loss_sum":   formatFloat(info.EpochLossSum),
+		"epoch_loss_steps": strconv.Itoa(info.EpochLossSteps),
+		"param_layout":     string(layoutJSON),
+		"optim":            st.Optimizer,
+		"optim.dtype":      st.DType,
+		"optim.step":       strconv.FormatInt(st.Step, 10),
+		"optim.len":        strconv.Itoa(st.Len),
+		"optim.hyper":      string(hyperJSON),
+		"optim.buffers":    string(bufJSON),
+	}
+	if info.Model == ModelMLP {
+		meta["hidden"] = joinInts(info.Hidden)
+	}
+	meta[keyDataSHA] = safetensors.DataSHA256(tensors)
+	meta[keyIndexSHA] = indexSHA256(meta, tensors)
+	return safetensors.WriteFile(path, tensors, meta)
+}
+
+// metaReader parses metadata fields, remembering the first error.
+type metaReader struct {
+	path string
+	meta map[string]string
+	err  error
+}
+
+func (m *metaReader) str(key string) string {
+	v, ok := m.meta[key]
+	if !ok && m.err == nil {
+		m.err = ckErr(m.path, "metadata lacks %q", key)
+	}
+	return v
+}
+
+func (m *metaReader) int64(key string) int64 {
+	s := m.str(key)
+	if m.err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		m.err = ckErr(m.path, "metadata %q = %q is not a non-negative integer", key, s)
+	}
+	return v
+}
+
+func (m *metaReader) int(key string) int {
+	v := m.int64(key)
+	if v > math.MaxInt32 && m.err == nil {
+		m.err = ckErr(m.path, "metadata %q = %d is too large", key, v)
+	}
+	return int(v)
+}
+
+func (m *metaReader) float(key string) float64 {
+	s := m.str(key)
+	if m.err != nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !finite(v) {
+		m.err = ckErr(m.path, "metadata %q = %q is not a finite number", key, s)
+	}
+	return v
+}
+
+func (m *metaReader) json(key string, dst any) {
+	s := m.str(key)
+	if m.err != nil {
+		return
+	}
+	if err := json.Unmarshal([]byte(s), dst); err != nil {
+		m.err = ckErr(m.path, "metadata %q: %v", key, err)
+	}
+}
+
+// ReadCheckpointInfo reads and fully validates the checkpoint at path and
+// returns what it records about its run (for a CLI to default its flags).
+func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
+	c, err := readCheckpoint(path)
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	return c.CheckpointInfo, nil
+}
+
+// readCheckpoint reads path and checks its format, checksums and internal
+// consistency.
+func readCheckpoint(path string) (*checkpoint, error) {
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, safetensors.ErrFormat) {
+			return nil, fmt.Errorf("trainer: checkpoint %s is corrupt or not a safetensors file: %w: %w", path, ErrCheckpoint, err)
+		}
+		return nil, fmt.Errorf("trainer: reading checkpoint: %w", err)
+	}
+	meta := f.Metadata
+	if meta["format"] != checkpointFormat {
+		return nil, ckErr(path, "metadata format = %q, want %q (not a ringddp checkpoint)", meta["format"], checkpointFormat)
+	}
+	if meta["format_version"] != checkpointVersion {
+		return nil, ckErr(path, "format_version = %q, this build reads %q", meta["format_version"], checkpointVersion)
+	}
+	if got, want := f.DataSHA256(), meta[keyDataSHA]; got != want {
+		return nil, ckErr(path, "checksum mismatch: the data section's SHA-256 is %s but the metadata records %q (the file is corrupted)", got, want)
+	}
+	if got, want := indexSHA256(meta, f.Tensors), meta[keyIndexSHA]; got != want {
+		return nil, ckErr(path, "checksum mismatch: the header's SHA-256 is %s but the metadata records %q (the file is corrupted)", got, want)
+	}
+
+	m := &metaReader{path: path, meta: meta}
+	c := &checkpoint{path: path}
+	info := &c.CheckpointInfo
+	info.Model = m.str("model")
+	info.DType = m.str("dtype")
+	info.GlobalBatch = m.int("global_batch")
+	info.Ranks = m.int("ranks")
+	if seed := m.str("seed"); m.err == nil {
+		if info.Seed, err = strconv.ParseInt(seed, 10, 64); err != nil {
+			return nil, ckErr(path, "metadata %q = %q is not an integer", "seed", seed)
+		}
+	}
+	info.Epoch = m.int("epoch")
+	info.StepInEpoch = m.int("step_in_epoch")
+	info.GlobalStep = m.int64("global_step")
+	info.StepsPerEpoch = m.int("steps_per_epoch")
+	info.EpochLossSum = m.float("epoch_loss_sum")
+	info.EpochLossSteps = m.int("epoch_loss_steps")
+	m.json("param_layout", &c.layout)
+	var hyper []hyperEntry
+	var bufNames []string
+	c.opt.Optimizer = m.str("optim")
+	c.opt.DType = m.str("optim.dtype")
+	c.opt.Step = m.int64("optim.step")
+	c.opt.Len = m.int("optim.len")
+	m.json("optim.hyper", &hyper)
+	m.json("optim.buffers", &bufNames)
+	if m.err != nil {
+		return nil, m.err
+	}
+	switch {
+	case info.Model != ModelMLP && info.Model != ModelCNN:
+		return nil, ckErr(path, "unknown model %q", info.Model)
+	case info.DType != Float32 && info.DType != Float64:
+		return nil, ckErr(path, "unknown dtype %q", info.DType)
+	case info.GlobalBatch < 1 || info.Ranks < 1:
+		return nil, ckErr(path, "global_batch %d, ranks %d: want both at least 1", info.GlobalBatch, info.Ranks)
+	case c.opt.DType != info.DType:
+		return nil, ckErr(path, "optimizer dtype %q differs from the model dtype %q", c.opt.DType, info.DType)
+	}
+	if info.Model == ModelMLP {
+		for _, s := range strings.Split(m.str("hidden"), ",") {
+			w, err := strconv.Atoi(s)
+			if err != nil || w < 1 {
+				return nil, ckErr(path, "metadata hidden = %q is not a list of widths", meta["hidden"])
+			}
+			info.Hidden = append(info.Hidden, w)
+		}
+		if m.err != nil {
+			return nil, m.err
+		}
+	}
+	for _, h := range hyper {
+		c.opt.Hyper = append(c.opt.Hyper, optim.Hyper{Name: h.Name, Value: h.Value})
+	}
+	info.Optim = c.opt.Optimizer
+	info.LR, _ = c.opt.HyperValue("lr")
+	info.Momentum, _ = c.opt.HyperValue("momentum")
+	info.WeightDecay, _ = c.opt.HyperValue("weight_decay")
+
+	// Parameters: exactly the layout's, in its order, tiling the arena.
+	tag := dtypeTag(info.DType)
+	nParams := 0
+	for _, t := range f.Tensors {
+		if strings.HasPrefix(t.Name, "param/") {
+			nParams++
+		}
+	}
+	if nParams != len(c.layout) || len(c.layout) == 0 {
+		return nil, ckErr(path, "%d parameter tensors but param_layout lists %d", nParams, len(c.layout))
+	}
+	total := 0
+	for _, e := range c.layout {
+		total += e.Size
+	}
+	covered := make([][2]int, len(c.layout))
+	c.params = make([][]float64, len(c.layout))
+	for i, e := range c.layout {
+		name := paramTensorName(i, e.Name)
+		t, ok := f.Tensor(name)
+		switch {
+		case e.Index != i:
+			return nil, ckErr(path, "param_layout entry %d has index %d", i, e.Index)
+		case !ok:
+			return nil, ckErr(path, "tensor %q missing", name)
+		case t.DType != tag:
+			return nil, ckErr(path, "tensor %q is %s, the checkpoint's dtype is %s", name, t.DType, info.DType)
+		case !slices.Equal(t.Shape, e.Shape):
+			return nil, ckErr(path, "tensor %q has shape %v but param_layout says %v", name, t.Shape, e.Shape)
+		}
+		n, _ := t.NumElements()
+		if n != e.Size || e.Offset < 0 || e.Offset > total-e.Size {
+			return nil, ckErr(path, "param_layout entry %d: offset %d size %d does not fit %d elements of %d", i, e.Offset, e.Size, n, total)
+		}
+		covered[i] = [2]int{e.Offset, e.Offset + e.Size}
+		if c.params[i], err = safetensors.Float64s(t); err != nil {
+			return nil, ckErr(path, "%v", err)
+		}
+	}
+	sort.Slice(covered, func(a, b int) bool { return covered[a][0] < covered[b][0] })
+	for k := 1; k < len(covered); k++ {
+		if covered[k][0] != covered[k-1][1] {
+			return nil, ckErr(path, "param_layout does not tile the arena at element %d", covered[k-1][1])
+		}
+	}
+
+	// Optimizer buffers.
+	nBuf := 0
+	for _, t := range f.Tensors {
+		if strings.HasPrefix(t.Name, optimPrefix) {
+			nBuf++
+		}
+	}
+	if nBuf != len(bufNames) {
+		return nil, ckErr(path, "%d optimizer tensors but optim.buffers lists %d", nBuf, len(bufNames))
+	}
+	if len(bufNames) > 0 && c.opt.Len != total {
+		return nil, ckErr(path, "optim.len = %d but the parameters have %d elements", c.opt.Len, total)
+	}
+	for _, name := range bufNames {
+		t, ok := f.Tensor(optimPrefix + name)
+		if !ok {
+			return nil, ckErr(path, "tensor %q missing", optimPrefix+name)
+		}
+		if t.DType != tag || len(t.Shape) != 1 || t.Shape[0] != c.opt.Len {
+			return nil, ckErr(path, "tensor %q is %s%v, want %s[%d]", t.Name, t.DType, t.Shape, tag, c.opt.Len)
+		}
+		data, err := safetensors.Float64s(t)
+		if err != nil {
+			return nil, ckErr(path, "%v", err)
+		}
+		c.opt.Buffers = append(c.opt.Buffers, optim.Buffer{Name: name, Data: data})
+	}
+	if err := c.opt.Validate(); err != nil {
+		return nil, ckErr(path, "optimizer state: %v", err)
+	}
+	if len(f.Tensors) != nParams+nBuf {
+		return nil, ckErr(path, "%d tensors, want %d parameters and %d optimizer buffers", len(f.Tensors), nParams, nBuf)
+	}
+	return c, nil
+}
+
+func mismatch(path, field string, ck, run any) error {
+	return fmt.Errorf("trainer: resume from %s: %w: %s: checkpoint has %v, this run has %v", path, ErrMismatch, field, ck, run)
+}
+
+// checkConfig compares the checkpoint with the run's configuration and
+// names the first field that differs. Ranks may differ.
+func (c *checkpoint) checkConfig(cfg Config) error {
+	q := func(s string) string { return strconv.Quote(s) }
+	switch {
+	case c.Model != cfg.Model:
+		return mismatch(c.path, "model", q(c.Model), q(cfg.Model))
+	case c.DType != cfg.DType:
+		return mismatch(c.path, "dtype", q(c.DType), q(cfg.DType))
+	case c.Model == ModelMLP && !slices.Equal(c.Hidden, cfg.hidden()):
+		return mismatch(c.path, "hidden", joinInts(c.Hidden), joinInts(cfg.hidden()))
+	case c.GlobalBatch != cfg.GlobalBatch:
+		return mismatch(c.path, "batch (global)", c.GlobalBatch, cfg.GlobalBatch)
+	case c.Seed != cfg.Seed:
+		return mismatch(c.path, "seed", c.Seed, cfg.Seed)
+	case c.Optim != cfg.Optim:
+		return mismatch(c.path, "optim", q(c.Optim), q(cfg.Optim))
+	case c.LR != cfg.LR:
+		return mismatch(c.path, "lr", c.LR, cfg.LR)
+	case c.Optim == OptimSGD && c.Momentum != cfg.Momentum:
+		return mismatch(c.path, "momentum", c.Momentum, cfg.Momentum)
+	case c.WeightDecay != cfg.WeightDecay:
+		return mismatch(c.path, "weight-decay", c.WeightDecay, cfg.WeightDecay)
+	}
+	return nil
+}
+
+// restore loads the checkpoint's parameters into d's arena (every rank
+// does, so no broadcast is needed) and its optimizer state, re-laid-out
+// for d's arena, into opt.
+func restoreCheckpoint[T Float](c *checkpoint, params G.Nodes, d *ddp.DDP[T], opt optim.Optimizer[T]) error {
+	if len(params) != len(c.layout) {
+		return fmt.Errorf("trainer: resume from %s: %w: the checkpoint has %d parameters, the model %d", c.path, ErrMismatch, len(c.layout), len(params))
+	}
+	arena := d.ParamArena()
+	for i, p := range params {
+		e := c.layout[i]
+		if !slices.Equal(e.Shape, []int(p.Shape())) || e.Name != p.Name() {
+			return fmt.Errorf("trainer: resume from %s: %w: parameter %d is %s%v in the checkpoint but %s%v in the model",
+				c.path, ErrMismatch, i, e.Name, e.Shape, p.Name(), []int(p.Shape()))
+		}
+	}
+	for i := range params {
+		lo, hi := d.Offset(i)
+		dst := arena[lo:hi]
+		for j, x := range c.params[i] {
+			dst[j] = T(x)
+		}
+	}
+	st := c.opt.Clone()
+	if len(st.Buffers) > 0 {
+		for k, b := range st.Buffers {
+			data := make([]float64, len(arena))
+			for i, e := range c.layout {
+				lo, _ := d.Offset(i)
+				copy(data[lo:lo+e.Size], b.Data[e.Offset:e.Offset+e.Size])
+			}
+			st.Buffers[k].Data = data
+		}
+	}
+	if st.Step > 0 {
+		st.Len = len(arena)
+	}
+	if err := opt.LoadState(st); err != nil {
+		return fmt.Errorf("trainer: resume from %s: loading the optimizer state: %w", c.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/datasets"
+)
+
+// Model, dtype and optimizer names accepted in Config.
+const (
+	ModelMLP = "mlp"
+	ModelCNN = "cnn"
+
+	Float32 = "float32"
+	Float64 = "float64"
+
+	OptimSGD   = "sgd"
+	OptimAdam  = "adam"
+	OptimAdamW = "adamw"
+)
+
+// Config is one training run. Fields are taken literally; start from
+// DefaultConfig. Validate names the first invalid field.
+type Config struct {
+	Ranks  int    // world size: in-process ranks unless Connect says otherwise
+	Model  string // ModelMLP or ModelCNN
+	Hidden []int  // MLP hidden layer widths (nil: 256, 128); ignored for the CNN
+	DType  string // Float32 or Float64
+
+	Epochs      int // epochs to train to (a resumed run continues up to this many)
+	GlobalBatch int // examples per optimizer step over all ranks; must divide by Ranks
+	EvalBatch   int // rows of the per-rank evaluation graph (the last batch is padded)
+
+	Optim       string  // OptimSGD, OptimAdam or OptimAdamW
+	LR          float64 // learning rate (> 0); DefaultLR gives a per-optimizer, per-model default
+	Momentum    float64 // SGD momentum (must be 0 for adam/adamw)
+	WeightDecay float64 // SGD/Adam L2 penalty, AdamW decoupled decay
+
+	BucketMB float64 // gradient bucket size in MiB (the first bucket is min(1 MiB, this))
+	Seed     int64   // model initialisation and sampler shuffling seed
+
+	// DataDir is an MNIST-style IDX directory; "" is the bundled real
+	// MNIST. Train and Test, when both set, are used instead.
+	DataDir     string
+	Train, Test *datasets.Dataset
+
+	Checkpoint string // where rank 0 writes checkpoints ("" none): after every epoch and on stopping early
+	Resume     string // checkpoint to resume from ("" none)
+	MaxSteps   int64  // stop once the global step count reaches this (0: no limit)
+
+	// Connect returns this process's transport endpoints of a world of
+	// ranks ranks (one goroutine drives each); nil is an in-process world
+	// of Ranks ranks with CommTimeout.
+	Connect     func(ctx context.Context, ranks int) ([]transport.Conn, error)
+	CommTimeout time.Duration // in-process transport timeout (0: its default, 30 s)
+
+	// Callbacks, all called on rank 0's goroutine (when this process holds
+	// rank 0): once before training, after every step, after every
+	// epoch's evaluation.
+	OnStart func(Plan)
+	OnStep  func(StepInfo)
+	OnEpoch func(EpochMetrics)
+}
+
+// DefaultConfig is the MLP on real MNIST over 4 in-process ranks: 3
+// epochs, global batch 256, SGD with lr 0.1 and momentum 0.9, 25 MiB
+// buckets, evaluation in batches of 500.
+func DefaultConfig() Config {
+	return Config{
+		Ranks: 4, Model: ModelMLP, DType: Float32,
+		Epochs: 3, GlobalBatch: 256, EvalBatch: 500,
+		Optim: OptimSGD, LR: DefaultLR(OptimSGD, ModelMLP), Momentum: DefaultMomentum(OptimSGD),
+		WeightDecay: DefaultWeightDecay(OptimSGD),
+		BucketMB:    25, Seed: 1,
+	}
+}
+
+// DefaultLR is the default learning rate of an optimizer for a model:
+// for SGD (with momentum 0.9) 0.1 for the MLP and 0.05 for the CNN, for
+// Adam and AdamW 1e-3. Measured on MNIST with global batch 256, 3 epochs:
+// the MLP reaches 97.9% with SGD 0.1; the CNN 98.8% with SGD 0.05 but
+// only 97.8% with 0.1 (and 98.3% with Adam 1e-3).
+func DefaultLR(opt, model string) float64 {
+	switch {
+	case opt != OptimSGD:
+		return 1e-3
+	case model == ModelCNN:
+		return 0.05
+	}
+	return 0.1
+}
+
+// DefaultMomentum is 0.9 for SGD, 0 otherwise.
+func DefaultMomentum(opt string) float64 {
+	if opt == OptimSGD {
+		return 0.9
+	}
+	return 0
+}
+
+// DefaultWeightDecay is 0.01 for AdamW (PyTorch's default), 0 otherwise.
+func DefaultWeightDecay(opt string) float64 {
+	if opt == OptimAdamW {
+		return 0.01
+	}
+	return 0
+}
+
+// DefaultHidden are the MLP hidden widths used when Config.Hidden is nil.
+func DefaultHidden() []int { return []int{256, 128} }
+
+func (c Config) hidden() []int {
+	if c.Model != ModelMLP {
+		return nil
+	}
+	if c.Hidden == nil {
+		return DefaultHidden()
+	}
+	return slices.Clone(c.Hidden)
+}
+
+func fieldErr(field string, v any, want string) error {
+	return fmt.Errorf("trainer: %s = %v, want %s", field, v, want)
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Validate checks every field and names the first invalid one.
+func (c Config) Validate() error {
+	switch {
+	case c.Ranks < 1:
+		return fieldErr("ranks", c.Ranks, "at least 1")
+	case c.Model != ModelMLP && c.Model != ModelCNN:
+		return fieldErr("model", fmt.Sprintf("%q", c.Model), `"mlp" or "cnn"`)
+	case c.DType != Float32 && c.DType != Float64:
+		return fieldErr("dtype", fmt.Sprintf("%q", c.DType), `"float32" or "float64"`)
+	case c.Epochs < 1:
+		return fieldErr("epochs", c.Epochs, "at least 1")
+	case c.GlobalBatch < 1:
+		return fieldErr("batch", c.GlobalBatch, "at least 1")
+	case c.GlobalBatch%c.Ranks != 0:
+		return fmt.Errorf("trainer: batch = %d is not divisible by ranks = %d (each rank takes batch/ranks examples per step)", c.GlobalBatch, c.Ranks)
+	case c.EvalBatch < 1:
+		return fieldErr("eval-batch", c.EvalBatch, "at least 1")
+	case c.Optim != OptimSGD && c.Optim != OptimAdam && c.Optim != OptimAdamW:
+		return fieldErr("optim", fmt.Sprintf("%q", c.Optim), `"sgd", "adam" or "adamw"`)
+	case !(c.LR > 0) || !finite(c.LR):
+		return fieldErr("lr", c.LR, "> 0 and finite")
+	case !(c.Momentum >= 0) || !finite(c.Momentum):
+		return fieldErr("momentum", c.Momentum, ">= 0 and finite")
+	case c.Momentum != 0 && c.Optim != OptimSGD:
+		return fmt.Errorf("trainer: momentum = %v is only for sgd (optim = %q)", c.Momentum, c.Optim)
+	case !(c.WeightDecay >= 0) || !finite(c.WeightDecay):
+		return fieldErr("weight-decay", c.WeightDecay, ">= 0 and finite")
+	case !(c.BucketMB > 0) || !finite(c.BucketMB) || c.BucketMB > 1<<20:
+		return fieldErr("bucket-mb", c.BucketMB, "> 0 (MiB)")
+	case c.MaxSteps < 0:
+		return fieldErr("max-steps", c.MaxSteps, ">= 0")
+	case (c.Train == nil) != (c.Test == nil):
+		return fmt.Errorf("trainer: Train and Test must be set together")
+	}
+	for i, h := range c.Hidden {
+		if h < 1 {
+			return fieldErr(fmt.Sprintf("hidden[%d]", i), h, "at least 1")
+		}
+	}
+	return nil
+}
+
+// bucketBytes returns the first and the other buckets' byte limits.
+func (c Config) bucketBytes() (first, rest int) {
+	rest = int(c.BucketMB * (1 << 20))
+	rest = max(rest, 1)
+	return min(1<<20, rest), rest
+}

@@ -1,0 +1,108 @@
+package trainer
+
+// Plan describes a run once its data and model are set up (OnStart).
+type Plan struct {
+	Model, DType, Optim string
+	Ranks               int
+	GlobalBatch         int
+	PerRankBatch        int
+	StepsPerEpoch       int
+	Epochs              int
+	TrainExamples       int
+	TestExamples        int
+	Params              int   // trainable elements
+	ParamBytes          int64 // Params × element size: M, the bytes all-reduced per step
+	Buckets             int
+	CommBytesPerStep    int64 // 2(N-1)/N · M: bytes each rank sends per step (ring all-reduce)
+	LR                  float64
+	Momentum            float64
+	WeightDecay         float64
+	Resumed             bool
+	StartEpoch          int   // 0-based epoch training starts in
+	StartStep           int   // steps of StartEpoch already done
+	GlobalStep          int64 // optimizer steps done before this run
+}
+
+// StepInfo is reported after every optimizer step (OnStep).
+type StepInfo struct {
+	Epoch         int     // 0-based
+	Step          int     // steps of this epoch done, 1..StepsPerEpoch
+	StepsPerEpoch int     //
+	GlobalStep    int64   // optimizer steps done in total
+	Loss          float64 // the step's training loss, mean over ranks
+}
+
+// EpochMetrics are one epoch's results (OnEpoch, Result.Epochs). Times are
+// seconds. The step-time breakdown sums ddp's per-step StepStats over the
+// epoch and takes the maximum over ranks: Compute (forward+backward),
+// CommWait (all-reduce not hidden behind the backward pass) and Optimizer.
+type EpochMetrics struct {
+	Epoch        int     `json:"epoch"`         // 1-based
+	Steps        int     `json:"steps"`         // optimizer steps run in this epoch by this process
+	GlobalStep   int64   `json:"global_step"`   // after the epoch
+	TrainLoss    float64 `json:"train_loss"`    // mean over the epoch's steps of the rank-averaged loss
+	TestAccuracy float64 `json:"test_accuracy"` // fraction in [0, 1]
+	TestLoss     float64 `json:"test_loss"`     // mean cross-entropy over the test set
+	TestCorrect  int     `json:"test_correct"`
+	TestCount    int     `json:"test_count"` // examples evaluated: the whole test set, each once
+
+	SamplesPerSec float64 `json:"samples_per_sec"` // global training samples / EpochSeconds
+	EpochSeconds  float64 `json:"epoch_seconds"`   // wall time of the epoch's training steps
+	EvalSeconds   float64 `json:"eval_seconds"`    // wall time of the evaluation
+
+	ComputeSeconds   float64 `json:"compute_seconds"`
+	CommWaitSeconds  float64 `json:"comm_wait_seconds"`
+	OptimizerSeconds float64 `json:"optimizer_seconds"`
+
+	OptStateBytesPerRank int64 `json:"opt_state_bytes_per_rank"`
+	CommBytesPerStep     int64 `json:"comm_bytes_per_step"`
+	Ranks                int   `json:"ranks"`
+	GlobalBatch          int   `json:"global_batch"`
+}
+
+// CommWaitFraction is CommWait as a fraction of the step time
+// (compute + comm wait + optimizer).
+func (m EpochMetrics) CommWaitFraction() float64 {
+	total := m.ComputeSeconds + m.CommWaitSeconds + m.OptimizerSeconds
+	if total <= 0 {
+		return 0
+	}
+	return m.CommWaitSeconds / total
+}
+
+// CommBytesPerStep is what a ring (or direct two-shot) all-reduce of m
+// bytes makes each of n ranks send: 2(n-1)/n · m (0 for one rank).
+func CommBytesPerStep(m int64, n int) int64 {
+	if n <= 1 {
+		return 0
+	}
+	return 2 * int64(n-1) * m / int64(n)
+}
+
+// Stop says why a run ended.
+type Stop string
+
+// The ways a run ends.
+const (
+	StopDone        Stop = "done"        // trained all epochs
+	StopMaxSteps    Stop = "max-steps"   // reached Config.MaxSteps
+	StopInterrupted Stop = "interrupted" // the context was cancelled; the ranks agreed on a step to stop after
+)
+
+// Param is one parameter's final values (creation order in Result.Params).
+type Param struct {
+	Name  string
+	Shape []int
+	Data  []float64 // exact for float32 too
+}
+
+// Result is a finished (or stopped) run.
+type Result struct {
+	Epochs      []EpochMetrics
+	Stop        Stop
+	Epoch       int   // position: 0-based epoch to continue in
+	StepInEpoch int   // steps of that epoch done
+	GlobalStep  int64 // optimizer steps done in total
+	Params      []Param
+	Checkpoint  string // the last checkpoint written ("" none)
+}
