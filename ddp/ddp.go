@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"errors"
+	"runtime"
 	"fmt"
 	"sync"
 	"time"
@@ -343,6 +344,11 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 		return d.hookErr
 	}
 	d.order = append(d.order, i)
+	// Let another rank run: with more in-process ranks than cores, ranks
+	// that run their whole backward pass in one time slice finish in
+	// pairs and the early ones wait for the late ones; yielding once per
+	// gradient interleaves them layer by layer. Nearly free otherwise.
+	runtime.Gosched()
 	if d.firstHandedOff {
 		d.hooksAfterFirst++
 	}
