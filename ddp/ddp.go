@@ -3,8 +3,8 @@ package ddp
 import (
 	"context"
 	"errors"
-	"runtime"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
