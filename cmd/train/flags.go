@@ -52,6 +52,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
 		transport   = fs.String("transport", "inproc", "transport: "+transportNames())
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
+		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -163,7 +164,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Ranks: *ranks, Model: *model, Hidden: widths, DType: *dtype,
 		Epochs: *epochs, GlobalBatch: *batch, EvalBatch: *evalBatch,
 		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
-		BucketMB: *bucketMB, Seed: *seed, DataDir: *data,
+		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
 		Checkpoint: *checkpoint, Resume: *resume, MaxSteps: *maxSteps,
 		Connect: transports[*transport],
 	}

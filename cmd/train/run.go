@@ -93,9 +93,10 @@ func printPlan(w io.Writer, p trainer.Plan, o *options) {
 }
 
 func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
-	fmt.Fprintf(w, "epoch %d/%d  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs\n",
+	fmt.Fprintf(w, "epoch %d/%d  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  opt state %s/rank, %s sent/step\n",
 		m.Epoch, epochs, m.TrainLoss, 100*m.TestAccuracy, m.TestLoss, m.SamplesPerSec, m.EpochSeconds, m.EvalSeconds,
-		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds)
+		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds,
+		humanBytes(m.OptStateBytesPerRank), humanBytes(m.CommBytesPerStep))
 }
 
 func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Duration) {
@@ -119,4 +120,15 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	if o.out != "" {
 		fmt.Fprintf(w, "metrics: %s, plot: %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile))
 	}
+}
+
+// humanBytes renders n bytes with a binary unit.
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

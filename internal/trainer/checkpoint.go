@@ -167,9 +167,9 @@ func indexSHA256(meta map[string]string, tensors []safetensors.Tensor) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// writeCheckpoint writes the parameters (from d's arena), opt's state and
+// writeCheckpoint writes the parameters (from d's arena), the full optimizer state st and
 // info to path, atomically.
-func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, d *ddp.DDP[T], opt optim.Optimizer[T]) error {
+func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, d *ddp.DDP[T], st optim.State) error {
 	arena := d.ParamArena()
 	tensors := make([]safetensors.Tensor, 0, len(params)+2)
 	layout := make([]layoutEntry, len(params))
@@ -183,7 +183,6 @@ func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, 
 		tensors = append(tensors, t)
 		layout[i] = layoutEntry{Index: i, Name: p.Name(), Shape: shape, Offset: lo, Size: hi - lo}
 	}
-	st := opt.State()
 	bufNames := make([]string, len(st.Buffers))
 	for k, b := range st.Buffers {
 		bufNames[k] = b.Name
@@ -508,9 +507,9 @@ func (c *checkpoint) checkConfig(cfg Config) error {
 }
 
 // restore loads the checkpoint's parameters into d's arena (every rank
-// does, so no broadcast is needed) and its optimizer state, re-laid-out
-// for d's arena, into opt.
-func restoreCheckpoint[T Float](c *checkpoint, params G.Nodes, d *ddp.DDP[T], opt optim.Optimizer[T]) error {
+// does, so no broadcast is needed) and hands its optimizer state,
+// re-laid-out for d's arena, to load.
+func restoreCheckpoint[T Float](c *checkpoint, params G.Nodes, d *ddp.DDP[T], load func(optim.State) error) error {
 	if len(params) != len(c.layout) {
 		return fmt.Errorf("trainer: resume from %s: %w: the checkpoint has %d parameters, the model %d", c.path, ErrMismatch, len(c.layout), len(params))
 	}
@@ -543,7 +542,7 @@ func restoreCheckpoint[T Float](c *checkpoint, params G.Nodes, d *ddp.DDP[T], op
 	if st.Step > 0 {
 		st.Len = len(arena)
 	}
-	if err := opt.LoadState(st); err != nil {
+	if err := load(st); err != nil {
 		return fmt.Errorf("trainer: resume from %s: loading the optimizer state: %w", c.path, err)
 	}
 	return nil

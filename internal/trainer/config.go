@@ -42,6 +42,10 @@ type Config struct {
 	WeightDecay float64 // SGD/Adam L2 penalty, AdamW decoupled decay
 
 	BucketMB float64 // gradient bucket size in MiB (the first bucket is min(1 MiB, this))
+	// Zero1 shards the optimizer state over ranks (ZeRO stage 1): buckets
+	// are reduce-scattered, each rank updates its shard, parameters are
+	// all-gathered. Checkpoints hold the full state either way.
+	Zero1 bool
 	Seed     int64   // model initialisation and sampler shuffling seed
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real

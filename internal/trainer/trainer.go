@@ -63,6 +63,7 @@ import (
 	"github.com/ringddp/ringddp/internal/graphlock"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Float is the element type a run trains in.
@@ -229,6 +230,7 @@ type worker[T Float] struct {
 
 	params  G.Nodes // the training model's learnables, creation order
 	d       *ddp.DDP[T]
+	z       *zero.ZeRO1[T] // nil without Config.Zero1
 	vm      G.VM
 	loss    *G.Node
 	x, y    []T // the training inputs' backing, refilled every step
@@ -308,8 +310,18 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	w.params = model.Learnables()
+	if w.opt, err = newOptimizer[T](cfg); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
 	first, rest := cfg.bucketBytes()
-	w.d, err = ddp.Wrap[T](w.comm, g, w.params, ddp.WithBucketBytes(first, rest))
+	if cfg.Zero1 {
+		w.z, err = zero.Wrap[T](w.comm, g, w.params, w.opt, ddp.WithBucketBytes(first, rest))
+		if w.z != nil {
+			w.d = w.z.DDP()
+		}
+	} else {
+		w.d, err = ddp.Wrap[T](w.comm, g, w.params, ddp.WithBucketBytes(first, rest))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
@@ -338,9 +350,6 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	}
 	if err := graphlock.Do(func() error { w.vm = G.NewTapeMachine(graph); return nil }); err != nil {
 		return nil, err
-	}
-	if w.opt, err = newOptimizer[T](cfg); err != nil {
-		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	lo, hi := allreduce.ChunkBounds(test.Len(), n, g.Rank())
 	if w.eval, err = newEvaluator(cfg, w.d, test, lo, hi); err != nil {
@@ -402,11 +411,50 @@ func (w *worker[T]) info(p position) CheckpointInfo {
 
 // checkpoint writes a checkpoint at p from rank 0; it returns the path
 // written ("" when none).
+// step runs the optimizer (ZeRO-1: on this rank's shard, then the
+// all-gather) and returns the time in the optimizer and, for ZeRO-1, in the
+// all-gather, which is communication the backward pass cannot hide.
+func (w *worker[T]) step() (opt, comm time.Duration, err error) {
+	if w.z == nil {
+		err = w.d.Step(w.comm, w.opt)
+		return w.d.LastStats().Optimizer, 0, err
+	}
+	start := time.Now()
+	err = w.z.Step(w.comm)
+	opt = w.z.LastOptimizerTime()
+	return opt, time.Since(start) - opt, err
+}
+
+// fullOptimizerState is the optimizer state over the whole arena. With
+// ZeRO-1 it is gathered from every rank, so every rank must call it.
+func (w *worker[T]) fullOptimizerState() (optim.State, error) {
+	if w.z == nil {
+		return w.opt.State(), nil
+	}
+	return w.z.FullOptimizerState(w.comm)
+}
+
+// loadOptimizerState loads a full optimizer state (ZeRO-1: this rank's
+// shard of it).
+func (w *worker[T]) loadOptimizerState(st optim.State) error {
+	if w.z == nil {
+		return w.opt.LoadState(st)
+	}
+	return w.z.LoadFullOptimizerState(st)
+}
+
 func (w *worker[T]) checkpoint(p position) (string, error) {
-	if w.cfg.Checkpoint == "" || w.g.Rank() != 0 {
+	if w.cfg.Checkpoint == "" {
 		return "", nil
 	}
-	if err := writeCheckpoint(w.cfg.Checkpoint, w.info(p), w.params, w.d, w.opt); err != nil {
+	st, err := w.fullOptimizerState()
+	if err != nil {
+		return "", fmt.Errorf("trainer: gathering the optimizer state: %w", err)
+	}
+	if w.g.Rank() != 0 {
+		return "", nil
+	}
+	if err := writeCheckpoint(w.cfg.Checkpoint, w.info(p), w.params, w.d, st); err != nil {
 		return "", fmt.Errorf("trainer: writing checkpoint: %w", err)
 	}
 	return w.cfg.Checkpoint, nil
@@ -420,7 +468,7 @@ func runRank[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train
 	defer w.close()
 	var pos position
 	if ck != nil {
-		if err := restoreCheckpoint(ck, w.params, w.d, w.opt); err != nil {
+		if err := restoreCheckpoint(ck, w.params, w.d, w.loadOptimizerState); err != nil {
 			return nil, err
 		}
 		pos = position{epoch: ck.Epoch, step: ck.StepInEpoch, global: ck.GlobalStep,
@@ -469,13 +517,14 @@ func runRank[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train
 			if err != nil {
 				return nil, err
 			}
-			if err := w.d.Step(w.comm, w.opt); err != nil {
+			stepOpt, stepComm, err := w.step()
+			if err != nil {
 				return nil, fmt.Errorf("trainer: epoch %d step %d: %w", e+1, s+1, err)
 			}
 			st := w.d.LastStats()
 			compute += st.Compute
-			commWait += st.CommWait
-			optTime += st.Optimizer
+			commWait += st.CommWait + stepComm
+			optTime += stepOpt
 			stepsRun++
 			// Agree on the mean loss and on stopping.
 			flag := 0.0
