@@ -46,7 +46,7 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
-	Seed     int64   // model initialisation and sampler shuffling seed
+	Seed  int64 // model initialisation and sampler shuffling seed
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real
 	// MNIST. Train and Test, when both set, are used instead.
