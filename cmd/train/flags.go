@@ -20,6 +20,7 @@ type options struct {
 	out       string
 	json      bool
 	quiet     bool
+	blas      string                  // the BLAS in use, for the report
 	resumed   *trainer.CheckpointInfo // the -resume checkpoint's record
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/blas"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
@@ -21,6 +22,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o == nil { // -h
 		return nil
 	}
+	o.blas = blas.Setup()
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return fmt.Errorf("-out: %w", err)
@@ -82,8 +84,12 @@ func printPlan(w io.Writer, p trainer.Plan, o *options) {
 	if p.WeightDecay != 0 {
 		opt += fmt.Sprintf(" weight decay %g", p.WeightDecay)
 	}
-	fmt.Fprintf(w, "training %s (%s, %d parameters, %s) on %d %s ranks: %d train / %d test examples\n",
-		p.Model, p.DType, p.Params, mib(p.ParamBytes), p.Ranks, o.transport, p.TrainExamples, p.TestExamples)
+	mode := "DDP"
+	if o.cfg.Zero1 {
+		mode = "ZeRO-1"
+	}
+	fmt.Fprintf(w, "training %s (%s, %d parameters, %s) with %s on %d %s ranks, %s BLAS: %d train / %d test examples\n",
+		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, o.transport, o.blas, p.TrainExamples, p.TestExamples)
 	fmt.Fprintf(w, "global batch %d (%d per rank), %d steps per epoch, %s, %d gradient bucket(s); all-reduce sends %s per rank per step\n",
 		p.GlobalBatch, p.PerRankBatch, p.StepsPerEpoch, opt, p.Buckets, mib(p.CommBytesPerStep))
 	if p.Resumed {
