@@ -128,7 +128,7 @@ func TestRunText(t *testing.T) {
 	stdout, err := runTrain(t, "-data", data, "-ranks", "2", "-batch", "40", "-epochs", "1", "-hidden", "8", "-optim", "adam")
 	require.NoError(t, err)
 	for _, want := range []string{
-		"training mlp (float32", "on 2 inproc ranks: 400 train / 61 test examples",
+		"training mlp (float32", "with DDP on 2 inproc ranks, gonum BLAS: 400 train / 61 test examples",
 		"global batch 40 (20 per rank), 10 steps per epoch, adam lr 0.001",
 		"  epoch 1/1  step 10/10  loss ",
 		"epoch 1/1  train_loss ", "test_acc ", "samples/s", "comm wait ", "optimizer ",
