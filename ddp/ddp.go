@@ -13,7 +13,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 )
 
 // Float is the parameter element type: float32 or float64.

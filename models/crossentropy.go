@@ -10,7 +10,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 )
 
 // CrossEntropy returns the scalar node

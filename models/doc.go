@@ -10,7 +10,7 @@
 //
 // Graph construction in gorgonia is not safe to run concurrently, so every
 // function here that adds nodes to a graph (the constructors, Forward,
-// CrossEntropy) takes internal/graphlock itself. graphlock.Do is not
+// CrossEntropy) takes graphlock itself. graphlock.Do is not
 // reentrant: do not call these functions from inside graphlock.Do.
 //
 // Parameter initialisation is seeded and deterministic (gorgonia's own

@@ -8,7 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 )
 
 // rig is a built model graph: input x, one-hot labels y, logits, loss and the

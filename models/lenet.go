@@ -6,7 +6,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 )
 
 // LeNet geometry: 28×28 single-channel input, two 5×5 valid convolutions each

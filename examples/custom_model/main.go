@@ -35,7 +35,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 )
 
 // evaluator is one rank's forward-only graph over its shard [lo, hi) of

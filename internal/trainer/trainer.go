@@ -3,7 +3,7 @@
 //
 // Run trains a models.MLP or models.LeNet on an MNIST-style dataset over
 // Config.Ranks ranks. Each rank is a goroutine with its own gorgonia graph
-// (built under internal/graphlock), its own model replica initialised from
+// (built under graphlock), its own model replica initialised from
 // the same seed (ddp.Wrap broadcasts rank 0's values anyway), its own
 // optimizer, and its own seeded datasets.DistributedSampler with drop-last:
 // graphs have static shapes, so every step every rank takes exactly
@@ -60,7 +60,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
 	"github.com/ringddp/ringddp/zero"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/graphlock"
+	"github.com/ringddp/ringddp/graphlock"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
 )

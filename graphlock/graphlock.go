@@ -1,4 +1,6 @@
 // Package graphlock serialises gorgonia graph construction across the process.
+// It is public because every program that builds several ranks' graphs in
+// one process (in-process ranks) needs it, ringddp's packages and user code alike.
 //
 // gorgonia v0.9.18 is not safe for building several expression graphs at the
 // same time, even when the graphs are disjoint. Measured with -race:
