@@ -1,0 +1,216 @@
+package rendezvous
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The store handshake. The server speaks first:
+//
+//	server → client  hello   magic "RDZS" | version u16 | mode u8 | 0 | nonceS [32]        (40 bytes)
+//	client → server  answer  magic "RDZS" | version u16 | mode u8 | 0 | nonceC [32] | macC [32] (72 bytes)
+//	server → client  verdict 0 | macS [32]                 accepted
+//	                         1 | len u16 | reason [len]    refused (len <= 256)
+//
+//	macC = HMAC-SHA256(secret, "ringddp/rendezvous/client\x00" | hello | answer[:40])
+//	macS = HMAC-SHA256(secret, "ringddp/rendezvous/server\x00" | hello | answer)
+//
+// Each side proves it knows the secret over a nonce the other chose, so
+// neither answer can be replayed. mode is 1 with a secret and 0 for an
+// explicitly insecure store; the two modes refuse each other.
+
+const (
+	storeMagic   = 0x52445a53 // "RDZS"
+	storeVersion = 1
+	nonceLen     = 32
+	macLen       = sha256.Size
+	helloLen     = 8 + nonceLen
+	answerLen    = helloLen + macLen
+	maxReason    = 256
+
+	modeInsecure = 0
+	modeHMAC     = 1
+
+	// HandshakeTimeout bounds the whole authentication exchange.
+	HandshakeTimeout = 10 * time.Second
+)
+
+var (
+	labelClient = []byte("ringddp/rendezvous/client\x00")
+	labelServer = []byte("ringddp/rendezvous/server\x00")
+)
+
+func mac(secret, label []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write(label)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// authMode checks a configuration's secret and returns its mode.
+func authMode(secret []byte, insecure bool) (byte, error) {
+	if insecure {
+		return modeInsecure, nil
+	}
+	if len(secret) == 0 {
+		return 0, fmt.Errorf("%w: empty secret (set RINGDDP_SECRET, or opt out explicitly with Insecure)", ErrInvalid)
+	}
+	return modeHMAC, nil
+}
+
+func modeName(m byte) string {
+	if m == modeInsecure {
+		return "insecure (no secret)"
+	}
+	return "authenticated (shared secret)"
+}
+
+func putHello(b []byte, mode byte, nonce []byte) {
+	binary.BigEndian.PutUint32(b[0:], storeMagic)
+	binary.BigEndian.PutUint16(b[4:], storeVersion)
+	b[6], b[7] = mode, 0
+	copy(b[8:], nonce)
+}
+
+// checkHello validates the fixed part of a hello or answer.
+func checkHello(b []byte, mode byte, who string) error {
+	if binary.BigEndian.Uint32(b[0:]) != storeMagic {
+		return fmt.Errorf("%w: %s does not speak the ringddp store protocol", ErrProtocol, who)
+	}
+	if v := binary.BigEndian.Uint16(b[4:]); v != storeVersion {
+		return fmt.Errorf("%w: %s speaks store protocol version %d, this build version %d", ErrProtocol, who, v, storeVersion)
+	}
+	if b[6] != mode {
+		return fmt.Errorf("%w: %s is %s, this side is %s", ErrAuth, who, modeName(b[6]), modeName(mode))
+	}
+	return nil
+}
+
+func newNonce() ([]byte, error) {
+	n := make([]byte, nonceLen)
+	if _, err := rand.Read(n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// serverHandshake authenticates a new connection on the server side. The
+// caller has set a deadline. A refused client is told why.
+func serverHandshake(c net.Conn, secret []byte, mode byte) error {
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	hello := make([]byte, helloLen)
+	putHello(hello, mode, nonce)
+	if _, err := c.Write(hello); err != nil {
+		return err
+	}
+	answer := make([]byte, answerLen)
+	if _, err := io.ReadFull(c, answer); err != nil {
+		return err
+	}
+	if err := checkHello(answer, mode, "client"); err != nil {
+		refuse(c, err.Error())
+		return err
+	}
+	want := mac(secret, labelClient, hello, answer[:helloLen])
+	if !hmac.Equal(want, answer[helloLen:]) {
+		err := fmt.Errorf("%w: client does not know the secret", ErrAuth)
+		refuse(c, "authentication failed: the server does not accept this client's secret")
+		return err
+	}
+	verdict := make([]byte, 1+macLen)
+	copy(verdict[1:], mac(secret, labelServer, hello, answer))
+	_, err = c.Write(verdict)
+	return err
+}
+
+func refuse(c net.Conn, reason string) {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	b := make([]byte, 3+len(reason))
+	b[0] = 1
+	binary.BigEndian.PutUint16(b[1:], uint16(len(reason)))
+	copy(b[3:], reason)
+	_, _ = c.Write(b)
+}
+
+// clientHandshake authenticates a new connection on the client side. The
+// caller has set a deadline.
+func clientHandshake(c net.Conn, secret []byte, mode byte) error {
+	hello := make([]byte, helloLen)
+	if _, err := io.ReadFull(c, hello); err != nil {
+		return fmt.Errorf("reading server hello: %w", err)
+	}
+	if err := checkHello(hello, mode, "server"); err != nil {
+		return err
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	answer := make([]byte, answerLen)
+	putHello(answer, mode, nonce)
+	copy(answer[helloLen:], mac(secret, labelClient, hello, answer[:helloLen]))
+	if _, err := c.Write(answer); err != nil {
+		return err
+	}
+	var status [1]byte
+	if _, err := io.ReadFull(c, status[:]); err != nil {
+		return fmt.Errorf("reading server verdict: %w", err)
+	}
+	switch status[0] {
+	case 0:
+		got := make([]byte, macLen)
+		if _, err := io.ReadFull(c, got); err != nil {
+			return fmt.Errorf("reading server verdict: %w", err)
+		}
+		if !hmac.Equal(got, mac(secret, labelServer, hello, answer)) {
+			return fmt.Errorf("%w: the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)", ErrAuth)
+		}
+		return nil
+	case 1:
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return fmt.Errorf("%w: server refused the connection", ErrAuth)
+		}
+		n := int(binary.BigEndian.Uint16(l[:]))
+		if n > maxReason {
+			return fmt.Errorf("%w: oversized refusal from server", ErrProtocol)
+		}
+		reason := make([]byte, n)
+		if _, err := io.ReadFull(c, reason); err != nil {
+			return fmt.Errorf("%w: server refused the connection", ErrAuth)
+		}
+		return fmt.Errorf("%w: server refused the connection: %s", ErrAuth, printable(reason))
+	}
+	return fmt.Errorf("%w: bad verdict byte %d from server", ErrProtocol, status[0])
+}
+
+// printable keeps untrusted text readable in an error message.
+func printable(b []byte) string {
+	out := make([]rune, 0, len(b))
+	for _, r := range string(b) {
+		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
+			r = '?'
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}
+
+// isAuthErr reports errors that retrying cannot fix.
+func isAuthErr(err error) bool {
+	return errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) || errors.Is(err, ErrInvalid)
+}

@@ -1,0 +1,135 @@
+package tcp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+)
+
+var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
+
+// BenchmarkTCPAllReduce times ring AllReduce of float32 over 4 TCP ranks
+// (goroutines of this process, over loopback). busbw = algbw·2(N-1)/N is
+// the rate each link carries, comparable with BenchmarkLoopbackRaw.
+func BenchmarkTCPAllReduce(b *testing.B) {
+	const n = 4
+	for _, bytes := range benchSizes {
+		b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+			groups := tcpGroups(b, n, time.Minute)
+			count := bytes / 4
+			bufs := make([][]float32, n)
+			for r := range bufs {
+				bufs[r] = allreducetest.Input[float32](1, r, count, allreduce.Sum)
+			}
+			ctx := context.Background()
+			iters := b.N
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			for r := 1; r < n; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for i := 0; i <= iters; i++ {
+						if err := allreduce.AllReduce(ctx, groups[r], bufs[r], allreduce.Sum); err != nil {
+							errs[r] = err
+							return
+						}
+					}
+				}()
+			}
+			close(start)
+			if err := allreduce.AllReduce(ctx, groups[0], bufs[0], allreduce.Sum); err != nil { // warm-up
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(bytes))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < iters; i++ {
+				if err := allreduce.AllReduce(ctx, groups[0], bufs[0], allreduce.Sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			wg.Wait()
+			if err := allreducetest.FirstError(errs); err != nil {
+				b.Fatal(err)
+			}
+			sec := b.Elapsed().Seconds() / float64(iters)
+			b.ReportMetric(float64(bytes)*2*(n-1)/n/sec/1e9, "busbw_GB/s")
+		})
+	}
+}
+
+// BenchmarkLoopbackRaw is the baseline: plain TCP over loopback, no
+// framing. ranks=4 streams around a ring of 4 connections at once (each
+// goroutine writes to the right and reads from the left, as one ring step
+// does) and reports the rate per link; ranks=2 is a single stream.
+func BenchmarkLoopbackRaw(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, bytes := range benchSizes {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+				links := n
+				if n == 2 {
+					links = 1
+				}
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ln.Close()
+				out := make([]net.Conn, links) // out[i]: written by i
+				in := make([]net.Conn, links)  // in[i]: read by i+1
+				for i := range out {
+					if out[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
+						b.Fatal(err)
+					}
+					if in[i], err = ln.Accept(); err != nil {
+						b.Fatal(err)
+					}
+					for _, c := range []net.Conn{out[i], in[i]} {
+						c.(*net.TCPConn).SetReadBuffer(4 << 20)
+						c.(*net.TCPConn).SetWriteBuffer(4 << 20)
+						defer c.Close()
+					}
+				}
+				iters := b.N
+				b.SetBytes(int64(bytes))
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for i := 0; i < links; i++ {
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						buf := make([]byte, bytes)
+						for it := 0; it < iters; it++ {
+							if _, err := out[i].Write(buf); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						buf := make([]byte, bytes)
+						for it := 0; it < iters; it++ {
+							if _, err := io.ReadFull(in[i], buf); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Defaults of Config.
+const (
+	DefaultListenAddr     = "127.0.0.1:0"
+	DefaultRunID          = "default"
+	DefaultTimeout        = 30 * time.Second // as gloo
+	DefaultConnectTimeout = 5 * time.Minute
+	DefaultMaxMessage     = 1 << 30
+	DefaultSocketBuffer   = 4 << 20
+	// HandshakeTimeout bounds one connection's handshake.
+	HandshakeTimeout = 10 * time.Second
+)
+
+// Config describes one rank of a TCP mesh.
+type Config struct {
+	Rank int // this rank, 0..Size-1
+	Size int // number of ranks
+	// Store is where ranks publish their addresses (a rendezvous.TCPStore
+	// across processes, a MemStore in one). Unused when Size is 1.
+	Store rendezvous.Store
+	// RunID namespaces the store keys and must match on every rank; at
+	// most 255 printable bytes. Default "default".
+	RunID string
+
+	// Secret authenticates every connection (HMAC-SHA256 challenge and
+	// response in both directions). Required when Size > 1 unless Insecure.
+	Secret []byte
+	// Insecure runs without a secret: an explicit opt-out, refused by ranks
+	// that have one.
+	Insecure bool
+
+	// ListenAddr is where this rank listens for the ranks above it (they
+	// dial it), "host:port"; port 0 picks a free port.
+	// Default "127.0.0.1:0" (loopback: single-host jobs). Multi-host jobs
+	// listen on a reachable address, e.g. ":0" with AdvertiseAddr.
+	ListenAddr string
+	// AdvertiseAddr is the "host" or "host:port" published for peers.
+	// Default: the listener's address; a wildcard listener (":0",
+	// "0.0.0.0:0") publishes os.Hostname() with the listener's port.
+	AdvertiseAddr string
+
+	// Timeout fails a Send or Recv that sees no progress for this long
+	// with a *transport.TimeoutError. Default 30 s.
+	Timeout time.Duration
+	// ConnectTimeout bounds Dial: store lookups, connection retries while
+	// peers start, and handshakes. Default 5 min.
+	ConnectTimeout time.Duration
+	// MaxMessage is the largest message, in bytes, sent or accepted.
+	// Default 1 GiB.
+	MaxMessage int64
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Default 4 MiB; negative
+	// leaves the kernel's defaults (and its buffer autotuning).
+	SocketBuffer int
+
+	// LocalRank and LocalSize answer transport.Topology. LocalSize 0 (the
+	// default) works them out: ranks whose connection to this one has the
+	// same address at both ends are on this host.
+	LocalRank int
+	LocalSize int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size {
+		return c, fmt.Errorf("tcp: rank %d of %d: %w", c.Rank, c.Size, transport.ErrInvalid)
+	}
+	if c.RunID == "" {
+		c.RunID = DefaultRunID
+	}
+	if len(c.RunID) > maxRunID || printable([]byte(c.RunID)) != c.RunID {
+		return c, fmt.Errorf("tcp: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
+	}
+	if c.Size > 1 {
+		if c.Store == nil {
+			return c, fmt.Errorf("tcp: %w: no rendezvous store for %d ranks", transport.ErrInvalid, c.Size)
+		}
+		if len(c.Secret) == 0 && !c.Insecure {
+			return c, fmt.Errorf("tcp: %w: empty secret (set one, e.g. from RINGDDP_SECRET, or opt out with Config.Insecure)", transport.ErrInvalid)
+		}
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = DefaultListenAddr
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.MaxMessage <= 0 {
+		c.MaxMessage = DefaultMaxMessage
+	}
+	if c.MaxMessage > maxPayload {
+		return c, fmt.Errorf("tcp: %w: MaxMessage %d exceeds %d", transport.ErrInvalid, c.MaxMessage, int64(maxPayload))
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if c.LocalSize < 0 || (c.LocalSize > 0 && (c.LocalRank < 0 || c.LocalRank >= c.LocalSize || c.LocalSize > c.Size)) {
+		return c, fmt.Errorf("tcp: %w: local rank %d of %d (world size %d)", transport.ErrInvalid, c.LocalRank, c.LocalSize, c.Size)
+	}
+	return c, nil
+}
+
+func (c *Config) mode() byte {
+	if c.Insecure {
+		return modeInsecure
+	}
+	return modeHMAC
+}
+
+// addrKey is the store key under which rank publishes its address.
+func addrKey(runID string, rank int) string {
+	return fmt.Sprintf("ringddp/tcp/%s/addr/%d", runID, rank)
+}
+
+// AbortError is the cause a peer sent when it aborted. It unwraps to
+// transport.ErrMismatch when the peer aborted over a collective mismatch.
+type AbortError struct {
+	Rank     int    // the rank that aborted
+	Cause    string // its cause, as text
+	Mismatch bool   // the cause was a collective mismatch
+}
+
+func (e *AbortError) Error() string { return "aborted: " + e.Cause }
+
+// Is makes errors.Is(err, transport.ErrMismatch) hold for a mismatch abort.
+func (e *AbortError) Is(target error) bool { return e.Mismatch && target == transport.ErrMismatch }
+
+// errPeerClosed: the peer closed its endpoint (a goodbye frame).
+var errPeerClosed = errors.New("closed its endpoint")
+
+// ConfigFromEnv is the Config of the rank env describes (see
+// rendezvous.FromEnv), rendezvousing through store: rank, size, secret and
+// local placement come from env. A job whose master is on this machine's
+// loopback listens on loopback; otherwise the rank listens on the address
+// of the interface that routes to the master, which is what it publishes.
+// Adjust the result (RunID, Timeout, ...) before Dial.
+func ConfigFromEnv(env rendezvous.Env, store rendezvous.Store) Config {
+	cfg := Config{
+		Rank:      env.Rank,
+		Size:      env.WorldSize,
+		Store:     store,
+		Secret:    env.Secret,
+		LocalRank: env.LocalRank,
+		LocalSize: env.LocalWorldSize,
+	}
+	if cfg.LocalSize == 0 {
+		cfg.LocalRank = 0
+	}
+	cfg.ListenAddr = listenAddrToward(env.MasterAddr, env.MasterPort)
+	return cfg
+}
+
+// listenAddrToward picks the local address peers can reach, judging by the
+// route to the master: "127.0.0.1:0" for a loopback (or absent) master,
+// "<local IP>:0" otherwise, or ":0" (every interface, advertised by host
+// name) when there is no route.
+func listenAddrToward(master string, port int) string {
+	if master == "" || master == "localhost" {
+		return DefaultListenAddr
+	}
+	if ip := net.ParseIP(master); ip != nil && ip.IsLoopback() {
+		return DefaultListenAddr
+	}
+	// Connecting a UDP socket sends nothing; it only asks for a route.
+	c, err := net.Dial("udp", net.JoinHostPort(master, strconv.Itoa(max(port, 1))))
+	if err != nil {
+		return ":0"
+	}
+	defer c.Close()
+	la, ok := c.LocalAddr().(*net.UDPAddr)
+	if !ok || la.IP.IsUnspecified() {
+		return ":0"
+	}
+	return net.JoinHostPort(la.IP.String(), "0")
+}

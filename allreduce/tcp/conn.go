@@ -1,0 +1,265 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Conn is one rank's endpoint of a TCP mesh: one connection to each other
+// rank. It implements transport.Conn, transport.Exchanger,
+// transport.Aborter and transport.Topology.
+type Conn struct {
+	cfg                  Config
+	rank, size           int
+	localRank, localSize int
+	links                []*link // by peer; nil at this rank
+	self                 *selfLink
+
+	dead     chan struct{} // closed by Close, Abort or a failed Dial
+	deadOnce sync.Once
+	cause    error
+
+	ready      atomic.Bool // Dial has returned the Conn
+	setupFails chan *link  // links that failed while Dial was running
+}
+
+var (
+	_ transport.Conn      = (*Conn)(nil)
+	_ transport.Exchanger = (*Conn)(nil)
+	_ transport.Aborter   = (*Conn)(nil)
+	_ transport.Topology  = (*Conn)(nil)
+)
+
+func newConn(cfg Config) *Conn {
+	c := &Conn{
+		cfg:        cfg,
+		rank:       cfg.Rank,
+		size:       cfg.Size,
+		links:      make([]*link, cfg.Size),
+		dead:       make(chan struct{}),
+		setupFails: make(chan *link, cfg.Size),
+	}
+	c.self = newSelfLink(c)
+	return c
+}
+
+// Rank is this endpoint's rank.
+func (c *Conn) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Conn) Size() int { return c.size }
+
+// LocalRank is this rank's index among the ranks on its host.
+func (c *Conn) LocalRank() int { return c.localRank }
+
+// LocalSize is the number of ranks on this host.
+func (c *Conn) LocalSize() int { return c.localSize }
+
+func (c *Conn) linkFailed(l *link) {
+	if !c.ready.Load() {
+		select {
+		case c.setupFails <- l:
+		default:
+		}
+	}
+}
+
+func (c *Conn) deadErr() error {
+	if errors.Is(c.cause, transport.ErrClosed) {
+		return fmt.Errorf("tcp rank %d: %w", c.rank, transport.ErrClosed)
+	}
+	return fmt.Errorf("tcp rank %d aborted: %w", c.rank, c.cause)
+}
+
+// link returns the healthy link to peer, or nil for this rank itself.
+func (c *Conn) link(peer int) (*link, error) {
+	if peer < 0 || peer >= c.size {
+		return nil, fmt.Errorf("tcp rank %d: peer %d: %w (world size %d)", c.rank, peer, transport.ErrInvalid, c.size)
+	}
+	select {
+	case <-c.dead:
+		return nil, c.deadErr()
+	default:
+	}
+	if peer == c.rank {
+		return nil, nil
+	}
+	l := c.links[peer]
+	select {
+	case <-l.failed:
+		return nil, l.err()
+	default:
+	}
+	return l, nil
+}
+
+func (c *Conn) checkLen(n int) error {
+	if n < 0 || int64(n) > c.cfg.MaxMessage {
+		return fmt.Errorf("tcp rank %d: message of %d bytes: %w (MaxMessage is %d)", c.rank, n, transport.ErrInvalid, c.cfg.MaxMessage)
+	}
+	return nil
+}
+
+// Send writes p to rank to under h and returns once p is on its way (in
+// the socket), not once the peer has received it.
+func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
+	l, err := c.link(to)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(len(p)); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l == nil {
+		c.self.post(h, p)
+		return c.self.waitSend(ctx)
+	}
+	l.startSend(h, p)
+	return l.waitSend(ctx)
+}
+
+// Recv reads the next message from rank from, which must carry h and n
+// bytes, into sink in pieces of at most 256 KiB.
+func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
+	l, err := c.link(from)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l == nil {
+		return c.self.recv(ctx, h, n, sink)
+	}
+	return l.recv(ctx, h, n, sink)
+}
+
+// Exchange sends sp to rank to (on the link's writer goroutine) while
+// receiving from rank from (on the caller's), and waits for both.
+func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	lt, err := c.link(to)
+	if err != nil {
+		return err
+	}
+	lf, err := c.link(from)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(len(sp)); err != nil {
+		return err
+	}
+	if err := c.checkLen(n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var rerr, serr error
+	if lt == nil {
+		c.self.post(sh, sp)
+	} else {
+		lt.startSend(sh, sp)
+	}
+	if lf == nil {
+		rerr = c.self.recv(ctx, rh, n, sink)
+	} else {
+		rerr = lf.recv(ctx, rh, n, sink)
+	}
+	// Even after a failed receive, let the send finish (the peer is
+	// reading, or fails, or the deadline passes): a frame cut short would
+	// cost the peer the abort frame that tells it why this rank failed.
+	if lt == nil {
+		serr = c.self.waitSend(ctx)
+	} else {
+		serr = lt.waitSend(ctx)
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}
+
+// Close ends this endpoint: pending and later calls fail with
+// transport.ErrClosed, and each peer is told with a goodbye frame (it sees
+// a *transport.PeerError for this rank). It returns once every peer has
+// acknowledged, or after a second.
+func (c *Conn) Close() error {
+	c.shutdown(transport.ErrClosed)
+	return nil
+}
+
+// Abort marks this rank failed with cause: every peer gets an abort frame
+// with the cause's text (its calls involving this rank fail with a
+// *transport.PeerError carrying an *AbortError), and this endpoint closes.
+// It returns once every peer has acknowledged, or after a second.
+func (c *Conn) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted")
+	}
+	c.shutdown(cause)
+}
+
+func (c *Conn) shutdown(cause error) {
+	c.deadOnce.Do(func() {
+		c.cause = cause
+		close(c.dead)
+		typ, flags := byte(typeGoodbye), byte(0)
+		var text []byte
+		if !errors.Is(cause, transport.ErrClosed) {
+			typ = typeAbort
+			if errors.Is(cause, transport.ErrMismatch) {
+				flags = flagMismatch
+			}
+			text = []byte(cause.Error())
+			if len(text) > maxCauseLen {
+				text = text[:maxCauseLen]
+			}
+		}
+		for _, l := range c.links {
+			if l != nil {
+				l.shutdown(typ, flags, text)
+			}
+		}
+		// Wait (briefly) for every peer to acknowledge by closing its side,
+		// which it does on reading the frame: then no peer can still take
+		// this rank for alive.
+		t := time.NewTimer(ackWait)
+		defer t.Stop()
+		for _, l := range c.links {
+			if l == nil {
+				continue
+			}
+			select {
+			case <-l.rexit:
+			case <-t.C:
+				return
+			}
+		}
+	})
+}
+
+// kill drops every connection without a word, as a crashed process would.
+// For tests.
+func (c *Conn) kill() {
+	c.deadOnce.Do(func() {
+		c.cause = errors.New("killed")
+		close(c.dead)
+		for _, l := range c.links {
+			if l != nil {
+				l.kill()
+			}
+		}
+	})
+}

@@ -1,0 +1,46 @@
+// Package tcp is the transport for ranks in separate processes or on
+// separate hosts: a full mesh of TCP connections, one per pair of ranks.
+//
+// Setup (Dial): each rank listens (Config.ListenAddr, default loopback),
+// publishes "host:port" in a rendezvous.Store under
+// "ringddp/tcp/<RunID>/addr/<rank>", dials every lower rank and accepts
+// every higher one. Each connection starts with a handshake carrying the
+// protocol magic and version, the world size, both ranks and the run id,
+// and an HMAC-SHA256 challenge-response over the job's secret in both
+// directions (handshake.go); a wrong secret, world size, run id or
+// protocol version, or a duplicate rank, is refused with a clear error on
+// both sides. Running without a secret is an explicit opt-out
+// (Config.Insecure).
+//
+// Messages (wire.go): a 56-byte header — magic, type, the transport.Header
+// fields, payload length, CRC-32C — then the payload. The receiver checks
+// the header and length against what it expects before it reads a byte of
+// payload; on a mismatch it fails with a *transport.MismatchError and sends
+// the sender a nack frame, so the sender fails with the mirror-image
+// error. Payloads are bounded (Config.MaxMessage) and read into the
+// receiver's own fixed buffers, never into memory sized by the sender.
+//
+// Each connection has a reader goroutine, which parses every frame the
+// peer sends and hands payloads to the receiving call in 256 KiB pieces
+// through two buffers (the sink reduces one piece while the next is read
+// from the socket), and a writer goroutine for data frames, so that a ring
+// step (Exchange) sends to the right and receives from the left at once.
+// In steady state a message allocates nothing.
+//
+// A rank may message itself (a ring of one does): such messages never
+// touch the network; the sink reads the sender's buffer.
+//
+// Failures: a peer that dies (reset, EOF) fails every pending and later
+// call involving it with a *transport.PeerError naming it; Abort sends an
+// abort frame with the cause to every peer (they get a PeerError wrapping
+// an *AbortError); Close sends a goodbye frame (peers get a PeerError) and
+// fails pending calls with transport.ErrClosed. Peers acknowledge an abort
+// or goodbye by closing their side, and Abort and Close wait up to a
+// second for that, so that when they return the peers know. A call that
+// sees no progress for Config.Timeout (default 30 s) fails with a
+// *transport.TimeoutError. A link that failed stays failed; package
+// allreduce poisons the group and aborts on the first error anyway.
+//
+// Security: the handshake authenticates; frames afterwards are neither
+// encrypted nor MACed (as in gloo and NCCL). Use a trusted network.
+package tcp

@@ -1,0 +1,582 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+const (
+	// pieceSize is the most a receiver hands its sink at once; two such
+	// buffers per link let the sink reduce one piece while the next is read.
+	pieceSize = 256 << 10
+	// smallFrame: payloads up to this size go out with their header in
+	// one write.
+	smallFrame = 32 << 10
+	// writeChunk: larger payloads are written in chunks of this size, each
+	// under a fresh deadline, so Timeout measures lack of progress.
+	writeChunk  = 4 << 20
+	readBufSize = 64 << 10
+	// linger is how long a closed endpoint keeps draining a connection
+	// before closing the socket, so that the peer reads our last frames
+	// instead of a reset.
+	linger = 2 * time.Second
+	// controlTimeout bounds writing an abort or goodbye frame.
+	controlTimeout = time.Second
+	// readerGrace is how long a failed write waits for the reader to
+	// explain the failure.
+	readerGrace = 200 * time.Millisecond
+	// ackWait bounds how long Close and Abort wait for the peers to
+	// acknowledge the goodbye or abort frame (by closing their side), so
+	// that once they return every peer knows.
+	ackWait = time.Second
+)
+
+var errInterrupted = errors.New("send interrupted")
+
+// want is what a receiver expects of the next message.
+type want struct {
+	h transport.Header
+	n int64
+}
+
+// piece is a filled receive buffer, or the end of a message in error.
+type piece struct {
+	buf []byte
+	n   int
+	err error
+}
+
+// link is this rank's connection to one peer: a reader goroutine that
+// parses every frame the peer sends, and a writer goroutine for data
+// frames, so that a send and a receive on the link proceed at once.
+type link struct {
+	c     *Conn
+	peer  int
+	nc    *net.TCPConn
+	br    *bufio.Reader
+	local bool // the peer is on this host
+
+	failed   chan struct{} // closed when the link can carry no more messages
+	failOnce sync.Once
+	failErr  error
+
+	// Writing. wmu serialises frames on the socket: data frames by the
+	// writer goroutine, control frames by whoever has one.
+	wmu         sync.Mutex
+	torn        bool        // a frame was cut short; nothing more may be written (under wmu)
+	interrupted atomic.Bool // set before the write deadline is moved to the past
+	wreq        chan struct{}
+	wdone       chan error
+	wexit       chan struct{}
+	rexit       chan struct{}    // closed when the reader goroutine ends
+	sh          transport.Header // the data frame requested, owned by the writer between wreq and wdone
+	sp          []byte
+	whdr        [headerLen]byte
+	stage       []byte
+
+	// Reading.
+	want     chan want
+	pieces   chan piece
+	free     chan []byte
+	bufs     [2][]byte
+	rtimer   *time.Timer
+	mismatch atomic.Pointer[transport.MismatchError] // found by the reader, to be nacked
+	nackOnce sync.Once
+}
+
+func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
+	l := &link{
+		c:      c,
+		peer:   peer,
+		nc:     nc,
+		br:     bufio.NewReaderSize(nc, readBufSize),
+		failed: make(chan struct{}),
+		wreq:   make(chan struct{}, 1),
+		wdone:  make(chan error, 1),
+		wexit:  make(chan struct{}),
+		rexit:  make(chan struct{}),
+		stage:  make([]byte, headerLen+smallFrame),
+		want:   make(chan want, 1),
+		pieces: make(chan piece, 2),
+		free:   make(chan []byte, 2),
+		rtimer: time.NewTimer(time.Hour),
+	}
+	l.rtimer.Stop()
+	if la, ok := nc.LocalAddr().(*net.TCPAddr); ok {
+		if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+			l.local = la.IP.Equal(ra.IP)
+		}
+	}
+	return l
+}
+
+func (l *link) start() {
+	go l.readLoop()
+	go l.writeLoop()
+}
+
+// fail marks the link unusable with err (the first failure wins).
+func (l *link) fail(err error) {
+	l.failOnce.Do(func() {
+		l.failErr = err
+		close(l.failed)
+		l.c.linkFailed(l)
+	})
+}
+
+// err is why the link failed; call only after failed is closed.
+func (l *link) err() error { return l.failErr }
+
+func (l *link) peerErr(err error) error { return &transport.PeerError{Peer: l.peer, Err: err} }
+
+// ---- writing ----
+
+func (l *link) writeLoop() {
+	defer close(l.wexit)
+	for {
+		select {
+		case <-l.wreq:
+		case <-l.c.dead:
+			return
+		}
+		err := l.writeData(l.sh, l.sp)
+		l.sp = nil
+		l.wdone <- err
+	}
+}
+
+func (l *link) writeData(h transport.Header, p []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.torn {
+		return errInterrupted
+	}
+	f := frame{typ: typeData, h: h, length: int64(len(p))}
+	if len(p) <= smallFrame {
+		b := l.stage[:headerLen+len(p)]
+		encodeHeader(b, &f)
+		copy(b[headerLen:], p)
+		return l.write(b)
+	}
+	encodeHeader(l.whdr[:], &f)
+	if err := l.write(l.whdr[:]); err != nil {
+		return err
+	}
+	for off := 0; off < len(p); off += writeChunk {
+		if err := l.write(p[off:min(off+writeChunk, len(p))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes all of b under a fresh deadline; wmu is held. A failure
+// tears the frame: the peer can parse nothing after it, so the write side
+// is shut and the link fails.
+func (l *link) write(b []byte) error {
+	_ = l.nc.SetWriteDeadline(time.Now().Add(l.c.cfg.Timeout))
+	var err error
+	if l.interrupted.Load() {
+		err = errInterrupted
+	} else if _, err = l.nc.Write(b); err == nil {
+		return nil
+	}
+	l.torn = true
+	_ = l.nc.CloseWrite()
+	if l.interrupted.Load() {
+		return errInterrupted // whoever interrupted fails the link with its reason
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		l.fail(&transport.TimeoutError{Peer: l.peer, What: "send", After: l.c.cfg.Timeout.String()})
+		return l.err()
+	}
+	// The peer is gone. Its last frames (an abort, a goodbye) say better
+	// why than the broken pipe does; the reader may still be parsing them.
+	t := time.NewTimer(readerGrace)
+	select {
+	case <-l.failed:
+	case <-l.rexit:
+	case <-t.C:
+	}
+	t.Stop()
+	l.fail(l.peerErr(fmt.Errorf("connection lost: %w", err)))
+	return l.err()
+}
+
+// startSend hands p to the writer goroutine.
+func (l *link) startSend(h transport.Header, p []byte) {
+	l.sh, l.sp = h, p
+	l.wreq <- struct{}{}
+}
+
+// waitSend waits until the writer is done with p.
+func (l *link) waitSend(ctx context.Context) error {
+	select {
+	case err := <-l.wdone:
+		return l.sendErr(ctx, err)
+	default:
+	}
+	select {
+	case err := <-l.wdone:
+		return l.sendErr(ctx, err)
+	case <-l.failed:
+		// A peer that closes right after reading this frame fails the
+		// link; the send still succeeded (cancelSend sees that too).
+		select {
+		case err := <-l.wdone:
+			return l.sendErr(ctx, err)
+		default:
+		}
+		return l.cancelSend(nil)
+	case <-l.c.dead:
+		return l.cancelSend(nil)
+	case <-ctx.Done():
+		return l.cancelSend(ctx.Err())
+	}
+}
+
+// sendErr explains a write cut short by whoever interrupted it: this
+// endpoint closing, the caller's context, or the link failing.
+func (l *link) sendErr(ctx context.Context, err error) error {
+	if err != errInterrupted {
+		return err
+	}
+	select {
+	case <-l.c.dead:
+		return l.c.deadErr()
+	default:
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	select {
+	case <-l.failed:
+		return l.err()
+	default:
+		return l.peerErr(err)
+	}
+}
+
+// cancelSend stops a send in flight and waits until the writer has let go
+// of the caller's buffer. A send cut short breaks the link (the frame is
+// torn), so the link fails with reason, or keeps the failure it has.
+func (l *link) cancelSend(reason error) error {
+	l.interrupted.Store(true)
+	_ = l.nc.SetWriteDeadline(time.Unix(1, 0))
+	if reason != nil {
+		l.fail(fmt.Errorf("link to rank %d broken: a send was abandoned: %w", l.peer, reason))
+	} else {
+		l.fail(fmt.Errorf("link to rank %d broken: a send was abandoned", l.peer))
+	}
+	werr := errInterrupted
+	select {
+	case werr = <-l.wdone:
+	case <-l.wexit:
+	}
+	select {
+	case <-l.c.dead:
+		return l.c.deadErr()
+	default:
+	}
+	if reason != nil {
+		return reason
+	}
+	if werr == nil {
+		// The frame was out before the link failed (a peer that finished
+		// its collective and closed, say): the send succeeded.
+		return nil
+	}
+	return l.err()
+}
+
+// writeControl writes a control frame unless a data frame was cut short;
+// wmu is held.
+func (l *link) writeControl(typ, flags byte, h transport.Header, payload []byte, timeout time.Duration) {
+	if l.torn {
+		return
+	}
+	b := make([]byte, headerLen+len(payload))
+	encodeHeader(b, &frame{typ: typ, flags: flags, h: h, length: int64(len(payload))})
+	copy(b[headerLen:], payload)
+	_ = l.nc.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := l.nc.Write(b); err != nil {
+		l.torn = true
+	}
+}
+
+// nack tells the sender of a refused message what this rank expected. If
+// a data frame to that peer is being written, the nack follows it from
+// another goroutine, so the receiver is not held up by a peer that is not
+// reading (an abort, if it comes first, carries the mismatch anyway).
+func (l *link) nack() {
+	mm := l.mismatch.Load()
+	if mm == nil {
+		return
+	}
+	l.nackOnce.Do(func() {
+		payload := make([]byte, nackLen)
+		putUint64(payload, uint64(mm.LocalBytes))
+		encodeHeader(payload[8:], &frame{typ: typeData, h: mm.Remote, length: int64(mm.RemoteBytes)})
+		if l.wmu.TryLock() {
+			l.writeControl(typeNack, 0, mm.Local, payload, l.c.cfg.Timeout)
+			l.wmu.Unlock()
+			return
+		}
+		go func() {
+			l.wmu.Lock()
+			defer l.wmu.Unlock()
+			l.writeControl(typeNack, 0, mm.Local, payload, l.c.cfg.Timeout)
+		}()
+	})
+}
+
+// shutdown ends the link as this endpoint closes or aborts: the writer
+// stops, typ (goodbye or abort) goes out if no frame is half written, the
+// write side closes and the reader drains until the peer closes or linger
+// passes, then closes the socket.
+func (l *link) shutdown(typ, flags byte, cause []byte) {
+	l.interrupted.Store(true)
+	if l.wmu.TryLock() {
+		l.writeControl(typ, flags, transport.Header{}, cause, controlTimeout)
+		l.torn = true // nothing may follow
+		l.wmu.Unlock()
+	} else {
+		_ = l.nc.SetWriteDeadline(time.Unix(1, 0))
+	}
+	_ = l.nc.CloseWrite()
+	_ = l.nc.SetReadDeadline(time.Now().Add(linger))
+}
+
+// kill drops the connection at once, as a dying process would.
+func (l *link) kill() {
+	_ = l.nc.SetLinger(0)
+	_ = l.nc.Close()
+}
+
+// ---- reading ----
+
+func (l *link) readLoop() {
+	defer close(l.rexit)
+	defer l.nc.Close()
+	var hb [headerLen]byte
+	var f frame
+	for {
+		if _, err := io.ReadFull(l.br, hb[:]); err != nil {
+			l.readFailed(err, false)
+			return
+		}
+		if err := decodeHeader(hb[:], &f); err != nil {
+			l.fail(l.peerErr(fmt.Errorf("protocol error: %w", err)))
+			return
+		}
+		switch f.typ {
+		case typeData:
+			if f.length > l.c.cfg.MaxMessage {
+				l.fail(l.peerErr(fmt.Errorf("protocol error: %d-byte message exceeds the %d-byte limit", f.length, l.c.cfg.MaxMessage)))
+				return
+			}
+			if !l.deliver(&f) {
+				return
+			}
+		case typeNack:
+			var b [nackLen]byte
+			if _, err := io.ReadFull(l.br, b[:]); err != nil {
+				l.readFailed(err, true)
+				return
+			}
+			var sent frame
+			if err := decodeHeader(b[8:], &sent); err != nil {
+				l.fail(l.peerErr(fmt.Errorf("protocol error in nack: %w", err)))
+				return
+			}
+			l.fail(&transport.MismatchError{Peer: l.peer, Local: sent.h, LocalBytes: int(sent.length),
+				Remote: f.h, RemoteBytes: int(getUint64(b[:]))})
+		case typeAbort:
+			var b [maxCauseLen]byte
+			cause := b[:f.length]
+			if _, err := io.ReadFull(l.br, cause); err != nil {
+				l.readFailed(err, true)
+				return
+			}
+			l.fail(l.peerErr(&AbortError{Rank: l.peer, Cause: printable(cause), Mismatch: f.flags&flagMismatch != 0}))
+			// Acknowledge: the peer's Abort waits for this end to close.
+			_ = l.nc.CloseWrite()
+		case typeGoodbye:
+			l.fail(l.peerErr(errPeerClosed))
+			_ = l.nc.CloseWrite() // acknowledge, as for an abort
+		}
+	}
+}
+
+// readFailed records a read error: the peer went away (or, once this
+// endpoint is shut down, the linger ended).
+func (l *link) readFailed(err error, midFrame bool) {
+	what := "connection lost"
+	if midFrame {
+		what = "connection lost in the middle of a message"
+	}
+	l.fail(l.peerErr(fmt.Errorf("%s: %w", what, err)))
+}
+
+// deliver hands a data frame's payload to the receiver waiting for it, in
+// pieces, or discards it if the link has failed. It reports whether the
+// stream is still readable.
+func (l *link) deliver(f *frame) bool {
+	var w want
+	select {
+	case w = <-l.want:
+	case <-l.failed:
+		return l.discard(f.length)
+	case <-l.c.dead:
+		return l.discard(f.length)
+	}
+	select {
+	case <-l.failed:
+		return l.discard(f.length)
+	default:
+	}
+	if f.h != w.h || f.length != w.n {
+		mm := &transport.MismatchError{Peer: l.peer, Local: w.h, LocalBytes: int(w.n), Remote: f.h, RemoteBytes: int(f.length)}
+		l.mismatch.Store(mm)
+		l.fail(mm)
+		select {
+		case l.pieces <- piece{err: mm}:
+		default: // the receiver sees the failure anyway
+		}
+		return l.discard(f.length)
+	}
+	if f.length == 0 {
+		select {
+		case l.pieces <- piece{}:
+		case <-l.failed:
+		}
+		return true
+	}
+	if l.bufs[0] == nil {
+		for i := range l.bufs {
+			l.bufs[i] = make([]byte, pieceSize)
+			l.free <- l.bufs[i]
+		}
+	}
+	for off := int64(0); off < f.length; {
+		var buf []byte
+		select {
+		case buf = <-l.free:
+		case <-l.failed:
+			return l.discard(f.length - off)
+		case <-l.c.dead:
+			return l.discard(f.length - off)
+		}
+		n := int(min(int64(pieceSize), f.length-off))
+		if _, err := io.ReadFull(l.br, buf[:n]); err != nil {
+			l.readFailed(err, true)
+			return false
+		}
+		off += int64(n)
+		select {
+		case l.pieces <- piece{buf: buf, n: n}:
+		case <-l.failed:
+			return l.discard(f.length - off)
+		}
+	}
+	return true
+}
+
+func (l *link) discard(n int64) bool {
+	if _, err := io.CopyN(io.Discard, l.br, n); err != nil {
+		l.readFailed(err, true)
+		return false
+	}
+	return true
+}
+
+// recv receives the next message, which must carry h and n bytes, into sink.
+func (l *link) recv(ctx context.Context, h transport.Header, n int, sink transport.Sink) error {
+	select {
+	case l.want <- want{h: h, n: int64(n)}:
+	default:
+		// A receive that gave up left its expectation queued.
+		return l.unusable()
+	}
+	timeout := l.c.cfg.Timeout
+	l.rtimer.Reset(timeout)
+	defer l.rtimer.Stop()
+	off := 0
+	for {
+		var p piece
+		select {
+		case p = <-l.pieces:
+		case <-l.failed:
+			select {
+			case p = <-l.pieces:
+			default:
+				select {
+				case <-l.c.dead: // this endpoint closing explains it better
+					return l.c.deadErr()
+				default:
+				}
+				l.nack()
+				return l.err()
+			}
+		case <-l.c.dead:
+			return l.c.deadErr()
+		case <-ctx.Done():
+			l.fail(fmt.Errorf("link to rank %d broken: a receive was abandoned: %w", l.peer, ctx.Err()))
+			return ctx.Err()
+		case <-l.rtimer.C:
+			err := &transport.TimeoutError{Peer: l.peer, What: "recv", After: timeout.String()}
+			l.fail(err)
+			return err
+		}
+		if p.err != nil {
+			l.nack()
+			return p.err
+		}
+		if p.n > 0 {
+			sink.Consume(off, p.buf[:p.n])
+			off += p.n
+			l.free <- p.buf
+		}
+		if off >= n {
+			return nil
+		}
+		l.rtimer.Reset(timeout)
+	}
+}
+
+func (l *link) unusable() error {
+	select {
+	case <-l.failed:
+		return l.err()
+	default:
+		l.fail(fmt.Errorf("link to rank %d broken: receive state lost", l.peer))
+		return l.err()
+	}
+}
+
+func putUint64(b []byte, v uint64) {
+	_ = b[7]
+	for i := 7; i >= 0; i-- {
+		b[i] = byte(v)
+		v >>= 8
+	}
+}
+
+func getUint64(b []byte) uint64 {
+	_ = b[7]
+	var v uint64
+	for i := 0; i < 8; i++ {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
