@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"runtime"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -58,6 +59,7 @@ func (op *tapOp) Do(vals ...G.Value) (G.Value, error) {
 	if err := tensor.Copy(op.out, in); err != nil {
 		return nil, fmt.Errorf("ddp tap: %w", err)
 	}
+	runtime.Gosched() // interleave oversubscribed ranks layer by layer (see gradReady)
 	return op.out, nil
 }
 
