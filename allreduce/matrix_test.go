@@ -8,9 +8,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
@@ -46,44 +49,81 @@ func matrixLens(n int) []int {
 	return out
 }
 
-// hugeRanks are the rank counts the huge length runs on; short mode trims.
-func hugeRanks() []int {
+// hugeCells says which (op, dtype) cells coll runs at the huge length on n
+// ranks. AllReduce runs it on ranks {1, 2, 3, 4, 5, 8} with Sum, and with Max
+// and int64 on some of them; the other collectives, whose large-buffer code
+// paths are the same at every rank count, on one or two rank counts. Short
+// mode keeps a single cell. The huge cells dominate the run time under -race.
+func hugeCells(coll string, n int) (ops []allreduce.ReduceOp, dtypes []string) {
+	sum, max := allreduce.Sum, allreduce.Max
 	if testing.Short() {
-		return []int{4}
+		if coll == "AllReduce" && n == 4 {
+			return []allreduce.ReduceOp{sum}, []string{"float32"}
+		}
+		return nil, nil
 	}
-	return []int{1, 2, 3, 4, 5, 8}
+	f32 := []string{"float32"}
+	switch coll {
+	case "AllReduce":
+		switch n {
+		case 1, 2, 4, 5:
+			return []allreduce.ReduceOp{sum}, f32
+		case 3:
+			return []allreduce.ReduceOp{max}, []string{"float32", "int64"}
+		case 8:
+			return []allreduce.ReduceOp{sum, max}, f32
+		}
+	case "AllReduceRing":
+		switch n {
+		case 3:
+			return []allreduce.ReduceOp{sum, max}, f32
+		case 8:
+			return []allreduce.ReduceOp{sum}, f32
+		}
+	case "ReduceScatter":
+		switch n {
+		case 3:
+			return []allreduce.ReduceOp{sum, max}, f32
+		case 5:
+			return []allreduce.ReduceOp{sum}, f32
+		}
+	case "Reduce":
+		if n == 5 {
+			return []allreduce.ReduceOp{sum}, f32
+		}
+	case "AllGather":
+		if n == 5 {
+			return []allreduce.ReduceOp{0}, f32
+		}
+	case "Broadcast":
+		if n == 8 {
+			return []allreduce.ReduceOp{0}, f32
+		}
+	}
+	return nil, nil
 }
 
-func hugeOps() []allreduce.ReduceOp {
-	if testing.Short() {
-		return []allreduce.ReduceOp{allreduce.Sum}
-	}
-	return []allreduce.ReduceOp{allreduce.Sum, allreduce.Max}
-}
-
-// hugeDTypes are the dtypes the huge length runs on for coll: AllReduce gets
-// a float and an integer type, the others float32 only.
-func hugeDTypes(coll allreduce.Kind) []string {
-	if coll == allreduce.KindAllReduce && !testing.Short() {
-		return []string{"float32", "int64"}
-	}
-	return []string{"float32"}
-}
-
-// matrixRoots are the roots of Broadcast and Reduce: all of them for up to 5
-// ranks, a few otherwise, and fewer again at the huge length.
-func matrixRoots(n, length int) []int {
+// matrixRoots are the roots of coll (Broadcast or Reduce): for Broadcast
+// all of them up to 5 ranks, a few otherwise; for Reduce, whose matrix is
+// five times larger (ops), a few always; one at the huge length.
+func matrixRoots(coll allreduce.Kind, n, length int) []int {
 	if length == hugeLen {
-		return dedupe([]int{0, n - 1})
+		return []int{n - 1}
 	}
-	if n <= 5 {
+	if n <= 5 && coll == allreduce.KindBroadcast {
 		out := make([]int, n)
 		for i := range out {
 			out[i] = i
 		}
 		return out
 	}
-	return dedupe([]int{0, 1, n / 2, n - 1})
+	var out []int
+	for _, r := range dedupe([]int{0, 1, n / 2, n - 1}) {
+		if r < n {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func dedupe(xs []int) []int {
@@ -99,10 +139,12 @@ func dedupe(xs []int) []int {
 // mcase is one cell of the matrix.
 type mcase struct {
 	coll   allreduce.Kind
+	algo   allreduce.Algorithm // AllReduce only
 	n      int
 	length int
 	op     allreduce.ReduceOp // 0 for AllGather and Broadcast
 	root   int                // -1 unless rooted
+	roots  []int              // rooted collectives: every root, run in turn in one world
 	dtype  string
 }
 
@@ -111,7 +153,7 @@ func (c mcase) name() string {
 	if c.op != 0 {
 		s += "/op=" + c.op.String()
 	}
-	if c.root >= 0 {
+	if c.root >= 0 && c.roots == nil {
 		s += fmt.Sprintf("/root=%d", c.root)
 	}
 	return s + "/dtype=" + c.dtype
@@ -125,23 +167,36 @@ func rooted(coll allreduce.Kind) bool {
 	return coll == allreduce.KindBroadcast || coll == allreduce.KindReduce
 }
 
-// matrixCases lists the cells of coll's matrix, in subtest order.
-func matrixCases(coll allreduce.Kind) []mcase {
+// matrixColls are the matrix's collectives by subtest name: AllReduce with
+// the default algorithm (Direct on inproc) and with Ring, then the others.
+var matrixColls = []struct {
+	name string
+	coll allreduce.Kind
+	algo allreduce.Algorithm
+}{
+	{"AllReduce", allreduce.KindAllReduce, allreduce.Auto},
+	{"AllReduceRing", allreduce.KindAllReduce, allreduce.Ring},
+	{"ReduceScatter", allreduce.KindReduceScatter, allreduce.Auto},
+	{"AllGather", allreduce.KindAllGather, allreduce.Auto},
+	{"Broadcast", allreduce.KindBroadcast, allreduce.Auto},
+	{"Reduce", allreduce.KindReduce, allreduce.Auto},
+}
+
+// matrixCases lists the cells of one collective's matrix, in subtest order.
+func matrixCases(name string, coll allreduce.Kind, algo allreduce.Algorithm) []mcase {
 	var out []mcase
 	ops := []allreduce.ReduceOp{0}
 	if hasOp(coll) {
 		ops = allOps
 	}
 	add := func(n, length int, ops []allreduce.ReduceOp, dtypes []string) {
-		roots := []int{-1}
+		var roots []int
 		if rooted(coll) {
-			roots = matrixRoots(n, length)
+			roots = matrixRoots(coll, n, length)
 		}
-		for _, root := range roots {
-			for _, op := range ops {
-				for _, dt := range dtypes {
-					out = append(out, mcase{coll: coll, n: n, length: length, op: op, root: root, dtype: dt})
-				}
+		for _, op := range ops {
+			for _, dt := range dtypes {
+				out = append(out, mcase{coll: coll, algo: algo, n: n, length: length, op: op, root: -1, roots: roots, dtype: dt})
 			}
 		}
 	}
@@ -149,38 +204,34 @@ func matrixCases(coll allreduce.Kind) []mcase {
 		for _, length := range matrixLens(n) {
 			add(n, length, ops, []string{"float32", "float64", "int32", "int64"})
 		}
-		if slices.Contains(hugeRanks(), n) {
-			hops := []allreduce.ReduceOp{0}
-			if hasOp(coll) {
-				hops = hugeOps()
-			}
-			add(n, hugeLen, hops, hugeDTypes(coll))
+		if ops, dtypes := hugeCells(name, n); len(ops) > 0 {
+			add(n, hugeLen, ops, dtypes)
 		}
 	}
 	return out
 }
 
 func TestMatrix(t *testing.T) {
-	for _, coll := range []allreduce.Kind{
-		allreduce.KindAllReduce, allreduce.KindReduceScatter, allreduce.KindAllGather,
-		allreduce.KindBroadcast, allreduce.KindReduce,
-	} {
-		t.Run(coll.String(), func(t *testing.T) {
-			for _, c := range matrixCases(coll) {
-				t.Run(c.name(), func(t *testing.T) {
-					switch c.dtype {
-					case "float32":
-						runMatrixCase[float32](t, c)
-					case "float64":
-						runMatrixCase[float64](t, c)
-					case "int32":
-						runMatrixCase[int32](t, c)
-					case "int64":
-						runMatrixCase[int64](t, c)
-					}
-				})
+	t.Cleanup(func() { clear(inputCache); clear(refCache) })
+	for _, mc := range matrixColls {
+		t.Run(mc.name, func(t *testing.T) {
+			for _, c := range matrixCases(mc.name, mc.coll, mc.algo) {
+				t.Run(c.name(), func(t *testing.T) { runCase(t, c) })
 			}
 		})
+	}
+}
+
+func runCase(t *testing.T, c mcase) {
+	switch c.dtype {
+	case "float32":
+		runMatrixCase[float32](t, c)
+	case "float64":
+		runMatrixCase[float64](t, c)
+	case "int32":
+		runMatrixCase[int32](t, c)
+	case "int64":
+		runMatrixCase[int64](t, c)
 	}
 }
 
@@ -229,6 +280,16 @@ func matrixWant[T allreduce.Numeric](c mcase, inputs [][]T, ref []T, r int) []T 
 
 func runMatrixCase[T allreduce.Numeric](t *testing.T, c mcase) {
 	isFloat := allreduce.DTypeOf[T]().IsFloat()
+	if c.roots != nil {
+		// One world runs the collective from every root in turn.
+		if c.op == allreduce.Avg && !isFloat {
+			c.root = c.roots[len(c.roots)-1]
+			runAvgOnIntegers[T](t, c)
+			return
+		}
+		runRootedCase[T](t, c)
+		return
+	}
 	if c.op == allreduce.Avg && !isFloat {
 		runAvgOnIntegers[T](t, c)
 		return
@@ -236,20 +297,66 @@ func runMatrixCase[T allreduce.Numeric](t *testing.T, c mcase) {
 	inputs := matrixInputs[T](c.n, c.length, c.op)
 	var ref []T
 	if hasOp(c.coll) {
-		ref = allreducetest.Reduce(inputs, c.op)
+		ref = matrixRef(inputs, c.length, c.op)
 	}
-	modes := []string{"sync", "async", "repeat"}
-	if c.coll == allreduce.KindReduceScatter || c.coll == allreduce.KindAllGather {
-		modes = append(modes, "aliased")
+	// The huge cells run once each way; the repeat and aliasing checks are
+	// the same code at every length.
+	modes := []string{"sync", "async"}
+	if c.length != hugeLen {
+		modes = append(modes, "repeat")
+		if c.coll == allreduce.KindReduceScatter || c.coll == allreduce.KindAllGather {
+			modes = append(modes, "aliased")
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	errs := allreducetest.RunInproc(c.n, 20*time.Second, func(g *allreduce.Group) error {
 		r := g.Rank()
+		if c.coll == allreduce.KindAllReduce && c.algo == allreduce.Ring && g.Algorithm() != allreduce.Ring {
+			return fmt.Errorf("group runs %v, want ring", g.Algorithm())
+		}
 		want := matrixWant(c, inputs, ref, r)
 		for _, mode := range modes {
 			if err := matrixCall(ctx, g, c, mode, inputs, want); err != nil {
-				return fmt.Errorf("%s: %w", mode, err)
+				err = fmt.Errorf("%s: %w", mode, err)
+				g.Abort(err) // a wrong result: let the other ranks stop too
+				return err
+			}
+		}
+		return nil
+	}, allreduce.WithAlgorithm(c.algo))
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// runRootedCase runs a Broadcast or Reduce cell from each of its roots in
+// turn, on one world.
+func runRootedCase[T allreduce.Numeric](t *testing.T, c mcase) {
+	inputs := matrixInputs[T](c.n, c.length, c.op)
+	var ref []T
+	if hasOp(c.coll) {
+		ref = matrixRef(inputs, c.length, c.op)
+	}
+	modes := []string{"sync", "async"}
+	if c.length != hugeLen {
+		modes = append(modes, "repeat")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := allreducetest.RunInproc(c.n, 20*time.Second, func(g *allreduce.Group) error {
+		for _, root := range c.roots {
+			cc := c
+			cc.root = root
+			want := matrixWant(cc, inputs, ref, g.Rank())
+			for _, mode := range modes {
+				if err := matrixCall(ctx, g, cc, mode, inputs, want); err != nil {
+					err = fmt.Errorf("root %d, %s: %w", root, mode, err)
+					g.Abort(err)
+					return err
+				}
 			}
 		}
 		return nil
@@ -259,6 +366,21 @@ func runMatrixCase[T allreduce.Numeric](t *testing.T, c mcase) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// refCache keeps the reference results of the huge inputs.
+var refCache = map[string]any{}
+
+func matrixRef[T allreduce.Numeric](inputs [][]T, length int, op allreduce.ReduceOp) []T {
+	key := fmt.Sprintf("%T/%d/%d/%v", *new(T), len(inputs), length, op)
+	if v, ok := refCache[key]; ok {
+		return v.([]T)
+	}
+	ref := allreducetest.Reduce(inputs, op)
+	if length == hugeLen {
+		refCache[key] = ref
+	}
+	return ref
 }
 
 // matrixCall runs collective c once on g in the given mode and checks what
@@ -405,11 +527,34 @@ func runAvgOnIntegers[T allreduce.Numeric](t *testing.T, c mcase) {
 				w = allreduce.ReduceAsync(ctx, g, b, allreduce.Avg, c.root)
 			}
 			return w.Wait(ctx)
-		})
+		}, allreduce.WithAlgorithm(c.algo))
 		cancel()
 		for r, err := range errs {
 			if !errors.Is(err, allreduce.ErrInvalid) {
 				t.Errorf("async=%v rank %d: Avg on %T: got %v, want an error wrapping ErrInvalid", async, r, *new(T), err)
+			}
+		}
+	}
+}
+
+// TestAllReduceOneShotBoundary runs the default AllReduce (Direct on
+// inproc) around the size where it switches from one-shot to two-shot
+// (32 KiB), which the matrix lengths do not reach except at the huge one.
+func TestAllReduceOneShotBoundary(t *testing.T) {
+	for _, n := range []int{2, 7} {
+		for _, dt := range []string{"float32", "float64", "int32", "int64"} {
+			es := 4
+			if dt == "float64" || dt == "int64" {
+				es = 8
+			}
+			for _, length := range []int{32<<10/es - 1, 32<<10/es + 0, 32<<10/es + 1} {
+				for _, op := range []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max} {
+					if op == allreduce.Avg && (dt == "int32" || dt == "int64") {
+						continue
+					}
+					c := mcase{coll: allreduce.KindAllReduce, n: n, length: length, op: op, root: -1, dtype: dt}
+					t.Run(c.name(), func(t *testing.T) { runCase(t, c) })
+				}
 			}
 		}
 	}
@@ -589,5 +734,80 @@ func floatDeterministic[T float32 | float64](t *testing.T, n, length int, op all
 		if diffBits("reverse", rev, fwd) == nil {
 			t.Logf("note: reversing the summation order changed nothing for ranks=%d", n)
 		}
+	}
+}
+
+// TestBarrier checks that no rank leaves a Barrier before every rank has
+// entered it, for ranks arriving at different times.
+func TestBarrier(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			var mu sync.Mutex
+			var lastIn time.Time
+			out := make([]time.Time, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			errs := allreducetest.RunInproc(n, 5*time.Second, func(g *allreduce.Group) error {
+				for round := range 3 {
+					time.Sleep(time.Duration((g.Rank()*7+round*3)%5) * 5 * time.Millisecond)
+					mu.Lock()
+					if in := time.Now(); in.After(lastIn) {
+						lastIn = in
+					}
+					mu.Unlock()
+					if err := allreduce.Barrier(ctx, g); err != nil {
+						return err
+					}
+					now := time.Now()
+					mu.Lock()
+					early := now.Before(lastIn)
+					out[g.Rank()] = now
+					mu.Unlock()
+					if early {
+						return fmt.Errorf("round %d: left the barrier before the last rank entered", round)
+					}
+				}
+				return nil
+			})
+			if err := allreducetest.FirstError(errs); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Named element types are reduced as their underlying types.
+type (
+	myF32 float32
+	myF64 float64
+	myI32 int32
+	myI64 int64
+)
+
+func TestNamedElementTypes(t *testing.T) {
+	require.Equal(t, allreduce.Float32, allreduce.DTypeOf[myF32]())
+	require.Equal(t, allreduce.Float64, allreduce.DTypeOf[myF64]())
+	require.Equal(t, allreduce.Int32, allreduce.DTypeOf[myI32]())
+	require.Equal(t, allreduce.Int64, allreduce.DTypeOf[myI64]())
+	for _, algo := range []allreduce.Algorithm{allreduce.Auto, allreduce.Ring} {
+		errs := allreducetest.RunInproc(3, 5*time.Second, func(g *allreduce.Group) error {
+			ctx := context.Background()
+			f := []myF32{1.5, myF32(g.Rank())}
+			if err := allreduce.AllReduce(ctx, g, f, allreduce.Avg); err != nil {
+				return err
+			}
+			if f[0] != 1.5 || f[1] != 1 {
+				return fmt.Errorf("myF32 Avg: got %v, want [1.5 1]", f)
+			}
+			i := []myI64{myI64(g.Rank()), 10}
+			if err := allreduce.AllReduce(ctx, g, i, allreduce.Max); err != nil {
+				return err
+			}
+			if i[0] != 2 || i[1] != 10 {
+				return fmt.Errorf("myI64 Max: got %v, want [2 10]", i)
+			}
+			return nil
+		}, allreduce.WithAlgorithm(algo))
+		require.NoError(t, allreducetest.FirstError(errs), "algo=%v", algo)
 	}
 }
