@@ -567,8 +567,6 @@ func TestNoGoroutineLeak(t *testing.T) {
 // that cannot finish (a peer has not joined) must return when its own
 // context ends, not when the earlier collective times out.
 func TestQueuedSyncCallHonoursCtx(t *testing.T) {
-	t.Skip("BUG: Group.waitTurn (group.go) waits on a sync.Cond and ignores ctx: a call queued " +
-		"behind a stuck collective returns only when that one fails (transport timeout); see the report")
 	groups := newGroups(t, 2, 3*time.Second)
 	stuck := allreduce.AllReduceAsync(context.Background(), groups[0], make([]float32, 10), allreduce.Sum)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -584,8 +582,6 @@ func TestQueuedSyncCallHonoursCtx(t *testing.T) {
 // TestWaitOnFinishedWorkPrefersResult: Wait on a Work that has finished
 // returns its result even if ctx has ended too.
 func TestWaitOnFinishedWorkPrefersResult(t *testing.T) {
-	t.Skip("BUG (minor): Work.Wait (work.go) selects on done and ctx.Done() at once, so on a finished " +
-		"Work with an ended ctx it returns ctx.Err() half of the time; see the report")
 	groups := newGroups(t, 1, time.Second)
 	w := allreduce.AllReduceAsync(context.Background(), groups[0], []float32{1}, allreduce.Sum)
 	<-w.Done()

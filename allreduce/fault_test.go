@@ -59,15 +59,6 @@ type faultCase struct {
 
 var algos = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring}
 
-// Known bugs, skipped where they make a case fail (see the report).
-const (
-	bugExposeRace = "inproc Expose reads the peer's posted header and buffer (l.h, l.p) before taking the link " +
-		"and again after handing it back (stateDone), racing with the sender's awaitDone (peermemory.go Expose, conn.go awaitDone)"
-	bugReleaseRace = "inproc Release/withdraw reset this rank's outgoing links (l.p = nil, state idle) on a failure " +
-		"without waiting for peers that took or are taking the buffer: data race with a peer's Expose, which may read a nil view"
-	bugNoCrossing = "a mismatch where no message passes between the mismatched ranks (different roots in the binomial " +
-		"tree; ring AllReduce against tree Reduce) deadlocks until the transport timeout instead of being detected"
-)
 
 // faultConcurrency is how many fault cases run at once. Most of their time
 // is spent waiting for a timeout, so more run at once than -test.parallel
@@ -283,19 +274,16 @@ func TestFaultMismatch(t *testing.T) {
 			name: "AllReduce-vs-Broadcast/ranks=2", n: 2, fast: true,
 			call:  mismatch(allReduceOf[float32](8, allreduce.Sum), broadcastOf[float32](8, 0), 1),
 			check: namesBoth("AllReduce", "Broadcast"),
-			bugs:  map[allreduce.Algorithm]string{allreduce.Auto: bugExposeRace},
 		},
 		{
 			name: "AllReduce-vs-Broadcast-root1/ranks=2", n: 2, fast: true,
 			call:  mismatch(allReduceOf[float32](8, allreduce.Sum), broadcastOf[float32](8, 1), 1),
 			check: namesBoth("AllReduce", "Broadcast"),
-			bugs:  map[allreduce.Algorithm]string{allreduce.Auto: bugExposeRace},
 		},
 		{
 			name: "AllReduce-vs-Broadcast/ranks=4", n: 4, fast: true,
 			call:  mismatch(allReduceOf[float32](1000, allreduce.Sum), broadcastOf[float32](1000, 0), 3),
 			check: namesBoth("AllReduce", "Broadcast"),
-			bugs:  map[allreduce.Algorithm]string{allreduce.Auto: bugExposeRace},
 		},
 		{
 			name: "ReduceScatter-vs-AllGather/ranks=3", n: 3, fast: true,
@@ -306,13 +294,11 @@ func TestFaultMismatch(t *testing.T) {
 			name: "AllReduce-vs-Barrier/ranks=2", n: 2, fast: true,
 			call:  mismatch(allReduceOf[int32](5, allreduce.Max), barrier, 0),
 			check: namesBoth("AllReduce", "Barrier"),
-			bugs:  map[allreduce.Algorithm]string{allreduce.Auto: bugExposeRace},
 		},
 		{
 			name: "AllReduce-vs-Reduce/ranks=3", n: 3, fast: true,
 			call:  mismatch(allReduceOf[int64](64, allreduce.Sum), reduceOf[int64](64, allreduce.Sum, 0), 0),
 			check: namesBoth("AllReduce", "Reduce"),
-			bugs:  map[allreduce.Algorithm]string{allreduce.Ring: bugNoCrossing, allreduce.Auto: bugExposeRace},
 		},
 		{
 			// The same, accepting the timeout: it must still end everywhere.
@@ -371,7 +357,6 @@ func TestFaultMismatch(t *testing.T) {
 // above: DESIGN.md says a mismatch is "an error naming both ranks and both
 // calls, not a hang".
 func TestFaultRootMismatchNamed(t *testing.T) {
-	t.Skip("BUG: " + bugNoCrossing)
 	runFaultCases(t, []faultCase{
 		{
 			name: "root-Broadcast/ranks=2", n: 2, fast: true,
@@ -503,7 +488,6 @@ func TestFaultRanks(t *testing.T) {
 		{
 			// The context is cancelled while the collective is running.
 			name: "ctx-cancelled-mid-collective/ranks=3", n: 3, fast: true,
-			bugs: map[allreduce.Algorithm]string{allreduce.Auto: bugReleaseRace},
 			setup: func(w *inproc.World) {
 				_ = w.SetFault(1, 2, inproc.Fault{Delay: 10 * time.Second})
 			},

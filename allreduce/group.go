@@ -23,11 +23,16 @@ type Group struct {
 	algorithm Algorithm
 
 	mu      sync.Mutex
-	turnCh  sync.Cond
 	next    uint64 // sequence number of the next call issued
 	turn    uint64 // sequence number of the call allowed to run
 	failure error  // the first error; poisons the group
 	pending sync.WaitGroup
+	// turnPassed is closed (and replaced) when the turn moves on while
+	// calls are waiting for theirs; waiting counts them, so an
+	// uncontended call never allocates a channel.
+	turnPassed chan struct{}
+	waiting    int
+	abandoned  map[uint64]bool // calls whose context ended before their turn
 
 	// Reused by the collective that holds the turn.
 	copy    copySink
@@ -110,7 +115,6 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		return nil, fmt.Errorf("%w: transport reports rank %d of %d", ErrInvalid, r, n)
 	}
 	g := &Group{conn: conn, rank: r, size: n}
-	g.turnCh.L = &g.mu
 	if ex, ok := conn.(transport.Exchanger); ok {
 		g.exchanger = ex
 	}
@@ -156,8 +160,8 @@ func (g *Group) Abort(cause error) {
 		g.failure = cause
 	}
 	g.mu.Unlock()
-	if a, ok := g.conn.(transport.Aborter); ok && first {
-		a.Abort(cause)
+	if first {
+		g.abortConn(cause)
 	}
 }
 
@@ -183,12 +187,42 @@ func (g *Group) ticket() uint64 {
 	return seq
 }
 
-// waitTurn blocks until the call with sequence number seq may run. It
-// returns the poisoning error, if any; the call must then not communicate.
-func (g *Group) waitTurn(seq uint64) error {
+// waitTurn blocks until the call with sequence number seq may run, or its
+// context ends. It returns the poisoning error, if any, in which case the
+// call must not communicate; a call whose context ended first poisons the
+// group (its sequence number can no longer be matched) and is skipped.
+func (g *Group) waitTurn(ctx context.Context, seq uint64) error {
 	g.mu.Lock()
 	for g.turn != seq {
-		g.turnCh.Wait()
+		if g.turnPassed == nil {
+			g.turnPassed = make(chan struct{})
+		}
+		ch := g.turnPassed
+		g.waiting++
+		g.mu.Unlock()
+		select {
+		case <-ch:
+			g.mu.Lock()
+			g.waiting--
+		case <-ctx.Done():
+			g.mu.Lock()
+			g.waiting--
+			if g.turn == seq { // raced with our turn: take it
+				continue
+			}
+			err := fmt.Errorf("allreduce: rank %d: call #%d gave up waiting for its turn (call #%d still running): %w",
+				g.rank, seq, g.turn, ctx.Err())
+			if g.failure == nil {
+				g.failure = err
+			}
+			if g.abandoned == nil {
+				g.abandoned = make(map[uint64]bool)
+			}
+			g.abandoned[seq] = true
+			g.mu.Unlock()
+			g.abortConn(err)
+			return err
+		}
 	}
 	err := g.failure
 	g.mu.Unlock()
@@ -204,23 +238,44 @@ func (g *Group) endTurn(err error) {
 		g.failure = err
 	}
 	g.turn++
-	g.turnCh.Broadcast()
+	for g.abandoned[g.turn] {
+		delete(g.abandoned, g.turn)
+		g.turn++
+	}
+	if g.waiting > 0 && g.turnPassed != nil {
+		close(g.turnPassed)
+		g.turnPassed = nil
+	}
 	g.mu.Unlock()
 	if first {
-		if a, ok := g.conn.(transport.Aborter); ok {
-			a.Abort(err)
-		}
+		g.abortConn(err)
 	}
 }
 
-// run executes call c with sequence number seq once it is c's turn.
-func (g *Group) run(ctx context.Context, seq uint64, c *call) error {
-	if failed := g.waitTurn(seq); failed != nil {
-		g.endTurn(nil)
-		if errors.Is(failed, ErrGroupFailed) {
-			return failed
+func (g *Group) abortConn(cause error) {
+	if a, ok := g.conn.(transport.Aborter); ok {
+		a.Abort(cause)
+	}
+}
+
+// run executes call c with sequence number seq once it is c's turn. An
+// asynchronous call's Work w completes before the turn passes on, so a
+// caller that saw it done issues its next call after it.
+func (g *Group) run(ctx context.Context, seq uint64, c *call, w *Work) error {
+	if failed := g.waitTurn(ctx, seq); failed != nil {
+		g.mu.Lock()
+		skipped := g.abandoned[seq]
+		g.mu.Unlock()
+		if !errors.Is(failed, ErrGroupFailed) {
+			failed = fmt.Errorf("%w: %w", ErrGroupFailed, failed)
 		}
-		return fmt.Errorf("%w: %w", ErrGroupFailed, failed)
+		if w != nil {
+			w.finish(failed)
+		}
+		if !skipped {
+			g.endTurn(nil)
+		}
+		return failed
 	}
 	err := c.validate(g.size)
 	if err == nil {
@@ -229,13 +284,16 @@ func (g *Group) run(ctx context.Context, seq uint64, c *call) error {
 	if err != nil {
 		err = callError(g.rank, seq, c, err)
 	}
+	if w != nil {
+		w.finish(err)
+	}
 	g.endTurn(err)
 	return err
 }
 
 // do runs c synchronously.
 func (g *Group) do(ctx context.Context, c *call) error {
-	return g.run(ctx, g.ticket(), c)
+	return g.run(ctx, g.ticket(), c, nil)
 }
 
 // start runs c on its own goroutine. Its sequence number is taken here, on
@@ -246,7 +304,7 @@ func (g *Group) start(ctx context.Context, c call) *Work {
 	g.pending.Add(1)
 	go func() {
 		defer g.pending.Done()
-		w.finish(g.run(ctx, seq, &c))
+		_ = g.run(ctx, seq, &c, w)
 	}()
 	return w
 }

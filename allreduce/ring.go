@@ -37,7 +37,10 @@ func (g *Group) ringAllReduce(ctx context.Context, h transport.Header, c *call) 
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err
 	}
-	if g.size == 1 || c.count == 0 {
+	if c.count == 0 {
+		return g.agree(ctx, h)
+	}
+	if g.size == 1 {
 		return nil
 	}
 	if err := g.ringReduceScatterSteps(ctx, h, c, c.buf, c.buf); err != nil {
@@ -61,7 +64,7 @@ func (g *Group) ringReduceScatter(ctx context.Context, h transport.Header, c *ca
 	}
 	if g.size == 1 || c.count == 0 {
 		copy(c.buf, c.src)
-		return nil
+		return g.agree(ctx, h)
 	}
 	if err := g.ringReduceScatterSteps(ctx, h, c, c.src, c.buf); err != nil {
 		return err
@@ -84,7 +87,7 @@ func (g *Group) ringAllGather(ctx context.Context, h transport.Header, c *call) 
 		copy(c.buf[lo:hi], c.src)
 	}
 	if g.size == 1 || c.count == 0 {
-		return nil
+		return g.agree(ctx, h)
 	}
 	return g.ringAllGatherSteps(ctx, h, c, c.buf)
 }

@@ -24,8 +24,8 @@ func (g *Group) treeBroadcast(ctx context.Context, h transport.Header, c *call) 
 		return err
 	}
 	n := g.size
-	if n == 1 || c.count == 0 {
-		return nil
+	if err := g.agree(ctx, h); err != nil || n == 1 || c.count == 0 {
+		return err
 	}
 	v := mod(g.rank-c.root, n)
 	mask := 1
@@ -56,8 +56,8 @@ func (g *Group) treeReduce(ctx context.Context, h transport.Header, c *call) err
 		return err
 	}
 	n := g.size
-	if n == 1 || c.count == 0 {
-		return nil
+	if err := g.agree(ctx, h); err != nil || n == 1 || c.count == 0 {
+		return err
 	}
 	v := mod(g.rank-c.root, n)
 	acc := c.buf // the partial result so far
@@ -99,6 +99,22 @@ func (g *Group) disseminationBarrier(ctx context.Context, h transport.Header) er
 		}
 	}
 	return nil
+}
+
+// agreeStep is the step number of the agreement message.
+const agreeStep = ^uint32(0)
+
+// agree exchanges the call's header with the ring neighbours (0 bytes), for
+// collectives whose own messages might not cross between mismatched ranks:
+// the trees (ranks with different roots may only send, or only receive)
+// and calls with no elements. A mismatch with a neighbour is reported here;
+// the abort that follows reaches every other rank.
+func (g *Group) agree(ctx context.Context, h transport.Header) error {
+	if g.size == 1 {
+		return nil
+	}
+	h.Step = agreeStep
+	return g.exchange(ctx, mod(g.rank+1, g.size), h, nil, mod(g.rank-1, g.size), h, 0, &g.copy)
 }
 
 func errLen(what string, got, want int) error {

@@ -37,6 +37,11 @@ func (w *Work) Wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 		return w.err
+	default:
+	}
+	select {
+	case <-w.done:
+		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}

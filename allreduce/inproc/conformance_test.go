@@ -30,10 +30,7 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T, n int) []transport.Conn {
 		_, conns := newWorld(t, n, 5*time.Second)
 		return conns
-	}, transporttest.Skip("PeerMemoryMismatch",
-		"BUG: Expose under different headers: the rank that finds the mismatch withdraws its own post "+
-			"(withdraw stores stateIdle) and only leaves a verdict on the peer's link, which the peer's Expose "+
-			"never reads; the peer waits for the timeout instead of getting a *MismatchError (peermemory.go Expose/withdraw)"))
+	})
 }
 
 // sink collects received bytes.

@@ -252,7 +252,7 @@ func (c *Conn) take(ctx context.Context, from int, h transport.Header, n int, si
 	}
 	if !l.state.CompareAndSwap(statePosted, stateTaken) {
 		// The sender gave up between our check and now.
-		return c.peerErr(from)
+		return &transport.PeerError{Peer: from, Err: fmt.Errorf("rank %d withdrew its message", from)}
 	}
 	var err error
 	if l.h != h || len(l.p) != n {

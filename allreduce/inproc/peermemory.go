@@ -2,6 +2,7 @@ package inproc
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"time"
 
@@ -12,7 +13,12 @@ var _ transport.PeerMemory = (*Conn)(nil)
 
 // Expose lends p to every peer on the same links messages use, so that a
 // peer running a message-based collective instead sees a header mismatch,
-// then waits for every peer's buffer.
+// then takes every peer's buffer.
+//
+// On a mismatch this rank's own posts stay in place, so every peer also
+// finds the mismatch (the group is then aborted and nothing reads the
+// buffers). On any other failure the posts no peer has taken yet are
+// withdrawn; a peer that already took this buffer fails at its next barrier.
 func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]byte, error) {
 	n := c.world.size
 	if c.views == nil {
@@ -40,32 +46,28 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 				return nil, err
 			}
 		}
-		if l.h != h || len(l.p) != len(p) {
-			if l.state.CompareAndSwap(statePosted, stateTaken) {
-				l.verdict = &transport.MismatchError{Peer: c.rank, Local: l.h, LocalBytes: len(l.p), Remote: h, RemoteBytes: len(p)}
-				l.state.Store(stateDone)
-				poke(l.sendWake)
-			}
-			c.withdraw()
-			return nil, &transport.MismatchError{Peer: q, Local: h, LocalBytes: len(p), Remote: l.h, RemoteBytes: len(l.p)}
-		}
 		if !l.state.CompareAndSwap(statePosted, stateTaken) {
 			c.withdraw()
-			return nil, c.peerErr(q)
+			return nil, &transport.PeerError{Peer: q, Err: fmt.Errorf("rank %d withdrew its buffer", q)}
 		}
-		views[q] = l.p
+		// The link is ours now: its header and buffer are stable.
+		gotH, gotP := l.h, l.p
+		if gotH != h || len(gotP) != len(p) {
+			l.verdict = &transport.MismatchError{Peer: c.rank, Local: gotH, LocalBytes: len(gotP), Remote: h, RemoteBytes: len(p)}
+			l.state.Store(stateDone)
+			poke(l.sendWake)
+			return nil, &transport.MismatchError{Peer: q, Local: h, LocalBytes: len(p), Remote: gotH, RemoteBytes: len(gotP)}
+		}
+		views[q] = gotP
 	}
 	return views, nil
 }
 
-// withdraw resets this rank's outgoing links after a failed exposure. A
-// peer that already took the buffer fails at its next barrier, since this
-// rank never arrives.
+// withdraw takes back the posts of this rank that no peer has taken.
 func (c *Conn) withdraw() {
 	for q := 0; q < c.world.size; q++ {
 		if q != c.rank {
-			l := c.world.link(c.rank, q)
-			l.state.Store(stateIdle)
+			c.world.link(c.rank, q).state.CompareAndSwap(statePosted, stateIdle)
 		}
 	}
 	for i := range c.views {
@@ -137,7 +139,12 @@ func (c *Conn) awaitStage(ctx context.Context, q int, peer *Conn) error {
 // Release waits for every rank, then takes back this rank's buffer. Peers
 // took it (state taken) in Expose, so none mistakes it for a new message.
 func (c *Conn) Release(ctx context.Context) error {
-	err := c.Arrive(ctx)
+	if err := c.Arrive(ctx); err != nil {
+		// Peers may still hold the buffer: leave the links to the abort
+		// that follows a failed collective.
+		c.withdraw()
+		return err
+	}
 	for q := 0; q < c.world.size; q++ {
 		if q != c.rank {
 			l := c.world.link(c.rank, q)
@@ -148,5 +155,5 @@ func (c *Conn) Release(ctx context.Context) error {
 	for i := range c.views {
 		c.views[i] = nil
 	}
-	return err
+	return nil
 }

@@ -17,8 +17,9 @@
 //     transport can reduce piece k while piece k+1 is still on the wire.
 //
 // A Conn is used by one collective at a time (package allreduce runs the
-// collectives of a group in sequence order); its methods need not be safe for
-// concurrent use except Close and the optional Abort, which may be called from
+// collectives of a group in sequence order). Within it, one Send and one
+// Recv may run at once (the fallback for transports without Exchange sends
+// on a second goroutine); Close and the optional Abort may be called from
 // any goroutine and must unblock every pending call.
 package transport
 
