@@ -59,7 +59,6 @@ type faultCase struct {
 
 var algos = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring}
 
-
 // faultConcurrency is how many fault cases run at once. Most of their time
 // is spent waiting for a timeout, so more run at once than -test.parallel
 // (GOMAXPROCS) would allow.
