@@ -26,10 +26,21 @@ const poison = 16777213
 
 // benchmark runs the sweep of cfg and writes the report to w.
 func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
-	conns, err := transports[cfg.transport](cfg.ranks, cfg.timeout)
+	if cfg.mp != nil && cfg.mp.Launcher { // -transport tcp, not under a launcher: be one
+		return launchRanks(ctx, cfg, w)
+	}
+	conns, err := transports[cfg.transport](ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("-transport %s: %w", cfg.transport, err)
 	}
+	stopProfile, err := startCPUProfile(cfg, conns)
+	if err != nil {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return err
+	}
+	defer stopProfile()
 	switch cfg.dtype {
 	case allreduce.Float32:
 		return sweep[float32](ctx, cfg, conns, w)
@@ -48,6 +59,9 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, conns []transport.Conn, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if !holdsRank0(conns) {
+		w = io.Discard // rank 0's process prints the report
+	}
 	data := newDataset[T](cfg)
 	rows := make(chan row)
 	var errs []error

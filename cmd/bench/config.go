@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/launch"
 )
 
 // collective describes one -op value.
@@ -82,6 +86,9 @@ type config struct {
 	json      bool
 	root      int
 	timeout   time.Duration
+	mp        *launch.Setup // -transport tcp: launcher or rank (nil otherwise)
+	cpuprof   string        // -cpuprofile
+	args      []string      // the command line, for the launcher's ranks
 }
 
 // names lists a map's keys, sorted, for error messages.
@@ -103,7 +110,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	var (
 		op        = fs.String("op", "allreduce", "collective: "+names(collectives))
 		transport = fs.String("transport", "inproc", "transport: "+names(transports))
-		ranks     = fs.Int("ranks", 4, "number of ranks")
+		ranks     = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
 		algo      = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, ring elsewhere)")
 		dtype     = fs.String("dtype", "float32", "element type: "+names(dtypes))
 		redop     = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
@@ -116,7 +123,10 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		jsonOut   = fs.Bool("json", false, "print one JSON object per row instead of the table")
 		root      = fs.Int("root", 0, "root rank of broadcast and reduce")
 		timeout   = fs.Duration("timeout", time.Minute, "transport timeout: a blocking send or receive without progress for this long fails")
+		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with -transport tcp, each rank r writes FILE.rank<r>)")
+		mpf       launch.Flags
 	)
+	mpf.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: bench [flags]")
@@ -133,7 +143,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	cfg := &config{
 		transport: *transport, ranks: *ranks, algo: *algo, redopName: *redop,
 		factor: *factor, iters: *iters, warmup: *warmup, check: *check,
-		json: *jsonOut, root: *root, timeout: *timeout,
+		json: *jsonOut, root: *root, timeout: *timeout, args: args, cpuprof: *cpuprof,
 	}
 	var ok bool
 	if cfg.op, ok = collectives[*op]; !ok {
@@ -160,6 +170,13 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	}
 	if cfg.ranks < 1 {
 		return nil, fmt.Errorf("-ranks %d: need at least 1", cfg.ranks)
+	}
+	// -transport tcp: this process is a rank of a launched job (whose world
+	// size -ranks becomes) or its launcher.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if cfg.mp, cfg.ranks, err = setupTransport(*transport, mpf, cfg.ranks, given); err != nil {
+		return nil, err
 	}
 	if cfg.iters < 1 {
 		return nil, fmt.Errorf("-iters %d: need at least 1", cfg.iters)
@@ -194,6 +211,30 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		cfg.root = -1
 	}
 	return cfg, nil
+}
+
+// startCPUProfile starts -cpuprofile for this process's ranks (conns) and
+// returns the function that stops it.
+func startCPUProfile(cfg *config, conns []transport.Conn) (func(), error) {
+	if cfg.cpuprof == "" {
+		return func() {}, nil
+	}
+	path := cfg.cpuprof
+	if cfg.mp != nil && len(conns) == 1 {
+		path += fmt.Sprintf(".rank%d", conns[0].Rank())
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // sizes are the byte sizes of the rows, before rounding to whole elements.

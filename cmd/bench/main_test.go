@@ -200,7 +200,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-op", "alltoall"}, "-op"},
-		{[]string{"-transport", "tcp"}, "-transport \"tcp\": unknown transport (valid: inproc)"},
+		{[]string{"-transport", "shm"}, "-transport \"shm\": unknown transport (valid: inproc, tcp)"},
 		{[]string{"-algo", "tree"}, "-algo"},
 		{[]string{"-dtype", "float16"}, "-dtype"},
 		{[]string{"-redop", "xor"}, "-redop"},

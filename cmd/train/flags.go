@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
@@ -22,6 +23,7 @@ type options struct {
 	quiet     bool
 	blas      string                  // the BLAS in use, for the report
 	resumed   *trainer.CheckpointInfo // the -resume checkpoint's record
+	mp        *launch.Setup           // -transport tcp: launcher or rank (nil otherwise)
 }
 
 // parseFlags parses args. It returns nil, nil after printing the usage for
@@ -32,7 +34,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
 	var (
-		ranks       = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc)")
+		ranks       = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc; processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
 		model       = fs.String("model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
 		hidden      = fs.String("hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
 		dtype       = fs.String("dtype", def.DType, "element type: float32 or float64")
@@ -54,7 +56,10 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		transport   = fs.String("transport", "inproc", "transport: "+transportNames())
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
 		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+		timeout     = fs.Duration("timeout", 0, "fail when a rank's send or receive makes no progress for this long (default 60s in process, 30s over tcp)")
+		mpf         launch.Flags
 	)
+	mpf.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: train [flags]")
@@ -106,6 +111,16 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 			fill("momentum", func() { *momentum = info.Momentum })
 			fill("weight-decay", func() { *weightDecay = info.WeightDecay })
 		}
+	}
+
+	// -transport tcp: this process is a rank of a launched job (whose world
+	// size -ranks becomes) or its launcher.
+	var err error
+	if o.mp, *ranks, err = setupTransport(*transport, mpf, *ranks, given["ranks"], given); err != nil {
+		return nil, err
+	}
+	if *timeout < 0 {
+		return nil, fmt.Errorf("-timeout %v: must not be negative", *timeout)
 	}
 
 	switch *optName {
@@ -167,7 +182,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
 		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
 		Checkpoint: *checkpoint, Resume: *resume, MaxSteps: *maxSteps,
-		Connect: transports[*transport],
+		Connect: transports[*transport](transportOptions{timeout: *timeout, mp: o.mp}),
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err

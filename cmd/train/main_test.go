@@ -198,7 +198,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-max-steps", "-3"}, "-max-steps -3"},
 		{[]string{"-hidden", "16,x"}, `-hidden "16,x"`},
 		{[]string{"-model", "cnn", "-hidden", "16"}, "-hidden applies to -model mlp only"},
-		{[]string{"-transport", "tcp"}, `-transport "tcp": not supported (valid: inproc)`},
+		{[]string{"-transport", "shm"}, `-transport "shm": not supported (valid: inproc, tcp)`},
 		{[]string{"-ranks", "x"}, `invalid value "x" for flag -ranks`},
 		{[]string{"-nosuch"}, "flag provided but not defined: -nosuch"},
 		{[]string{"extra"}, `unexpected argument "extra"`},

@@ -22,6 +22,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o == nil { // -h
 		return nil
 	}
+	if o.mp != nil && o.mp.Launcher { // -transport tcp, not under a launcher: be one
+		return launchRanks(ctx, o, args, stdout)
+	}
 	o.blas = blas.Setup()
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -68,7 +71,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if outErr != nil {
 		return fmt.Errorf("-out: %w", outErr)
 	}
-	if text {
+	if text && o.reports() {
 		printSummary(stdout, res, o, time.Since(start))
 	}
 	return nil

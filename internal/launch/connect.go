@@ -1,0 +1,151 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/tcp"
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout        = tcp.DefaultTimeout        // 30 s, as gloo
+	DefaultConnectTimeout = tcp.DefaultConnectTimeout // 5 min
+)
+
+// Options configure Connect. The zero value reads everything from the
+// environment.
+type Options struct {
+	// Timeout fails a collective's send or receive that sees no progress
+	// for this long (a stalled or unreachable peer). Default 30 s.
+	Timeout time.Duration
+	// ConnectTimeout bounds joining the job: reaching the store, every
+	// rank publishing its address, and the mesh's handshakes. Default
+	// 5 min.
+	ConnectTimeout time.Duration
+	// Insecure runs without a secret, as RINGDDP_INSECURE=1 does.
+	Insecure bool
+	// RunID overrides the run id (default: RunID(Getenv)).
+	RunID string
+	// Env is this rank; nil reads it with rendezvous.FromEnv(Getenv).
+	Env *rendezvous.Env
+	// Getenv reads the environment (default os.Getenv).
+	Getenv func(string) string
+}
+
+// Conn is one rank's endpoint of a multi-process job: a *tcp.Conn (its
+// methods, Exchange and Abort included, are promoted, so the allreduce
+// package uses the fused ring step and tells peers on failure) that also
+// owns the job's store client — on rank 0, the store server itself — and
+// closes it with the endpoint.
+type Conn struct {
+	*tcp.Conn
+	store     *rendezvous.TCPStore
+	storeOnce sync.Once
+}
+
+// Close closes the endpoint (peers see this rank leave), then the store.
+func (c *Conn) Close() error {
+	err := c.Conn.Close()
+	c.closeStore()
+	return err
+}
+
+// Abort fails the endpoint with cause (peers get it in their errors), then
+// closes the store.
+func (c *Conn) Abort(cause error) {
+	c.Conn.Abort(cause)
+	c.closeStore()
+}
+
+func (c *Conn) closeStore() {
+	c.storeOnce.Do(func() {
+		if c.store != nil {
+			_ = c.store.Close()
+		}
+	})
+}
+
+var _ transport.Conn = (*Conn)(nil)
+var _ transport.Aborter = (*Conn)(nil)
+var _ transport.Exchanger = (*Conn)(nil)
+
+// Connect joins this process's job as the rank its environment names (see
+// rendezvous.FromEnv): it connects the job's store — rank 0 hosts it at
+// MASTER_ADDR:MASTER_PORT — and dials the TCP mesh, authenticated with
+// RINGDDP_SECRET. Without launcher variables it is rank 0 of a job of one.
+//
+// The returned endpoint is a *Conn; closing it (the allreduce.Group that
+// owns it does) also closes the store, so rank 0 keeps serving the store
+// for as long as its endpoint is open.
+func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env, error) {
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var env rendezvous.Env
+	if opts.Env != nil {
+		env = *opts.Env
+	} else {
+		var err error
+		if env, err = rendezvous.FromEnv(getenv); err != nil {
+			return nil, env, err
+		}
+	}
+	insecure, err := insecureEnv(getenv)
+	if err != nil {
+		return nil, env, err
+	}
+	insecure = insecure || opts.Insecure
+	switch {
+	case insecure && len(env.Secret) > 0:
+		return nil, env, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
+	case !insecure && len(env.Secret) == 0 && env.WorldSize > 1:
+		return nil, env, fmt.Errorf("launch: rank %d of %d: %s is not set: every rank needs the job's shared secret (the same on every rank; "+
+			"the ringddp launcher makes one), or the explicit opt-out %s=1 (-insecure) on a trusted network", env.Rank, env.WorldSize, EnvSecret, EnvInsecure)
+	}
+	runID := opts.RunID
+	if runID == "" {
+		runID = RunID(getenv)
+	}
+	connectTimeout := opts.ConnectTimeout
+	if connectTimeout <= 0 {
+		connectTimeout = DefaultConnectTimeout
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+
+	var store *rendezvous.TCPStore
+	if env.WorldSize > 1 {
+		scfg := rendezvous.StoreConfig{Secret: env.Secret, Insecure: insecure, Timeout: connectTimeout}
+		if store, err = rendezvous.Connect(ctx, env, "", scfg); err != nil {
+			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
+		}
+	}
+	cfg := tcp.ConfigFromEnv(env, store)
+	if store == nil {
+		cfg.Store = nil
+	}
+	cfg.RunID = runID
+	cfg.Timeout = timeout
+	cfg.ConnectTimeout = connectTimeout
+	cfg.Insecure = insecure
+	if insecure {
+		cfg.Secret = nil
+	}
+	c, err := tcp.Dial(ctx, cfg)
+	if err != nil {
+		if store != nil {
+			_ = store.Close()
+		}
+		return nil, env, fmt.Errorf("launch: %w", err)
+	}
+	return &Conn{Conn: c, store: store}, env, nil
+}

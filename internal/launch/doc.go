@@ -1,0 +1,60 @@
+// Package launch runs a command as a multi-process job over the tcp
+// transport: it decides whether this process is one rank of a job or the
+// job's launcher, starts the ranks when it is the launcher, and connects a
+// rank to the others.
+//
+// Roles (Detect, Flags.Setup). A process whose environment sets a rank —
+// RANK/WORLD_SIZE (torchrun, this package's launcher, a Kubernetes Job),
+// OMPI_COMM_WORLD_RANK/SIZE (mpirun), SLURM_PROCID/SLURM_NTASKS (srun); see
+// rendezvous.FromEnv — is that one rank. Otherwise a command run with
+// -transport tcp is the launcher.
+//
+// The launcher (Run) is like `torchrun --standalone`: it re-executes its
+// own binary with the same arguments as -ranks child processes, each with
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// RINGDDP_SECRET and RINGDDP_RUN_ID set, and GOMAXPROCS (unless set
+// already) to this process's GOMAXPROCS divided among the ranks, at least 1,
+// so that the host's ranks together run no more scheduler threads than it
+// has processors (as in-process ranks do). On one node (the default) the
+// ranks meet on loopback: MASTER_ADDR is 127.0.0.1, MASTER_PORT a free
+// port, and the secret a fresh random one (crypto/rand), so no other user
+// of the host can join the job. With -nnodes N the launcher on node k
+// (-node-rank k) starts global ranks k·ranks … k·ranks+ranks-1 of
+// N·ranks, rank 0's store is at -master host:port, and the secret is
+// RINGDDP_SECRET from the environment, the same on every node (an error
+// when absent, unless -insecure); ranks then listen on the address of the
+// interface that routes to the master (tcp.ConfigFromEnv).
+//
+// Output: every line a rank writes to stdout or stderr is forwarded, as a
+// whole line, with a "[rank r] " prefix — except rank 0's stdout, which is
+// passed through unchanged (its own file descriptor when the launcher's
+// stdout is a file or terminal), so that the job's main output (the
+// trainer's plan and epoch lines, the benchmark's table, JSON lines) reads
+// exactly as in a single process. Config.PrefixRank0 prefixes it too.
+//
+// Failures: when a rank exits with a non-zero status or is killed, the
+// launcher prints which, stops the other ranks (SIGTERM to each rank's
+// process group, SIGKILL after Config.Grace, default 5 s) and returns an
+// error naming the rank and its exit status. An interrupt (Ctrl-C) or
+// SIGTERM received by the launcher is forwarded to every rank, once per
+// signal (ranks run in their own process groups, so the terminal's Ctrl-C
+// reaches them only through the launcher): a rank that handles it can stop
+// cleanly (cmd/train finishes the step and writes its checkpoint), and
+// after an interrupt a rank's non-zero exit no longer stops the others. On
+// Linux the ranks are killed if the launcher dies.
+//
+// A rank (Connect) connects the job's store — rank 0 hosts it at
+// MASTER_ADDR:MASTER_PORT, and keeps it open until its Conn is closed —
+// and dials the TCP mesh (tcp.Dial) authenticated with RINGDDP_SECRET.
+// RINGDDP_INSECURE=1 (or Options.Insecure, the commands' -insecure) is the
+// explicit opt-out that runs without a secret; setting it together with
+// RINGDDP_SECRET is an error. The run id comes from RINGDDP_RUN_ID, else
+// TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else "default". A peer that dies
+// or stalls makes every pending and later collective fail within the
+// transport's timeout (Options.Timeout, default 30 s as in gloo) with an
+// error naming the rank.
+//
+// Security: the secret authenticates every connection (store and mesh);
+// frames are neither encrypted nor MACed afterwards, as in gloo and NCCL, so
+// multi-host jobs belong on a trusted network.
+package launch

@@ -1,0 +1,474 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultGrace is how long stopped ranks get between SIGTERM and SIGKILL.
+const DefaultGrace = 5 * time.Second
+
+// Config describes the ranks a launcher starts on this host.
+type Config struct {
+	Ranks    int    // ranks on this host (-ranks); at least 1
+	Nnodes   int    // hosts in the job (-nnodes); default 1
+	NodeRank int    // this host's index (-node-rank)
+	Master   string // host:port of rank 0's store (-master); "" on one host: 127.0.0.1 and a free port
+	Insecure bool   // run without a secret (-insecure)
+
+	// Path is the program each rank runs; default os.Executable().
+	Path string
+	// Args are its arguments (without the program name); nil is
+	// os.Args[1:]. Commands pass their own arguments, so every rank parses
+	// the same command line.
+	Args []string
+	// Env is added to every rank's environment (KEY=VALUE), after this
+	// process's environment and the launcher's variables.
+	Env []string
+	// Getenv reads RINGDDP_SECRET and RINGDDP_RUN_ID (default os.Getenv).
+	Getenv func(string) string
+
+	// Stdout and Stderr receive the ranks' output, line by line, prefixed
+	// with "[rank r] " — rank 0's stdout unprefixed unless PrefixRank0.
+	// Default os.Stdout and os.Stderr.
+	Stdout, Stderr io.Writer
+	PrefixRank0    bool
+
+	// Grace is how long ranks stopped after another's failure get between
+	// SIGTERM and SIGKILL. Default 5 s.
+	Grace time.Duration
+	// NoSignals: do not catch and forward this process's interrupt and
+	// SIGTERM (tests).
+	NoSignals bool
+}
+
+// ExitError is a launcher's failure: the first rank that exited with a
+// non-zero status or was killed by a signal.
+type ExitError struct {
+	Rank  int
+	Pid   int
+	State *os.ProcessState // nil if the rank could not be started
+	Err   error            // set when State is nil
+}
+
+func (e *ExitError) Error() string {
+	if e.State == nil {
+		return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
+	}
+	return fmt.Sprintf("rank %d (pid %d) %s", e.Rank, e.Pid, describeExit(e.State))
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// describeExit says how a process ended: "exited with status 3", "was
+// killed by signal killed".
+func describeExit(st *os.ProcessState) string {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "was killed by signal " + ws.Signal().String()
+	}
+	return "exited with status " + strconv.Itoa(st.ExitCode())
+}
+
+// launchVars are the variables the launcher sets; inherited values of them
+// are dropped first.
+var launchVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+	"MASTER_ADDR", "MASTER_PORT", EnvSecret, EnvInsecure, EnvRunID}
+
+// Run starts cfg.Ranks copies of the program as ranks of one job and waits
+// for them: it returns nil when every rank exits with status 0, and an
+// *ExitError naming the first rank that failed otherwise, after stopping
+// the others. See the package documentation for the environment each rank
+// gets, the output and the signals.
+//
+// Cancelling ctx stops the ranks as a failure does (SIGTERM, then SIGKILL
+// after Grace) and returns ctx's error. Commands whose ranks handle an
+// interrupt themselves should pass a context that Ctrl-C does not cancel:
+// Run forwards the interrupt.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Ranks < 1 {
+		return fmt.Errorf("launch: %d ranks: need at least 1", cfg.Ranks)
+	}
+	if cfg.Nnodes < 1 {
+		cfg.Nnodes = 1
+	}
+	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nnodes {
+		return fmt.Errorf("launch: node rank %d out of range for %d nodes", cfg.NodeRank, cfg.Nnodes)
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if cfg.Path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("launch: finding this program to start the ranks: %w", err)
+		}
+		cfg.Path = exe
+	}
+	if cfg.Args == nil {
+		cfg.Args = os.Args[1:]
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	vars, err := jobVars(cfg, getenv)
+	if err != nil {
+		return err
+	}
+	base := filterEnv(os.Environ(), launchVars)
+	world := cfg.Nnodes * cfg.Ranks
+	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
+		// The host's processors shared among its ranks, as in-process ranks
+		// share them: no more scheduler threads than cores, which halves
+		// small-message latency on a busy host (see docs/multiprocess.md).
+		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/cfg.Ranks)))
+	}
+
+	out := &syncWriter{w: cfg.Stdout}
+	errOut := &syncWriter{w: cfg.Stderr}
+	if cfg.Stderr == cfg.Stdout {
+		errOut = out
+	}
+	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks)}
+
+	var sigs chan os.Signal
+	if !cfg.NoSignals {
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
+
+	for local := range cfg.Ranks {
+		rank := cfg.NodeRank*cfg.Ranks + local
+		env := append([]string(nil), base...)
+		env = append(env, vars...)
+		env = append(env,
+			"RANK="+strconv.Itoa(rank),
+			"WORLD_SIZE="+strconv.Itoa(world),
+			"LOCAL_RANK="+strconv.Itoa(local),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.Ranks),
+			"GROUP_RANK="+strconv.Itoa(cfg.NodeRank))
+		env = append(env, cfg.Env...)
+		cmd := exec.Command(cfg.Path, cfg.Args...)
+		cmd.Env = env
+		prefix := fmt.Sprintf("[rank %d] ", rank)
+		var flush []*lineWriter
+		if rank == 0 && !cfg.PrefixRank0 {
+			if f, ok := cfg.Stdout.(*os.File); ok {
+				cmd.Stdout = f // its own descriptor: a terminal stays a terminal
+			} else {
+				lw := &lineWriter{dst: out}
+				cmd.Stdout, flush = lw, append(flush, lw)
+			}
+		} else {
+			lw := &lineWriter{dst: out, prefix: prefix}
+			cmd.Stdout, flush = lw, append(flush, lw)
+		}
+		lw := &lineWriter{dst: errOut, prefix: prefix}
+		cmd.Stderr, flush = lw, append(flush, lw)
+		cmd.SysProcAttr = sysProcAttr()
+		cmd.WaitDelay = cfg.Grace
+		if err := cmd.Start(); err != nil {
+			j.fail(&ExitError{Rank: rank, Err: fmt.Errorf("starting %s: %w", cfg.Path, err)})
+			break
+		}
+		p := &proc{rank: rank, cmd: cmd}
+		j.procs = append(j.procs, p)
+		go func() {
+			err := cmd.Wait()
+			for _, lw := range flush {
+				lw.flush()
+			}
+			j.exits <- exit{p: p, err: err}
+		}()
+	}
+	return j.wait(ctx, sigs)
+}
+
+// jobVars are the variables every rank of this host gets besides its rank.
+func jobVars(cfg Config, getenv func(string) string) ([]string, error) {
+	var vars []string
+	host, port := "127.0.0.1", 0
+	if cfg.Master != "" {
+		var err error
+		if host, port, err = splitMaster(cfg.Master); err != nil {
+			return nil, fmt.Errorf("launch: %w", err)
+		}
+	} else if cfg.Nnodes > 1 {
+		return nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
+	} else {
+		var err error
+		if port, err = freePort(host); err != nil {
+			return nil, fmt.Errorf("launch: picking a port for the store: %w", err)
+		}
+	}
+	vars = append(vars, "MASTER_ADDR="+host, "MASTER_PORT="+strconv.Itoa(port))
+
+	runID := getenv(EnvRunID)
+	switch {
+	case cfg.Insecure:
+		if getenv(EnvSecret) != "" {
+			return nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
+		}
+		vars = append(vars, EnvInsecure+"=1")
+	case cfg.Nnodes > 1:
+		secret := getenv(EnvSecret)
+		if secret == "" {
+			return nil, fmt.Errorf("launch: %w", errNoSharedSecret)
+		}
+		vars = append(vars, EnvSecret+"="+secret)
+	default:
+		// One host: a fresh secret that only this job's ranks know.
+		secret, err := randomHex(32)
+		if err != nil {
+			return nil, fmt.Errorf("launch: making the job's secret: %w", err)
+		}
+		vars = append(vars, EnvSecret+"="+secret)
+		if runID == "" {
+			if runID, err = randomHex(8); err != nil {
+				return nil, fmt.Errorf("launch: making the run id: %w", err)
+			}
+			runID = "standalone-" + runID
+		}
+	}
+	if runID != "" {
+		vars = append(vars, EnvRunID+"="+runID)
+	}
+	return vars, nil
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// freePort asks the kernel for a free TCP port on host. Another process
+// could take it before rank 0 listens on it (as with torchrun
+// --standalone); rank 0 then fails to start the store and the job stops.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// filterEnv drops the variables named in drop from env.
+func filterEnv(env, drop []string) []string {
+	out := env[:0:0]
+outer:
+	for _, kv := range env {
+		for _, k := range drop {
+			if strings.HasPrefix(kv, k+"=") {
+				continue outer
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// proc is one started rank.
+type proc struct {
+	rank int
+	cmd  *exec.Cmd
+	done bool
+}
+
+type exit struct {
+	p   *proc
+	err error
+}
+
+// job tracks the started ranks until they have all exited.
+type job struct {
+	cfg    Config
+	errOut io.Writer
+	procs  []*proc
+	exits  chan exit
+
+	first    *ExitError // the first failure
+	stopping bool       // the ranks were told to stop
+	// signaled is the last signal forwarded to the ranks: they stop on
+	// their own, so a non-zero exit no longer stops the others; after is
+	// the first such exit.
+	signaled os.Signal
+	after    *ExitError
+}
+
+// fail records a rank's failure; the first one stops the job.
+func (j *job) fail(e *ExitError) {
+	if j.first == nil {
+		j.first = e
+	}
+}
+
+// wait collects every rank's exit, forwarding signals and stopping the job
+// on the first failure (or when ctx ends).
+func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
+	var kill <-chan time.Time
+	running := len(j.procs)
+	ctxDone := ctx.Done()
+	if j.first != nil { // a rank did not start
+		j.stop(fmt.Sprintf("launch: %v; stopping the other ranks", j.first))
+	}
+	for running > 0 {
+		if j.stopping && kill == nil {
+			t := time.NewTimer(j.cfg.Grace)
+			defer t.Stop()
+			kill = t.C
+		}
+		select {
+		case e := <-j.exits:
+			running--
+			e.p.done = true
+			if e.err == nil || j.stopping {
+				continue
+			}
+			if st := e.p.cmd.ProcessState; st != nil && st.Success() {
+				continue // status 0, but something it started kept its output open (exec.ErrWaitDelay)
+			}
+			ee := &ExitError{Rank: e.p.rank, Pid: e.p.cmd.Process.Pid, State: e.p.cmd.ProcessState}
+			if ee.State == nil {
+				ee.Err = e.err
+			}
+			if j.signaled != nil {
+				if j.after == nil {
+					j.after = ee
+				}
+				continue
+			}
+			j.fail(ee)
+			j.stop(fmt.Sprintf("launch: %v; stopping the other ranks", ee))
+		case s := <-sigs:
+			j.signaled = s
+			j.signal(s)
+		case <-ctxDone:
+			ctxDone = nil
+			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", ctx.Err()))
+		case <-kill:
+			j.signal(syscall.SIGKILL)
+		}
+	}
+	if j.first != nil {
+		return fmt.Errorf("launch: %w", j.first)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	if j.after != nil {
+		return fmt.Errorf("launch: stopped by %v: %w", j.signaled, j.after)
+	}
+	return nil
+}
+
+// stop sends SIGTERM to every running rank (SIGKILL follows after Grace).
+func (j *job) stop(msg string) {
+	if j.stopping {
+		return
+	}
+	j.stopping = true
+	fmt.Fprintln(j.errOut, msg)
+	j.signal(syscall.SIGTERM)
+}
+
+// signal sends s to every running rank's process group.
+func (j *job) signal(s os.Signal) {
+	for _, p := range j.procs {
+		if !p.done {
+			signalProc(p.cmd.Process, s)
+		}
+	}
+}
+
+// syncWriter serialises writes from several ranks' forwarders.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// maxLine is the longest partial line a lineWriter holds before writing it
+// out without waiting for its end.
+const maxLine = 1 << 20
+
+// lineWriter forwards whole lines, each with a prefix, to dst. os/exec
+// calls Write from one goroutine per stream; flush writes a last line
+// that had no newline once the rank has exited.
+type lineWriter struct {
+	dst    io.Writer
+	prefix string
+	mu     sync.Mutex
+	buf    []byte
+	cont   bool // buf continues a line already partly written
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.buf = append(l.buf, p...)
+			if len(l.buf) >= maxLine {
+				l.emit(false)
+			}
+			break
+		}
+		l.buf = append(l.buf, p[:i+1]...)
+		p = p[i+1:]
+		l.emit(true)
+	}
+	return n, nil
+}
+
+// emit writes buf as (part of) a line; whole says it ends the line.
+func (l *lineWriter) emit(whole bool) {
+	var line []byte
+	if !l.cont {
+		line = append(line, l.prefix...)
+	}
+	line = append(line, l.buf...)
+	_, _ = l.dst.Write(line) // a failing destination must not stop the rank
+	l.buf = l.buf[:0]
+	l.cont = !whole
+}
+
+func (l *lineWriter) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 || l.cont {
+		l.buf = append(l.buf, '\n')
+		l.emit(true)
+	}
+}
