@@ -24,6 +24,7 @@
 //	AllReduce      ring: reduce-scatter then all-gather  2(N-1)       2(N-1)/N·M
 //	AllReduce      direct two-shot (shared memory only)  3 barriers   2(N-1)/N·M read from peers
 //	AllReduce      direct one-shot (≤ 32 KiB, shared)    2 barriers   (N-1)·M read from peers
+//	AllReduce      recursive doubling (≤ 64 KiB)         ⌈log2 N⌉(+2) ⌈log2 N⌉·M
 //	ReduceScatter  ring                                  N-1          (N-1)/N·M
 //	AllGather      ring                                  N-1          (N-1)/N·M (M = gathered size)
 //	Broadcast      binomial tree                         ⌈log2 N⌉     ≤ ⌈log2 N⌉·M (root)
@@ -32,7 +33,8 @@
 //
 // The AllReduce algorithm is chosen per Group (WithAlgorithm): Auto uses
 // the direct algorithms where the transport shares memory
-// (transport.PeerMemory: in-process ranks) and the ring elsewhere.
+// (transport.PeerMemory: in-process ranks), and elsewhere recursive
+// doubling up to 64 KiB (latency) and the ring above (bandwidth).
 //
 // Avg is Sum followed by one division by N of each element, done once by the
 // rank that owns the element (so every rank ends bitwise identical). Every

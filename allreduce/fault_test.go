@@ -57,7 +57,7 @@ type faultCase struct {
 	bugs map[allreduce.Algorithm]string
 }
 
-var algos = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring}
+var algos = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, allreduce.Doubling}
 
 // faultConcurrency is how many fault cases run at once. Most of their time
 // is spent waiting for a timeout, so more run at once than -test.parallel

@@ -53,12 +53,16 @@ type Algorithm uint8
 // The AllReduce algorithms.
 const (
 	// Auto picks Direct where the transport shares memory between ranks
-	// (transport.PeerMemory) and Ring elsewhere.
+	// (transport.PeerMemory); elsewhere Doubling up to 64 KiB and Ring
+	// above.
 	Auto Algorithm = iota
 	// Ring is reduce-scatter then all-gather around the ring of ranks.
 	Ring
 	// Direct reads peers' buffers in place (in-process ranks only).
 	Direct
+	// Doubling is recursive doubling: ⌈log2 N⌉ whole-buffer exchanges,
+	// for small buffers.
+	Doubling
 )
 
 func (a Algorithm) String() string {
@@ -69,18 +73,20 @@ func (a Algorithm) String() string {
 		return "ring"
 	case Direct:
 		return "direct"
+	case Doubling:
+		return "doubling"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
 // ParseAlgorithm reads "auto", "ring" or "direct".
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range []Algorithm{Auto, Ring, Direct} {
+	for _, a := range []Algorithm{Auto, Ring, Direct, Doubling} {
 		if s == a.String() {
 			return a, nil
 		}
 	}
-	return Auto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring or direct)", ErrInvalid, s)
+	return Auto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, direct or doubling)", ErrInvalid, s)
 }
 
 // WithAlgorithm sets the AllReduce algorithm. Direct on a transport that
@@ -90,17 +96,22 @@ func WithAlgorithm(a Algorithm) GroupOption { return func(g *Group) { g.algorith
 // peerMemory is the transport's shared-memory capability when the chosen
 // algorithm uses it.
 func (g *Group) peerMemory() transport.PeerMemory {
-	if g.algorithm == Ring {
+	if g.algorithm == Ring || g.algorithm == Doubling {
 		return nil
 	}
 	pm, _ := g.conn.(transport.PeerMemory)
 	return pm
 }
 
-// Algorithm is the AllReduce algorithm in use (Auto resolved).
+// Algorithm is the AllReduce algorithm in use for large buffers (Auto
+// resolved; Auto also takes Doubling for buffers up to 64 KiB where ranks
+// do not share memory).
 func (g *Group) Algorithm() Algorithm {
-	if g.peerMemory() != nil {
+	switch {
+	case g.peerMemory() != nil:
 		return Direct
+	case g.algorithm == Doubling:
+		return Doubling
 	}
 	return Ring
 }
@@ -121,7 +132,7 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 	for _, o := range opts {
 		o(g)
 	}
-	if g.algorithm > Direct {
+	if g.algorithm > Doubling {
 		return nil, fmt.Errorf("%w: unknown algorithm %v", ErrInvalid, g.algorithm)
 	}
 	if _, ok := conn.(transport.PeerMemory); g.algorithm == Direct && !ok {
@@ -316,6 +327,9 @@ func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	case KindAllReduce:
 		if pm := g.peerMemory(); pm != nil && g.size > 1 && c.count > 0 && len(c.buf) == c.count*c.dt.Size() {
 			return g.directAllReduce(ctx, h, c, pm)
+		}
+		if g.algorithm == Doubling || (g.algorithm == Auto && len(c.buf) <= doublingMaxBytes) {
+			return g.doublingAllReduce(ctx, h, c)
 		}
 		return g.ringAllReduce(ctx, h, c)
 	case KindReduceScatter:

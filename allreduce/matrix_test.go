@@ -176,6 +176,7 @@ var matrixColls = []struct {
 }{
 	{"AllReduce", allreduce.KindAllReduce, allreduce.Auto},
 	{"AllReduceRing", allreduce.KindAllReduce, allreduce.Ring},
+	{"AllReduceDoubling", allreduce.KindAllReduce, allreduce.Doubling},
 	{"ReduceScatter", allreduce.KindReduceScatter, allreduce.Auto},
 	{"AllGather", allreduce.KindAllGather, allreduce.Auto},
 	{"Broadcast", allreduce.KindBroadcast, allreduce.Auto},
@@ -789,7 +790,7 @@ func TestNamedElementTypes(t *testing.T) {
 	require.Equal(t, allreduce.Float64, allreduce.DTypeOf[myF64]())
 	require.Equal(t, allreduce.Int32, allreduce.DTypeOf[myI32]())
 	require.Equal(t, allreduce.Int64, allreduce.DTypeOf[myI64]())
-	for _, algo := range []allreduce.Algorithm{allreduce.Auto, allreduce.Ring} {
+	for _, algo := range []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, allreduce.Doubling} {
 		errs := allreducetest.RunInproc(3, 5*time.Second, func(g *allreduce.Group) error {
 			ctx := context.Background()
 			f := []myF32{1.5, myF32(g.Rank())}

@@ -65,7 +65,7 @@ var dtypes = map[string]allreduce.DType{
 // collectives have one algorithm each (ring for reduce-scatter and
 // all-gather, binomial tree for broadcast and reduce). The value is
 // reported as given.
-var algorithms = []string{"ring", "auto", "direct"}
+var algorithms = []string{"ring", "auto", "direct", "doubling"}
 
 // config is a parsed and validated command line.
 type config struct {

@@ -1,0 +1,105 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Recursive doubling all-reduce, the latency-optimal choice for small
+// buffers on transports that do not share memory: ⌈log2 N⌉ steps (plus two
+// when N is not a power of two) instead of the ring's 2(N-1), each moving
+// the whole buffer, so log2(N)·M bytes per rank.
+//
+// With P the largest power of two ≤ N and R = N - P: first the ranks below
+// 2R fold in pairs (even rank r sends its buffer to r+1 and sits out); the
+// remaining P ranks, renumbered 0..P-1, exchange whole buffers with the
+// partner whose number differs in bit k, for k = 0, 1, ...; then every odd
+// rank below 2R sends the result back to its even partner. Partners combine
+// the same two operands (a op b = b op a exactly for Sum, Prod, Max and Min
+// on numbers), and every rank follows the same pairing tree, so all ranks
+// end bitwise identical.
+
+// doublingMaxBytes is the largest buffer Auto reduces by recursive doubling
+// on transports without shared memory; larger buffers take the ring.
+const doublingMaxBytes = 64 << 10
+
+func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if c.count == 0 {
+		return g.agree(ctx, h)
+	}
+	n, r := g.size, g.rank
+	if n == 1 {
+		return nil
+	}
+	p2 := 1
+	for p2*2 <= n {
+		p2 *= 2
+	}
+	rem := n - p2
+	buf := c.buf
+	peer := g.scratchBytes(len(buf))
+	recv := &g.copy
+	// Fold: even ranks below 2·rem hand their buffer to the next rank.
+	h.Step = 0
+	newRank := r - rem
+	if r < 2*rem {
+		if r%2 == 0 {
+			if err := g.conn.Send(ctx, r+1, h, buf); err != nil {
+				return err
+			}
+			newRank = -1
+		} else {
+			recv.dst = peer
+			err := g.conn.Recv(ctx, r-1, h, len(buf), recv)
+			recv.dst = nil
+			if err != nil {
+				return err
+			}
+			combineBytes(c.dt, c.op, buf, buf, peer)
+			newRank = r / 2
+		}
+	}
+	if newRank >= 0 {
+		step := uint32(1)
+		for mask := 1; mask < p2; mask, step = mask<<1, step+1 {
+			partner := newRank ^ mask
+			if partner < rem {
+				partner = partner*2 + 1
+			} else {
+				partner += rem
+			}
+			h.Step = step
+			recv.dst = peer
+			err := g.exchange(ctx, partner, h, buf, partner, h, len(buf), recv)
+			recv.dst = nil
+			if err != nil {
+				return err
+			}
+			combineBytes(c.dt, c.op, buf, buf, peer)
+		}
+	}
+	// Unfold: odd ranks below 2·rem return the result to their partner.
+	h.Step = ^uint32(0) - 1
+	if r < 2*rem {
+		if r%2 == 1 {
+			if err := g.conn.Send(ctx, r-1, h, buf); err != nil {
+				return err
+			}
+		} else {
+			recv.dst = buf
+			err := g.conn.Recv(ctx, r+1, h, len(buf), recv)
+			recv.dst = nil
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if c.op == Avg {
+		divideBytes(c.dt, buf, n)
+	}
+	return nil
+}
