@@ -123,9 +123,18 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 		c.self.post(h, p)
 		return c.self.waitSend(ctx)
 	}
+	if len(p) <= directWriteMax {
+		return l.sendErr(ctx, l.writeData(h, p))
+	}
 	l.startSend(h, p)
 	return l.waitSend(ctx)
 }
+
+// directWriteMax is the largest payload written on the caller's goroutine
+// instead of the link's writer: one write of at most 4 KiB plus the header
+// always fits the socket buffers, so it cannot block on a peer that is
+// itself writing, and it saves a goroutine hand-off per message.
+const directWriteMax = 4 << 10
 
 // Recv reads the next message from rank from, which must carry h and n
 // bytes, into sink in pieces of at most 256 KiB.
@@ -167,9 +176,13 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 		return err
 	}
 	var rerr, serr error
-	if lt == nil {
+	direct := lt != nil && len(sp) <= directWriteMax
+	switch {
+	case lt == nil:
 		c.self.post(sh, sp)
-	} else {
+	case direct:
+		serr = lt.sendErr(ctx, lt.writeData(sh, sp))
+	default:
 		lt.startSend(sh, sp)
 	}
 	if lf == nil {
@@ -180,9 +193,10 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	// Even after a failed receive, let the send finish (the peer is
 	// reading, or fails, or the deadline passes): a frame cut short would
 	// cost the peer the abort frame that tells it why this rank failed.
-	if lt == nil {
+	switch {
+	case lt == nil:
 		serr = c.self.waitSend(ctx)
-	} else {
+	case !direct:
 		serr = lt.waitSend(ctx)
 	}
 	if rerr != nil {
