@@ -69,6 +69,7 @@ var algorithms = []string{"ring", "auto", "direct", "doubling"}
 
 // config is a parsed and validated command line.
 type config struct {
+	rankCmd   rankCommand // what a -transport tcp run's ranks execute
 	op        collective
 	transport string
 	ranks     int

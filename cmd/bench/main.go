@@ -33,6 +33,11 @@ func main() {
 
 // run parses args, runs the benchmark and writes its report to stdout.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
+	return runWith(ctx, args, stdout, thisProgram)
+}
+
+// runWith is run with ranks as the command of a -transport tcp run's ranks.
+func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCommand) error {
 	cfg, err := parseConfig(args, stdout)
 	if err != nil {
 		return err
@@ -40,5 +45,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if cfg == nil { // -h
 		return nil
 	}
+	cfg.rankCmd = ranks
 	return benchmark(ctx, cfg, stdout)
 }

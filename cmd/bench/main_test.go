@@ -22,7 +22,7 @@ func runBench(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	err := run(ctx, args, &out)
+	err := runWith(ctx, args, &out, testBinaryRanks)
 	return out.String(), err
 }
 

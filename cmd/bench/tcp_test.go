@@ -24,21 +24,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// useTestBinaryAsRanks makes the launcher start this test binary, which
-// runs main with the run's arguments, as the ranks.
-func useTestBinaryAsRanks(t *testing.T) {
-	old := rankCommand
-	t.Cleanup(func() { rankCommand = old })
-	rankCommand = func(args []string) (string, []string, []string, error) {
-		b, err := json.Marshal(args)
-		return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
-	}
+// testBinaryRanks makes the launcher start this test binary, which runs
+// main with the run's arguments (see TestMain), as the ranks.
+func testBinaryRanks(args []string) (string, []string, []string, error) {
+	b, err := json.Marshal(args)
+	return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
 }
 
 // Three tcp ranks in separate processes: every row correct, reported once
 // (by rank 0's process).
 func TestTCPRanks(t *testing.T) {
-	useTestBinaryAsRanks(t)
 	out, err := runBench(t, "-transport", "tcp", "-ranks", "3", "-min", "8", "-max", "256K", "-factor", "8",
 		"-iters", "3", "-warmup", "1", "-json")
 	if err != nil {

@@ -75,9 +75,13 @@ func holdsRank0(conns []transport.Conn) bool {
 	return false
 }
 
-// rankCommand is what each rank of a -transport tcp job runs: this program
-// with the same arguments. Tests replace it.
-var rankCommand = func(args []string) (path string, argv, env []string, err error) {
+// rankCommand says what each rank of a -transport tcp run executes, given
+// the run's arguments: a program, its arguments and extra environment.
+type rankCommand func(args []string) (path string, argv, env []string, err error)
+
+// thisProgram is the rank command of a real run: this program with the
+// same arguments. (Tests run the test binary instead.)
+func thisProgram(args []string) (path string, argv, env []string, err error) {
 	path, err = os.Executable()
 	return path, args, nil, err
 }
@@ -87,7 +91,7 @@ var rankCommand = func(args []string) (path string, argv, env []string, err erro
 // (see internal/launch). Rank 0's stdout, the report, comes through as it
 // is; other output with a "[rank r] " prefix.
 func launchRanks(ctx context.Context, cfg *config, stdout io.Writer) error {
-	path, argv, env, err := rankCommand(cfg.args)
+	path, argv, env, err := cfg.rankCmd(cfg.args)
 	if err != nil {
 		return fmt.Errorf("-transport tcp: %w", err)
 	}

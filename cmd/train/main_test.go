@@ -53,7 +53,7 @@ func runTrain(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := run(ctx, args, &out)
+	err := runWith(ctx, args, &out, testBinaryRanks)
 	return out.String(), err
 }
 

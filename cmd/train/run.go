@@ -15,6 +15,11 @@ import (
 
 // run parses args, trains, and writes the report to stdout.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
+	return runWith(ctx, args, stdout, thisProgram)
+}
+
+// runWith is run with ranks as the command of a -transport tcp job's ranks.
+func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCommand) error {
 	o, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
@@ -23,7 +28,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	if o.mp != nil && o.mp.Launcher { // -transport tcp, not under a launcher: be one
-		return launchRanks(ctx, o, args, stdout)
+		return launchRanks(ctx, o, args, stdout, ranks)
 	}
 	o.blas = blas.Setup()
 	if o.out != "" {

@@ -30,15 +30,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// useTestBinaryAsRanks makes the launcher start this test binary, which
-// runs main with the job's arguments, as the ranks.
-func useTestBinaryAsRanks(t *testing.T) {
-	old := rankCommand
-	t.Cleanup(func() { rankCommand = old })
-	rankCommand = func(args []string) (string, []string, []string, error) {
-		b, err := json.Marshal(args)
-		return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
-	}
+// testBinaryRanks makes the launcher start this test binary, which runs
+// main with the job's arguments (see TestMain), as the ranks.
+func testBinaryRanks(args []string) (string, []string, []string, error) {
+	b, err := json.Marshal(args)
+	return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
 }
 
 // Training over tcp ranks in separate processes ends where training over
@@ -49,7 +45,6 @@ func useTestBinaryAsRanks(t *testing.T) {
 // algorithm, so the results agree to rounding only (measured: relative
 // differences around 1e-8 in the losses, and a different checkpoint).
 func TestTCPMatchesInproc(t *testing.T) {
-	useTestBinaryAsRanks(t)
 	data := writeMNISTDir(t)
 	for _, ranks := range []string{"2", "3"} {
 		t.Run("ranks="+ranks, func(t *testing.T) {
@@ -89,7 +84,6 @@ func TestTCPMatchesInproc(t *testing.T) {
 // The text report of a tcp run is rank 0's: the plan, the epoch lines and
 // the summary once, unprefixed, and nothing from rank 1.
 func TestTCPTextReport(t *testing.T) {
-	useTestBinaryAsRanks(t)
 	data := writeMNISTDir(t)
 	out, err := runTrain(t, "-transport", "tcp", "-data", data, "-ranks", "2", "-batch", "20", "-epochs", "1",
 		"-hidden", "8", "-quiet")

@@ -106,9 +106,13 @@ func (o *options) reports() bool {
 	return o.mp == nil || o.mp.Launcher || o.mp.Env.Rank == 0
 }
 
-// rankCommand is what each rank of a -transport tcp job runs: this program
-// with the same arguments. Tests replace it.
-var rankCommand = func(args []string) (path string, argv, env []string, err error) {
+// rankCommand says what each rank of a -transport tcp job runs, given the
+// job's arguments: a program, its arguments and extra environment.
+type rankCommand func(args []string) (path string, argv, env []string, err error)
+
+// thisProgram is the rank command of a real job: this program with the
+// same arguments. (Tests run the test binary instead.)
+func thisProgram(args []string) (path string, argv, env []string, err error) {
 	path, err = os.Executable()
 	return path, args, nil, err
 }
@@ -119,8 +123,8 @@ var rankCommand = func(args []string) (path string, argv, env []string, err erro
 // other ranks' lines come prefixed with "[rank r] ". Ctrl-C is forwarded
 // to the ranks, which stop after the same step (and write the checkpoint)
 // as in-process ranks do, so ctx's cancellation is not used.
-func launchRanks(ctx context.Context, o *options, args []string, stdout io.Writer) error {
-	path, argv, env, err := rankCommand(args)
+func launchRanks(ctx context.Context, o *options, args []string, stdout io.Writer, ranks rankCommand) error {
+	path, argv, env, err := ranks(args)
 	if err != nil {
 		return fmt.Errorf("-transport tcp: %w", err)
 	}
