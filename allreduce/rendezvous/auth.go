@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // The store handshake. The server speaks first:
@@ -193,21 +195,9 @@ func clientHandshake(c net.Conn, secret []byte, mode byte) error {
 		if _, err := io.ReadFull(c, reason); err != nil {
 			return fmt.Errorf("%w: server refused the connection", ErrAuth)
 		}
-		return fmt.Errorf("%w: server refused the connection: %s", ErrAuth, printable(reason))
+		return fmt.Errorf("%w: server refused the connection: %s", ErrAuth, untrusted.Printable(reason))
 	}
 	return fmt.Errorf("%w: bad verdict byte %d from server", ErrProtocol, status[0])
-}
-
-// printable keeps untrusted text readable in an error message.
-func printable(b []byte) string {
-	out := make([]rune, 0, len(b))
-	for _, r := range string(b) {
-		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
-			r = '?'
-		}
-		out = append(out, r)
-	}
-	return string(out)
 }
 
 // isAuthErr reports errors that retrying cannot fix.

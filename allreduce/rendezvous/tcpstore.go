@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // StoreConfig configures a StoreServer and its TCPStore clients.
@@ -539,5 +541,5 @@ func statusErr(what string, status byte, body []byte) error {
 	case stNotCounter:
 		return fmt.Errorf("rendezvous: %s: %w", what, ErrNotCounter)
 	}
-	return fmt.Errorf("rendezvous: %s: store server: %s", what, printable(body))
+	return fmt.Errorf("rendezvous: %s: store server: %s", what, untrusted.Printable(body))
 }

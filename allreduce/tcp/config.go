@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/untrusted"
+
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -78,7 +80,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RunID == "" {
 		c.RunID = DefaultRunID
 	}
-	if len(c.RunID) > maxRunID || printable([]byte(c.RunID)) != c.RunID {
+	if len(c.RunID) > maxRunID || untrusted.Printable([]byte(c.RunID)) != c.RunID {
 		return c, fmt.Errorf("tcp: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
 	}
 	if c.Size > 1 {

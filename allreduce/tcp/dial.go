@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // maxPendingHandshakes bounds the connections a listener authenticates at
@@ -278,7 +280,7 @@ func (m *mesh) dialPeer(q int) {
 	}
 	addr := string(v)
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		m.fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, printable(v), err))
+		m.fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
 		return
 	}
 	backoff := 10 * time.Millisecond

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // The handshake on every data connection. The higher rank dials the lower
@@ -181,7 +183,7 @@ func dialHandshake(nc net.Conn, p *handshakeParams, to int) (fatal bool, err err
 		if rerr != nil {
 			return false, rerr
 		}
-		return true, fmt.Errorf("refused: %s", printable([]byte(reason)))
+		return true, fmt.Errorf("refused: %s", untrusted.Printable([]byte(reason)))
 	case typ != hsChallenge:
 		return true, fmt.Errorf("%w: handshake message type %d, want a challenge", errGarbage, typ)
 	case mode != p.mode:
@@ -231,7 +233,7 @@ func dialHandshake(nc net.Conn, p *handshakeParams, to int) (fatal bool, err err
 			return false, err
 		}
 		if st[0] != 0 {
-			return true, errors.New(printable([]byte(reason)))
+			return true, errors.New(untrusted.Printable([]byte(reason)))
 		}
 		return false, nil
 	case hsRefuse:
@@ -239,7 +241,7 @@ func dialHandshake(nc net.Conn, p *handshakeParams, to int) (fatal bool, err err
 		if err != nil {
 			return false, err
 		}
-		return true, fmt.Errorf("refused: %s", printable([]byte(reason)))
+		return true, fmt.Errorf("refused: %s", untrusted.Printable([]byte(reason)))
 	}
 	return true, fmt.Errorf("%w: handshake message type %d, want a verdict", errGarbage, typ)
 }
@@ -308,7 +310,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, admit func(from int) strin
 		if err != nil {
 			return from, acceptIgnore, err
 		}
-		return from, acceptNote, fmt.Errorf("refused by the dialer: %s", printable([]byte(reason)))
+		return from, acceptNote, fmt.Errorf("refused by the dialer: %s", untrusted.Printable([]byte(reason)))
 	case hsProof:
 	default:
 		return from, acceptIgnore, fmt.Errorf("%w: handshake message type %d, want a proof", errGarbage, typ)
@@ -331,14 +333,14 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, admit func(from int) strin
 	}
 	// Authenticated.
 	if buf[prefixLen] != 0 {
-		return from, acceptFatal, fmt.Errorf("rank %d refused this rank: %s", from, printable([]byte(reason)))
+		return from, acceptFatal, fmt.Errorf("rank %d refused this rank: %s", from, untrusted.Printable([]byte(reason)))
 	}
 	var problem string
 	switch {
 	case size != p.size:
 		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", from, size, p.rank, p.size)
 	case runID != p.runID:
-		problem = fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, printable([]byte(runID)), p.rank, p.runID)
+		problem = fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
 	case to != p.rank:
 		problem = fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
 	default:
@@ -360,16 +362,4 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, admit func(from int) strin
 		return from, acceptFatal, errors.New(problem)
 	}
 	return from, acceptOK, nil
-}
-
-// printable keeps untrusted text readable in an error message.
-func printable(b []byte) string {
-	out := make([]rune, 0, len(b))
-	for _, r := range string(b) {
-		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
-			r = '?'
-		}
-		out = append(out, r)
-	}
-	return string(out)
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/untrusted"
+
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -408,7 +410,7 @@ func (l *link) readLoop() {
 				l.readFailed(err, true)
 				return
 			}
-			l.fail(l.peerErr(&AbortError{Rank: l.peer, Cause: printable(cause), Mismatch: f.flags&flagMismatch != 0}))
+			l.fail(l.peerErr(&AbortError{Rank: l.peer, Cause: untrusted.Printable(cause), Mismatch: f.flags&flagMismatch != 0}))
 			// Acknowledge: the peer's Abort waits for this end to close.
 			_ = l.nc.CloseWrite()
 		case typeGoodbye:

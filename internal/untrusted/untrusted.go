@@ -1,0 +1,15 @@
+// Package untrusted helps report bytes that came from the network or a file.
+package untrusted
+
+// Printable renders b as text safe to put in an error message: control
+// characters, DEL and invalid UTF-8 become '?'.
+func Printable(b []byte) string {
+	out := make([]rune, 0, len(b))
+	for _, r := range string(b) {
+		if r < 0x20 || r == 0x7f || r == '\uFFFD' {
+			r = '?'
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}
