@@ -1,0 +1,44 @@
+package depcheck
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ringddp/ringddp"
+
+// forbidden lists, per package (relative to the module), the module
+// packages it must not depend on, directly or not.
+var forbidden = map[string][]string{
+	"allreduce/transport": {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce/inproc":    {"allreduce", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"optim":               {"allreduce", "ddp", "zero", "models", "datasets"},
+	"models":              {"allreduce", "ddp", "zero", "optim", "datasets"},
+	"datasets":            {"allreduce", "ddp", "zero", "optim", "models"},
+	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+	"zero":                {"models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+}
+
+func TestDependenciesPointOneWay(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command")
+	}
+	for pkg, banned := range forbidden {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := map[string]bool{}
+		for _, line := range strings.Fields(string(out)) {
+			deps[line] = true
+		}
+		for _, b := range banned {
+			if deps[module+"/"+b] {
+				t.Errorf("%s depends on %s", pkg, b)
+			}
+		}
+	}
+}
