@@ -16,14 +16,15 @@ import (
 
 // options is a parsed and validated command line.
 type options struct {
-	cfg       trainer.Config
-	transport string
-	out       string
-	json      bool
-	quiet     bool
-	blas      string                  // the BLAS in use, for the report
-	resumed   *trainer.CheckpointInfo // the -resume checkpoint's record
-	mp        *launch.Setup           // -transport tcp: launcher or rank (nil otherwise)
+	cfg        trainer.Config
+	transport  string
+	out        string
+	json       bool
+	quiet      bool
+	cpuProfile string                  // -cpuprofile
+	blas       string                  // the BLAS in use, for the report
+	resumed    *trainer.CheckpointInfo // the -resume checkpoint's record
+	mp         *launch.Setup           // -transport tcp: launcher or rank (nil otherwise)
 }
 
 // parseFlags parses args. It returns nil, nil after printing the usage for
@@ -55,6 +56,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
 		transport   = fs.String("transport", "inproc", "transport: "+transportNames())
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
 		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 		timeout     = fs.Duration("timeout", 0, "fail when a rank's send or receive makes no progress for this long (default 60s in process, 30s over tcp)")
 		mpf         launch.Flags
@@ -79,7 +81,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		set[k] = true
 	}
 
-	o := &options{transport: *transport, out: *out, json: *jsonOut, quiet: *quiet}
+	o := &options{transport: *transport, out: *out, json: *jsonOut, quiet: *quiet, cpuProfile: *cpuProfile}
 	if _, ok := transports[*transport]; !ok {
 		return nil, fmt.Errorf("-transport %q: not supported (valid: %s)", *transport, transportNames())
 	}

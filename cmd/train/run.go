@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/ringddp/ringddp/internal/blas"
@@ -31,6 +32,17 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCom
 		return launchRanks(ctx, o, args, stdout, ranks)
 	}
 	o.blas = blas.Setup()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return fmt.Errorf("-out: %w", err)
