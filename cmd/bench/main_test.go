@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/launch/selftest"
+
 	"github.com/ringddp/ringddp/allreduce"
 )
 
@@ -22,7 +24,7 @@ func runBench(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	err := runWith(ctx, args, &out, testBinaryRanks)
+	err := runWith(ctx, args, &out, selftest.RankCommand)
 	return out.String(), err
 }
 

@@ -1,35 +1,13 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/ringddp/ringddp/internal/launch/selftest"
 )
 
-// childArgsVar carries a rank's command line (JSON) when the tests start
-// this test binary as the ranks of a -transport tcp run.
-const childArgsVar = "RINGDDP_BENCH_TEST_ARGS"
-
-func TestMain(m *testing.M) {
-	if a := os.Getenv(childArgsVar); a != "" {
-		var args []string
-		if err := json.Unmarshal([]byte(a), &args); err != nil {
-			panic(err)
-		}
-		os.Args = append([]string{"bench"}, args...)
-		main() // exits 1 on an error
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// testBinaryRanks makes the launcher start this test binary, which runs
-// main with the run's arguments (see TestMain), as the ranks.
-func testBinaryRanks(args []string) (string, []string, []string, error) {
-	b, err := json.Marshal(args)
-	return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
-}
+func TestMain(m *testing.M) { selftest.Main(m, "bench", main) }
 
 // Three tcp ranks in separate processes: every row correct, reported once
 // (by rank 0's process).

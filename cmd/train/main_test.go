@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/launch/selftest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/datasets"
@@ -53,7 +55,7 @@ func runTrain(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := runWith(ctx, args, &out, testBinaryRanks)
+	err := runWith(ctx, args, &out, selftest.RankCommand)
 	return out.String(), err
 }
 

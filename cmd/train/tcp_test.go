@@ -2,40 +2,18 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ringddp/ringddp/internal/launch/selftest"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/internal/safetensors"
 )
 
-// childArgsVar carries a rank's command line (JSON) when the tests start
-// this test binary as the ranks of a -transport tcp job.
-const childArgsVar = "RINGDDP_TRAIN_TEST_ARGS"
-
-func TestMain(m *testing.M) {
-	if a := os.Getenv(childArgsVar); a != "" {
-		var args []string
-		if err := json.Unmarshal([]byte(a), &args); err != nil {
-			panic(err)
-		}
-		os.Args = append([]string{"train"}, args...)
-		main() // exits 1 on an error
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// testBinaryRanks makes the launcher start this test binary, which runs
-// main with the job's arguments (see TestMain), as the ranks.
-func testBinaryRanks(args []string) (string, []string, []string, error) {
-	b, err := json.Marshal(args)
-	return os.Args[0], []string{"-test.run=^$"}, []string{childArgsVar + "=" + string(b)}, err
-}
+func TestMain(m *testing.M) { selftest.Main(m, "train", main) }
 
 // Training over tcp ranks in separate processes ends where training over
 // in-process ranks does. With 2 ranks it is bitwise the same — loss and
