@@ -22,6 +22,12 @@ var secret = []byte("collective test secret")
 // tcpConns dials n ranks over loopback in this process.
 func tcpConns(tb testing.TB, n int, timeout time.Duration) []*tcp.Conn {
 	tb.Helper()
+	return tcpConnsWith(tb, n, timeout, nil)
+}
+
+// tcpConnsWith is tcpConns with mod adjusting each rank's config.
+func tcpConnsWith(tb testing.TB, n int, timeout time.Duration, mod func(*tcp.Config)) []*tcp.Conn {
+	tb.Helper()
 	store := rendezvous.NewMemStore()
 	conns := make([]*tcp.Conn, n)
 	errs := make([]error, n)
@@ -30,10 +36,14 @@ func tcpConns(tb testing.TB, n int, timeout time.Duration) []*tcp.Conn {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conns[r], errs[r] = tcp.Dial(context.Background(), tcp.Config{
+			cfg := tcp.Config{
 				Rank: r, Size: n, Store: store, Secret: secret,
 				Timeout: timeout, ConnectTimeout: 20 * time.Second,
-			})
+			}
+			if mod != nil {
+				mod(&cfg)
+			}
+			conns[r], errs[r] = tcp.Dial(context.Background(), cfg)
 		}()
 	}
 	wg.Wait()

@@ -4,24 +4,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/allreduce/transport/transporttest"
 )
 
 // TestConformance runs the transport conformance suite over loopback TCP
-// ranks in this process.
+// ranks in this process, with link readers that poll for small messages
+// (the default) and with readers that always park in the network poller.
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T, n int) []transport.Conn {
-		conns := tcpConns(t, n, 5*time.Second)
-		out := make([]transport.Conn, n)
-		for r, c := range conns {
-			out[r] = c
-		}
-		t.Cleanup(func() {
-			for _, c := range conns {
-				c.Close()
-			}
+	for _, mode := range []struct {
+		name string
+		spin time.Duration
+	}{{"poll", 0}, {"park", -1}, {"poll-long", time.Minute}} {
+		t.Run(mode.name, func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, n int) []transport.Conn {
+				conns := tcpConnsWith(t, n, 5*time.Second, func(c *tcp.Config) { c.Spin = mode.spin })
+				out := make([]transport.Conn, n)
+				for r, c := range conns {
+					out[r] = c
+				}
+				t.Cleanup(func() {
+					for _, c := range conns {
+						c.Close()
+					}
+				})
+				return out
+			})
 		})
-		return out
-	})
+	}
 }

@@ -46,6 +46,7 @@ func newConn(cfg Config) *Conn {
 		setupFails: make(chan *link, cfg.Size),
 	}
 	c.self = newSelfLink(c)
+
 	return c
 }
 
@@ -174,6 +175,9 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if lf != nil {
+		lf.poll.expect(n) // wake its reader while we write
 	}
 	var rerr, serr error
 	direct := lt != nil && len(sp) <= directWriteMax

@@ -66,7 +66,8 @@ type link struct {
 	peer  int
 	nc    *net.TCPConn
 	br    *bufio.Reader
-	local bool // the peer is on this host
+	poll  *poller // when the reader polls the socket
+	local bool    // the peer is on this host
 
 	failed   chan struct{} // closed when the link can carry no more messages
 	failOnce sync.Once
@@ -101,7 +102,7 @@ func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
 		c:      c,
 		peer:   peer,
 		nc:     nc,
-		br:     bufio.NewReaderSize(nc, readBufSize),
+		poll:   newPoller(nc, c.cfg.Spin),
 		failed: make(chan struct{}),
 		wreq:   make(chan struct{}, 1),
 		wdone:  make(chan error, 1),
@@ -114,6 +115,7 @@ func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
 		rtimer: time.NewTimer(time.Hour),
 	}
 	l.rtimer.Stop()
+	l.br = bufio.NewReaderSize(&sockReader{l.poll}, readBufSize)
 	if la, ok := nc.LocalAddr().(*net.TCPAddr); ok {
 		if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 			l.local = la.IP.Equal(ra.IP)
@@ -356,7 +358,7 @@ func (l *link) shutdown(typ, flags byte, cause []byte) {
 		_ = l.nc.SetWriteDeadline(time.Unix(1, 0))
 	}
 	_ = l.nc.CloseWrite()
-	_ = l.nc.SetReadDeadline(time.Now().Add(linger))
+	l.poll.setReadDeadline(time.Now().Add(linger))
 }
 
 // kill drops the connection at once, as a dying process would.
@@ -504,6 +506,8 @@ func (l *link) discard(n int64) bool {
 
 // recv receives the next message, which must carry h and n bytes, into sink.
 func (l *link) recv(ctx context.Context, h transport.Header, n int, sink transport.Sink) error {
+	l.poll.expect(n)
+	defer l.poll.done()
 	select {
 	case l.want <- want{h: h, n: int64(n)}:
 	default:

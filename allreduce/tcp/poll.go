@@ -1,0 +1,117 @@
+package tcp
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultSpin is Config.Spin's default.
+const DefaultSpin = 2 * time.Millisecond
+
+// spinMaxBytes: only receives of at most this many bytes make a link's
+// reader poll. Larger messages are bandwidth-bound: a wake-up per message
+// is lost in their transfer time, and polling would take CPU from the
+// peers moving them.
+const spinMaxBytes = 64 << 10
+
+// poller decides when a link's reader polls its socket instead of parking
+// in the runtime's network poller, and wakes a parked reader when a
+// receive begins.
+//
+// Why: on loopback a small message spends a few microseconds in the
+// kernel, but a reader parked in the network poller is woken through
+// epoll, the Go scheduler and, when the process's threads sleep, the
+// operating system's scheduler; with several ranks per core that chain
+// costs tens to a hundred microseconds per message, which is the whole
+// latency of a small collective. MPI libraries poll instead (OpenMPI
+// yields the core between polls when oversubscribed). So do we, for a
+// bounded time: while a receive of at most spinMaxBytes is waiting on the
+// link, for at most Config.Spin, the reader makes non-blocking reads and
+// yields the processor to the operating system and to the Go scheduler
+// between them (poll_linux.go). A receive that begins while the reader is
+// parked kicks it out of the network poller by moving the read deadline
+// into the past (an in-process wake-up, no system call on the peer's
+// side); the reader restores the deadline and polls.
+type poller struct {
+	nc     *net.TCPConn
+	epoch  time.Time
+	budget int64 // nanoseconds; 0 never polls
+
+	until  atomic.Int64 // poll until this many ns after epoch; 0: park
+	parked atomic.Bool  // the reader is (about to be) in the network poller
+	kicked atomic.Bool  // the read deadline was moved to wake the reader
+
+	mu       sync.Mutex // orders changes of the read deadline
+	deadline time.Time  // the read deadline the link wants (zero: none)
+}
+
+func newPoller(nc *net.TCPConn, budget time.Duration) *poller {
+	return &poller{nc: nc, epoch: time.Now(), budget: int64(max(budget, 0))}
+}
+
+func (p *poller) now() int64 { return int64(time.Since(p.epoch)) }
+
+// expect starts polling for a receive of n bytes, waking a parked reader.
+func (p *poller) expect(n int) {
+	if p.budget == 0 || n > spinMaxBytes {
+		return
+	}
+	p.until.Store(p.now() + p.budget)
+	if p.parked.Load() && p.kicked.CompareAndSwap(false, true) {
+		p.mu.Lock()
+		_ = p.nc.SetReadDeadline(time.Unix(1, 0))
+		p.mu.Unlock()
+	}
+}
+
+// done stops polling: the receive is over.
+func (p *poller) done() { p.until.Store(0) }
+
+// hot reports whether the reader should poll now.
+func (p *poller) hot() bool {
+	u := p.until.Load()
+	return u != 0 && p.now() < u
+}
+
+// setReadDeadline sets the link's read deadline (a kick's detour
+// notwithstanding).
+func (p *poller) setReadDeadline(t time.Time) {
+	p.mu.Lock()
+	p.deadline = t
+	_ = p.nc.SetReadDeadline(t)
+	p.mu.Unlock()
+}
+
+// unkick reports whether err is a kick's doing, and if so restores the
+// read deadline.
+func (p *poller) unkick(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !p.kicked.CompareAndSwap(true, false) {
+		return false
+	}
+	p.mu.Lock()
+	_ = p.nc.SetReadDeadline(p.deadline)
+	p.mu.Unlock()
+	return true
+}
+
+// sockReader is the io.Reader under a link's bufio.Reader.
+type sockReader struct{ p *poller }
+
+// Read reads what the socket has, at least one byte, polling while the
+// link is hot (see poller); a kick never surfaces as an error.
+func (r *sockReader) Read(b []byte) (int, error) {
+	for {
+		n, err := r.read(b)
+		if err != nil && r.p.unkick(err) {
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
