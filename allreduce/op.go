@@ -40,8 +40,9 @@ func combineElems[T Numeric](op ReduceOp, out, a, b []T) {
 	b = b[:len(out)]
 	switch op {
 	case Sum, Avg:
-		for i := range out {
-			out[i] = a[i] + b[i]
+		// addElems, spelled out so that both calls inline.
+		if !addVec(out, a, b) {
+			addElemsGo(out, a, b)
 		}
 	case Prod:
 		for i := range out {
@@ -63,6 +64,35 @@ func combineElems[T Numeric](op ReduceOp, out, a, b []T) {
 			}
 			out[i] = x
 		}
+	}
+}
+
+// addElems sets out[i] = a[i] + b[i] for every i < len(out); a and b must be
+// at least as long as out, and out may alias a or b. It is the Sum/Avg kernel
+// of combineElems, which a CPU profile of a 64 MiB TCP all-reduce showed at
+// ~11% of all CPU time. On amd64 with AVX2, inputs of addVecMin elements or
+// more go to vector kernels (add_amd64.s: VADDPS/VADDPD/VPADDD/VPADDQ). The
+// result is bitwise identical to the scalar loop: each element gets the same
+// single IEEE add with a as the first operand (no FMA, no reassociation, so
+// even NaN payloads match) and integer adds wrap as in Go. Short inputs and
+// other CPUs run the pure-Go loop, addElemsGo.
+func addElems[T Numeric](out, a, b []T) {
+	if !addVec(out, a, b) {
+		addElemsGo(out, a, b)
+	}
+}
+
+// addVecMin is the length below which addElems stays a plain Go loop: for a
+// few elements the call into the vector kernel costs more than it saves.
+const addVecMin = 16
+
+// addElemsGo is the pure-Go Sum/Avg kernel: out[i] = a[i] + b[i]. It is the
+// reference for, and fallback of, addElems.
+func addElemsGo[T Numeric](out, a, b []T) {
+	a = a[:len(out)]
+	b = b[:len(out)]
+	for i := range out {
+		out[i] = a[i] + b[i]
 	}
 }
 

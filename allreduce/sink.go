@@ -5,6 +5,9 @@ type copySink struct{ dst []byte }
 
 func (s *copySink) Consume(off int, p []byte) { copy(s.dst[off:], p) }
 
+// Place is where the received bytes go (transport.Placer).
+func (s *copySink) Place(n int) []byte { return s.dst[:n] }
+
 // combineSink reduces received bytes with local into out:
 // out[i] = local[i] op received[i]. out may alias local.
 type combineSink struct {

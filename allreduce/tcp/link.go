@@ -47,11 +47,13 @@ var errInterrupted = errors.New("send interrupted")
 
 // want is what a receiver expects of the next message.
 type want struct {
-	h transport.Header
-	n int64
+	h   transport.Header
+	n   int64
+	dst []byte // where the payload goes (a transport.Placer's), or nil: pieces
 }
 
-// piece is a filled receive buffer, or the end of a message in error.
+// piece is a filled receive buffer, n bytes placed in the receiver's
+// destination (buf nil), or the end of a message in error.
 type piece struct {
 	buf []byte
 	n   int
@@ -95,6 +97,12 @@ type link struct {
 	rtimer   *time.Timer
 	mismatch atomic.Pointer[transport.MismatchError] // found by the reader, to be nacked
 	nackOnce sync.Once
+
+	// dmu is held by the reader while it reads into a receiver's
+	// destination; a receive that gives up takes it to revoke the
+	// destination, after which the reader discards instead.
+	dmu        sync.Mutex
+	dstRevoked bool // under dmu
 }
 
 func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
@@ -473,27 +481,70 @@ func (l *link) deliver(f *frame) bool {
 		}
 	}
 	for off := int64(0); off < f.length; {
-		var buf []byte
-		select {
-		case buf = <-l.free:
-		case <-l.failed:
-			return l.discard(f.length - off)
-		case <-l.c.dead:
-			return l.discard(f.length - off)
-		}
 		n := int(min(int64(pieceSize), f.length-off))
-		if _, err := io.ReadFull(l.br, buf[:n]); err != nil {
-			l.readFailed(err, true)
-			return false
+		p := piece{n: n}
+		if w.dst != nil {
+			placed, err := l.place(w.dst[off : off+int64(n)])
+			if err != nil {
+				l.readFailed(err, true)
+				return false
+			}
+			if !placed {
+				return l.discard(f.length - off)
+			}
+		} else {
+			select {
+			case p.buf = <-l.free:
+			case <-l.failed:
+				return l.discard(f.length - off)
+			case <-l.c.dead:
+				return l.discard(f.length - off)
+			}
+			if _, err := io.ReadFull(l.br, p.buf[:n]); err != nil {
+				l.readFailed(err, true)
+				return false
+			}
 		}
 		off += int64(n)
 		select {
-		case l.pieces <- piece{buf: buf, n: n}:
+		case l.pieces <- p:
 		case <-l.failed:
 			return l.discard(f.length - off)
 		}
 	}
 	return true
+}
+
+// place reads len(b) payload bytes straight into b, part of a receiver's
+// destination, unless the receiver has given up on it (placed false).
+func (l *link) place(b []byte) (placed bool, err error) {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.dstRevoked {
+		return false, nil
+	}
+	select {
+	case <-l.failed:
+		return false, nil
+	default:
+	}
+	if _, err := io.ReadFull(l.br, b); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// revoke takes back a destination from the reader after a receive gave
+// up: once it returns the reader no longer writes into it. A read into
+// the destination under way is ended by moving the read deadline into the
+// past; the link has failed (or this endpoint is closing) anyway.
+func (l *link) revoke() {
+	if !l.dmu.TryLock() {
+		l.poll.interrupt()
+		l.dmu.Lock()
+	}
+	l.dstRevoked = true
+	l.dmu.Unlock()
 }
 
 func (l *link) discard(n int64) bool {
@@ -504,12 +555,27 @@ func (l *link) discard(n int64) bool {
 	return true
 }
 
-// recv receives the next message, which must carry h and n bytes, into sink.
+// recv receives the next message, which must carry h and n bytes, into
+// sink. The reader reads the payload straight into a transport.Placer's
+// destination; other sinks get it in pieces.
 func (l *link) recv(ctx context.Context, h transport.Header, n int, sink transport.Sink) error {
+	var dst []byte
+	if pl, ok := sink.(transport.Placer); ok && n > 0 {
+		dst = pl.Place(n)
+	}
 	l.poll.expect(n)
-	defer l.poll.done()
+	err := l.receive(ctx, want{h: h, n: int64(n), dst: dst}, sink)
+	l.poll.done()
+	if err != nil && dst != nil {
+		l.revoke()
+	}
+	return err
+}
+
+func (l *link) receive(ctx context.Context, w want, sink transport.Sink) error {
+	n := int(w.n)
 	select {
-	case l.want <- want{h: h, n: int64(n)}:
+	case l.want <- w:
 	default:
 		// A receive that gave up left its expectation queued.
 		return l.unusable()
@@ -548,11 +614,11 @@ func (l *link) recv(ctx context.Context, h transport.Header, n int, sink transpo
 			l.nack()
 			return p.err
 		}
-		if p.n > 0 {
+		if p.buf != nil {
 			sink.Consume(off, p.buf[:p.n])
-			off += p.n
 			l.free <- p.buf
 		}
+		off += p.n
 		if off >= n {
 			return nil
 		}

@@ -86,6 +86,13 @@ func (p *poller) setReadDeadline(t time.Time) {
 	p.mu.Unlock()
 }
 
+// interrupt ends the reader's read for good: no more polling, and a read
+// deadline in the past.
+func (p *poller) interrupt() {
+	p.until.Store(0)
+	p.setReadDeadline(time.Unix(1, 0))
+}
+
 // unkick reports whether err is a kick's doing, and if so restores the
 // read deadline.
 func (p *poller) unkick(err error) bool {

@@ -54,6 +54,16 @@ type Sink interface {
 	Consume(off int, p []byte)
 }
 
+// Placer is an optional capability of a Sink that copies every piece
+// verbatim into one buffer: Place returns the n bytes where the message's
+// payload goes, so that a transport may deposit it there itself (read a
+// socket straight into it, say) instead of calling Consume, saving a
+// copy. A transport that does so must not touch the buffer once the
+// receive has returned, whether it succeeded or failed.
+type Placer interface {
+	Place(n int) []byte
+}
+
 // Conn is one rank's endpoint of a group of Size ranks.
 type Conn interface {
 	// Rank is this endpoint's rank.
