@@ -373,12 +373,14 @@ func (l *link) shutdown(typ, flags byte, cause []byte) {
 func (l *link) kill() {
 	_ = l.nc.SetLinger(0)
 	_ = l.nc.Close()
+	l.poll.close()
 }
 
 // ---- reading ----
 
 func (l *link) readLoop() {
 	defer close(l.rexit)
+	defer l.poll.close()
 	defer l.nc.Close()
 	var hb [headerLen]byte
 	var f frame

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -37,7 +38,12 @@ const spinMaxBytes = 64 << 10
 // into the past (an in-process wake-up, no system call on the peer's
 // side); the reader restores the deadline and polls.
 type poller struct {
-	nc     *net.TCPConn
+	nc *net.TCPConn
+	// file is a duplicate of nc's descriptor that the reader reads through
+	// (poll_linux.go): unlike the net package's, its raw access reports a
+	// deadline (a kick) without allocating an error. nil where unsupported:
+	// the reader then reads nc, and never polls.
+	file   *os.File
 	epoch  time.Time
 	budget int64 // nanoseconds; 0 never polls
 
@@ -50,7 +56,29 @@ type poller struct {
 }
 
 func newPoller(nc *net.TCPConn, budget time.Duration) *poller {
-	return &poller{nc: nc, epoch: time.Now(), budget: int64(max(budget, 0))}
+	p := &poller{nc: nc, epoch: time.Now(), budget: int64(max(budget, 0))}
+	p.file = readFile(nc)
+	if p.file == nil {
+		p.budget = 0
+	}
+	return p
+}
+
+// setDeadline sets the read deadline where the reader reads.
+func (p *poller) setDeadline(t time.Time) {
+	if p.file != nil {
+		_ = p.file.SetReadDeadline(t)
+	} else {
+		_ = p.nc.SetReadDeadline(t)
+	}
+}
+
+// close closes the reader's descriptor (the socket closes with its last
+// descriptor, so the link closes nc and this).
+func (p *poller) close() {
+	if p.file != nil {
+		_ = p.file.Close()
+	}
 }
 
 func (p *poller) now() int64 { return int64(time.Since(p.epoch)) }
@@ -63,7 +91,7 @@ func (p *poller) expect(n int) {
 	p.until.Store(p.now() + p.budget)
 	if p.parked.Load() && p.kicked.CompareAndSwap(false, true) {
 		p.mu.Lock()
-		_ = p.nc.SetReadDeadline(time.Unix(1, 0))
+		p.setDeadline(time.Unix(1, 0))
 		p.mu.Unlock()
 	}
 }
@@ -82,7 +110,7 @@ func (p *poller) hot() bool {
 func (p *poller) setReadDeadline(t time.Time) {
 	p.mu.Lock()
 	p.deadline = t
-	_ = p.nc.SetReadDeadline(t)
+	p.setDeadline(t)
 	p.mu.Unlock()
 }
 
@@ -100,7 +128,7 @@ func (p *poller) unkick(err error) bool {
 		return false
 	}
 	p.mu.Lock()
-	_ = p.nc.SetReadDeadline(p.deadline)
+	p.setDeadline(p.deadline)
 	p.mu.Unlock()
 	return true
 }
@@ -113,12 +141,18 @@ type sockReader struct{ p *poller }
 func (r *sockReader) Read(b []byte) (int, error) {
 	for {
 		n, err := r.read(b)
-		if err != nil && r.p.unkick(err) {
+		if err == nil || err == io.EOF {
+			return n, err
+		}
+		if r.p.unkick(err) {
 			if n > 0 {
 				return n, nil
 			}
 			continue
 		}
-		return n, err
+		if _, ok := err.(*net.OpError); ok {
+			return n, err
+		}
+		return n, &net.OpError{Op: "read", Net: "tcp", Source: r.p.nc.LocalAddr(), Addr: r.p.nc.RemoteAddr(), Err: err}
 	}
 }
