@@ -27,6 +27,24 @@
 // step (Exchange) sends to the right and receives from the left at once.
 // In steady state a message allocates nothing.
 //
+// Receiving into a transport.Placer's destination (an all-gather's or a
+// broadcast's), the reader reads the socket straight into it, saving a
+// copy; a receive that gives up revokes the destination first (link.revoke),
+// so nothing is written there after it returns.
+//
+// Small messages: a reader parked in the runtime's network poller is woken
+// through epoll and the schedulers, which with several ranks per core costs
+// more than the message. While a receive of at most 64 KiB waits, its
+// link's reader instead polls the socket with non-blocking reads, yielding
+// the processor to the Go scheduler and to the operating system between
+// polls (as OpenMPI does when oversubscribed), for at most Config.Spin
+// (default 2 ms; negative disables). A receive that starts while the reader
+// is parked kicks it out of the poller by moving its read deadline (poll.go).
+// Linux only; elsewhere readers always park.
+//
+// Writes: payloads up to 4 KiB are written on the caller's goroutine, larger
+// ones by the link's writer goroutine in 4 MiB chunks.
+//
 // A rank may message itself (a ring of one does): such messages never
 // touch the network; the sink reads the sender's buffer.
 //
