@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -80,6 +81,12 @@ var _ transport.Exchanger = (*Conn)(nil)
 // MASTER_ADDR:MASTER_PORT — and dials the TCP mesh, authenticated with
 // RINGDDP_SECRET. Without launcher variables it is rank 0 of a job of one.
 //
+// Like the ringddp launcher, Connect divides the cores among the ranks of
+// this host (GOMAXPROCS = GOMAXPROCS / local ranks, at least 1) unless
+// GOMAXPROCS is set: under mpirun, srun or torchrun, ranks that each
+// schedule goroutines on every core interfere (8-byte all-reduce latency,
+// 4 ranks on 2 cores: 575 µs against 118 µs with one P each).
+//
 // The returned endpoint is a *Conn; closing it (the allreduce.Group that
 // owns it does) also closes the store, so rank 0 keeps serving the store
 // for as long as its endpoint is open.
@@ -102,6 +109,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		return nil, env, err
 	}
 	insecure = insecure || opts.Insecure
+	shareCores(env, getenv)
 	switch {
 	case insecure && len(env.Secret) > 0:
 		return nil, env, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
@@ -148,4 +156,14 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		return nil, env, fmt.Errorf("launch: %w", err)
 	}
 	return &Conn{Conn: c, store: store}, env, nil
+}
+
+// shareCores sets GOMAXPROCS to this rank's share of the cores when the
+// environment says how many ranks run on this host and GOMAXPROCS is not
+// set.
+func shareCores(env rendezvous.Env, getenv func(string) string) {
+	if getenv("GOMAXPROCS") != "" || env.LocalWorldSize < 2 {
+		return
+	}
+	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/env.LocalWorldSize))
 }
