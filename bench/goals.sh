@@ -25,6 +25,12 @@ for i in 1 2; do
 	bench/mpi/run.sh shm -min 8 -max 8 -iters 2000 -warmup 200 | tail -3
 done
 
+echo "### TCP (4 processes on loopback) vs OpenMPI's TCP BTL: 8 B and 64 MiB, alternating rounds"
+ROUNDS=5 bench/tcp_vs_mpi.sh 8 2000
+ROUNDS=5 bench/tcp_vs_mpi.sh 64M 10
+NP=2 ROUNDS=3 bench/tcp_vs_mpi.sh 8 2000
+NP=2 ROUNDS=3 bench/tcp_vs_mpi.sh 64M 10
+
 echo "### DDP: samples/s and comm wait, global batch 256, 1 epoch"
 for blas in "" -openblas; do
 	for r in 1 2 4; do
