@@ -109,6 +109,10 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		return nil, env, err
 	}
 	insecure = insecure || opts.Insecure
+	spin, err := spinEnv(getenv)
+	if err != nil {
+		return nil, env, err
+	}
 	shareCores(env, getenv)
 	switch {
 	case insecure && len(env.Secret) > 0:
@@ -148,6 +152,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	if insecure {
 		cfg.Secret = nil
 	}
+	cfg.Spin = spin
 	c, err := tcp.Dial(ctx, cfg)
 	if err != nil {
 		if store != nil {

@@ -2,7 +2,9 @@ package launch
 
 import (
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
@@ -34,5 +36,22 @@ func TestShareCores(t *testing.T) {
 		if got := runtime.GOMAXPROCS(0); got != tc.want {
 			t.Errorf("%d procs, %d local ranks, GOMAXPROCS=%q: got %d, want %d", tc.procs, tc.local, tc.gomaxprocs, got, tc.want)
 		}
+	}
+}
+
+func TestSpinEnv(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 0, "off": -1, "0": -1, "500us": 500 * time.Microsecond, "-1s": -time.Second, "5ms": 5 * time.Millisecond} {
+		got, err := spinEnv(func(k string) string {
+			if k == EnvSpin {
+				return v
+			}
+			return ""
+		})
+		if err != nil || got != want {
+			t.Errorf("%s=%q: got %v, %v; want %v", EnvSpin, v, got, err, want)
+		}
+	}
+	if _, err := spinEnv(func(string) string { return "fast" }); err == nil || !strings.Contains(err.Error(), EnvSpin) {
+		t.Errorf("a malformed %s: got %v, want an error naming it", EnvSpin, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
@@ -17,6 +18,9 @@ const (
 	EnvSecret   = "RINGDDP_SECRET"   // the job's shared secret
 	EnvInsecure = "RINGDDP_INSECURE" // "1": run without a secret (explicit opt-out)
 	EnvRunID    = "RINGDDP_RUN_ID"   // the run id (namespaces the store's keys)
+	// EnvSpin is tcp.Config.Spin as a Go duration ("2ms", "500us"); "off"
+	// or a negative duration never polls.
+	EnvSpin = "RINGDDP_TCP_SPIN"
 )
 
 // DefaultRunID is the run id when no variable names one.
@@ -166,4 +170,24 @@ func splitMaster(s string) (host string, port int, err error) {
 		}
 	}
 	return "", 0, fmt.Errorf("-master %q: want host:port (a port 1..65535), e.g. node0.example:29500 or 10.0.0.1:29500", s)
+}
+
+// spinEnv reads EnvSpin: the tcp transport's polling budget (0: its
+// default).
+func spinEnv(getenv func(string) string) (time.Duration, error) {
+	v := getenv(EnvSpin)
+	switch v {
+	case "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("launch: %s=%q: want a duration such as 2ms, or off", EnvSpin, v)
+	}
+	if d == 0 {
+		d = -1
+	}
+	return d, nil
 }
