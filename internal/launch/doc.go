@@ -52,7 +52,10 @@
 // TORCHELASTIC_RUN_ID, else SLURM_JOB_ID, else "default". A peer that dies
 // or stalls makes every pending and later collective fail within the
 // transport's timeout (Options.Timeout, default 30 s as in gloo) with an
-// error naming the rank.
+// error naming the rank. RINGDDP_TCP_SPIN sets how long a small receive
+// polls its socket (tcp.Config.Spin; "off" never polls). Unless GOMAXPROCS
+// is set, a rank whose launcher says how many ranks share its host takes
+// its share of the cores, as under the ringddp launcher.
 //
 // Security: the secret authenticates every connection (store and mesh);
 // frames are neither encrypted nor MACed afterwards, as in gloo and NCCL, so
