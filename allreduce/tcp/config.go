@@ -65,7 +65,7 @@ type Config struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Default 4 MiB; negative
 	// leaves the kernel's defaults (and its buffer autotuning).
 	SocketBuffer int
-	// Spin is how long a receive of at most 64 KiB makes its link's reader
+	// Spin is how long a receive of at most 1 MiB makes its link's reader
 	// poll the socket, instead of parking in the network poller (see
 	// poller): CPU traded for small-message latency. Default 2 ms;
 	// negative never polls.

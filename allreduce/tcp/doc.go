@@ -34,7 +34,7 @@
 //
 // Small messages: a reader parked in the runtime's network poller is woken
 // through epoll and the schedulers, which with several ranks per core costs
-// more than the message. While a receive of at most 64 KiB waits, its
+// more than the message. While a receive of at most 1 MiB waits, its
 // link's reader instead polls the socket with non-blocking reads, yielding
 // the processor to the Go scheduler and to the operating system between
 // polls (as OpenMPI does when oversubscribed), for at most Config.Spin
