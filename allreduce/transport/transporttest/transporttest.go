@@ -62,6 +62,7 @@ func Run(t *testing.T, newConns func(t *testing.T, n int) []transport.Conn, opts
 	}{
 		{"RankSize", s.rankSize},
 		{"SendRecv", s.sendRecv},
+		{"Placer", s.placer},
 		{"SendRecvAllPairs", s.sendRecvAllPairs},
 		{"ManyInOrder", s.manyInOrder},
 		{"HeaderMismatch", s.headerMismatch},
@@ -243,6 +244,39 @@ func transfer(t *testing.T, ctx context.Context, conns []transport.Conn, a, b in
 	}
 	if err := await(t, recvd, bound, "Recv"); err != nil {
 		t.Error(err)
+	}
+}
+
+// placeSink is a transport.Placer over dst; a transport may place the
+// payload there itself or hand it to Consume.
+type placeSink struct{ dst []byte }
+
+func (p *placeSink) Place(n int) []byte        { return p.dst[:n] }
+func (p *placeSink) Consume(off int, b []byte) { copy(p.dst[off:], b) }
+
+// placer: a Placer's destination holds each payload after Recv, and the
+// bytes past it are untouched, whether the transport placed the payload or
+// consumed it.
+func (s *suite) placer(t *testing.T) {
+	conns := s.conns(t, 2)
+	ctx := boundCtx(t)
+	const guard = 64
+	for i, n := range append(sizes, 3<<20+5) {
+		p := payload(uint64(i), n)
+		sent := goRun(func() error { return conns[0].Send(ctx, 1, header(i), p) })
+		sink := &placeSink{dst: bytes.Repeat([]byte{0xa5}, n+guard)}
+		if err := conns[1].Recv(ctx, 0, header(i), n, sink); err != nil {
+			t.Fatalf("Recv of %d bytes into a Placer: %v", n, err)
+		}
+		if err := await(t, sent, bound, "Send"); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(sink.dst[:n], p) {
+			t.Fatalf("%d bytes: the destination does not hold the payload", n)
+		}
+		if !bytes.Equal(sink.dst[n:], bytes.Repeat([]byte{0xa5}, guard)) {
+			t.Fatalf("%d bytes: bytes past the destination were written", n)
+		}
 	}
 }
 
