@@ -6,12 +6,10 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// useAVX2 reports whether the CPU supports AVX2 (and the OS saves the YMM
-// state). It is read once at package init and never written again.
-var useAVX2 = cpu.X86.HasAVX2
-
-// haveVecAdd reports whether addElemsVec runs vector code on this machine.
-var haveVecAdd = useAVX2
+// haveVecAdd reports whether the CPU supports AVX2 (and the OS saves the
+// YMM state), so that addElemsVec runs vector code. It is read once at
+// package init and never written again.
+var haveVecAdd = cpu.X86.HasAVX2
 
 // The AVX2 add kernels in add_amd64.s set out[i] = a[i] + b[i] for
 // i < n, n >= 0. out may alias a or b exactly; partial overlaps are not
@@ -30,19 +28,19 @@ func addInt32AVX2(out, a, b *int32, n int)
 //go:noescape
 func addInt64AVX2(out, a, b *int64, n int)
 
-// addVec runs addElems through the AVX2 kernels when that pays: len(out) is
+// addVec runs out[i] = a[i] + b[i] through the AVX2 kernels when that pays: len(out) is
 // at least addVecMin and the CPU has AVX2. It reports whether it did; if not,
 // the caller runs the Go loop. It is small enough to be inlined, so short
 // inputs (the 8-byte latency path adds 2 elements) pay no extra call.
 func addVec[T Numeric](out, a, b []T) bool {
-	if len(out) < addVecMin || !useAVX2 {
+	if len(out) < addVecMin || !haveVecAdd {
 		return false
 	}
 	addElemsVec(out, a, b)
 	return true
 }
 
-// addElemsVec is addElems through the AVX2 kernels for any length, with no
+// addElemsVec is the Sum kernel through the AVX2 kernels for any length, with no
 // short-input fast path. Callers must have checked haveVecAdd.
 func addElemsVec[T Numeric](out, a, b []T) {
 	n := len(out)

@@ -6,7 +6,7 @@ package allreduce
 const haveVecAdd = false
 
 // addVec reports false: only amd64 has vector add kernels (add_amd64.s), so
-// addElems always runs the Go loop here.
+// Sum always runs the Go loop here.
 func addVec[T Numeric](out, a, b []T) bool { return false }
 
 // addElemsVec is addElemsGo: there are no vector kernels on this platform.

@@ -46,7 +46,6 @@ func newConn(cfg Config) *Conn {
 		setupFails: make(chan *link, cfg.Size),
 	}
 	c.self = newSelfLink(c)
-
 	return c
 }
 

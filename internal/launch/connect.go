@@ -170,5 +170,9 @@ func shareCores(env rendezvous.Env, getenv func(string) string) {
 	if getenv("GOMAXPROCS") != "" || env.LocalWorldSize < 2 {
 		return
 	}
-	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/env.LocalWorldSize))
+	runtime.GOMAXPROCS(coreShare(env.LocalWorldSize))
 }
+
+// coreShare is one rank's share of this process's processors when ranks
+// of a host share them: GOMAXPROCS / ranks, at least 1.
+func coreShare(ranks int) int { return max(1, runtime.GOMAXPROCS(0)/ranks) }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// The host's processors shared among its ranks, as in-process ranks
 		// share them: no more scheduler threads than cores, which halves
 		// small-message latency on a busy host (see docs/multiprocess.md).
-		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/cfg.Ranks)))
+		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(coreShare(cfg.Ranks)))
 	}
 
 	out := &syncWriter{w: cfg.Stdout}
