@@ -3,6 +3,7 @@ package allreduce
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -93,15 +94,85 @@ func describeHeader(h transport.Header) string {
 	return describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
 }
 
-// callError gives err the context of the call it ended, and spells out a
-// mismatch as the two calls that disagree.
+// DescribeCall renders the collective a message header belongs to as
+// errors name it: "#3 AllReduce(float32 × 1000, Sum)".
+func DescribeCall(h transport.Header) string { return describeHeader(h) }
+
+// callError gives err the context of the call it ended. A mismatch that
+// involves this rank's call is spelled out as the two calls that disagree,
+// this rank's first, whether this rank found it or learnt it from the
+// peer that did (the peer's abort cause). A mismatch between two other
+// ranks, relayed inside a peer's abort cause, is never reported as this
+// rank's own: the error names this rank's call, then the two calls that
+// disagree, the rank that found it and the ranks that relayed it here.
 func callError(rank int, seq uint64, c *call, err error) error {
 	var mm *transport.MismatchError
 	if errors.As(err, &mm) {
-		return fmt.Errorf("allreduce: rank %d called %s (message of %d bytes) but rank %d called %s (message of %d bytes): %w",
-			rank, describeHeader(mm.Local), mm.LocalBytes, mm.Peer, describeHeader(mm.Remote), mm.RemoteBytes, err)
+		via := relays(err)
+		if own, ok := mm.From(rank); ok {
+			found := ""
+			if mm.Rank != rank {
+				found = fmt.Sprintf(" (found by rank %d%s)", mm.Rank, viaText(via, mm.Rank))
+			}
+			return fmt.Errorf("allreduce: rank %d called %s (message of %d bytes) but rank %d called %s (message of %d bytes)%s: %w",
+				rank, describeHeader(own.Local), own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
+		}
+		return fmt.Errorf("allreduce: rank %d, %s: rank %d called %s but rank %d called %s (found by rank %d%s): %w",
+			rank, describe(seq, c.kind, c.dt, c.op, c.root, int64(c.count)),
+			mm.Rank, describeHeader(mm.Local), mm.Peer, describeHeader(mm.Remote), mm.Rank, viaText(via, mm.Rank), err)
 	}
 	return fmt.Errorf("allreduce: rank %d, %s: %w", rank, describe(seq, c.kind, c.dt, c.op, c.root, int64(c.count)), err)
+}
+
+// relays lists the ranks whose failures err passed through, outermost
+// first: the Peer of each *transport.PeerError on the way down the chain
+// to the first *transport.MismatchError.
+func relays(err error) []int {
+	var out []int
+	for err != nil {
+		if _, ok := err.(*transport.MismatchError); ok {
+			return out
+		}
+		if pe, ok := err.(*transport.PeerError); ok {
+			out = append(out, pe.Peer)
+			err = pe.Err
+			continue
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			var next error
+			for _, e := range u.Unwrap() {
+				var mm *transport.MismatchError
+				if errors.As(e, &mm) {
+					next = e
+					break
+				}
+			}
+			err = next
+		default:
+			return out
+		}
+	}
+	return out
+}
+
+// viaText is ", relayed by rank 2, rank 1" for the ranks of via other than
+// the finder, or "".
+func viaText(via []int, finder int) string {
+	s := ""
+	for _, r := range via {
+		if r == finder {
+			continue
+		}
+		if s == "" {
+			s = ", relayed by rank " + strconv.Itoa(r)
+		} else {
+			s += ", rank " + strconv.Itoa(r)
+		}
+	}
+	return s
 }
 
 // validate checks the call on this rank before any communication.

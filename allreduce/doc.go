@@ -36,13 +36,27 @@
 // (transport.PeerMemory: in-process ranks), and elsewhere recursive
 // doubling up to 64 KiB (latency) and the ring above (bandwidth).
 //
-// Avg is Sum followed by one division by N of each element, done once by the
-// rank that owns the element (so every rank ends bitwise identical). Every
-// chunk is reduced in a fixed rank order, so results are also identical run
-// to run.
+// Exactness: every rank ends bitwise identical, whatever the values (±0,
+// NaN payloads, ±Inf, denormals), and the same run to run. For floats
+// a op b and b op a can differ (Max of +0 and -0, the payload of NaN + NaN),
+// so no algorithm lets two ranks compute one value with the operands in
+// different orders: the ring and the two-shot direct algorithm reduce each
+// chunk once, on its owner, in a fixed order and copy the result; one-shot
+// direct reduces in rank order on every rank; recursive doubling takes the
+// lower rank's operand first at every step. Avg is Sum followed by one
+// division by N of each element, done once by the rank that owns it.
 //
 // Failures: the first error of any collective poisons the Group. Every later
 // call fails at once with the original cause, and the transport is told to
 // abort, so peers blocked on this rank fail at once too instead of waiting
 // for their timeout.
+//
+// Mismatches: ranks that issue different collectives (kind, count, dtype,
+// op or root) each get an error naming both calls and the ranks that made
+// them — from the mismatched call itself or, for a rank whose part of it
+// was already complete (a broadcast leaf that got its data, say), from its
+// next call on the Group (ErrGroupFailed wrapping the cause). The error
+// wraps a *transport.MismatchError whose Rank and Peer are the two ranks;
+// a rank that learns of a mismatch between two others reports it as
+// theirs, with the rank that found it and the ranks that relayed it.
 package allreduce

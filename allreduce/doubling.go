@@ -15,10 +15,16 @@ import (
 // 2R fold in pairs (even rank r sends its buffer to r+1 and sits out); the
 // remaining P ranks, renumbered 0..P-1, exchange whole buffers with the
 // partner whose number differs in bit k, for k = 0, 1, ...; then every odd
-// rank below 2R sends the result back to its even partner. Partners combine
-// the same two operands (a op b = b op a exactly for Sum, Prod, Max and Min
-// on numbers), and every rank follows the same pairing tree, so all ranks
-// end bitwise identical.
+// rank below 2R sends the result back to its even partner.
+//
+// Operand order: a op b and b op a differ in floating point — Max and Min
+// of +0 and -0 keep whichever comes first or second, and the sum of two
+// NaNs keeps one operand's payload — so partners must not each put their
+// own buffer first. Every combination takes the operand of the lower
+// (renumbered) rank first: at step k all ranks whose number has bit k
+// clear hold the same value A and their partners the same value B, and
+// every one of them computes A op B. So every rank ends bitwise identical
+// whatever the values, and the same run to run.
 
 // doublingMaxBytes is the largest buffer Auto reduces by recursive doubling
 // on transports without shared memory; larger buffers take the ring.
@@ -59,7 +65,7 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 			if err != nil {
 				return err
 			}
-			combineBytes(c.dt, c.op, buf, buf, peer)
+			combineBytes(c.dt, c.op, buf, peer, buf) // rank r-1's operand first
 			newRank = r / 2
 		}
 	}
@@ -79,7 +85,11 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 			if err != nil {
 				return err
 			}
-			combineBytes(c.dt, c.op, buf, buf, peer)
+			if newRank < newRank^mask {
+				combineBytes(c.dt, c.op, buf, buf, peer)
+			} else {
+				combineBytes(c.dt, c.op, buf, peer, buf)
+			}
 		}
 	}
 	// Unfold: odd ranks below 2·rem return the result to their partner.

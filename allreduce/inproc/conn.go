@@ -69,6 +69,9 @@ func (c *Conn) kill(cause error) {
 		c.cause = cause
 		close(c.dead)
 		c.world.noteFailure(c.rank)
+		if !errors.Is(cause, transport.ErrClosed) {
+			c.world.noteAbort(c.rank)
+		}
 	})
 }
 
@@ -223,9 +226,23 @@ func (c *Conn) park(ctx context.Context, l *link, peer int, want uint32, wake ch
 			return cutErr(c.rank, peer)
 		case <-t.C:
 			return &transport.TimeoutError{Peer: peer, What: what, After: c.world.timeout.String()}
+		case <-c.world.aborted:
+			if l.state.Load() == want {
+				return nil
+			}
+			return c.abortedErr()
 		}
 	}
 	return nil
+}
+
+// abortedErr is the error of a call cut short because a rank aborted.
+func (c *Conn) abortedErr() error {
+	r := c.world.firstAborted()
+	if r == c.rank {
+		return c.deadErr()
+	}
+	return c.peerErr(r)
 }
 
 // retract takes back a buffer the receiver has not picked up, or, if it
@@ -252,18 +269,48 @@ func (c *Conn) take(ctx context.Context, from int, h transport.Header, n int, si
 	}
 	if !l.state.CompareAndSwap(statePosted, stateTaken) {
 		// The sender gave up between our check and now.
-		return &transport.PeerError{Peer: from, Err: fmt.Errorf("rank %d withdrew its message", from)}
+		return c.withdrawn(ctx, l, from, "message")
 	}
 	var err error
 	if l.h != h || len(l.p) != n {
-		l.verdict = &transport.MismatchError{Peer: c.rank, Local: l.h, LocalBytes: len(l.p), Remote: h, RemoteBytes: n}
-		err = &transport.MismatchError{Peer: from, Local: h, LocalBytes: n, Remote: l.h, RemoteBytes: len(l.p)}
+		l.verdict = &transport.MismatchError{Rank: from, Peer: c.rank, Local: l.h, LocalBytes: len(l.p), Remote: h, RemoteBytes: n}
+		err = &transport.MismatchError{Rank: c.rank, Peer: from, Local: h, LocalBytes: n, Remote: l.h, RemoteBytes: len(l.p)}
 	} else if n > 0 {
 		sink.Consume(0, l.p)
 	}
 	l.state.Store(stateDone)
 	poke(l.sendWake)
 	return err
+}
+
+// withdrawn explains a message or exposed buffer that rank from took back
+// before this rank could take it. A sender withdraws only when its own call
+// failed, and a Group aborts its transport right after a failed call, so
+// the sender's abort cause, which says why (a mismatch it found, say), is
+// about to arrive: wait for it rather than report the bare withdrawal,
+// which would then become the cause every other rank inherits. The wait
+// ends early if the sender posts again (it went on without aborting), this
+// rank fails, ctx ends or the timeout passes.
+func (c *Conn) withdrawn(ctx context.Context, l *link, from int, what string) error {
+	bare := &transport.PeerError{Peer: from, Err: fmt.Errorf("rank %d withdrew its %s", from, what)}
+	t := time.NewTimer(c.world.timeout)
+	defer t.Stop()
+	for l.state.Load() != statePosted {
+		select {
+		case <-c.world.conns[from].dead:
+			return c.peerErr(from)
+		case <-c.dead:
+			return c.deadErr()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return bare
+		case <-c.world.aborted:
+			return c.abortedErr()
+		case <-l.recvWake:
+		}
+	}
+	return bare
 }
 
 func (c *Conn) sleep(ctx context.Context, t *time.Timer, d time.Duration) error {

@@ -2,7 +2,6 @@ package inproc
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"time"
 
@@ -48,15 +47,15 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 		}
 		if !l.state.CompareAndSwap(statePosted, stateTaken) {
 			c.withdraw()
-			return nil, &transport.PeerError{Peer: q, Err: fmt.Errorf("rank %d withdrew its buffer", q)}
+			return nil, c.withdrawn(ctx, l, q, "buffer")
 		}
 		// The link is ours now: its header and buffer are stable.
 		gotH, gotP := l.h, l.p
 		if gotH != h || len(gotP) != len(p) {
-			l.verdict = &transport.MismatchError{Peer: c.rank, Local: gotH, LocalBytes: len(gotP), Remote: h, RemoteBytes: len(p)}
+			l.verdict = &transport.MismatchError{Rank: q, Peer: c.rank, Local: gotH, LocalBytes: len(gotP), Remote: h, RemoteBytes: len(p)}
 			l.state.Store(stateDone)
 			poke(l.sendWake)
-			return nil, &transport.MismatchError{Peer: q, Local: h, LocalBytes: len(p), Remote: gotH, RemoteBytes: len(gotP)}
+			return nil, &transport.MismatchError{Rank: c.rank, Peer: q, Local: h, LocalBytes: len(p), Remote: gotH, RemoteBytes: len(gotP)}
 		}
 		views[q] = gotP
 	}
@@ -124,6 +123,11 @@ func (c *Conn) awaitStage(ctx context.Context, q int, peer *Conn) error {
 			return c.peerErr(q)
 		case <-t.C:
 			return &transport.TimeoutError{Peer: q, What: "barrier", After: c.world.timeout.String()}
+		case <-c.world.aborted:
+			if peer.stage.Load() >= c.arrivals {
+				return nil
+			}
+			return c.abortedErr()
 		case <-c.world.failed:
 			if peer.stage.Load() >= c.arrivals {
 				return nil

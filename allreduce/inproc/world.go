@@ -37,7 +37,27 @@ type World struct {
 	failed     chan struct{} // closed when the first rank dies or closes
 	failOnce   sync.Once
 	failedRank atomic.Int64 // that rank, or -1
+
+	// aborted is closed when the first rank aborts (Abort, not Close):
+	// the world's collective is then over for everyone, so every rank's
+	// blocked call fails with that rank's cause, even a call blocked on
+	// a third rank that is alive but waiting in turn (a mismatch can tie
+	// the survivors into a cycle that nothing else would break before
+	// the timeout). A tcp endpoint does the same on an abort frame.
+	aborted     chan struct{}
+	abortOnce   sync.Once
+	abortedRank atomic.Int64 // that rank, or -1
 }
+
+func (w *World) noteAbort(rank int) {
+	w.abortOnce.Do(func() {
+		w.abortedRank.Store(int64(rank))
+		close(w.aborted)
+	})
+}
+
+// firstAborted is the first rank that aborted, or -1.
+func (w *World) firstAborted() int { return int(w.abortedRank.Load()) }
 
 func (w *World) noteFailure(rank int) {
 	w.failOnce.Do(func() {
@@ -54,8 +74,9 @@ func NewWorld(n int, opts ...Option) (*World, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("inproc: world size %d: %w (need at least 1 rank)", n, transport.ErrInvalid)
 	}
-	w := &World{size: n, timeout: DefaultTimeout, failed: make(chan struct{})}
+	w := &World{size: n, timeout: DefaultTimeout, failed: make(chan struct{}), aborted: make(chan struct{})}
 	w.failedRank.Store(-1)
+	w.abortedRank.Store(-1)
 	for _, o := range opts {
 		o(w)
 	}

@@ -135,19 +135,6 @@ func addrKey(runID string, rank int) string {
 	return fmt.Sprintf("ringddp/tcp/%s/addr/%d", runID, rank)
 }
 
-// AbortError is the cause a peer sent when it aborted. It unwraps to
-// transport.ErrMismatch when the peer aborted over a collective mismatch.
-type AbortError struct {
-	Rank     int    // the rank that aborted
-	Cause    string // its cause, as text
-	Mismatch bool   // the cause was a collective mismatch
-}
-
-func (e *AbortError) Error() string { return "aborted: " + e.Cause }
-
-// Is makes errors.Is(err, transport.ErrMismatch) hold for a mismatch abort.
-func (e *AbortError) Is(target error) bool { return e.Mismatch && target == transport.ErrMismatch }
-
 // errPeerClosed: the peer closed its endpoint (a goodbye frame).
 var errPeerClosed = errors.New("closed its endpoint")
 

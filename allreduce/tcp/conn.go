@@ -236,13 +236,7 @@ func (c *Conn) shutdown(cause error) {
 		var text []byte
 		if !errors.Is(cause, transport.ErrClosed) {
 			typ = typeAbort
-			if errors.Is(cause, transport.ErrMismatch) {
-				flags = flagMismatch
-			}
-			text = []byte(cause.Error())
-			if len(text) > maxCauseLen {
-				text = text[:maxCauseLen]
-			}
+			flags, text = abortPayload(cause)
 		}
 		for _, l := range c.links {
 			if l != nil {

@@ -37,7 +37,7 @@ import (
 // complete in time.
 const (
 	hsMagic         = 0x52444448 // "RDDH"
-	ProtocolVersion = 1          // the wire protocol version of this package
+	ProtocolVersion = 2          // the wire protocol version of this package (2: abort frames carry a mismatch record)
 
 	hsHello     = 1
 	hsChallenge = 2

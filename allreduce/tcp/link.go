@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/untrusted"
-
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -243,17 +241,40 @@ func (l *link) waitSend(ctx context.Context) error {
 		return l.sendErr(ctx, err)
 	case <-l.failed:
 		// A peer that closes right after reading this frame fails the
-		// link; the send still succeeded (cancelSend sees that too).
-		select {
-		case err := <-l.wdone:
-			return l.sendErr(ctx, err)
-		default:
-		}
-		return l.cancelSend(nil)
+		// link; the send still succeeded (finishSend sees that too).
+		return l.finishSend(ctx)
 	case <-l.c.dead:
-		return l.cancelSend(nil)
+		return l.finishSend(ctx)
 	case <-ctx.Done():
 		return l.cancelSend(ctx.Err())
+	}
+}
+
+// frameGrace is how long a frame under way may take to go out whole once
+// its link has failed or its endpoint has begun to close. A frame cut
+// short leaves the peer unable to parse anything after it, so it would
+// lose the abort frame that tells it why this rank failed (it would see
+// only "connection lost"); a peer that is alive drains its side after any
+// failure, so a frame finishes quickly unless the peer is stuck.
+const frameGrace = controlTimeout
+
+// finishSend lets the frame being written finish, for at most frameGrace,
+// after the link failed or this endpoint began to close, then cancels it.
+func (l *link) finishSend(ctx context.Context) error {
+	t := time.NewTimer(frameGrace)
+	defer t.Stop()
+	select {
+	case err := <-l.wdone:
+		select {
+		case <-l.c.dead:
+			return l.c.deadErr()
+		default:
+		}
+		return l.sendErr(ctx, err)
+	case <-ctx.Done():
+		return l.cancelSend(ctx.Err())
+	case <-t.C:
+		return l.cancelSend(nil)
 	}
 }
 
@@ -356,9 +377,14 @@ func (l *link) nack() {
 // stops, typ (goodbye or abort) goes out if no frame is half written, the
 // write side closes and the reader drains until the peer closes or linger
 // passes, then closes the socket.
+//
+// A frame under way (a data frame, a nack) gets frameGrace to finish first,
+// so that the control frame can follow it whole and the peer learns this
+// endpoint's cause instead of seeing the connection drop mid-frame.
 func (l *link) shutdown(typ, flags byte, cause []byte) {
+	locked := l.lockWriterWithin(frameGrace)
 	l.interrupted.Store(true)
-	if l.wmu.TryLock() {
+	if locked {
 		l.writeControl(typ, flags, transport.Header{}, cause, controlTimeout)
 		l.torn = true // nothing may follow
 		l.wmu.Unlock()
@@ -367,6 +393,21 @@ func (l *link) shutdown(typ, flags byte, cause []byte) {
 	}
 	_ = l.nc.CloseWrite()
 	l.poll.setReadDeadline(time.Now().Add(linger))
+}
+
+// lockWriterWithin takes wmu, waiting at most d for a frame under way.
+func (l *link) lockWriterWithin(d time.Duration) bool {
+	if l.wmu.TryLock() {
+		return true
+	}
+	deadline := time.Now().Add(d)
+	for pause := 50 * time.Microsecond; time.Now().Before(deadline); pause = min(2*pause, 10*time.Millisecond) {
+		time.Sleep(pause)
+		if l.wmu.TryLock() {
+			return true
+		}
+	}
+	return false
 }
 
 // kill drops the connection at once, as a dying process would.
@@ -413,7 +454,7 @@ func (l *link) readLoop() {
 				l.fail(l.peerErr(fmt.Errorf("protocol error in nack: %w", err)))
 				return
 			}
-			l.fail(&transport.MismatchError{Peer: l.peer, Local: sent.h, LocalBytes: int(sent.length),
+			l.fail(&transport.MismatchError{Rank: l.c.rank, Peer: l.peer, Local: sent.h, LocalBytes: int(sent.length),
 				Remote: f.h, RemoteBytes: int(getUint64(b[:]))})
 		case typeAbort:
 			var b [maxCauseLen]byte
@@ -422,7 +463,12 @@ func (l *link) readLoop() {
 				l.readFailed(err, true)
 				return
 			}
-			l.fail(l.peerErr(&AbortError{Rank: l.peer, Cause: untrusted.Printable(cause), Mismatch: f.flags&flagMismatch != 0}))
+			ae, err := decodeAbort(l.peer, l.c.size, f.flags, cause)
+			if err != nil {
+				l.fail(l.peerErr(fmt.Errorf("protocol error in abort: %w", err)))
+				return
+			}
+			l.fail(l.peerErr(ae))
 			// Acknowledge: the peer's Abort waits for this end to close.
 			_ = l.nc.CloseWrite()
 		case typeGoodbye:
@@ -460,7 +506,7 @@ func (l *link) deliver(f *frame) bool {
 	default:
 	}
 	if f.h != w.h || f.length != w.n {
-		mm := &transport.MismatchError{Peer: l.peer, Local: w.h, LocalBytes: int(w.n), Remote: f.h, RemoteBytes: int(f.length)}
+		mm := &transport.MismatchError{Rank: l.c.rank, Peer: l.peer, Local: w.h, LocalBytes: int(w.n), Remote: f.h, RemoteBytes: int(f.length)}
 		l.mismatch.Store(mm)
 		l.fail(mm)
 		select {

@@ -83,8 +83,8 @@ func (s *selfLink) recv(ctx context.Context, h transport.Header, n int, sink tra
 	}
 	if m.h != h || len(m.p) != n {
 		r := s.c.rank
-		s.done <- &transport.MismatchError{Peer: r, Local: m.h, LocalBytes: len(m.p), Remote: h, RemoteBytes: n}
-		return &transport.MismatchError{Peer: r, Local: h, LocalBytes: n, Remote: m.h, RemoteBytes: len(m.p)}
+		s.done <- &transport.MismatchError{Rank: r, Peer: r, Local: m.h, LocalBytes: len(m.p), Remote: h, RemoteBytes: n}
+		return &transport.MismatchError{Rank: r, Peer: r, Local: h, LocalBytes: n, Remote: m.h, RemoteBytes: len(m.p)}
 	}
 	for off := 0; off < n; off += pieceSize {
 		sink.Consume(off, m.p[off:min(off+pieceSize, n)])

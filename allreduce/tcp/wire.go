@@ -36,8 +36,10 @@ import (
 //     into a buffer sized by the sender.
 //   - nack: the receiver's expected header; payload 64 bytes: the expected
 //     length (u64) and the header of the data frame it refused.
-//   - abort: header fields 0; payload: the cause, UTF-8, at most 1 KiB.
-//     The receiver closes its side in acknowledgement.
+//   - abort: header fields 0; payload at most 1 KiB: with flag 1 (the
+//     cause is a collective mismatch) first the mismatch record (see
+//     encodeMismatch), then the cause as UTF-8 text. The receiver closes
+//     its side in acknowledgement.
 //   - goodbye: header fields 0, no payload: the sender closed its endpoint.
 //     Acknowledged the same way.
 const (

@@ -31,10 +31,15 @@ func (e *PeerError) Error() string { return fmt.Sprintf("rank %d failed: %v", e.
 // Unwrap lets errors.Is find both ErrPeer and the underlying cause.
 func (e *PeerError) Unwrap() []error { return []error{ErrPeer, e.Err} }
 
-// MismatchError reports that rank Peer sent (or expected) a message whose
-// header or length differs from this rank's. Local is this rank's header and
-// length, Remote the peer's.
+// MismatchError reports that two ranks disagree on a message: rank Rank
+// sent (or expected) Local and LocalBytes, rank Peer Remote and
+// RemoteBytes. Rank is the rank that found the disagreement or, for the
+// sender of a refused message, the rank whose message was refused; either
+// way Local is Rank's own header. The error keeps these ranks when it
+// travels to other ranks inside an abort cause (a *PeerError), so a rank
+// that receives it can tell whether its own call is one of the two.
 type MismatchError struct {
+	Rank        int
 	Peer        int
 	Local       Header
 	LocalBytes  int
@@ -43,8 +48,23 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("collective mismatch with rank %d: here {%v, %d bytes}, rank %d {%v, %d bytes}",
-		e.Peer, e.Local, e.LocalBytes, e.Peer, e.Remote, e.RemoteBytes)
+	return fmt.Sprintf("collective mismatch between rank %d {%v, %d bytes} and rank %d {%v, %d bytes}",
+		e.Rank, e.Local, e.LocalBytes, e.Peer, e.Remote, e.RemoteBytes)
+}
+
+// Involves reports whether rank is one of the two ranks that disagree.
+func (e *MismatchError) Involves(rank int) bool { return e.Rank == rank || e.Peer == rank }
+
+// From returns the mismatch as rank sees it (its own header Local), and
+// false if rank is neither side.
+func (e *MismatchError) From(rank int) (*MismatchError, bool) {
+	switch rank {
+	case e.Rank:
+		return e, true
+	case e.Peer:
+		return &MismatchError{Rank: e.Peer, Peer: e.Rank, Local: e.Remote, LocalBytes: e.RemoteBytes, Remote: e.Local, RemoteBytes: e.LocalBytes}, true
+	}
+	return nil, false
 }
 
 // Unwrap makes errors.Is(err, ErrMismatch) true.

@@ -1,0 +1,98 @@
+package allreduce_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+)
+
+// Every algorithm on in-process ranks: random programs of collectives on
+// special values end bitwise identical across ranks, agree with the
+// sequential reference and give the same bits run to run
+// (allreducetest.CheckProgram). RINGDDP_SOAK=1 runs the goal's 10,000
+// collectives per algorithm instead of the CI sample.
+
+var exactnessAlgorithms = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, allreduce.Direct, allreduce.Doubling}
+
+func TestExactnessSpecialValues(t *testing.T) {
+	ranks := []int{1, 2, 3, 5, 8}
+	perAlgorithm := 1200
+	if allreducetest.Soak() {
+		perAlgorithm = 10000
+	} else if testing.Short() {
+		perAlgorithm = 200
+	}
+	const progLen = 40
+	for _, algo := range exactnessAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			done := 0
+			for p := 0; done < perAlgorithm; p++ {
+				n := ranks[p%len(ranks)]
+				seed := uint64(p)*0x9e3779b97f4a7c15 + uint64(algo)
+				prog := allreducetest.RandomProgram(seed, n, progLen, 20000)
+				runTwiceAndCheck(t, fmt.Sprintf("program %d (seed %#x) on %d ranks", p, seed, n), n, prog, allreduce.WithAlgorithm(algo))
+				done += len(prog)
+			}
+			t.Logf("%d collectives", done)
+		})
+	}
+}
+
+func runTwiceAndCheck(t *testing.T, what string, n int, prog []allreducetest.Op, opts ...allreduce.GroupOption) {
+	t.Helper()
+	var runs [2][]allreducetest.Outcome
+	for i := range runs {
+		conns, _, err := allreducetest.InprocConns(n, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[i], err = allreducetest.RunProgram(conns, prog, time.Minute, opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if err := allreducetest.CheckProgram(prog, runs[0]); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if err := allreducetest.SameOutcomes(runs[0], runs[1]); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// The mismatch matrix on in-process ranks: every case of
+// allreducetest.MismatchCases × every algorithm × ranks {2, 3, 5, 8},
+// repeated to catch rare orderings; every rank's error must name both
+// calls with the right ranks (allreducetest.CheckMismatch).
+// RINGDDP_SOAK=1 repeats until at least 5,000 trials per algorithm.
+func TestMismatchMatrix(t *testing.T) {
+	repeats := 2
+	if allreducetest.Soak() {
+		repeats = 20
+	} else if testing.Short() {
+		repeats = 1
+	}
+	for _, algo := range exactnessAlgorithms {
+		t.Run(algo.String(), func(t *testing.T) {
+			trials := 0
+			for rep := 0; rep < repeats; rep++ {
+				for _, n := range []int{2, 3, 5, 8} {
+					for _, m := range allreducetest.MismatchCases(n) {
+						conns, _, err := allreducetest.InprocConns(n, 20*time.Second)
+						if err != nil {
+							t.Fatal(err)
+						}
+						errs := allreducetest.RunMismatch(conns, m, 30*time.Second, allreduce.WithAlgorithm(algo))
+						if err := allreducetest.CheckMismatch(m, errs); err != nil {
+							t.Fatalf("repeat %d, %d ranks: %v", rep, n, err)
+						}
+						trials++
+					}
+				}
+			}
+			t.Logf("%d trials", trials)
+		})
+	}
+}
