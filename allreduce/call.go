@@ -61,10 +61,10 @@ type call struct {
 	layout []Chunk
 }
 
-// header is the header of this call's messages.
-func (c *call) header(group uint32, seq uint64) transport.Header {
+// header is the header of this call's messages. Group is 0: every Group
+// has a transport of its own.
+func (c *call) header(seq uint64) transport.Header {
 	return transport.Header{
-		Group: group,
 		Seq:   seq,
 		Kind:  uint8(c.kind),
 		DType: uint8(c.dt),

@@ -27,9 +27,16 @@
 //	AllReduce      recursive doubling (≤ 64 KiB)         ⌈log2 N⌉(+2) ⌈log2 N⌉·M
 //	ReduceScatter  ring                                  N-1          (N-1)/N·M
 //	AllGather      ring                                  N-1          (N-1)/N·M (M = gathered size)
-//	Broadcast      binomial tree                         ⌈log2 N⌉     ≤ ⌈log2 N⌉·M (root)
-//	Reduce         binomial tree                         ⌈log2 N⌉     M (each non-root, once)
+//	Broadcast      agreement + binomial tree             1+⌈log2 N⌉   ≤ ⌈log2 N⌉·M (root)
+//	Reduce         agreement + binomial tree             1+⌈log2 N⌉   M (each non-root, once)
 //	Barrier        dissemination                         ⌈log2 N⌉     0
+//	(any, 0 elements; ReduceScatter/AllGather on 1 rank) agreement   1            0
+//
+// The agreement step is one exchange of a 0-byte message carrying the
+// call's header with both ring neighbours. It runs where the collective's
+// own messages might not cross between ranks that called different things
+// (a tree's leaves only receive; a call with no elements sends nothing),
+// so a mismatch is still found there instead of hanging.
 //
 // The AllReduce algorithm is chosen per Group (WithAlgorithm): Auto uses
 // the direct algorithms where the transport shares memory

@@ -19,7 +19,6 @@ type Group struct {
 	exchanger transport.Exchanger // nil when conn lacks the capability
 	rank      int
 	size      int
-	id        uint32
 	algorithm Algorithm
 
 	mu      sync.Mutex
@@ -42,10 +41,6 @@ type Group struct {
 
 // GroupOption configures a Group.
 type GroupOption func(*Group)
-
-// WithGroupID sets the id carried in every message header, for transports
-// shared by several groups. Default 0.
-func WithGroupID(id uint32) GroupOption { return func(g *Group) { g.id = id } }
 
 // Algorithm selects how AllReduce runs.
 type Algorithm uint8
@@ -79,7 +74,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm reads "auto", "ring" or "direct".
+// ParseAlgorithm reads an algorithm's name: "auto", "ring", "direct" or
+// "doubling".
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for _, a := range []Algorithm{Auto, Ring, Direct, Doubling} {
 		if s == a.String() {
@@ -322,7 +318,7 @@ func (g *Group) start(ctx context.Context, c call) *Work {
 
 // execute dispatches to the algorithm.
 func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
-	h := c.header(g.id, seq)
+	h := c.header(seq)
 	switch c.kind {
 	case KindAllReduce:
 		if pm := g.peerMemory(); pm != nil && g.size > 1 && c.count > 0 && len(c.buf) == c.count*c.dt.Size() {

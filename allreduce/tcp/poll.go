@@ -16,8 +16,8 @@ const DefaultSpin = 2 * time.Millisecond
 // spinMaxBytes: only receives of at most this many bytes make a link's
 // reader poll. A wake-up costs tens of microseconds when ranks outnumber
 // cores, a noticeable share of a transfer of up to about a millisecond
-// (1 MiB all-reduce, 4 ranks on 2 cores: 4.0 ms parked, 1.5-3.2 ms
-// polling); larger messages lose it in their transfer time, and polling
+// (docs/multiprocess.md has the measured figures); larger messages lose it
+// in their transfer time, and polling
 // through them would take CPU from the peers moving them.
 const spinMaxBytes = 1 << 20
 
