@@ -19,7 +19,7 @@ var exactnessAlgorithms = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, 
 
 func TestExactnessSpecialValues(t *testing.T) {
 	ranks := []int{1, 2, 3, 5, 8}
-	perAlgorithm := 1200
+	perAlgorithm := 600
 	if allreducetest.Soak() {
 		perAlgorithm = 10000
 	} else if testing.Short() {
