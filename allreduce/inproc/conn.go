@@ -13,7 +13,7 @@ import (
 )
 
 // Conn is one rank's endpoint in a World. It implements transport.Conn,
-// transport.Exchanger, transport.Aborter and transport.Topology.
+// transport.Exchanger and transport.Aborter (and transport.PeerMemory).
 type Conn struct {
 	world    *World
 	rank     int
@@ -33,7 +33,6 @@ var (
 	_ transport.Conn      = (*Conn)(nil)
 	_ transport.Exchanger = (*Conn)(nil)
 	_ transport.Aborter   = (*Conn)(nil)
-	_ transport.Topology  = (*Conn)(nil)
 )
 
 // Rank is this endpoint's rank.

@@ -71,7 +71,7 @@ type Config struct {
 	// negative never polls.
 	Spin time.Duration
 
-	// LocalRank and LocalSize answer transport.Topology. LocalSize 0 (the
+	// LocalRank and LocalSize are this rank's place on its host (Conn.LocalRank, Conn.LocalSize). LocalSize 0 (the
 	// default) works them out: ranks whose connection to this one has the
 	// same address at both ends are on this host.
 	LocalRank int

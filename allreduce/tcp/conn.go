@@ -13,7 +13,7 @@ import (
 
 // Conn is one rank's endpoint of a TCP mesh: one connection to each other
 // rank. It implements transport.Conn, transport.Exchanger,
-// transport.Aborter and transport.Topology.
+// transport.Aborter; LocalRank and LocalSize say where it runs.
 type Conn struct {
 	cfg                  Config
 	rank, size           int
@@ -33,7 +33,6 @@ var (
 	_ transport.Conn      = (*Conn)(nil)
 	_ transport.Exchanger = (*Conn)(nil)
 	_ transport.Aborter   = (*Conn)(nil)
-	_ transport.Topology  = (*Conn)(nil)
 )
 
 func newConn(cfg Config) *Conn {

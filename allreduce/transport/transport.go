@@ -98,13 +98,6 @@ type Aborter interface {
 	Abort(cause error)
 }
 
-// Topology is an optional capability describing where ranks run.
-type Topology interface {
-	// LocalRank and LocalSize describe this rank's position on its host.
-	LocalRank() int
-	LocalSize() int
-}
-
 // PeerMemory is an optional capability of transports whose ranks share one
 // address space (in-process ranks). It lets an algorithm read every rank's
 // buffer directly, with three synchronisation points instead of 2(N-1)

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
@@ -69,7 +68,7 @@ var algorithms = []string{"ring", "auto", "direct", "doubling"}
 
 // config is a parsed and validated command line.
 type config struct {
-	rankCmd   rankCommand // what a -transport tcp run's ranks execute
+	rankCmd   launch.RankCommand // what a -transport tcp run's ranks execute
 	op        collective
 	transport string
 	ranks     int
@@ -86,10 +85,10 @@ type config struct {
 	check     bool
 	json      bool
 	root      int
-	timeout   time.Duration
-	mp        *launch.Setup // -transport tcp: launcher or rank (nil otherwise)
-	cpuprof   string        // -cpuprofile
-	args      []string      // the command line, for the launcher's ranks
+	tr        *launch.Transport // -transport, -timeout and the multi-process flags, resolved
+	mp        *launch.Setup     // tr.MP: -transport tcp: launcher or rank (nil otherwise)
+	cpuprof   string            // -cpuprofile
+	args      []string          // the command line, for the launcher's ranks
 }
 
 // names lists a map's keys, sorted, for error messages.
@@ -109,25 +108,23 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
 	var (
-		op        = fs.String("op", "allreduce", "collective: "+names(collectives))
-		transport = fs.String("transport", "inproc", "transport: "+names(transports))
-		ranks     = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		algo      = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, ring elsewhere)")
-		dtype     = fs.String("dtype", "float32", "element type: "+names(dtypes))
-		redop     = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
-		minS      = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
-		maxS      = fs.String("max", "64M", "largest size in bytes (K, M, G suffixes)")
-		factor    = fs.Int("factor", 2, "multiply the size by this each row (1 only when -min equals -max)")
-		iters     = fs.Int("iters", 20, "timed iterations per size")
-		warmup    = fs.Int("warmup", 5, "untimed iterations per size before the timed ones")
-		check     = fs.Bool("check", true, "after the timed iterations, run once more on fresh inputs and count wrong elements against a sequential reference")
-		jsonOut   = fs.Bool("json", false, "print one JSON object per row instead of the table")
-		root      = fs.Int("root", 0, "root rank of broadcast and reduce")
-		timeout   = fs.Duration("timeout", time.Minute, "transport timeout: a blocking send or receive without progress for this long fails")
-		cpuprof   = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with -transport tcp, each rank r writes FILE.rank<r>)")
-		mpf       launch.Flags
+		op      = fs.String("op", "allreduce", "collective: "+names(collectives))
+		ranks   = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
+		algo    = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, ring elsewhere)")
+		dtype   = fs.String("dtype", "float32", "element type: "+names(dtypes))
+		redop   = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
+		minS    = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
+		maxS    = fs.String("max", "64M", "largest size in bytes (K, M, G suffixes)")
+		factor  = fs.Int("factor", 2, "multiply the size by this each row (1 only when -min equals -max)")
+		iters   = fs.Int("iters", 20, "timed iterations per size")
+		warmup  = fs.Int("warmup", 5, "untimed iterations per size before the timed ones")
+		check   = fs.Bool("check", true, "after the timed iterations, run once more on fresh inputs and count wrong elements against a sequential reference")
+		jsonOut = fs.Bool("json", false, "print one JSON object per row instead of the table")
+		root    = fs.Int("root", 0, "root rank of broadcast and reduce")
+		cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with -transport tcp, each rank r writes FILE.rank<r>)")
+		tf      launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
-	mpf.Register(fs)
+	tf.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: bench [flags]")
@@ -142,16 +139,16 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	}
 
 	cfg := &config{
-		transport: *transport, ranks: *ranks, algo: *algo, redopName: *redop,
+		transport: tf.Name, ranks: *ranks, algo: *algo, redopName: *redop,
 		factor: *factor, iters: *iters, warmup: *warmup, check: *check,
-		json: *jsonOut, root: *root, timeout: *timeout, args: args, cpuprof: *cpuprof,
+		json: *jsonOut, root: *root, args: args, cpuprof: *cpuprof,
 	}
 	var ok bool
 	if cfg.op, ok = collectives[*op]; !ok {
 		return nil, fmt.Errorf("-op %q: unknown collective (valid: %s)", *op, names(collectives))
 	}
-	if _, ok := transports[*transport]; !ok {
-		return nil, fmt.Errorf("-transport %q: unknown transport (valid: %s)", *transport, names(transports))
+	if err := tf.CheckName(); err != nil {
+		return nil, err
 	}
 	if !slices.Contains(algorithms, *algo) {
 		return nil, fmt.Errorf("-algo %q: unknown algorithm (valid: %s)", *algo, strings.Join(algorithms, ", "))
@@ -176,17 +173,15 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	// size -ranks becomes) or its launcher.
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if cfg.mp, cfg.ranks, err = setupTransport(*transport, mpf, cfg.ranks, given); err != nil {
+	if cfg.tr, err = tf.Resolve(cfg.ranks, given, os.Getenv); err != nil {
 		return nil, err
 	}
+	cfg.ranks, cfg.mp = cfg.tr.Ranks, cfg.tr.MP
 	if cfg.iters < 1 {
 		return nil, fmt.Errorf("-iters %d: need at least 1", cfg.iters)
 	}
 	if cfg.warmup < 0 {
 		return nil, fmt.Errorf("-warmup %d: must not be negative", cfg.warmup)
-	}
-	if cfg.timeout <= 0 {
-		return nil, fmt.Errorf("-timeout %v: must be positive", cfg.timeout)
 	}
 	if cfg.minBytes, err = allreducetest.ParseBytes(*minS); err != nil {
 		return nil, fmt.Errorf("-min: %w", err)

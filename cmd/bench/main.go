@@ -19,6 +19,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/ringddp/ringddp/internal/launch"
 )
 
 func main() {
@@ -33,11 +35,11 @@ func main() {
 
 // run parses args, runs the benchmark and writes its report to stdout.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return runWith(ctx, args, stdout, thisProgram)
+	return runWith(ctx, args, stdout, launch.ThisProgram)
 }
 
 // runWith is run with ranks as the command of a -transport tcp run's ranks.
-func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCommand) error {
+func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.RankCommand) error {
 	cfg, err := parseConfig(args, stdout)
 	if err != nil {
 		return err
@@ -46,5 +48,6 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCom
 		return nil
 	}
 	cfg.rankCmd = ranks
+	cfg.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	return benchmark(ctx, cfg, stdout)
 }

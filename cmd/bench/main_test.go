@@ -219,6 +219,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-op", "broadcast", "-root", "4"}, "-root"},
 		{[]string{"-op", "reduce", "-root", "-1"}, "-root"},
 		{[]string{"-ranks", "x"}, "-ranks"},
+		{[]string{"-timeout", "-1s"}, "-timeout -1s: must not be negative"},
+		{[]string{"-master", "h:1"}, "-master applies to -transport tcp only"},
 		{[]string{"-nosuch"}, "-nosuch"},
 		{[]string{"stray"}, "stray"},
 	}

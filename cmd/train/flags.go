@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
@@ -17,14 +21,14 @@ import (
 // options is a parsed and validated command line.
 type options struct {
 	cfg        trainer.Config
-	transport  string
+	tr         *launch.Transport // -transport and the multi-process flags, resolved
 	out        string
 	json       bool
 	quiet      bool
 	cpuProfile string                  // -cpuprofile
 	blas       string                  // the BLAS in use, for the report
 	resumed    *trainer.CheckpointInfo // the -resume checkpoint's record
-	mp         *launch.Setup           // -transport tcp: launcher or rank (nil otherwise)
+	exportData string                  // -export-data: write the bundled MNIST here instead of training
 }
 
 // parseFlags parses args. It returns nil, nil after printing the usage for
@@ -48,20 +52,19 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		weightDecay = fs.Float64("weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
 		bucketMB    = fs.Float64("bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
 		seed        = fs.Int64("seed", def.Seed, "seed of the model initialisation and the data order")
-		data        = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST)")
+		data        = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
+		exportData  = fs.String("export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
 		checkpoint  = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
 		resume      = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values")
 		maxSteps    = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
 		out         = fs.String("out", "", "write metrics.csv and loss_accuracy.png into this directory")
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
-		transport   = fs.String("transport", "inproc", "transport: "+transportNames())
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
 		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
-		timeout     = fs.Duration("timeout", 0, "fail when a rank's send or receive makes no progress for this long (default 60s in process, 30s over tcp)")
-		mpf         launch.Flags
+		tf          launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
-	mpf.Register(fs)
+	tf.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: train [flags]")
@@ -76,14 +79,17 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 	given := map[string]bool{} // flags on the command line
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["export-data"] {
+		return exportOptions(*exportData, given)
+	}
 	set := map[string]bool{} // given, or taken from the -resume checkpoint
 	for k := range given {
 		set[k] = true
 	}
 
-	o := &options{transport: *transport, out: *out, json: *jsonOut, quiet: *quiet, cpuProfile: *cpuProfile}
-	if _, ok := transports[*transport]; !ok {
-		return nil, fmt.Errorf("-transport %q: not supported (valid: %s)", *transport, transportNames())
+	o := &options{out: *out, json: *jsonOut, quiet: *quiet, cpuProfile: *cpuProfile}
+	if err := tf.CheckName(); err != nil {
+		return nil, err
 	}
 
 	// With -resume, what the checkpoint fixes defaults to its values.
@@ -118,12 +124,10 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	// -transport tcp: this process is a rank of a launched job (whose world
 	// size -ranks becomes) or its launcher.
 	var err error
-	if o.mp, *ranks, err = setupTransport(*transport, mpf, *ranks, given["ranks"], given); err != nil {
+	if o.tr, err = tf.Resolve(*ranks, given, os.Getenv); err != nil {
 		return nil, err
 	}
-	if *timeout < 0 {
-		return nil, fmt.Errorf("-timeout %v: must not be negative", *timeout)
-	}
+	*ranks = o.tr.Ranks
 
 	switch *optName {
 	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
@@ -184,12 +188,40 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
 		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
 		Checkpoint: *checkpoint, Resume: *resume, MaxSteps: *maxSteps,
-		Connect: transports[*transport](transportOptions{timeout: *timeout, mp: o.mp}),
+		Connect: o.connect,
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return o, nil
+}
+
+// connect is trainer.Config.Connect: this process's endpoints over -transport.
+func (o *options) connect(ctx context.Context, ranks int) ([]transport.Conn, error) {
+	conns, err := o.tr.Connect(ctx, ranks)
+	if err != nil {
+		return nil, fmt.Errorf("-transport %s: %w", o.tr.Name, err)
+	}
+	return conns, nil
+}
+
+// exportOptions are the options of -export-data DIR, which takes no other
+// flag.
+func exportOptions(dir string, given map[string]bool) (*options, error) {
+	var others []string
+	for name := range given {
+		if name != "export-data" {
+			others = append(others, "-"+name)
+		}
+	}
+	sort.Strings(others)
+	switch {
+	case dir == "":
+		return nil, errors.New("-export-data: needs a directory")
+	case len(others) > 0:
+		return nil, fmt.Errorf("-export-data writes the data and exits: it takes no other flags (got %s)", strings.Join(others, ", "))
+	}
+	return &options{exportData: dir}, nil
 }
 
 func parseInts(s string) ([]int, error) {

@@ -200,7 +200,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-max-steps", "-3"}, "-max-steps -3"},
 		{[]string{"-hidden", "16,x"}, `-hidden "16,x"`},
 		{[]string{"-model", "cnn", "-hidden", "16"}, "-hidden applies to -model mlp only"},
-		{[]string{"-transport", "shm"}, `-transport "shm": not supported (valid: inproc, tcp)`},
+		{[]string{"-transport", "shm"}, `-transport "shm": unknown transport (valid: inproc, tcp)`},
 		{[]string{"-ranks", "x"}, `invalid value "x" for flag -ranks`},
 		{[]string{"-nosuch"}, "flag provided but not defined: -nosuch"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
@@ -217,7 +217,53 @@ func TestHelp(t *testing.T) {
 	out, err := runTrain(t, "-h")
 	require.NoError(t, err)
 	for _, f := range []string{"-ranks", "-model", "-dtype", "-epochs", "-batch", "-lr", "-momentum", "-weight-decay",
-		"-optim", "-bucket-mb", "-seed", "-data", "-checkpoint", "-resume", "-max-steps", "-out", "-json", "-transport", "-quiet"} {
+		"-optim", "-bucket-mb", "-seed", "-data", "-export-data", "-checkpoint", "-resume", "-max-steps", "-out", "-json", "-transport",
+		"-timeout", "-quiet", "-nnodes", "-node-rank", "-master", "-insecure"} {
 		require.Regexp(t, `(?m)^  `+f+`( |$)`, out)
 	}
+}
+
+// -export-data writes the bundled MNIST where -data reads it, for hosts
+// without the go command.
+func TestExportData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := datasets.BundledMNISTDir(ctx); err != nil {
+		t.Skipf("bundled MNIST not available: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "mnist")
+	out, err := runTrain(t, "-export-data", dir)
+	require.NoError(t, err)
+	for _, name := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		require.Contains(t, out, "wrote "+filepath.Join(dir, name)+"\n")
+	}
+	require.Contains(t, out, "train with -data "+dir)
+
+	out, err = runTrain(t, "-data", dir, "-ranks", "2", "-batch", "20", "-hidden", "8", "-max-steps", "2", "-eval-batch", "1000", "-quiet", "-json")
+	require.NoError(t, err, out)
+	_, err = runTrain(t, "-data", dir, "-ranks", "2", "-batch", "20", "-hidden", "8", "-max-steps", "2", "-eval-batch", "1000")
+	require.NoError(t, err)
+
+	_, err = runTrain(t, "-export-data", dir, "-ranks", "2")
+	require.ErrorContains(t, err, "-export-data writes the data and exits: it takes no other flags (got -ranks)")
+	_, err = runTrain(t, "-export-data", "")
+	require.ErrorContains(t, err, "-export-data: needs a directory")
+}
+
+// Where the bundled MNIST cannot be found (a deployed binary: no go
+// command, no module cache), the error says what to do.
+func TestNoBundledMNIST(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("PATH", "")
+	t.Setenv("HOME", home)
+	t.Setenv("GOPATH", filepath.Join(home, "go"))
+	t.Setenv("GOMODCACHE", filepath.Join(home, "modcache"))
+	_, err := runTrain(t, "-ranks", "1", "-max-steps", "1")
+	require.ErrorIs(t, err, datasets.ErrBundledMNISTUnavailable)
+	for _, want := range []string{"no go command", "-data DIR", "-export-data DIR", datasets.MNISTDownloadURL} {
+		require.ErrorContains(t, err, want)
+	}
+	_, err = runTrain(t, "-export-data", t.TempDir())
+	require.ErrorIs(t, err, datasets.ErrBundledMNISTUnavailable)
+	require.ErrorContains(t, err, "-export-data: ")
 }

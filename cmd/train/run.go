@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,17 +11,19 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
+	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
 // run parses args, trains, and writes the report to stdout.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return runWith(ctx, args, stdout, thisProgram)
+	return runWith(ctx, args, stdout, launch.ThisProgram)
 }
 
 // runWith is run with ranks as the command of a -transport tcp job's ranks.
-func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCommand) error {
+func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.RankCommand) error {
 	o, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
@@ -28,9 +31,16 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCom
 	if o == nil { // -h
 		return nil
 	}
-	if o.mp != nil && o.mp.Launcher { // -transport tcp, not under a launcher: be one
-		return launchRanks(ctx, o, args, stdout, ranks)
+	if o.exportData != "" {
+		return exportData(ctx, o.exportData, stdout)
 	}
+	if o.tr.Launcher() { // -transport tcp, not under a launcher: be one
+		// Rank 0's stdout is the job's report. Ctrl-C is forwarded to the
+		// ranks, which stop after the same step (and write the checkpoint)
+		// as in-process ranks do.
+		return o.tr.Launch(ctx, args, ranks, stdout)
+	}
+	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	o.blas = blas.Setup()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -79,6 +89,9 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCom
 	}
 	res, err := trainer.Run(ctx, cfg)
 	prog.done()
+	if errors.Is(err, datasets.ErrBundledMNISTUnavailable) {
+		return fmt.Errorf("%w\n%s", err, noBundledMNISTHint)
+	}
 	if err != nil {
 		if res != nil && res.Checkpoint != "" {
 			return fmt.Errorf("%w (checkpoint written to %s; resume with -resume %s)", err, res.Checkpoint, res.Checkpoint)
@@ -88,7 +101,7 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks rankCom
 	if outErr != nil {
 		return fmt.Errorf("-out: %w", outErr)
 	}
-	if text && o.reports() {
+	if text && o.tr.HoldsRank0() {
 		printSummary(stdout, res, o, time.Since(start))
 	}
 	return nil
@@ -109,20 +122,13 @@ func printPlan(w io.Writer, p trainer.Plan, o *options) {
 		mode = "ZeRO-1"
 	}
 	fmt.Fprintf(w, "training %s (%s, %d parameters, %s) with %s on %d %s ranks, %s BLAS: %d train / %d test examples\n",
-		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, o.transport, o.blas, p.TrainExamples, p.TestExamples)
+		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, o.tr.Name, o.blas, p.TrainExamples, p.TestExamples)
 	fmt.Fprintf(w, "global batch %d (%d per rank), %d steps per epoch, %s, %d gradient bucket(s); all-reduce sends %s per rank per step\n",
 		p.GlobalBatch, p.PerRankBatch, p.StepsPerEpoch, opt, p.Buckets, mib(p.CommBytesPerStep))
 	if p.Resumed {
 		fmt.Fprintf(w, "resuming from %s at epoch %d, step %d (global step %d)\n",
 			o.cfg.Resume, p.StartEpoch+1, p.StartStep, p.GlobalStep)
 	}
-}
-
-func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
-	fmt.Fprintf(w, "epoch %d/%d  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  opt state %s/rank, %s sent/step\n",
-		m.Epoch, epochs, m.TrainLoss, 100*m.TestAccuracy, m.TestLoss, m.SamplesPerSec, m.EpochSeconds, m.EvalSeconds,
-		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds,
-		humanBytes(m.OptStateBytesPerRank), humanBytes(m.CommBytesPerStep))
 }
 
 func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Duration) {

@@ -1,5 +1,7 @@
 // Command tcp_two_terminals all-reduces a small vector between two
-// processes over TCP: the smallest multi-process ringddp program.
+// processes over TCP: the smallest multi-process ringddp program. It uses
+// only ringddp's public packages (allreduce, allreduce/rendezvous,
+// allreduce/tcp), so it can be copied out of this module as it is.
 //
 // In two terminals on one host (the same secret in both; rank 0 hosts the
 // rendezvous store at MASTER_ADDR:MASTER_PORT):
@@ -10,8 +12,8 @@
 //
 // Each prints what it sent and the sum it got back: [3 30 300] on both.
 // On two hosts, give MASTER_ADDR the first host's address. Without RANK in
-// the environment the program is its own launcher: it starts itself twice,
-// as above, and forwards both ranks' output (rank 1's prefixed):
+// the environment the program starts itself twice, as above, with a fresh
+// secret and a free port, and passes both ranks' output through:
 //
 //	go run ./examples/tcp_two_terminals
 //
@@ -28,20 +30,21 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/tcp"
 )
 
 func main() {
 	connectTimeout := flag.Duration("connect-timeout", time.Minute, "how long to wait for the other rank")
 	flag.Parse()
 	ctx := context.Background()
-	var err error
-	if _, isRank, derr := launch.Detect(os.Getenv); derr != nil {
-		err = derr
-	} else if isRank {
-		err = run(ctx, launch.Options{ConnectTimeout: *connectTimeout}, os.Stdout)
-	} else {
-		err = launch.Run(ctx, launch.Config{Ranks: 2})
+	env, err := rendezvous.FromEnv(os.Getenv) // RANK, WORLD_SIZE, MASTER_ADDR, ... (or mpirun's, srun's)
+	switch {
+	case err != nil:
+	case env.Found:
+		err = run(ctx, env, *connectTimeout, os.Stdout)
+	default:
+		err = startBoth(ctx, "", os.Args[1:], nil, os.Stdout, os.Stderr)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tcp_two_terminals:", err)
@@ -50,12 +53,22 @@ func main() {
 }
 
 // run is one rank: connect, all-reduce, print.
-func run(ctx context.Context, opts launch.Options, out io.Writer) error {
-	conn, env, err := launch.Connect(ctx, opts)
+func run(ctx context.Context, env rendezvous.Env, connectTimeout time.Duration, out io.Writer) error {
+	// The store is where the ranks find each other: rank 0 hosts it at
+	// MASTER_ADDR:MASTER_PORT. Every connection is authenticated with
+	// env.Secret (RINGDDP_SECRET).
+	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{Timeout: connectTimeout})
 	if err != nil {
 		return err
 	}
-	g, err := allreduce.NewGroup(conn) // the group owns conn (and, on rank 0, the store)
+	defer store.Close() // after g.Close: rank 0 serves the store until both have left
+	cfg := tcp.ConfigFromEnv(env, store)
+	cfg.ConnectTimeout = connectTimeout
+	conn, err := tcp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	g, err := allreduce.NewGroup(conn) // the group owns conn
 	if err != nil {
 		conn.Close()
 		return err

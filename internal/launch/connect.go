@@ -81,11 +81,8 @@ var _ transport.Exchanger = (*Conn)(nil)
 // MASTER_ADDR:MASTER_PORT — and dials the TCP mesh, authenticated with
 // RINGDDP_SECRET. Without launcher variables it is rank 0 of a job of one.
 //
-// Like the ringddp launcher, Connect divides the cores among the ranks of
-// this host (GOMAXPROCS = GOMAXPROCS / local ranks, at least 1) unless
-// GOMAXPROCS is set: under mpirun, srun or torchrun, ranks that each
-// schedule goroutines on every core interfere (8-byte all-reduce latency,
-// 4 ranks on 2 cores: 575 µs against 118 µs with one P each).
+// Connect leaves GOMAXPROCS alone: a rank started by another launcher
+// than ringddp's calls ShareCores first to take its share of the cores.
 //
 // The returned endpoint is a *Conn; closing it (the allreduce.Group that
 // owns it does) also closes the store, so rank 0 keeps serving the store
@@ -113,7 +110,6 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	if err != nil {
 		return nil, env, err
 	}
-	shareCores(env, getenv)
 	switch {
 	case insecure && len(env.Secret) > 0:
 		return nil, env, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
@@ -163,14 +159,21 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	return &Conn{Conn: c, store: store}, env, nil
 }
 
-// shareCores sets GOMAXPROCS to this rank's share of the cores when the
-// environment says how many ranks run on this host and GOMAXPROCS is not
-// set.
-func shareCores(env rendezvous.Env, getenv func(string) string) {
+// ShareCores sets GOMAXPROCS to this rank's share of the host's cores,
+// GOMAXPROCS / env.LocalWorldSize (at least 1), when env says that several
+// ranks run on this host and the GOMAXPROCS variable (read with getenv) is
+// not set, and returns GOMAXPROCS. The ringddp launcher sets GOMAXPROCS for
+// its ranks itself; under mpirun, srun or torchrun, ranks that each
+// schedule goroutines on every core slow each other down, small messages
+// most (docs/multiprocess.md). It sets GOMAXPROCS for the whole process:
+// call it once, early, in a process that is one rank.
+func ShareCores(env rendezvous.Env, getenv func(string) string) int {
 	if getenv("GOMAXPROCS") != "" || env.LocalWorldSize < 2 {
-		return
+		return runtime.GOMAXPROCS(0)
 	}
-	runtime.GOMAXPROCS(coreShare(env.LocalWorldSize))
+	n := coreShare(env.LocalWorldSize)
+	runtime.GOMAXPROCS(n)
+	return n
 }
 
 // coreShare is one rank's share of this process's processors when ranks

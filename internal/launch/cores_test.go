@@ -27,14 +27,14 @@ func TestShareCores(t *testing.T) {
 		{8, 0, "", 8},
 	} {
 		runtime.GOMAXPROCS(tc.procs)
-		shareCores(rendezvous.Env{WorldSize: 8, LocalWorldSize: tc.local}, func(k string) string {
+		ret := ShareCores(rendezvous.Env{WorldSize: 8, LocalWorldSize: tc.local}, func(k string) string {
 			if k == "GOMAXPROCS" {
 				return tc.gomaxprocs
 			}
 			return ""
 		})
-		if got := runtime.GOMAXPROCS(0); got != tc.want {
-			t.Errorf("%d procs, %d local ranks, GOMAXPROCS=%q: got %d, want %d", tc.procs, tc.local, tc.gomaxprocs, got, tc.want)
+		if got := runtime.GOMAXPROCS(0); got != tc.want || ret != tc.want {
+			t.Errorf("%d procs, %d local ranks, GOMAXPROCS=%q: got %d (returned %d), want %d", tc.procs, tc.local, tc.gomaxprocs, got, ret, tc.want)
 		}
 	}
 }

@@ -53,9 +53,17 @@
 // or stalls makes every pending and later collective fail within the
 // transport's timeout (Options.Timeout, default 30 s as in gloo) with an
 // error naming the rank. RINGDDP_TCP_SPIN sets how long a small receive
-// polls its socket (tcp.Config.Spin; "off" never polls). Unless GOMAXPROCS
-// is set, a rank whose launcher says how many ranks share its host takes
-// its share of the cores, as under the ringddp launcher.
+// polls its socket (tcp.Config.Spin; "off" never polls). Connect leaves
+// GOMAXPROCS alone; ShareCores, called explicitly, gives a rank whose
+// launcher says how many ranks share its host its share of the cores
+// (unless GOMAXPROCS is set), as the ringddp launcher does for its ranks.
+//
+// Commands (TransportFlags, Transport): cmd/train and cmd/bench share one
+// transport layer: the -transport (inproc or tcp) and -timeout flags
+// beside the multi-process flags, one set of timeout defaults
+// (DefaultInprocTimeout, DefaultTimeout), and resolving them into a
+// Transport that connects this process's endpoints, or launches the ranks
+// when this process is a tcp job's launcher.
 //
 // Security: the secret authenticates every connection (store and mesh);
 // frames are neither encrypted nor MACed afterwards, as in gloo and NCCL, so

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
 
 // The tests start this test binary as the ranks of real multi-process
@@ -61,6 +62,11 @@ func helperMain(mode string) int {
 		opts.ConnectTimeout = d
 	}
 	ctx := context.Background()
+	// Started as a foreign launcher would (LOCAL_WORLD_SIZE, no
+	// GOMAXPROCS): take this rank's share of the cores, as the commands do.
+	if env, err := rendezvous.FromEnv(os.Getenv); err == nil {
+		ShareCores(env, os.Getenv)
+	}
 	conn, env, err := Connect(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -11,7 +11,7 @@
 // The suite checks the contract documented in package transport: rank and
 // size; delivery of payloads in order between every pair through a Sink in
 // consecutive pieces; header and length mismatches reported to both sides;
-// the optional Exchanger, Aborter, Topology and PeerMemory capabilities when
+// the optional Exchanger, Aborter and PeerMemory capabilities when
 // the endpoints have them; context cancellation and deadlines; Close.
 //
 // Each endpoint is used by one goroutine at a time, except Close and Abort,
@@ -40,22 +40,10 @@ import (
 // this.
 const bound = 10 * time.Second
 
-// Option adjusts a Run.
-type Option func(*suite)
-
-// Skip skips the named subtest of the suite with reason: for a known bug
-// in the transport under test, so that its regression test stays visible.
-func Skip(subtest, reason string) Option {
-	return func(s *suite) { s.skip[subtest] = reason }
-}
-
 // Run runs the conformance suite against the endpoints newConns makes.
 // newConns(t, n) must return n connected endpoints, conns[r] being rank r.
-func Run(t *testing.T, newConns func(t *testing.T, n int) []transport.Conn, opts ...Option) {
-	s := &suite{newConns: newConns, skip: map[string]string{}}
-	for _, o := range opts {
-		o(s)
-	}
+func Run(t *testing.T, newConns func(t *testing.T, n int) []transport.Conn) {
+	s := &suite{newConns: newConns}
 	for _, st := range []struct {
 		name string
 		fn   func(*testing.T)
@@ -74,22 +62,15 @@ func Run(t *testing.T, newConns func(t *testing.T, n int) []transport.Conn, opts
 		{"Close", s.close},
 		{"ClosePeerSend", s.closePeerSend},
 		{"Abort", s.abort},
-		{"Topology", s.topology},
 		{"PeerMemory", s.peerMemory},
 		{"PeerMemoryMismatch", s.peerMemoryMismatch},
 	} {
-		t.Run(st.name, func(t *testing.T) {
-			if reason, ok := s.skip[st.name]; ok {
-				t.Skip(reason)
-			}
-			st.fn(t)
-		})
+		t.Run(st.name, st.fn)
 	}
 }
 
 type suite struct {
 	newConns func(t *testing.T, n int) []transport.Conn
-	skip     map[string]string
 }
 
 // conns makes n endpoints and closes them when the subtest ends.
@@ -592,19 +573,6 @@ func (s *suite) abort(t *testing.T) {
 	}
 	if err := await(t, goRun(func() error { return conns[0].Send(ctx, 1, header(1), []byte{1}) }), bound, "Send"); err == nil {
 		t.Errorf("Send on the aborted rank succeeded")
-	}
-}
-
-func (s *suite) topology(t *testing.T) {
-	conns := s.conns(t, 3)
-	if _, ok := conns[0].(transport.Topology); !ok {
-		t.Skipf("%T does not implement transport.Topology", conns[0])
-	}
-	for r, c := range conns {
-		tp := c.(transport.Topology)
-		if tp.LocalSize() < 1 || tp.LocalSize() > c.Size() || tp.LocalRank() < 0 || tp.LocalRank() >= tp.LocalSize() {
-			t.Errorf("rank %d: local rank %d of %d in a world of %d", r, tp.LocalRank(), tp.LocalSize(), c.Size())
-		}
 	}
 }
 

@@ -1,0 +1,197 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// The commands' transport layer, shared by cmd/train and cmd/bench: the
+// -transport and -timeout flags beside the multi-process Flags
+// (TransportFlags), resolved against each other and the environment into a
+// Transport, which connects this process's endpoints or, as the launcher
+// of a tcp job, starts the ranks.
+
+// The -transport values.
+const (
+	Inproc = "inproc" // every rank a goroutine of this process
+	TCP    = "tcp"    // one rank per process, on this host or several
+)
+
+// transportNames are the -transport values, sorted.
+var transportNames = []string{Inproc, TCP}
+
+// DefaultInprocTimeout is -timeout 0 for in-process ranks. Over tcp it is
+// DefaultTimeout (30 s, as gloo). In-process ranks share this process's
+// cores with each other's compute, so they wait longer before calling a
+// peer stalled.
+const DefaultInprocTimeout = 60 * time.Second
+
+// TransportNames lists the -transport values, for help and messages.
+func TransportNames() string { return strings.Join(transportNames, ", ") }
+
+// TransportFlags are the transport flags the commands share.
+type TransportFlags struct {
+	Name    string        // -transport: Inproc or TCP
+	Timeout time.Duration // -timeout: a send or receive without progress for this long fails; 0: the transport's default
+	Flags                 // -nnodes, -node-rank, -master, -insecure (tcp only)
+}
+
+// Register adds -transport, -timeout, -nnodes, -node-rank, -master and
+// -insecure to fs.
+func (f *TransportFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Name, "transport", Inproc, "transport: "+TransportNames())
+	fs.DurationVar(&f.Timeout, "timeout", 0, fmt.Sprintf("fail when a rank's send or receive makes no progress for this long (default %gs in process, %gs over tcp)",
+		DefaultInprocTimeout.Seconds(), DefaultTimeout.Seconds()))
+	f.Flags.Register(fs)
+}
+
+// CheckName reports an unknown -transport.
+func (f *TransportFlags) CheckName() error {
+	for _, n := range transportNames {
+		if f.Name == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("-transport %q: unknown transport (valid: %s)", f.Name, TransportNames())
+}
+
+// Resolve checks the flags and works out this process's part. ranks is the
+// -ranks value and given the flags set on the command line (flag.Visit).
+// The multi-process flags apply to -transport tcp only. For tcp the
+// process is one rank under a launcher's environment (getenv), whose world
+// size -ranks must then agree with or be left out, and the launcher of
+// -nnodes × -ranks ranks otherwise (Flags.Setup); Transport.Ranks is the
+// world size, which replaces ranks.
+func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(string) string) (*Transport, error) {
+	if err := f.CheckName(); err != nil {
+		return nil, err
+	}
+	if f.Timeout < 0 {
+		return nil, fmt.Errorf("-timeout %v: must not be negative", f.Timeout)
+	}
+	t := &Transport{Name: f.Name, Timeout: f.Timeout, Ranks: ranks}
+	if f.Name != TCP {
+		for _, name := range []string{"nnodes", "node-rank", "master", "insecure"} {
+			if given[name] {
+				return nil, fmt.Errorf("-%s applies to -transport tcp only", name)
+			}
+		}
+		if t.Timeout == 0 {
+			t.Timeout = DefaultInprocTimeout
+		}
+		return t, nil
+	}
+	s, err := f.Setup(ranks, given["ranks"], getenv)
+	if err != nil {
+		return nil, err
+	}
+	t.MP, t.Ranks = &s, s.WorldSize
+	if t.Timeout == 0 {
+		t.Timeout = DefaultTimeout
+	}
+	return t, nil
+}
+
+// Transport is a command's resolved transport.
+type Transport struct {
+	Name    string        // Inproc or TCP
+	Timeout time.Duration // the no-progress timeout, defaults applied
+	Ranks   int           // the world size
+	// MP is this process's part in a tcp job: its launcher or one rank.
+	// Nil in process.
+	MP *Setup
+}
+
+// Launcher reports whether this process is a tcp job's launcher, which
+// starts the ranks (Launch) instead of being one.
+func (t *Transport) Launcher() bool { return t.MP != nil && t.MP.Launcher }
+
+// HoldsRank0 reports whether this process holds rank 0 (or launches the
+// process that does), so prints the command's report: in process always;
+// over tcp the launcher, whose output is rank 0's, and rank 0 itself.
+func (t *Transport) HoldsRank0() bool {
+	return t.MP == nil || t.MP.Launcher || t.MP.Env.Rank == 0
+}
+
+// ShareCores gives this process its share of the host's cores when it is
+// one of several tcp ranks on the host (see the function ShareCores) and
+// returns GOMAXPROCS. Call it once, before connecting: it sets GOMAXPROCS
+// for the whole process. It changes nothing in process or in the launcher.
+func (t *Transport) ShareCores() int {
+	if t.MP == nil || t.MP.Launcher {
+		return runtime.GOMAXPROCS(0)
+	}
+	return ShareCores(t.MP.Env, os.Getenv)
+}
+
+// Connect returns this process's endpoints of a world of ranks ranks: all
+// of them in process (a fresh in-process world), this process's rank over
+// tcp (Connect), where ranks must be the job's world size. Callers name
+// the transport in its errors ("-transport tcp: ...").
+func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, error) {
+	switch {
+	case t.MP == nil:
+		w, err := inproc.NewWorld(ranks, inproc.WithTimeout(t.Timeout))
+		if err != nil {
+			return nil, err
+		}
+		conns := make([]transport.Conn, ranks)
+		for r := range conns {
+			conns[r] = w.Conn(r)
+		}
+		return conns, nil
+	case t.MP.Launcher:
+		return nil, errors.New("this process is not a rank (no RANK/WORLD_SIZE or other launcher variables)")
+	case ranks != t.MP.Env.WorldSize:
+		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, t.MP.Env.WorldSize)
+	}
+	env := t.MP.Env
+	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, Env: &env})
+	if err != nil {
+		return nil, err
+	}
+	return []transport.Conn{conn}, nil
+}
+
+// RankCommand says what each rank of a tcp job runs, given the command's
+// arguments: a program, its arguments and extra environment (KEY=VALUE).
+type RankCommand func(args []string) (path string, argv, env []string, err error)
+
+// ThisProgram is the RankCommand of a real job: this program with the same
+// arguments. (Commands' tests run the test binary instead; see selftest.)
+func ThisProgram(args []string) (path string, argv, env []string, err error) {
+	path, err = os.Executable()
+	return path, args, nil, err
+}
+
+// Launch is the launcher of a tcp job (Launcher reports true): it starts
+// this host's ranks as processes running ranks(args) and waits for them
+// (Run). Rank 0's stdout, the job's report, goes to stdout as it is; the
+// other ranks' lines come prefixed with "[rank r] ", stderr to os.Stderr.
+// Ctrl-C and SIGTERM are forwarded to the ranks, which can stop cleanly,
+// so ctx's cancellation is not used.
+func (t *Transport) Launch(ctx context.Context, args []string, ranks RankCommand, stdout io.Writer) error {
+	if !t.Launcher() {
+		return errors.New("-transport " + t.Name + ": this process is not a job's launcher")
+	}
+	path, argv, env, err := ranks(args)
+	if err != nil {
+		return fmt.Errorf("-transport tcp: %w", err)
+	}
+	return Run(context.WithoutCancel(ctx), Config{
+		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, NodeRank: t.MP.NodeRank,
+		Master: t.MP.Master, Insecure: t.MP.Insecure,
+		Path: path, Args: argv, Env: env,
+		Stdout: stdout, Stderr: os.Stderr,
+	})
+}
