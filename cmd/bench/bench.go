@@ -25,11 +25,20 @@ const seed = 1
 const poison = 16777213
 
 // benchmark runs the sweep of cfg and writes the report to w.
+//
+// The transport is launch.Transport, the layer cmd/train shares (the
+// -transport, -timeout and multi-process flags, their defaults, connecting
+// and launching), resolved by parseConfig into cfg.tr. The benchmark
+// drives each endpoint on its own goroutine and works out everything else
+// (the slowest rank's time, the wrong-element total) with collectives, and
+// every process derives every rank's inputs from the same seed, so it runs
+// unchanged on any transport. Only the process holding rank 0 prints the
+// report.
 func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
-	if cfg.mp != nil && cfg.mp.Launcher { // -transport tcp, not under a launcher: be one
-		return launchRanks(ctx, cfg, w)
+	if cfg.tr.Launcher() { // -transport tcp, not under a launcher: be one
+		return cfg.tr.Launch(ctx, cfg.args, cfg.rankCmd, w)
 	}
-	conns, err := transports[cfg.transport](ctx, cfg)
+	conns, err := cfg.tr.Connect(ctx, cfg.ranks)
 	if err != nil {
 		return fmt.Errorf("-transport %s: %w", cfg.transport, err)
 	}
@@ -59,7 +68,7 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, conns []transport.Conn, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if !holdsRank0(conns) {
+	if !cfg.tr.HoldsRank0() {
 		w = io.Discard // rank 0's process prints the report
 	}
 	data := newDataset[T](cfg)

@@ -60,7 +60,8 @@ var dtypes = map[string]allreduce.DType{
 
 // algorithms are the accepted -algo values, the library's AllReduce
 // algorithms (allreduce.WithAlgorithm): auto lets the library choose (direct
-// where ranks share memory, as inproc ranks do; ring elsewhere). The other
+// where ranks share memory, as inproc ranks do; elsewhere recursive doubling
+// up to 64 KiB and the ring above). The other
 // collectives have one algorithm each (ring for reduce-scatter and
 // all-gather, binomial tree for broadcast and reduce). The value is
 // reported as given.
@@ -110,7 +111,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	var (
 		op      = fs.String("op", "allreduce", "collective: "+names(collectives))
 		ranks   = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		algo    = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, ring elsewhere)")
+		algo    = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, elsewhere doubling up to 64 KiB and ring above)")
 		dtype   = fs.String("dtype", "float32", "element type: "+names(dtypes))
 		redop   = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
 		minS    = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
