@@ -31,7 +31,17 @@ const oneShotMaxBytes = 32 << 10
 // that a block's partial result stays in L1 while the N inputs stream by.
 const reduceBlockBytes = 8 << 10
 
-func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call, pm transport.PeerMemory) error {
+func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if c.count == 0 {
+		return g.agree(ctx, h)
+	}
+	if g.size == 1 {
+		return nil
+	}
+	pm := g.conn.(transport.PeerMemory) // checked by NewGroup or Auto
 	views, err := pm.Expose(ctx, h, c.buf)
 	if err != nil {
 		return err

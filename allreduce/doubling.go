@@ -26,10 +26,6 @@ import (
 // every one of them computes A op B. So every rank ends bitwise identical
 // whatever the values, and the same run to run.
 
-// doublingMaxBytes is the largest buffer Auto reduces by recursive doubling
-// on transports without shared memory; larger buffers take the ring.
-const doublingMaxBytes = 64 << 10
-
 func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err
@@ -48,64 +44,54 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 	rem := n - p2
 	buf := c.buf
 	peer := g.scratchBytes(len(buf))
-	recv := &g.copy
 	// Fold: even ranks below 2·rem hand their buffer to the next rank.
-	h.Step = 0
 	newRank := r - rem
 	if r < 2*rem {
 		if r%2 == 0 {
-			if err := g.conn.Send(ctx, r+1, h, buf); err != nil {
+			if err := g.send(ctx, h, 0, r+1, buf); err != nil {
 				return err
 			}
 			newRank = -1
 		} else {
-			recv.dst = peer
-			err := g.conn.Recv(ctx, r-1, h, len(buf), recv)
-			recv.dst = nil
-			if err != nil {
+			if err := g.recvReduce(ctx, h, 0, r-1, buf, buf, receivedFirst); err != nil { // rank r-1's operand first
 				return err
 			}
-			combineBytes(c.dt, c.op, buf, peer, buf) // rank r-1's operand first
 			newRank = r / 2
 		}
 	}
 	if newRank >= 0 {
+		// Ping-pong between buf and scratch: each step sends the current
+		// value and reduces the partner's into the other buffer.
+		cur, next := buf, peer
 		step := uint32(1)
 		for mask := 1; mask < p2; mask, step = mask<<1, step+1 {
 			partner := newRank ^ mask
+			order := localFirst // the lower number's operand first
+			if partner < newRank {
+				order = receivedFirst
+			}
 			if partner < rem {
 				partner = partner*2 + 1
 			} else {
 				partner += rem
 			}
-			h.Step = step
-			recv.dst = peer
-			err := g.exchange(ctx, partner, h, buf, partner, h, len(buf), recv)
-			recv.dst = nil
-			if err != nil {
+			if err := g.sendRecvReduce(ctx, h, step, partner, cur, partner, cur, next, order); err != nil {
 				return err
 			}
-			if newRank < newRank^mask {
-				combineBytes(c.dt, c.op, buf, buf, peer)
-			} else {
-				combineBytes(c.dt, c.op, buf, peer, buf)
-			}
+			cur, next = next, cur
+		}
+		if !sameBytes(cur, buf) {
+			copy(buf, cur)
 		}
 	}
 	// Unfold: odd ranks below 2·rem return the result to their partner.
-	h.Step = ^uint32(0) - 1
 	if r < 2*rem {
 		if r%2 == 1 {
-			if err := g.conn.Send(ctx, r-1, h, buf); err != nil {
+			if err := g.send(ctx, h, unfoldStep, r-1, buf); err != nil {
 				return err
 			}
-		} else {
-			recv.dst = buf
-			err := g.conn.Recv(ctx, r+1, h, len(buf), recv)
-			recv.dst = nil
-			if err != nil {
-				return err
-			}
+		} else if err := g.recvCopy(ctx, h, unfoldStep, r+1, buf); err != nil {
+			return err
 		}
 	}
 	if c.op == Avg {
@@ -113,3 +99,6 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 	}
 	return nil
 }
+
+// unfoldStep is the step number of the unfold message.
+const unfoldStep = ^uint32(0) - 1

@@ -15,7 +15,14 @@ import (
 // (allreducetest.CheckProgram). RINGDDP_SOAK=1 runs the goal's 10,000
 // collectives per algorithm instead of the CI sample.
 
-var exactnessAlgorithms = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, allreduce.Direct, allreduce.Doubling}
+// inprocAlgorithms is every algorithm in-process ranks can run.
+func inprocAlgorithms(t *testing.T) []allreduce.Algorithm {
+	conns, _, err := allreducetest.InprocConns(1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allreducetest.AlgorithmsFor(conns[0])
+}
 
 func TestExactnessSpecialValues(t *testing.T) {
 	ranks := []int{1, 2, 3, 5, 8}
@@ -26,7 +33,7 @@ func TestExactnessSpecialValues(t *testing.T) {
 		perAlgorithm = 200
 	}
 	const progLen = 40
-	for _, algo := range exactnessAlgorithms {
+	for _, algo := range inprocAlgorithms(t) {
 		t.Run(algo.String(), func(t *testing.T) {
 			done := 0
 			for p := 0; done < perAlgorithm; p++ {
@@ -74,7 +81,7 @@ func TestMismatchMatrix(t *testing.T) {
 	} else if testing.Short() {
 		repeats = 1
 	}
-	for _, algo := range exactnessAlgorithms {
+	for _, algo := range inprocAlgorithms(t) {
 		t.Run(algo.String(), func(t *testing.T) {
 			trials := 0
 			for rep := 0; rep < repeats; rep++ {

@@ -42,72 +42,20 @@ type Group struct {
 // GroupOption configures a Group.
 type GroupOption func(*Group)
 
-// Algorithm selects how AllReduce runs.
-type Algorithm uint8
-
-// The AllReduce algorithms.
-const (
-	// Auto picks Direct where the transport shares memory between ranks
-	// (transport.PeerMemory); elsewhere Doubling up to 64 KiB and Ring
-	// above.
-	Auto Algorithm = iota
-	// Ring is reduce-scatter then all-gather around the ring of ranks.
-	Ring
-	// Direct reads peers' buffers in place (in-process ranks only).
-	Direct
-	// Doubling is recursive doubling: ⌈log2 N⌉ whole-buffer exchanges,
-	// for small buffers.
-	Doubling
-)
-
-func (a Algorithm) String() string {
-	switch a {
-	case Auto:
-		return "auto"
-	case Ring:
-		return "ring"
-	case Direct:
-		return "direct"
-	case Doubling:
-		return "doubling"
-	}
-	return fmt.Sprintf("Algorithm(%d)", uint8(a))
-}
-
-// ParseAlgorithm reads an algorithm's name: "auto", "ring", "direct" or
-// "doubling".
-func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range []Algorithm{Auto, Ring, Direct, Doubling} {
-		if s == a.String() {
-			return a, nil
-		}
-	}
-	return Auto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, direct or doubling)", ErrInvalid, s)
-}
-
-// WithAlgorithm sets the AllReduce algorithm. Direct on a transport that
-// does not share memory is an error at NewGroup.
+// WithAlgorithm sets the AllReduce algorithm. An algorithm whose
+// requirements the transport does not meet (Direct without shared memory)
+// is an error at NewGroup, before any communication.
 func WithAlgorithm(a Algorithm) GroupOption { return func(g *Group) { g.algorithm = a } }
 
-// peerMemory is the transport's shared-memory capability when the chosen
-// algorithm uses it.
-func (g *Group) peerMemory() transport.PeerMemory {
-	if g.algorithm == Ring || g.algorithm == Doubling {
-		return nil
-	}
-	pm, _ := g.conn.(transport.PeerMemory)
-	return pm
-}
-
-// Algorithm is the AllReduce algorithm in use for large buffers (Auto
-// resolved; Auto also takes Doubling for buffers up to 64 KiB where ranks
-// do not share memory).
+// Algorithm is the AllReduce algorithm in use for large buffers: the one
+// asked for, or what Auto picks for them (Auto takes recursive doubling
+// for buffers up to 64 KiB where ranks do not share memory).
 func (g *Group) Algorithm() Algorithm {
-	switch {
-	case g.peerMemory() != nil:
+	if g.algorithm != Auto {
+		return g.algorithm
+	}
+	if _, ok := g.conn.(transport.PeerMemory); ok {
 		return Direct
-	case g.algorithm == Doubling:
-		return Doubling
 	}
 	return Ring
 }
@@ -128,11 +76,8 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 	for _, o := range opts {
 		o(g)
 	}
-	if g.algorithm > Doubling {
-		return nil, fmt.Errorf("%w: unknown algorithm %v", ErrInvalid, g.algorithm)
-	}
-	if _, ok := conn.(transport.PeerMemory); g.algorithm == Direct && !ok {
-		return nil, fmt.Errorf("%w: algorithm direct needs a transport whose ranks share memory (%T does not)", ErrInvalid, conn)
+	if err := g.checkAlgorithm(); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -321,13 +266,8 @@ func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	h := c.header(seq)
 	switch c.kind {
 	case KindAllReduce:
-		if pm := g.peerMemory(); pm != nil && g.size > 1 && c.count > 0 && len(c.buf) == c.count*c.dt.Size() {
-			return g.directAllReduce(ctx, h, c, pm)
-		}
-		if g.algorithm == Doubling || (g.algorithm == Auto && len(c.buf) <= doublingMaxBytes) {
-			return g.doublingAllReduce(ctx, h, c)
-		}
-		return g.ringAllReduce(ctx, h, c)
+		spec, _ := g.algorithm.spec()
+		return spec.run(g, ctx, h, c)
 	case KindReduceScatter:
 		return g.ringReduceScatter(ctx, h, c)
 	case KindAllGather:

@@ -110,30 +110,25 @@ func (g *Group) ringReduceScatterSteps(ctx context.Context, h transport.Header, 
 		s := g.scratchBytes(2 * maxChunk)
 		partial[0], partial[1] = s[:maxChunk], s[maxChunk:]
 	}
-	sink := &g.combine
-	sink.dt, sink.op = c.dt, c.op
 	for s := 0; s < n-1; s++ {
 		slo, shi := g.chunkBytes(c, r-s-1)
 		rlo, rhi := g.chunkBytes(c, r-s-2)
-		send := src[slo:shi]
-		sink.local = src[rlo:rhi]
-		sink.out = sink.local
+		send, local := src[slo:shi], src[rlo:rhi]
+		out := local
 		if !inPlace {
 			if s > 0 {
 				send = partial[(s-1)%2][:shi-slo]
 			}
 			if s == n-2 {
-				sink.out = dst
+				out = dst
 			} else {
-				sink.out = partial[s%2][:rhi-rlo]
+				out = partial[s%2][:rhi-rlo]
 			}
 		}
-		h.Step = uint32(s)
-		if err := g.exchange(ctx, right, h, send, left, h, rhi-rlo, sink); err != nil {
+		if err := g.sendRecvReduce(ctx, h, uint32(s), right, send, left, local, out, localFirst); err != nil {
 			return err
 		}
 	}
-	sink.out, sink.local = nil, nil
 	return nil
 }
 
@@ -143,18 +138,13 @@ func (g *Group) ringReduceScatterSteps(ctx context.Context, h transport.Header, 
 func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *call, buf []byte) error {
 	n, r := g.size, g.rank
 	right, left := mod(r+1, n), mod(r-1, n)
-	first := h.Step
-	sink := &g.copy
 	for s := 0; s < n-1; s++ {
 		slo, shi := g.chunkBytes(c, r-s)
 		rlo, rhi := g.chunkBytes(c, r-s-1)
-		sink.dst = buf[rlo:rhi]
-		h.Step = first + uint32(s)
-		if err := g.exchange(ctx, right, h, buf[slo:shi], left, h, rhi-rlo, sink); err != nil {
+		if err := g.sendRecvCopy(ctx, h, h.Step+uint32(s), right, buf[slo:shi], left, buf[rlo:rhi]); err != nil {
 			return err
 		}
 	}
-	sink.dst = nil
 	return nil
 }
 

@@ -87,3 +87,16 @@ func FirstError(errs []error) error {
 func Ctx(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// AlgorithmsFor lists the AllReduce algorithms a group over conn can run
+// (allreduce.Algorithms less those whose requirements conn does not meet),
+// for tests that range over every algorithm of a transport.
+func AlgorithmsFor(conn transport.Conn, opts ...allreduce.GroupOption) []allreduce.Algorithm {
+	var out []allreduce.Algorithm
+	for _, a := range allreduce.Algorithms() {
+		if _, err := allreduce.NewGroup(conn, append(opts, allreduce.WithAlgorithm(a))...); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}

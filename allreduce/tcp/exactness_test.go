@@ -15,7 +15,10 @@ import (
 // this process on loopback). RINGDDP_SOAK=1 runs the goals' counts: 10,000
 // random collectives per algorithm and at least 5,000 mismatch trials.
 
-var tcpAlgorithms = []allreduce.Algorithm{allreduce.Auto, allreduce.Ring, allreduce.Doubling}
+// tcpAlgorithms is every algorithm tcp ranks can run.
+func tcpAlgorithms(t *testing.T) []allreduce.Algorithm {
+	return allreducetest.AlgorithmsFor(tcpConns(t, 1, 5*time.Second)[0])
+}
 
 func asConns(cs []*tcp.Conn) []transport.Conn {
 	out := make([]transport.Conn, len(cs))
@@ -34,7 +37,7 @@ func TestExactnessSpecialValuesOverTCP(t *testing.T) {
 		perAlgorithm = 80
 	}
 	const progLen = 40
-	for _, algo := range tcpAlgorithms {
+	for _, algo := range tcpAlgorithms(t) {
 		t.Run(algo.String(), func(t *testing.T) {
 			done := 0
 			for p := 0; done < perAlgorithm; p++ {
@@ -72,7 +75,7 @@ func TestMismatchMatrixOverTCP(t *testing.T) {
 	}
 	trials := 0
 	for rep := 0; rep < repeats; rep++ {
-		for _, algo := range tcpAlgorithms {
+		for _, algo := range tcpAlgorithms(t) {
 			for _, n := range rankCounts {
 				cases := allreducetest.MismatchCases(n)
 				for i, m := range cases {

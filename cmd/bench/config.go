@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"sort"
 	"strings"
 
@@ -58,14 +57,6 @@ var dtypes = map[string]allreduce.DType{
 	"float32": allreduce.Float32, "float64": allreduce.Float64, "int32": allreduce.Int32, "int64": allreduce.Int64,
 }
 
-// algorithms are the accepted -algo values, the library's AllReduce
-// algorithms (allreduce.WithAlgorithm): auto lets the library choose (direct
-// where ranks share memory, as inproc ranks do; elsewhere recursive doubling
-// up to 64 KiB and the ring above). The other
-// collectives have one algorithm each (ring for reduce-scatter and
-// all-gather, binomial tree for broadcast and reduce). The value is
-// reported as given.
-var algorithms = []string{"ring", "auto", "direct", "doubling"}
 
 // config is a parsed and validated command line.
 type config struct {
@@ -111,7 +102,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	var (
 		op      = fs.String("op", "allreduce", "collective: "+names(collectives))
 		ranks   = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		algo    = fs.String("algo", "auto", "all-reduce algorithm: "+strings.Join(algorithms, ", ")+" (auto: direct where ranks share memory, elsewhere doubling up to 64 KiB and ring above)")
+		algo    = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: direct where ranks share memory, elsewhere doubling up to 64 KiB and ring above; the other collectives have one algorithm each)")
 		dtype   = fs.String("dtype", "float32", "element type: "+names(dtypes))
 		redop   = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
 		minS    = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
@@ -151,9 +142,10 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	if err := tf.CheckName(); err != nil {
 		return nil, err
 	}
-	if !slices.Contains(algorithms, *algo) {
-		return nil, fmt.Errorf("-algo %q: unknown algorithm (valid: %s)", *algo, strings.Join(algorithms, ", "))
+	if *algo == "" {
+		*algo = allreduce.Auto.String()
 	}
+	cfg.algo = *algo
 	var err error
 	if cfg.algorithm, err = allreduce.ParseAlgorithm(*algo); err != nil {
 		return nil, fmt.Errorf("-algo: %w", err)

@@ -1,0 +1,150 @@
+package allreduce
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Algorithm selects how AllReduce runs.
+type Algorithm uint8
+
+// The AllReduce algorithms. Each has a file of its own with its schedule,
+// steps and bytes on the wire, and one row in spec below; adding one is
+// that file, a constant here and the row.
+const (
+	// Auto picks Direct where the transport shares memory between ranks
+	// (transport.PeerMemory); elsewhere Doubling up to 64 KiB and Ring
+	// above. It never picks an algorithm whose requirements fail.
+	Auto Algorithm = iota
+	// Ring is reduce-scatter then all-gather around the ring of ranks
+	// (ring.go).
+	Ring
+	// Direct reads peers' buffers in place (direct.go); in-process ranks
+	// only.
+	Direct
+	// Doubling is recursive doubling: ⌈log2 N⌉ whole-buffer exchanges,
+	// for small buffers (doubling.go).
+	Doubling
+)
+
+// requirement is what an algorithm needs of the group and its transport.
+type requirement uint8
+
+const (
+	// needsPeerMemory: the transport's ranks share an address space
+	// (transport.PeerMemory).
+	needsPeerMemory requirement = 1 << iota
+)
+
+// algorithmSpec is one row of the algorithm table.
+type algorithmSpec struct {
+	name  string
+	needs requirement
+	run   func(g *Group, ctx context.Context, h transport.Header, c *call) error
+}
+
+// spec is the algorithm table: parsing, NewGroup's validation, the
+// group's dispatch and Algorithms all read it, and nothing else knows the
+// list. ok is false for a value that names no algorithm.
+func (a Algorithm) spec() (s algorithmSpec, ok bool) {
+	switch a {
+	case Auto:
+		return algorithmSpec{"auto", 0, (*Group).autoAllReduce}, true
+	case Ring:
+		return algorithmSpec{"ring", 0, (*Group).ringAllReduce}, true
+	case Direct:
+		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce}, true
+	case Doubling:
+		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce}, true
+	}
+	return algorithmSpec{}, false
+}
+
+// Algorithms lists every algorithm, Auto first, for commands and tests
+// to range over.
+func Algorithms() []Algorithm {
+	var out []Algorithm
+	for a := Algorithm(0); ; a++ {
+		if _, ok := a.spec(); !ok {
+			return out
+		}
+		out = append(out, a)
+	}
+}
+
+func (a Algorithm) String() string {
+	if s, ok := a.spec(); ok {
+		return s.name
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// AlgorithmNames is the list of algorithm names, comma-separated, for
+// help texts and errors.
+func AlgorithmNames() string {
+	var names []string
+	for _, a := range Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// ParseAlgorithm reads an algorithm's name (AlgorithmNames).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms() {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return Auto, fmt.Errorf("%w: unknown algorithm %q (want one of %s)", ErrInvalid, s, AlgorithmNames())
+}
+
+// AlgorithmEnv is the environment variable that names the AllReduce
+// algorithm for commands built on this package, like NCCL_ALGO.
+const AlgorithmEnv = "RINGDDP_ALGO"
+
+// AlgorithmFromEnv is the algorithm RINGDDP_ALGO names, Auto when it is
+// unset or empty.
+func AlgorithmFromEnv(getenv func(string) string) (Algorithm, error) {
+	v := getenv(AlgorithmEnv)
+	if v == "" {
+		return Auto, nil
+	}
+	a, err := ParseAlgorithm(v)
+	if err != nil {
+		return Auto, fmt.Errorf("%s=%s: %w", AlgorithmEnv, v, err)
+	}
+	return a, nil
+}
+
+// checkAlgorithm is NewGroup's check that the group can run its
+// algorithm: a clear error on every rank before any communication.
+func (g *Group) checkAlgorithm() error {
+	s, ok := g.algorithm.spec()
+	if !ok {
+		return fmt.Errorf("%w: unknown algorithm %v (want one of %s)", ErrInvalid, g.algorithm, AlgorithmNames())
+	}
+	if _, shared := g.conn.(transport.PeerMemory); s.needs&needsPeerMemory != 0 && !shared {
+		return fmt.Errorf("%w: algorithm %s needs a transport whose ranks share memory (%T does not)", ErrInvalid, s.name, g.conn)
+	}
+	return nil
+}
+
+// doublingMaxBytes is the largest buffer Auto reduces by recursive doubling
+// on transports without shared memory; larger buffers take the ring.
+const doublingMaxBytes = 64 << 10
+
+// autoAllReduce is Auto: Direct where ranks share memory, otherwise
+// Doubling up to doublingMaxBytes and Ring above.
+func (g *Group) autoAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if _, ok := g.conn.(transport.PeerMemory); ok {
+		return g.directAllReduce(ctx, h, c)
+	}
+	if len(c.buf) <= doublingMaxBytes {
+		return g.doublingAllReduce(ctx, h, c)
+	}
+	return g.ringAllReduce(ctx, h, c)
+}

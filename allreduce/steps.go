@@ -1,0 +1,90 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Step primitives. Every algorithm is a script of these, in the manner of
+// NCCL's directSend / directRecvReduceSend: each names what one rank does
+// in one step of a collective, with the message's step number (its index
+// within the collective, per sender, carried in the header so that a
+// message of another step is a mismatch, never a wrong payload).
+//
+//	send            to ← p
+//	recvCopy        dst ← from
+//	recvReduce      out ← local op (from)           or (from) op local
+//	sendRecvCopy    to ← p, at once dst ← from
+//	sendRecvReduce  to ← p, at once out ← local op (from), or the reverse
+//
+// The operand order of a reduction is explicit (localFirst or
+// receivedFirst) because a op b and b op a can differ in floating point
+// (the sign of a zero Max, a NaN's payload): an algorithm that lets two
+// ranks compute one value must give both the same order.
+
+// operandOrder says which operand of a reduction comes first.
+type operandOrder bool
+
+const (
+	localFirst    operandOrder = false // out = local op received
+	receivedFirst operandOrder = true  // out = received op local
+)
+
+// at is h with its step number set.
+func at(h transport.Header, step uint32) transport.Header {
+	h.Step = step
+	return h
+}
+
+// send sends p to rank to as message step of the call h.
+func (g *Group) send(ctx context.Context, h transport.Header, step uint32, to int, p []byte) error {
+	return g.conn.Send(ctx, to, at(h, step), p)
+}
+
+// recvCopy receives message step from rank from into dst (len(dst) bytes).
+func (g *Group) recvCopy(ctx context.Context, h transport.Header, step uint32, from int, dst []byte) error {
+	sink := &g.copy
+	sink.dst = dst
+	err := g.conn.Recv(ctx, from, at(h, step), len(dst), sink)
+	sink.dst = nil
+	return err
+}
+
+// recvReduce receives message step from rank from (len(local) bytes) and
+// reduces it with local into out, in the given operand order. out may be
+// local.
+func (g *Group) recvReduce(ctx context.Context, h transport.Header, step uint32, from int, local, out []byte, order operandOrder) error {
+	sink := g.combiner(h, local, out, order)
+	err := g.conn.Recv(ctx, from, at(h, step), len(local), sink)
+	sink.out, sink.local = nil, nil
+	return err
+}
+
+// sendRecvCopy sends p to rank to while receiving message step from rank
+// from into dst: one step of a ring's all-gather.
+func (g *Group) sendRecvCopy(ctx context.Context, h transport.Header, step uint32, to int, p []byte, from int, dst []byte) error {
+	sink := &g.copy
+	sink.dst = dst
+	err := g.exchange(ctx, to, at(h, step), p, from, at(h, step), len(dst), sink)
+	sink.dst = nil
+	return err
+}
+
+// sendRecvReduce sends p to rank to while receiving message step from
+// rank from (len(local) bytes) and reducing it with local into out: one
+// step of a ring's reduce-scatter or a doubling exchange. out may be local.
+func (g *Group) sendRecvReduce(ctx context.Context, h transport.Header, step uint32, to int, p []byte, from int, local, out []byte, order operandOrder) error {
+	sink := g.combiner(h, local, out, order)
+	err := g.exchange(ctx, to, at(h, step), p, from, at(h, step), len(local), sink)
+	sink.out, sink.local = nil, nil
+	return err
+}
+
+// combiner readies the group's combine sink for one receive of call h.
+func (g *Group) combiner(h transport.Header, local, out []byte, order operandOrder) *combineSink {
+	sink := &g.combine
+	sink.dt, sink.op = DType(h.DType), ReduceOp(h.Op)
+	sink.local, sink.out, sink.receivedFirst = local, out, order == receivedFirst
+	return sink
+}
