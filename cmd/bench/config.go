@@ -57,7 +57,6 @@ var dtypes = map[string]allreduce.DType{
 	"float32": allreduce.Float32, "float64": allreduce.Float64, "int32": allreduce.Int32, "int64": allreduce.Int64,
 }
 
-
 // config is a parsed and validated command line.
 type config struct {
 	rankCmd   launch.RankCommand // what a -transport tcp run's ranks execute
