@@ -61,10 +61,11 @@ type call struct {
 	layout []Chunk
 }
 
-// header is the header of this call's messages. Group is 0: every Group
-// has a transport of its own.
-func (c *call) header(seq uint64) transport.Header {
+// header is the header of this call's messages on the group with the
+// given id.
+func (c *call) header(group uint32, seq uint64) transport.Header {
 	return transport.Header{
+		Group: group,
 		Seq:   seq,
 		Kind:  uint8(c.kind),
 		DType: uint8(c.dt),
@@ -91,7 +92,11 @@ func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int6
 }
 
 func describeHeader(h transport.Header) string {
-	return describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
+	s := describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
+	if h.Group != 0 {
+		s += fmt.Sprintf(" on group %#x", h.Group)
+	}
+	return s
 }
 
 // DescribeCall renders the collective a message header belongs to as
@@ -105,7 +110,7 @@ func DescribeCall(h transport.Header) string { return describeHeader(h) }
 // ranks, relayed inside a peer's abort cause, is never reported as this
 // rank's own: the error names this rank's call, then the two calls that
 // disagree, the rank that found it and the ranks that relayed it here.
-func callError(rank int, seq uint64, c *call, err error) error {
+func callError(rank int, call transport.Header, err error) error {
 	var mm *transport.MismatchError
 	if errors.As(err, &mm) {
 		via := relays(err)
@@ -118,10 +123,10 @@ func callError(rank int, seq uint64, c *call, err error) error {
 				rank, describeHeader(own.Local), own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
 		}
 		return fmt.Errorf("allreduce: rank %d, %s: rank %d called %s but rank %d called %s (found by rank %d%s): %w",
-			rank, describe(seq, c.kind, c.dt, c.op, c.root, int64(c.count)),
+			rank, describeHeader(call),
 			mm.Rank, describeHeader(mm.Local), mm.Peer, describeHeader(mm.Remote), mm.Rank, viaText(via, mm.Rank), err)
 	}
-	return fmt.Errorf("allreduce: rank %d, %s: %w", rank, describe(seq, c.kind, c.dt, c.op, c.root, int64(c.count)), err)
+	return fmt.Errorf("allreduce: rank %d, %s: %w", rank, describeHeader(call), err)
 }
 
 // relays lists the ranks whose failures err passed through, outermost

@@ -11,9 +11,13 @@ import (
 
 // Group is a communicator: the ranks of one transport.Conn and the state
 // that keeps their collectives in step. Collectives on a Group run one at a
-// time in the order their sequence numbers were taken, which is the order
-// the calls were issued on this rank; every rank must issue the same
-// collectives in the same order. A Group is safe for concurrent use.
+// time in the order they were issued on this rank; every rank must issue
+// the same collectives in the same order. A Group is safe for concurrent
+// use.
+//
+// Groups made by Split share their parent's transport and sequencer (see
+// sequencer): each numbers its own calls, and a failure anywhere in the
+// family poisons all of it.
 type Group struct {
 	conn      transport.Conn
 	exchanger transport.Exchanger // nil when conn lacks the capability
@@ -21,22 +25,49 @@ type Group struct {
 	size      int
 	algorithm Algorithm
 
-	mu      sync.Mutex
-	next    uint64 // sequence number of the next call issued
-	turn    uint64 // sequence number of the call allowed to run
-	failure error  // the first error; poisons the group
+	// id is the Group field of every header this group sends: 0 for a
+	// group made by NewGroup, derived from the parent's for a split one,
+	// so that a message of one group is never taken for another's.
+	id uint32
+	// worldRank is this rank in the root group, the numbering errors use
+	// (transport errors name the root transport's ranks).
+	worldRank int
+	// world maps this group's ranks to the root group's.
+	world []int
+	// node names this rank's node (WithNode, or the transport's), for
+	// Topology; "" when unknown.
+	node string
+
+	seq     *sequencer
+	nextSeq uint64 // header sequence number of this group's next call (under seq.mu)
+	splits  uint32 // sub-groups made from this one (under seq.mu), for their ids
+	closed  error  // set by Close on a split group (under seq.mu)
+	topo    *Topology
 	pending sync.WaitGroup
+
+	// Reused by the collective that holds the turn.
+	copy    copySink
+	combine combineSink
+	scratch []int64
+}
+
+// sequencer orders the collectives of a family of groups — a group made
+// by NewGroup and every group split from it — on this rank. They share one
+// transport, which carries one collective at a time, so their calls run
+// one at a time in the order they were issued, whichever group they are
+// on. The first error poisons the family: the transport is aborted for
+// all of them.
+type sequencer struct {
+	mu      sync.Mutex
+	next    uint64 // ticket of the next call issued
+	turn    uint64 // ticket of the call allowed to run
+	failure error  // the first error; poisons the family
 	// turnPassed is closed (and replaced) when the turn moves on while
 	// calls are waiting for theirs; waiting counts them, so an
 	// uncontended call never allocates a channel.
 	turnPassed chan struct{}
 	waiting    int
 	abandoned  map[uint64]bool // calls whose context ended before their turn
-
-	// Reused by the collective that holds the turn.
-	copy    copySink
-	combine combineSink
-	scratch []int64
 }
 
 // GroupOption configures a Group.
@@ -69,9 +100,12 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 	if n < 1 || r < 0 || r >= n {
 		return nil, fmt.Errorf("%w: transport reports rank %d of %d", ErrInvalid, r, n)
 	}
-	g := &Group{conn: conn, rank: r, size: n}
+	g := &Group{conn: conn, rank: r, size: n, worldRank: r, seq: &sequencer{}}
 	if ex, ok := conn.(transport.Exchanger); ok {
 		g.exchanger = ex
+	}
+	if nn, ok := conn.(nodeNamer); ok {
+		g.node = nn.NodeName()
 	}
 	for _, o := range opts {
 		o(g)
@@ -93,112 +127,135 @@ func (g *Group) Conn() transport.Conn { return g.conn }
 
 // Err is the error that poisoned the group, or nil.
 func (g *Group) Err() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.failure
+	g.seq.mu.Lock()
+	defer g.seq.mu.Unlock()
+	return g.failedLocked()
+}
+
+// failedLocked is why calls on g cannot run, or nil; seq.mu is held.
+func (g *Group) failedLocked() error {
+	if g.seq.failure != nil {
+		return g.seq.failure
+	}
+	return g.closed
 }
 
 // Abort poisons the group with cause, as a failed collective would: every
 // queued and later call fails, and peers blocked on this rank fail at once.
 // Use it when this rank cannot go on (say its backward pass failed) so the
-// others do not wait for their timeout.
+// others do not wait for their timeout. It poisons every group split from
+// the same root too: they share the transport.
 func (g *Group) Abort(cause error) {
 	if cause == nil {
 		cause = errors.New("aborted")
 	}
-	g.mu.Lock()
-	first := g.failure == nil
+	g.seq.mu.Lock()
+	first := g.seq.failure == nil
 	if first {
-		g.failure = cause
+		g.seq.failure = cause
 	}
-	g.mu.Unlock()
+	g.seq.mu.Unlock()
 	if first {
 		g.abortConn(cause)
 	}
 }
 
-// Close fails every queued and later collective, closes the transport and
-// waits for the asynchronous collectives to return.
+// Close fails every queued and later collective on g and waits for its
+// asynchronous collectives to return. On a group made by NewGroup it
+// also closes the transport, ending every group split from it; a split
+// group's Close leaves its parent and siblings working.
 func (g *Group) Close() error {
-	g.mu.Lock()
-	if g.failure == nil {
-		g.failure = fmt.Errorf("allreduce: group closed: %w", transport.ErrClosed)
+	closed := fmt.Errorf("allreduce: group closed: %w", transport.ErrClosed)
+	g.seq.mu.Lock()
+	split := g.world != nil
+	if split {
+		if g.closed == nil {
+			g.closed = closed
+		}
+	} else if g.seq.failure == nil {
+		g.seq.failure = closed
 	}
-	g.mu.Unlock()
-	err := g.conn.Close()
+	g.seq.mu.Unlock()
+	var err error
+	if !split {
+		err = g.conn.Close()
+	}
 	g.pending.Wait()
 	return err
 }
 
-// ticket takes the next sequence number.
-func (g *Group) ticket() uint64 {
-	g.mu.Lock()
-	seq := g.next
-	g.next++
-	g.mu.Unlock()
-	return seq
+// ticket takes the family's next ticket (the run order) and this group's
+// next header sequence number.
+func (g *Group) ticket() (ticket, seq uint64) {
+	g.seq.mu.Lock()
+	ticket, seq = g.seq.next, g.nextSeq
+	g.seq.next++
+	g.nextSeq++
+	g.seq.mu.Unlock()
+	return ticket, seq
 }
 
-// waitTurn blocks until the call with sequence number seq may run, or its
-// context ends. It returns the poisoning error, if any, in which case the
-// call must not communicate; a call whose context ended first poisons the
-// group (its sequence number can no longer be matched) and is skipped.
-func (g *Group) waitTurn(ctx context.Context, seq uint64) error {
-	g.mu.Lock()
-	for g.turn != seq {
-		if g.turnPassed == nil {
-			g.turnPassed = make(chan struct{})
+// waitTurn blocks until the call with this ticket may run, or its context
+// ends. It returns the poisoning error, if any, in which case the call must
+// not communicate; a call whose context ended first poisons the family
+// (its sequence number can no longer be matched) and is skipped.
+func (g *Group) waitTurn(ctx context.Context, ticket, seq uint64) error {
+	q := g.seq
+	q.mu.Lock()
+	for q.turn != ticket {
+		if q.turnPassed == nil {
+			q.turnPassed = make(chan struct{})
 		}
-		ch := g.turnPassed
-		g.waiting++
-		g.mu.Unlock()
+		ch := q.turnPassed
+		q.waiting++
+		q.mu.Unlock()
 		select {
 		case <-ch:
-			g.mu.Lock()
-			g.waiting--
+			q.mu.Lock()
+			q.waiting--
 		case <-ctx.Done():
-			g.mu.Lock()
-			g.waiting--
-			if g.turn == seq { // raced with our turn: take it
+			q.mu.Lock()
+			q.waiting--
+			if q.turn == ticket { // raced with our turn: take it
 				continue
 			}
-			err := fmt.Errorf("allreduce: rank %d: call #%d gave up waiting for its turn (call #%d still running): %w",
-				g.rank, seq, g.turn, ctx.Err())
-			if g.failure == nil {
-				g.failure = err
+			err := fmt.Errorf("allreduce: rank %d: call #%d gave up waiting for its turn: %w", g.worldRank, seq, ctx.Err())
+			if q.failure == nil {
+				q.failure = err
 			}
-			if g.abandoned == nil {
-				g.abandoned = make(map[uint64]bool)
+			if q.abandoned == nil {
+				q.abandoned = make(map[uint64]bool)
 			}
-			g.abandoned[seq] = true
-			g.mu.Unlock()
+			q.abandoned[ticket] = true
+			q.mu.Unlock()
 			g.abortConn(err)
 			return err
 		}
 	}
-	err := g.failure
-	g.mu.Unlock()
+	err := g.failedLocked()
+	q.mu.Unlock()
 	return err
 }
 
 // endTurn passes the turn on and, if err is the call's own failure,
-// poisons the group and tells the peers.
+// poisons the family and tells the peers.
 func (g *Group) endTurn(err error) {
-	g.mu.Lock()
-	first := err != nil && g.failure == nil
+	q := g.seq
+	q.mu.Lock()
+	first := err != nil && q.failure == nil
 	if first {
-		g.failure = err
+		q.failure = err
 	}
-	g.turn++
-	for g.abandoned[g.turn] {
-		delete(g.abandoned, g.turn)
-		g.turn++
+	q.turn++
+	for q.abandoned[q.turn] {
+		delete(q.abandoned, q.turn)
+		q.turn++
 	}
-	if g.waiting > 0 && g.turnPassed != nil {
-		close(g.turnPassed)
-		g.turnPassed = nil
+	if q.waiting > 0 && q.turnPassed != nil {
+		close(q.turnPassed)
+		q.turnPassed = nil
 	}
-	g.mu.Unlock()
+	q.mu.Unlock()
 	if first {
 		g.abortConn(err)
 	}
@@ -210,14 +267,14 @@ func (g *Group) abortConn(cause error) {
 	}
 }
 
-// run executes call c with sequence number seq once it is c's turn. An
-// asynchronous call's Work w completes before the turn passes on, so a
-// caller that saw it done issues its next call after it.
-func (g *Group) run(ctx context.Context, seq uint64, c *call, w *Work) error {
-	if failed := g.waitTurn(ctx, seq); failed != nil {
-		g.mu.Lock()
-		skipped := g.abandoned[seq]
-		g.mu.Unlock()
+// run executes call c (ticket, header sequence number seq) once it is
+// c's turn. An asynchronous call's Work w completes before the turn passes
+// on, so a caller that saw it done issues its next call after it.
+func (g *Group) run(ctx context.Context, ticket, seq uint64, c *call, w *Work) error {
+	if failed := g.waitTurn(ctx, ticket, seq); failed != nil {
+		g.seq.mu.Lock()
+		skipped := g.seq.abandoned[ticket]
+		g.seq.mu.Unlock()
 		if !errors.Is(failed, ErrGroupFailed) {
 			failed = fmt.Errorf("%w: %w", ErrGroupFailed, failed)
 		}
@@ -234,7 +291,7 @@ func (g *Group) run(ctx context.Context, seq uint64, c *call, w *Work) error {
 		err = g.execute(ctx, seq, c)
 	}
 	if err != nil {
-		err = callError(g.rank, seq, c, err)
+		err = callError(g.worldRank, c.header(g.id, seq), err)
 	}
 	if w != nil {
 		w.finish(err)
@@ -243,27 +300,47 @@ func (g *Group) run(ctx context.Context, seq uint64, c *call, w *Work) error {
 	return err
 }
 
-// do runs c synchronously.
-func (g *Group) do(ctx context.Context, c *call) error {
-	return g.run(ctx, g.ticket(), c, nil)
+// nested runs c on g inside a collective of g's family that holds the
+// turn (an algorithm built from collectives on sub-groups): it takes a
+// header sequence number of g but no ticket. Every rank of g must run the
+// same nested calls in the same order, as algorithms do.
+func (g *Group) nested(ctx context.Context, c *call) error {
+	g.seq.mu.Lock()
+	seq := g.nextSeq
+	g.nextSeq++
+	failed := g.failedLocked()
+	g.seq.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	if err := c.validate(g.size); err != nil {
+		return err
+	}
+	return g.execute(ctx, seq, c)
 }
 
-// start runs c on its own goroutine. Its sequence number is taken here, on
-// the calling goroutine.
+// do runs c synchronously.
+func (g *Group) do(ctx context.Context, c *call) error {
+	ticket, seq := g.ticket()
+	return g.run(ctx, ticket, seq, c, nil)
+}
+
+// start runs c on its own goroutine. Its ticket is taken here, on the
+// calling goroutine.
 func (g *Group) start(ctx context.Context, c call) *Work {
-	seq := g.ticket()
+	ticket, seq := g.ticket()
 	w := newWork()
 	g.pending.Add(1)
 	go func() {
 		defer g.pending.Done()
-		_ = g.run(ctx, seq, &c, w)
+		_ = g.run(ctx, ticket, seq, &c, w)
 	}()
 	return w
 }
 
 // execute dispatches to the algorithm.
 func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
-	h := c.header(seq)
+	h := c.header(g.id, seq)
 	switch c.kind {
 	case KindAllReduce:
 		spec, _ := g.algorithm.spec()

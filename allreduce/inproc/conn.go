@@ -41,11 +41,32 @@ func (c *Conn) Rank() int { return c.rank }
 // Size is the number of ranks in the world.
 func (c *Conn) Size() int { return c.world.size }
 
-// LocalRank is the rank: every in-process rank is on this host.
-func (c *Conn) LocalRank() int { return c.rank }
+// LocalRank is this rank's index on its node: the rank itself (every
+// in-process rank is on this host) unless WithLocalSize simulates nodes.
+func (c *Conn) LocalRank() int {
+	if k := c.world.localSize; k > 0 {
+		return c.rank % k
+	}
+	return c.rank
+}
 
-// LocalSize is the world size.
-func (c *Conn) LocalSize() int { return c.world.size }
+// LocalSize is the number of ranks on this rank's node: the world size
+// unless WithLocalSize simulates nodes.
+func (c *Conn) LocalSize() int {
+	if k := c.world.localSize; k > 0 {
+		return min(k, c.world.size-c.rank/k*k)
+	}
+	return c.world.size
+}
+
+// NodeName names this rank's simulated node ("node0", ...) under
+// WithLocalSize, and is "" (unknown) otherwise.
+func (c *Conn) NodeName() string {
+	if k := c.world.localSize; k > 0 {
+		return fmt.Sprintf("node%d", c.rank/k)
+	}
+	return ""
+}
 
 // Close fails pending and later calls on this endpoint with
 // transport.ErrClosed; peers see a transport.PeerError.

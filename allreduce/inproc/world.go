@@ -27,12 +27,20 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithLocalSize simulates nodes of k consecutive ranks each (the last
+// smaller when k does not divide the world size: 7 ranks with k = 3 are
+// nodes of 3, 3 and 1), for topology-aware algorithms: each Conn then
+// names its node (NodeName) and reports its local rank and size. k <= 0
+// leaves the world without a topology.
+func WithLocalSize(k int) Option { return func(w *World) { w.localSize = max(k, 0) } }
+
 // World is a set of Size in-process ranks connected pairwise.
 type World struct {
-	size    int
-	timeout time.Duration
-	conns   []*Conn
-	links   []*link // links[from*size+to]
+	size      int
+	localSize int // ranks per simulated node, 0 for none
+	timeout   time.Duration
+	conns     []*Conn
+	links     []*link // links[from*size+to]
 
 	failed     chan struct{} // closed when the first rank dies or closes
 	failOnce   sync.Once

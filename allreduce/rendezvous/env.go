@@ -25,6 +25,10 @@ type Env struct {
 	MasterAddr     string // host of rank 0's store (MASTER_ADDR), without brackets
 	MasterPort     int    // port of rank 0's store (MASTER_PORT, default 29500)
 	Secret         []byte // RINGDDP_SECRET: the job's shared secret
+	// Node is RINGDDP_NODE: this rank's node name for topology-aware
+	// algorithms, when set (to simulate several nodes on one host);
+	// otherwise the transport uses the host name.
+	Node string
 	// Found reports whether a launcher set a rank; without one the Env is
 	// a single rank (0 of 1).
 	Found bool
@@ -71,7 +75,7 @@ var launchers = []launcher{
 // errors naming the variable.
 func FromEnv(getenv func(string) string) (Env, error) {
 	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
-	e := Env{WorldSize: 1, LocalWorldSize: 1, Secret: []byte(getenv("RINGDDP_SECRET"))}
+	e := Env{WorldSize: 1, LocalWorldSize: 1, Secret: []byte(getenv("RINGDDP_SECRET")), Node: get("RINGDDP_NODE")}
 	for _, l := range launchers {
 		rs, ss := get(l.rank), get(l.size)
 		if rs == "" && ss == "" {

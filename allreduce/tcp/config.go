@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -76,6 +77,11 @@ type Config struct {
 	// same address at both ends are on this host.
 	LocalRank int
 	LocalSize int
+	// Node names this rank's node (host) for topology-aware algorithms:
+	// ranks with the same name are on one node. Default: the host name.
+	// ConfigFromEnv takes RINGDDP_NODE when set (to simulate nodes on one
+	// host).
+	Node string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -84,6 +90,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RunID == "" {
 		c.RunID = DefaultRunID
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
 	}
 	if len(c.RunID) > maxRunID || untrusted.Printable([]byte(c.RunID)) != c.RunID {
 		return c, fmt.Errorf("tcp: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
@@ -152,6 +161,7 @@ func ConfigFromEnv(env rendezvous.Env, store rendezvous.Store) Config {
 		Secret:    env.Secret,
 		LocalRank: env.LocalRank,
 		LocalSize: env.LocalWorldSize,
+		Node:      env.Node,
 	}
 	if cfg.LocalSize == 0 {
 		cfg.LocalRank = 0

@@ -54,6 +54,10 @@ func (c *Conn) Rank() int { return c.rank }
 // Size is the number of ranks.
 func (c *Conn) Size() int { return c.size }
 
+// NodeName names this rank's node for topology-aware algorithms
+// (Config.Node: the host name unless set).
+func (c *Conn) NodeName() string { return c.cfg.Node }
+
 // LocalRank is this rank's index among the ranks on its host.
 func (c *Conn) LocalRank() int { return c.localRank }
 
