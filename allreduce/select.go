@@ -37,6 +37,9 @@ const (
 	// needsPeerMemory: the transport's ranks share an address space
 	// (transport.PeerMemory).
 	needsPeerMemory requirement = 1 << iota
+	// needsTopology: every rank knows its node (Topology): the transport
+	// names it (inproc.WithLocalSize, tcp) or WithNode does.
+	needsTopology
 )
 
 // algorithmSpec is one row of the algorithm table.
@@ -129,6 +132,9 @@ func (g *Group) checkAlgorithm() error {
 	}
 	if _, shared := g.conn.(transport.PeerMemory); s.needs&needsPeerMemory != 0 && !shared {
 		return fmt.Errorf("%w: algorithm %s needs a transport whose ranks share memory (%T does not)", ErrInvalid, s.name, g.conn)
+	}
+	if s.needs&needsTopology != 0 && g.node == "" {
+		return fmt.Errorf("%w: algorithm %s needs to know which node each rank runs on (use inproc.WithLocalSize, tcp, or allreduce.WithNode)", ErrInvalid, s.name)
 	}
 	return nil
 }
