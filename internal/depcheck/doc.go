@@ -1,3 +1,3 @@
 // Package depcheck holds the test that keeps ringddp's dependencies
-// pointing one way (DESIGN.md, "Layers and layout").
+// pointing one way (docs/architecture.md, "Layers").
 package depcheck
