@@ -32,7 +32,8 @@ type config struct {
 	firstBucketBytes int
 	bucketBytes      int
 	checkEvery       int
-	collective       any // BucketCollective[T] or nil
+	collective       any         // BucketCollective[T] or nil
+	vote             func() bool // WithAgreement's stop vote; nil without it
 }
 
 // BucketCollective communicates one complete bucket, the element range
@@ -43,10 +44,6 @@ type BucketCollective[T Float] func(ctx context.Context, group *allreduce.Group,
 // WithBucketCollective replaces the all-reduce of each bucket.
 func WithBucketCollective[T Float](f BucketCollective[T]) Option {
 	return func(c *config) { c.collective = f }
-}
-
-func allReduceBucket[T Float](ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
-	return allreduce.AllReduce(ctx, group, grads[lo:hi], allreduce.Avg)
 }
 
 // WithBucketBytes sets the size limit of the first bucket and of the others
@@ -68,10 +65,17 @@ type DDP[T Float] struct {
 	slots   []slot
 	buckets []bucketRange
 	cfg     config
-	reduce  BucketCollective[T]
+	reduce  BucketCollective[T] // nil: the default all-reduce (Avg)
+	loss    *G.Node             // the node given to Backward
 
 	paramArena []T
-	gradArena  []T
+	gradArena  []T // len(paramArena) elements of commArena
+	// commArena is gradArena followed by the agreement's values (see
+	// agree.go): the last bucket's collective carries both.
+	commArena []T
+	extras    []T // commArena's tail: nothing without WithAgreement
+	agreed    Agreement
+	counts    []int // scratch: the last bucket's chunk layout (ringWithExtras)
 
 	// Per step. The hooks run on the machine's goroutine; the bucket
 	// channels hand complete buckets to the communication goroutine.
@@ -108,6 +112,10 @@ type StepStats struct {
 	HooksAfterFirstBucket int
 	Buckets               int
 	BucketBytes           int64 // gradient bytes communicated (M)
+	// Comm is the time the bucket collectives took in all, from each
+	// one's start to its end, whether it overlapped the backward pass or
+	// not: Comm - CommWait of it was hidden.
+	Comm time.Duration
 }
 
 // Wrap makes params (a model's learnables, creation order) data-parallel
@@ -126,7 +134,7 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	if cfg.checkEvery < 0 {
 		return nil, fmt.Errorf("ddp: replica check interval %d is negative", cfg.checkEvery)
 	}
-	reduce := BucketCollective[T](allReduceBucket[T])
+	var reduce BucketCollective[T]
 	if cfg.collective != nil {
 		f, ok := cfg.collective.(BucketCollective[T])
 		if !ok {
@@ -157,7 +165,13 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 		total += s.size
 	}
 	d.paramArena = make([]T, total)
-	d.gradArena = make([]T, total)
+	extra := 0
+	if cfg.vote != nil {
+		extra = agreementValues
+	}
+	d.commArena = make([]T, total+extra)
+	d.gradArena = d.commArena[:total:total]
+	d.extras = d.commArena[total:]
 	for i, v := range values {
 		s := slots[i]
 		view := d.paramArena[s.offset : s.offset+s.size : s.offset+s.size]
@@ -181,7 +195,7 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	err = graphlock.Do(func() error {
 		d.tapped = make(G.Nodes, len(params))
 		for i, p := range params {
-			t, err := G.ApplyOp(&tapOp{index: i, sink: d, id: id}, p)
+			t, err := newTap(&tapOp{index: i, sink: d, id: id}, p)
 			if err != nil {
 				return fmt.Errorf("ddp: tapping parameter %d (%s): %w", i, p.Name(), err)
 			}
@@ -230,9 +244,17 @@ func (d *DDP[T]) BucketRanges() [][2]int {
 
 // Backward adds the backward pass of loss to the graph, with a gradient
 // hook on every wrapped parameter. Call it once, after building the
-// forward pass from Tapped and before making the machine.
+// forward pass from Tapped and before making the machine. loss must be a
+// scalar (WithAgreement averages its value over ranks).
 func (d *DDP[T]) Backward(loss *G.Node) error {
+	if loss == nil {
+		return errors.New("ddp: backward of a nil loss")
+	}
+	d.loss = loss
 	return graphlock.Do(func() error {
+		if err := joinTaps(d.params, d.tapped); err != nil {
+			return err
+		}
 		grads, err := G.Grad(loss, d.params...)
 		if err != nil {
 			return fmt.Errorf("ddp: backward: %w", err)
@@ -266,7 +288,8 @@ type Machine interface {
 
 // Run resets vm and runs the forward and backward passes. Buckets are
 // all-reduced (Avg) as their gradients arrive; Run returns when all of them
-// are done, with GradArena holding the averaged gradient.
+// are done, with GradArena holding the averaged gradient (and, with
+// WithAgreement, Agreed what the last bucket carried).
 func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	d.beginStep()
 	var done chan error
@@ -298,6 +321,9 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		commErr = <-done
 	}
 	waited := time.Now()
+	if runErr == nil && commErr == nil {
+		runErr = d.settleAgreement()
+	}
 	d.accumulating = !d.syncing
 	stats.Compute = computed.Sub(start)
 	stats.HooksAfterFirstBucket = d.hooksAfterFirst
@@ -314,6 +340,7 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 func (d *DDP[T]) beginStep() {
 	d.syncing = !d.noSync
 	d.hookErr = nil
+	d.agreed = Agreement{}
 	d.order = d.order[:0]
 	d.firstHandedOff, d.hooksAfterFirst = false, 0
 	for b, r := range d.buckets {
@@ -355,6 +382,13 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 	if d.syncing {
 		d.remaining[s.bucket]--
 		if d.remaining[s.bucket] == 0 {
+			if s.bucket == len(d.buckets)-1 {
+				// The last bucket carries the agreement's values.
+				if err := d.fillAgreement(); err != nil {
+					d.hookErr = err
+					return err
+				}
+			}
 			d.ready[s.bucket] <- struct{}{} // capacity 1, sent once per step: never blocks
 			d.firstHandedOff = true
 		}
@@ -384,10 +418,18 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 			done <- fmt.Errorf("ddp: waiting for bucket %d: %w", b, ctx.Err())
 			return
 		}
+		began := time.Now()
 		if b == 0 {
-			stats.FirstBucketStart = time.Since(start)
+			stats.FirstBucketStart = began.Sub(start)
 		}
-		if err := d.reduce(ctx, d.group, d.gradArena, r.lo, r.hi); err != nil {
+		var err error
+		if b == len(d.buckets)-1 {
+			err = d.reduceLast(ctx, r.lo, r.hi)
+		} else {
+			err = d.reduceBucket(ctx, r.lo, r.hi)
+		}
+		stats.Comm += time.Since(began)
+		if err != nil {
 			done <- fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
 			return
 		}

@@ -18,6 +18,13 @@ import (
 // referenceRun trains one process on the global batch for steps steps and
 // returns each parameter's values.
 func referenceRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, steps int) [][]T {
+	params, _ := referenceRunLosses[T](t, kind, optName, ranks, perRank, steps)
+	return params
+}
+
+// referenceRunLosses is referenceRun that also returns each step's loss.
+func referenceRunLosses[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, steps int) ([][]T, []float64) {
+	var losses []float64
 	rows := ranks * perRank
 	n, _ := traintest.BuildNet[T](t, kind, rows, nil)
 	opt := traintest.NewOpt[T](t, optName)
@@ -27,6 +34,7 @@ func referenceRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRan
 		traintest.SetInput(t, n, x, y)
 		n.VM.Reset()
 		require.NoError(t, n.VM.RunAll())
+		losses = append(losses, float64(n.Loss.Value().Data().(T)))
 		flatP, flatG = flatP[:0], flatG[:0]
 		for i, p := range n.Params {
 			flatP = append(flatP, p.Value().Data().([]T)...)
@@ -43,15 +51,23 @@ func referenceRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRan
 	for i, p := range n.Params {
 		out[i] = append([]T(nil), p.Value().Data().([]T)...)
 	}
-	return out
+	return out, losses
 }
 
 // ddpRun trains ranks replicas, each on its perRank rows of the same global
 // batches, and returns every rank's parameters after each step's check.
 func ddpRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, steps int) [][][]T {
+	out, _ := ddpRunAgreed[T](t, kind, optName, ranks, perRank, steps, nil)
+	return out
+}
+
+// ddpRunAgreed is ddpRun with the group options gopts and, when agreed is
+// true, WithAgreement; it also returns every rank's agreed loss per step.
+func ddpRunAgreed[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, steps int, gopts []allreduce.GroupOption, dopts ...ddp.Option) ([][][]T, [][]float64) {
 	out := make([][][]T, ranks)
+	losses := make([][]float64, ranks)
 	errs := allreducetest.RunInproc(ranks, 20*time.Second, func(g *allreduce.Group) error {
-		n, d := traintest.BuildNet[T](t, kind, perRank, g)
+		n, d := traintest.BuildNet[T](t, kind, perRank, g, dopts...)
 		opt := traintest.NewOpt[T](t, optName)
 		ctx := context.Background()
 		r := g.Rank()
@@ -61,6 +77,7 @@ func ddpRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, ste
 			if err := d.Run(ctx, n.VM); err != nil {
 				return err
 			}
+			losses[r] = append(losses[r], d.Agreed().Loss)
 			if err := d.Step(ctx, opt); err != nil {
 				return err
 			}
@@ -74,9 +91,9 @@ func ddpRun[T ddp.Float](t testing.TB, kind, optName string, ranks, perRank, ste
 		}
 		out[r] = params
 		return nil
-	})
+	}, gopts...)
 	require.NoError(t, allreducetest.FirstError(errs))
-	return out
+	return out, losses
 }
 
 // maxRelDiff is the largest, over parameter tensors, of the tensor's
@@ -132,6 +149,31 @@ func TestEquivalenceWithSingleProcess(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// TestEquivalenceWithAgreement: with the loss and stop vote riding on the
+// last bucket, DDP still matches one process over the global batch, on the
+// in-process and the between-processes (ring) algorithms, and the agreed
+// loss is the global batch's loss (the mean of equal-sized batches' means).
+func TestEquivalenceWithAgreement(t *testing.T) {
+	const steps, perRank = 10, 2
+	for _, ranks := range []int{1, 2, 3, 4} {
+		for _, alg := range []allreduce.Algorithm{allreduce.Auto, allreduce.Ring} {
+			t.Run(fmt.Sprintf("ranks=%d/%v", ranks, alg), func(t *testing.T) {
+				want, wantLoss := referenceRunLosses[float64](t, "mlp", "adam", ranks, perRank, steps)
+				got, losses := ddpRunAgreed[float64](t, "mlp", "adam", ranks, perRank, steps,
+					[]allreduce.GroupOption{allreduce.WithAlgorithm(alg)}, ddp.WithAgreement(func() bool { return false }))
+				for r := range got {
+					require.LessOrEqual(t, maxRelDiff(want, got[r]), 1e-10, "rank %d", r)
+					require.Len(t, losses[r], steps)
+					for s, l := range losses[r] {
+						require.InDelta(t, wantLoss[s], l, 1e-12, "rank %d step %d", r, s)
+						require.Equal(t, losses[0][s], l, "every rank agrees bitwise")
+					}
+				}
+			})
 		}
 	}
 }

@@ -7,9 +7,65 @@ import (
 	"runtime"
 
 	"github.com/chewxy/hm"
+	"gonum.org/v1/gonum/graph"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
+
+// newTap makes the tap of parameter p: a node of p's graph that joins the
+// graph only when the forward pass first uses it, right before that first
+// consumer. gorgonia's tape machine runs nodes in creation order, and G.Grad
+// differentiates them in the reverse order, creating each parameter's hook
+// when it reaches the parameter's tap. A tap created here, before the
+// forward pass, would be reached last, after every gradient computation of
+// the backward pass, and every hook would run at its very end: no
+// communication would overlap the backward pass. Joining at first use puts
+// the tap, and so its hook, right after the gradient it reports.
+//
+// gorgonia has no constructor for such a node: the tap is a clone (which
+// belongs to no graph and has no children) of the same op applied to a
+// stand-in of p's type and shape in a scratch graph, given p as its child
+// and p's graph as its graph. The consumer's construction adds it to the
+// graph (gorgonia adds missing children), and joinTaps adds the edge to p.
+func newTap(op *tapOp, p *G.Node) (*G.Node, error) {
+	g := p.Graph()
+	if g == nil {
+		return nil, fmt.Errorf("parameter %s belongs to no graph", p.Name())
+	}
+	stand := G.NewUniqueNode(G.WithType(p.Type()), G.WithShape(p.Shape()...), G.In(G.NewGraph()), G.WithName(p.Name()))
+	orig, err := G.ApplyOp(op, stand)
+	if err != nil {
+		return nil, err
+	}
+	tap, ok := orig.Clone().(*G.Node)
+	if !ok || tap.Graph() != nil {
+		return nil, fmt.Errorf("cloning the tap of %s gave a node of a graph", p.Name())
+	}
+	G.WithChildren(G.Nodes{p})(tap)
+	G.In(g)(tap)
+	return tap, nil
+}
+
+// joinTaps checks that the forward pass used every tap (which put it in
+// its parameter's graph) and records the tap as a consumer of its
+// parameter, the edge gorgonia's own construction would have added.
+func joinTaps(params, taps G.Nodes) error {
+	for i, t := range taps {
+		p := params[i]
+		if g := p.Graph(); t.ID() < 0 || !g.Has(t.ID()) || g.Node(t.ID()) != graph.Node(t) {
+			return fmt.Errorf("ddp: parameter %d (%s) is not used by the forward pass: it must use Tapped()[%d], not the parameter itself", i, p.Name(), i)
+		}
+		p.Graph().SetEdge(tapEdge{tap: t, param: p})
+	}
+	return nil
+}
+
+// tapEdge is the edge from a tap to its parameter (graph.Edge).
+type tapEdge struct{ tap, param *G.Node }
+
+func (e tapEdge) From() graph.Node         { return e.tap }
+func (e tapEdge) To() graph.Node           { return e.param }
+func (e tapEdge) ReversedEdge() graph.Edge { return tapEdge{tap: e.param, param: e.tap} }
 
 // gradSink receives parameter index i's complete gradient mid-backward.
 type gradSink interface {

@@ -27,6 +27,23 @@ const (
 	plotFile    = "loss_accuracy.png"
 )
 
+// printEpoch writes an epoch's line: losses, accuracy, throughput, the
+// step-time breakdown (comm wait is the communication the backward pass
+// did not hide), all communication and the share of it that overlapped,
+// optimizer state and bytes sent. A partial epoch (a -max-steps stop inside
+// it) says how far it got.
+func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
+	head := fmt.Sprintf("epoch %d/%d", m.Epoch, epochs)
+	if m.Partial {
+		head += fmt.Sprintf(" (partial: step %d/%d)", m.StepInEpoch, m.StepsPerEpoch)
+	}
+	fmt.Fprintf(w, "%s  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  comm %.2fs (%.0f%% overlapped)  opt state %s/rank, %s sent/step\n",
+		head, m.TrainLoss, 100*m.TestAccuracy, m.TestLoss, m.SamplesPerSec, m.EpochSeconds, m.EvalSeconds,
+		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds,
+		m.CommSeconds, 100*m.CommOverlap(),
+		humanBytes(m.OptStateBytesPerRank), humanBytes(m.CommBytesPerStep))
+}
+
 // writeOutputs (re)writes metrics.csv and the plot for the epochs so far,
 // each atomically.
 func writeOutputs(dir string, epochs []trainer.EpochMetrics) error {
@@ -50,7 +67,8 @@ func csvColumns() []string {
 	return cols
 }
 
-// writeCSV writes one row per epoch with the columns of the JSON output.
+// writeCSV writes one row per epoch with the columns of the JSON output,
+// each value as JSON writes it (numbers, true/false).
 func writeCSV(w io.Writer, epochs []trainer.EpochMetrics) error {
 	cw := csv.NewWriter(w)
 	cols := csvColumns()
@@ -62,15 +80,13 @@ func writeCSV(w io.Writer, epochs []trainer.EpochMetrics) error {
 		if err != nil {
 			return err
 		}
-		var row map[string]json.Number
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.UseNumber()
-		if err := dec.Decode(&row); err != nil {
+		var row map[string]json.RawMessage
+		if err := json.Unmarshal(b, &row); err != nil {
 			return err
 		}
 		rec := make([]string, len(cols))
 		for i, c := range cols {
-			rec[i] = row[c].String()
+			rec[i] = string(row[c])
 		}
 		if err := cw.Write(rec); err != nil {
 			return err
@@ -80,6 +96,15 @@ func writeCSV(w io.Writer, epochs []trainer.EpochMetrics) error {
 	return cw.Error()
 }
 
+// epochX is where an epoch's figures sit on the plots' epoch axis: at its
+// number for a full epoch, at the fraction reached for a partial one.
+func epochX(m trainer.EpochMetrics) float64 {
+	if !m.Partial || m.StepsPerEpoch <= 0 {
+		return float64(m.Epoch)
+	}
+	return float64(m.Epoch-1) + float64(m.StepInEpoch)/float64(m.StepsPerEpoch)
+}
+
 // writePlot draws two panels, the losses and the test accuracy per epoch,
 // as a PNG.
 func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
@@ -87,7 +112,7 @@ func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
 	test := make(plotter.XYs, len(epochs))
 	acc := make(plotter.XYs, len(epochs))
 	for i, m := range epochs {
-		x := float64(m.Epoch)
+		x := epochX(m)
 		train[i] = plotter.XY{X: x, Y: m.TrainLoss}
 		test[i] = plotter.XY{X: x, Y: m.TestLoss}
 		acc[i] = plotter.XY{X: x, Y: 100 * m.TestAccuracy}
@@ -121,7 +146,7 @@ func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
 	for _, p := range []*plot.Plot{lossPlot, accPlot} {
 		p.X.Tick.Marker = epochTicks{}
 		if n := len(epochs); n > 0 {
-			p.X.Min, p.X.Max = float64(epochs[0].Epoch)-0.25, float64(epochs[n-1].Epoch)+0.25
+			p.X.Min, p.X.Max = epochX(epochs[0])-0.25, epochX(epochs[n-1])+0.25
 		}
 	}
 

@@ -35,23 +35,34 @@ type StepInfo struct {
 // EpochMetrics are one epoch's results (OnEpoch, Result.Epochs). Times are
 // seconds. The step-time breakdown sums ddp's per-step StepStats over the
 // epoch and takes the maximum over ranks: Compute (forward+backward),
-// CommWait (all-reduce not hidden behind the backward pass) and Optimizer.
+// CommWait (communication not hidden behind the backward pass: the wait
+// for the gradient buckets after it, and ZeRO-1's all-gather), Comm (all
+// of the communication, hidden or not: Comm - CommWait overlapped the
+// backward pass) and Optimizer.
+//
+// A run stopped by MaxSteps inside an epoch reports that epoch too, marked
+// Partial: its figures cover the steps run, and the test set is evaluated
+// where training stopped.
 type EpochMetrics struct {
-	Epoch        int     `json:"epoch"`         // 1-based
-	Steps        int     `json:"steps"`         // optimizer steps run in this epoch by this process
-	GlobalStep   int64   `json:"global_step"`   // after the epoch
-	TrainLoss    float64 `json:"train_loss"`    // mean over the epoch's steps of the rank-averaged loss
-	TestAccuracy float64 `json:"test_accuracy"` // fraction in [0, 1]
-	TestLoss     float64 `json:"test_loss"`     // mean cross-entropy over the test set
-	TestCorrect  int     `json:"test_correct"`
-	TestCount    int     `json:"test_count"` // examples evaluated: the whole test set, each once
+	Epoch         int     `json:"epoch"`           // 1-based
+	Partial       bool    `json:"partial"`         // stopped by MaxSteps inside the epoch
+	Steps         int     `json:"steps"`           // optimizer steps run in this epoch by this process
+	StepInEpoch   int     `json:"step_in_epoch"`   // steps of the epoch done: StepsPerEpoch unless Partial
+	StepsPerEpoch int     `json:"steps_per_epoch"` //
+	GlobalStep    int64   `json:"global_step"`     // after the epoch
+	TrainLoss     float64 `json:"train_loss"`      // mean over the epoch's steps of the rank-averaged loss
+	TestAccuracy  float64 `json:"test_accuracy"`   // fraction in [0, 1]
+	TestLoss      float64 `json:"test_loss"`       // mean cross-entropy over the test set
+	TestCorrect   int     `json:"test_correct"`
+	TestCount     int     `json:"test_count"` // examples evaluated: the whole test set, each once
 
 	SamplesPerSec float64 `json:"samples_per_sec"` // global training samples / EpochSeconds
 	EpochSeconds  float64 `json:"epoch_seconds"`   // wall time of the epoch's training steps
 	EvalSeconds   float64 `json:"eval_seconds"`    // wall time of the evaluation
 
 	ComputeSeconds   float64 `json:"compute_seconds"`
-	CommWaitSeconds  float64 `json:"comm_wait_seconds"`
+	CommWaitSeconds  float64 `json:"comm_wait_seconds"` // exposed communication
+	CommSeconds      float64 `json:"comm_seconds"`      // all communication, overlapped or not
 	OptimizerSeconds float64 `json:"optimizer_seconds"`
 
 	OptStateBytesPerRank int64 `json:"opt_state_bytes_per_rank"`
@@ -68,6 +79,15 @@ func (m EpochMetrics) CommWaitFraction() float64 {
 		return 0
 	}
 	return m.CommWaitSeconds / total
+}
+
+// CommOverlap is the fraction of the communication time that the backward
+// pass hid: 1 - CommWait/Comm (0 without communication).
+func (m EpochMetrics) CommOverlap() float64 {
+	if m.CommSeconds <= 0 {
+		return 0
+	}
+	return max(0, 1-m.CommWaitSeconds/m.CommSeconds)
 }
 
 // CommBytesPerStep is what a ring (or direct two-shot) all-reduce of m
@@ -98,7 +118,7 @@ type Param struct {
 
 // Result is a finished (or stopped) run.
 type Result struct {
-	Epochs      []EpochMetrics
+	Epochs      []EpochMetrics // as reported to OnEpoch: a MaxSteps stop's partial epoch last
 	Stop        Stop
 	Epoch       int   // position: 0-based epoch to continue in
 	StepInEpoch int   // steps of that epoch done

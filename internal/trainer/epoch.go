@@ -1,0 +1,67 @@
+package trainer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// figures is what one rank contributes to an epoch's metrics: its test
+// shard's evaluation, summed over ranks, and its step-time breakdown in
+// seconds, of which the metrics take the maximum over ranks.
+type figures struct {
+	correct, lossSum, count            float64
+	compute, commWait, comm, optimizer float64
+}
+
+const figureCount = 7
+
+func (f figures) values() [figureCount]float64 {
+	return [figureCount]float64{f.correct, f.lossSum, f.count, f.compute, f.commWait, f.comm, f.optimizer}
+}
+
+// combineFigures sums the evaluation and takes the maximum of the times
+// over every rank's figures (rank order, so every rank gets the same).
+func combineFigures(all []float64) figures {
+	var c figures
+	for r := 0; r+figureCount <= len(all); r += figureCount {
+		v := all[r : r+figureCount]
+		c.correct += v[0]
+		c.lossSum += v[1]
+		c.count += v[2]
+		c.compute = max(c.compute, v[3])
+		c.commWait = max(c.commWait, v[4])
+		c.comm = max(c.comm, v[5])
+		c.optimizer = max(c.optimizer, v[6])
+	}
+	return c
+}
+
+// endEpoch closes epoch p.epoch, whose steps st describes: finished, or
+// stopped by MaxSteps inside it (partial). It evaluates this rank's test
+// shard, writes the checkpoint at resumeAt, and combines every rank's
+// figures with one all-gather, which also holds the other ranks until rank
+// 0 has written the checkpoint. It returns the epoch's metrics and the
+// checkpoint written ("" none).
+func (w *worker[T]) endEpoch(p, resumeAt position, st epochStats, partial bool) (EpochMetrics, string, error) {
+	evalStart := time.Now()
+	correct, lossSum, count, err := w.eval.run()
+	if err != nil {
+		return EpochMetrics{}, "", err
+	}
+	evalTime := time.Since(evalStart)
+	path, err := w.checkpoint(resumeAt)
+	if err != nil {
+		return EpochMetrics{}, "", err
+	}
+	mine := figures{
+		correct: float64(correct), lossSum: lossSum, count: float64(count),
+		compute: st.compute.Seconds(), commWait: st.commWait.Seconds(), comm: st.comm.Seconds(), optimizer: st.optimizer.Seconds(),
+	}.values()
+	all := make([]float64, figureCount*w.g.Size())
+	if err := allreduce.AllGather(w.comm, w.g, all, mine[:]); err != nil {
+		return EpochMetrics{}, "", fmt.Errorf("trainer: combining epoch %d's figures: %w", p.epoch+1, err)
+	}
+	return w.epochMetrics(p, st, combineFigures(all), evalTime, partial), path, nil
+}

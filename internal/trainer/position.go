@@ -1,0 +1,59 @@
+package trainer
+
+import "fmt"
+
+// position is where training stands.
+type position struct {
+	epoch, step int // 0-based epoch in progress; steps of it done
+	global      int64
+	lossSum     float64 // the epoch's train-loss sum so far
+	lossSteps   int
+}
+
+// next is the start of the following epoch.
+func (p position) next() position { return position{epoch: p.epoch + 1, global: p.global} }
+
+func (w *worker[T]) info(p position) CheckpointInfo {
+	cfg := w.cfg
+	return CheckpointInfo{
+		Model: cfg.Model, DType: cfg.DType, Hidden: cfg.hidden(), GlobalBatch: cfg.GlobalBatch,
+		Ranks: w.g.Size(), Seed: cfg.Seed,
+		Epoch: p.epoch, StepInEpoch: p.step, GlobalStep: p.global, StepsPerEpoch: w.steps,
+		EpochLossSum: p.lossSum, EpochLossSteps: p.lossSteps,
+	}
+}
+
+// checkpoint writes a checkpoint at p from rank 0 (the optimizer state
+// gathered to it alone); it returns the path written ("" when none). Every
+// rank calls it.
+func (w *worker[T]) checkpoint(p position) (string, error) {
+	if w.cfg.Checkpoint == "" {
+		return "", nil
+	}
+	st, err := w.rep.GatherOptimizerState(w.comm, 0)
+	if err != nil {
+		return "", fmt.Errorf("trainer: gathering the optimizer state: %w", err)
+	}
+	if w.g.Rank() != 0 {
+		return "", nil
+	}
+	if err := writeCheckpoint(w.cfg.Checkpoint, w.info(p), w.params, w.d, st); err != nil {
+		return "", fmt.Errorf("trainer: writing checkpoint: %w", err)
+	}
+	return w.cfg.Checkpoint, nil
+}
+
+// resume loads ck's parameters and optimizer state and returns the
+// position to continue from: ck's, or the next epoch's start when ck's
+// step is past this world size's epoch end.
+func (w *worker[T]) resume(ck *checkpoint) (position, error) {
+	if err := restoreCheckpoint(ck, w.params, w.d, w.rep.LoadFullOptimizerState); err != nil {
+		return position{}, err
+	}
+	p := position{epoch: ck.Epoch, step: ck.StepInEpoch, global: ck.GlobalStep,
+		lossSum: ck.EpochLossSum, lossSteps: ck.EpochLossSteps}
+	if p.step >= w.steps { // a different world size: fewer steps per epoch
+		p = p.next()
+	}
+	return p, nil
+}
