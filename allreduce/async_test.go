@@ -60,12 +60,12 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.AllReduceAsync(ctx, g, buf, op)
 			},
 			sync:  func(ctx context.Context, g *allreduce.Group) error { return allreduce.AllReduce(ctx, g, buf, op) },
-			check: func() error { return diffBits("result", buf, allreducetest.Reduce(inputs, op)) },
+			check: func() error { return allreducetest.DiffBits("result", buf, allreducetest.Reduce(inputs, op)) },
 		}
 	case 2:
 		lo, hi := allreduce.ChunkBounds(length, n, r)
 		src := slices.Clone(in)
-		dst := filled[T](hi - lo)
+		dst := allreducetest.Filled[T](hi - lo)
 		return inflight{
 			name: fmt.Sprintf("%s ReduceScatter(%T×%d, %v)", name, *new(T), length, op),
 			start: func(ctx context.Context, g *allreduce.Group) *allreduce.Work {
@@ -75,15 +75,15 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.ReduceScatter(ctx, g, dst, src, op)
 			},
 			check: func() error {
-				if err := diffBits("src", src, in); err != nil {
+				if err := allreducetest.DiffBits("src", src, in); err != nil {
 					return err
 				}
-				return diffBits("chunk", dst, allreducetest.Reduce(inputs, op)[lo:hi])
+				return allreducetest.DiffBits("chunk", dst, allreducetest.Reduce(inputs, op)[lo:hi])
 			},
 		}
 	case 3:
 		lo, hi := allreduce.ChunkBounds(length, n, r)
-		dst := filled[T](length)
+		dst := allreducetest.Filled[T](length)
 		src := slices.Clone(inputs[0][lo:hi])
 		return inflight{
 			name: fmt.Sprintf("%s AllGather(%T×%d)", name, *new(T), length),
@@ -91,7 +91,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.AllGatherAsync(ctx, g, dst, src)
 			},
 			sync:  func(ctx context.Context, g *allreduce.Group) error { return allreduce.AllGather(ctx, g, dst, src) },
-			check: func() error { return diffBits("gathered", dst, inputs[0]) },
+			check: func() error { return allreducetest.DiffBits("gathered", dst, inputs[0]) },
 		}
 	case 4:
 		root := i % n
@@ -102,7 +102,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.BroadcastAsync(ctx, g, buf, root)
 			},
 			sync:  func(ctx context.Context, g *allreduce.Group) error { return allreduce.Broadcast(ctx, g, buf, root) },
-			check: func() error { return diffBits("buffer", buf, inputs[root]) },
+			check: func() error { return allreducetest.DiffBits("buffer", buf, inputs[root]) },
 		}
 	default:
 		if i%12 == 11 {
@@ -125,7 +125,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.ReduceAsync(ctx, g, buf, op, root)
 			},
 			sync:  func(ctx context.Context, g *allreduce.Group) error { return allreduce.Reduce(ctx, g, buf, op, root) },
-			check: func() error { return diffBits("buffer", buf, want) },
+			check: func() error { return allreducetest.DiffBits("buffer", buf, want) },
 		}
 	}
 }
@@ -161,12 +161,12 @@ func TestAsyncManyInFlight(t *testing.T) {
 							return fmt.Errorf("%s: Err() = %v after WaitAll returned nil", ops[i].name, err)
 						}
 						if err := ops[i].check(); err != nil {
-							return abort(g, fmt.Errorf("%s: %w", ops[i].name, err))
+							return fmt.Errorf("%s: %w", ops[i].name, err)
 						}
 					}
 					return nil
 				}, allreduce.WithAlgorithm(algo))
-				requireNoErrors(t, errs)
+				allreducetest.RequireNoErrors(t, errs)
 			})
 		}
 	}
@@ -195,14 +195,14 @@ func TestAsyncMixedWithSync(t *testing.T) {
 					select {
 					case <-w.Done():
 					case <-time.After(2 * time.Second):
-						return abort(g, fmt.Errorf("%s returned but earlier %s is not done", op.name, started[j].name))
+						return fmt.Errorf("%s returned but earlier %s is not done", op.name, started[j].name)
 					}
 					if err := started[j].check(); err != nil {
-						return abort(g, fmt.Errorf("%s: %w", started[j].name, err))
+						return fmt.Errorf("%s: %w", started[j].name, err)
 					}
 				}
 				if err := op.check(); err != nil {
-					return abort(g, fmt.Errorf("%s: %w", op.name, err))
+					return fmt.Errorf("%s: %w", op.name, err)
 				}
 				continue
 			}
@@ -214,32 +214,12 @@ func TestAsyncMixedWithSync(t *testing.T) {
 				return fmt.Errorf("%s: %w", started[i].name, err)
 			}
 			if err := started[i].check(); err != nil {
-				return abort(g, fmt.Errorf("%s: %w", started[i].name, err))
+				return fmt.Errorf("%s: %w", started[i].name, err)
 			}
 		}
 		return nil
 	})
-	requireNoErrors(t, errs)
-}
-
-// abort poisons g with a test failure found on this rank, so that the other
-// ranks fail at once instead of waiting for their timeout, and returns err.
-func abort(g *allreduce.Group, err error) error {
-	g.Abort(err)
-	return err
-}
-
-// requireNoErrors fails the test with every rank's error.
-func requireNoErrors(t *testing.T, errs []error) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	allreducetest.RequireNoErrors(t, errs)
 }
 
 // TestConcurrentSyncOrdered makes sync calls from several goroutines per
@@ -274,7 +254,7 @@ func TestConcurrentSyncOrdered(t *testing.T) {
 					err := op.sync(ctx, g)
 					if err == nil {
 						if err = op.check(); err != nil {
-							g.Abort(err)
+							g.Abort(err) // the other workers' calls end too
 						}
 					}
 					close(batons[i+1])
@@ -289,7 +269,7 @@ func TestConcurrentSyncOrdered(t *testing.T) {
 		wg.Wait()
 		return errors.Join(errs...)
 	})
-	requireNoErrors(t, errs)
+	allreducetest.RequireNoErrors(t, errs)
 }
 
 // TestConcurrentSyncUnordered makes sync AllReduce calls from several
@@ -320,8 +300,9 @@ func TestConcurrentSyncUnordered(t *testing.T) {
 								errs[w] = err
 								return
 							}
-							if err := diffBits("result", buf, want); err != nil {
-								errs[w] = abort(g, err)
+							if err := allreducetest.DiffBits("result", buf, want); err != nil {
+								g.Abort(err) // the other workers' calls end too
+								errs[w] = err
 								return
 							}
 						}
@@ -330,7 +311,7 @@ func TestConcurrentSyncUnordered(t *testing.T) {
 				wg.Wait()
 				return errors.Join(errs...)
 			}, allreduce.WithAlgorithm(algo))
-			requireNoErrors(t, errs)
+			allreducetest.RequireNoErrors(t, errs)
 		})
 	}
 }
@@ -357,9 +338,7 @@ func TestSeveralGroupsAtOnce(t *testing.T) {
 						err = op.sync(ctx, g)
 					}
 					if err == nil {
-						if err = op.check(); err != nil {
-							g.Abort(err)
-						}
+						err = op.check()
 					}
 					if err != nil {
 						return fmt.Errorf("%s: %w", op.name, err)
@@ -376,22 +355,11 @@ func TestSeveralGroupsAtOnce(t *testing.T) {
 	}
 }
 
-// newGroups makes n Groups over a fresh in-process world.
+// newGroups makes n Groups over a fresh in-process world, closed at the
+// end of the test, for tests that drive them from the test's goroutine.
 func newGroups(t *testing.T, n int, timeout time.Duration, opts ...allreduce.GroupOption) []*allreduce.Group {
 	t.Helper()
-	conns, _, err := allreducetest.InprocConns(n, timeout)
-	require.NoError(t, err)
-	groups := make([]*allreduce.Group, n)
-	for r, c := range conns {
-		groups[r], err = allreduce.NewGroup(c, opts...)
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() {
-		for _, g := range groups {
-			_ = g.Close()
-		}
-	})
-	return groups
+	return allreducetest.Groups(t, allreducetest.Inproc(timeout)(t, n), opts...)
 }
 
 // TestWorkErrAndWait checks the Work handle: Err is nil and Done open while
@@ -519,7 +487,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 			}
 			return allreduce.WaitAll(ctx, works...)
 		}, allreduce.WithAlgorithm(algo))
-		requireNoErrors(t, errs)
+		allreducetest.RequireNoErrors(t, errs)
 
 		// A failure mid-stream, with async work queued behind it.
 		errs = allreducetest.RunInproc(3, 5*time.Second, func(g *allreduce.Group) error {
@@ -609,8 +577,7 @@ func (p plainConn) Close() error { return p.c.Close() }
 
 func plainConns(t *testing.T, n int, timeout time.Duration) []transport.Conn {
 	t.Helper()
-	conns, _, err := allreducetest.InprocConns(n, timeout)
-	require.NoError(t, err)
+	conns := allreducetest.Inproc(timeout)(t, n)
 	for r := range conns {
 		conns[r] = plainConn{conns[r]}
 	}
@@ -637,7 +604,7 @@ func TestPlainTransport(t *testing.T) {
 							return fmt.Errorf("%s: %w", op.name, err)
 						}
 						if err := op.check(); err != nil {
-							return abort(g, fmt.Errorf("%s: %w", op.name, err))
+							return fmt.Errorf("%s: %w", op.name, err)
 						}
 						continue
 					}
@@ -649,12 +616,12 @@ func TestPlainTransport(t *testing.T) {
 						return fmt.Errorf("%s: %w", ops[i].name, err)
 					}
 					if err := ops[i].check(); err != nil {
-						return abort(g, fmt.Errorf("%s: %w", ops[i].name, err))
+						return fmt.Errorf("%s: %w", ops[i].name, err)
 					}
 				}
 				return nil
 			})
-			requireNoErrors(t, errs)
+			allreducetest.RequireNoErrors(t, errs)
 		})
 	}
 	// Direct needs shared memory.

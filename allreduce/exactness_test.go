@@ -2,11 +2,14 @@ package allreduce_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // Every algorithm on in-process ranks: random programs of collectives on
@@ -15,13 +18,57 @@ import (
 // (allreducetest.CheckProgram). RINGDDP_SOAK=1 runs the goal's 10,000
 // collectives per algorithm instead of the CI sample.
 
-// inprocAlgorithms is every algorithm in-process ranks can run.
-func inprocAlgorithms(t *testing.T) []allreduce.Algorithm {
-	conns, _, err := allreducetest.InprocConns(1, time.Second)
+// inprocCase is an algorithm and the node size its worlds simulate
+// (inproc.WithLocalSize; 0: no topology).
+type inprocCase struct {
+	algo      allreduce.Algorithm
+	localSize int
+}
+
+func (c inprocCase) String() string {
+	if c.localSize == 0 {
+		return c.algo.String()
+	}
+	return fmt.Sprintf("%v/local=%d", c.algo, c.localSize)
+}
+
+// inprocAlgorithms is every algorithm in-process ranks can run: those
+// that need a topology on simulated nodes of 2 and of 3 ranks (the last
+// node smaller where that does not divide N), the others without one.
+func inprocAlgorithms(t *testing.T) []inprocCase {
+	plain, err := inprocConns(1, 0, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return allreducetest.AlgorithmsFor(conns[0])
+	topo, err := inprocConns(1, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []inprocCase
+	without := allreducetest.AlgorithmsFor(plain[0])
+	for _, a := range without {
+		out = append(out, inprocCase{a, 0})
+	}
+	for _, a := range allreducetest.AlgorithmsFor(topo[0]) {
+		if !slices.Contains(without, a) {
+			out = append(out, inprocCase{a, 2}, inprocCase{a, 3})
+		}
+	}
+	return out
+}
+
+// inprocConns is a fresh in-process world of n ranks on simulated nodes
+// of localSize (0: none).
+func inprocConns(n, localSize int, timeout time.Duration) ([]transport.Conn, error) {
+	w, err := inproc.NewWorld(n, inproc.WithTimeout(timeout), inproc.WithLocalSize(localSize))
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]transport.Conn, n)
+	for r := range conns {
+		conns[r] = w.Conn(r)
+	}
+	return conns, nil
 }
 
 func TestExactnessSpecialValues(t *testing.T) {
@@ -38,9 +85,9 @@ func TestExactnessSpecialValues(t *testing.T) {
 			done := 0
 			for p := 0; done < perAlgorithm; p++ {
 				n := ranks[p%len(ranks)]
-				seed := uint64(p)*0x9e3779b97f4a7c15 + uint64(algo)
+				seed := uint64(p)*0x9e3779b97f4a7c15 + uint64(algo.algo) + uint64(algo.localSize)<<16
 				prog := allreducetest.RandomProgram(seed, n, progLen, 20000)
-				runTwiceAndCheck(t, fmt.Sprintf("program %d (seed %#x) on %d ranks", p, seed, n), n, prog, allreduce.WithAlgorithm(algo))
+				runTwiceAndCheck(t, fmt.Sprintf("program %d (seed %#x) on %d ranks", p, seed, n), n, algo.localSize, prog, allreduce.WithAlgorithm(algo.algo))
 				done += len(prog)
 			}
 			t.Logf("%d collectives", done)
@@ -48,11 +95,11 @@ func TestExactnessSpecialValues(t *testing.T) {
 	}
 }
 
-func runTwiceAndCheck(t *testing.T, what string, n int, prog []allreducetest.Op, opts ...allreduce.GroupOption) {
+func runTwiceAndCheck(t *testing.T, what string, n, localSize int, prog []allreducetest.Op, opts ...allreduce.GroupOption) {
 	t.Helper()
 	var runs [2][]allreducetest.Outcome
 	for i := range runs {
-		conns, _, err := allreducetest.InprocConns(n, 30*time.Second)
+		conns, err := inprocConns(n, localSize, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,11 +134,11 @@ func TestMismatchMatrix(t *testing.T) {
 			for rep := 0; rep < repeats; rep++ {
 				for _, n := range []int{2, 3, 5, 8} {
 					for _, m := range allreducetest.MismatchCases(n) {
-						conns, _, err := allreducetest.InprocConns(n, 20*time.Second)
+						conns, err := inprocConns(n, algo.localSize, 20*time.Second)
 						if err != nil {
 							t.Fatal(err)
 						}
-						errs := allreducetest.RunMismatch(conns, m, 30*time.Second, allreduce.WithAlgorithm(algo))
+						errs := allreducetest.RunMismatch(conns, m, 30*time.Second, allreduce.WithAlgorithm(algo.algo))
 						if err := allreducetest.CheckMismatch(m, errs); err != nil {
 							t.Fatalf("repeat %d, %d ranks: %v", rep, n, err)
 						}

@@ -408,8 +408,8 @@ func TestFaultRanks(t *testing.T) {
 			check: isPeerOrTimeout,
 		},
 		{
-			// Rank 1 panics; the harness closes its connection as a dead
-			// process's would be: the others fail fast with ErrPeer.
+			// Rank 1 panics; the runner (allreducetest.RunRanks) aborts its
+			// group with the panic: the others fail fast with ErrPeer.
 			name: "rank-panics/ranks=4", n: 4, fast: true,
 			call: func(ctx context.Context, g *allreduce.Group, _ *inproc.World) error {
 				if g.Rank() == 1 {
@@ -609,14 +609,14 @@ func TestFaultDelayStillCorrect(t *testing.T) {
 				if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
 					return err
 				}
-				if err := diffBits("AllReduce", buf, want); err != nil {
+				if err := allreducetest.DiffBits("AllReduce", buf, want); err != nil {
 					return err
 				}
 				b := slices.Clone(inputs[g.Rank()])
 				if err := allreduce.Broadcast(ctx, g, b, 3); err != nil {
 					return err
 				}
-				return diffBits("Broadcast", b, inputs[3])
+				return allreducetest.DiffBits("Broadcast", b, inputs[3])
 			}, allreduce.WithAlgorithm(algo))
 			require.NoError(t, allreducetest.FirstError(errs))
 			require.GreaterOrEqual(t, time.Since(start), delay, "the delay must be applied")

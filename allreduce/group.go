@@ -49,6 +49,10 @@ type Group struct {
 	copy    copySink
 	combine combineSink
 	scratch []int64
+
+	tune tuning // segment sizes and thresholds (dtree.go); zero: defaults
+
+	hier *hierarchy // sub-groups of the topology-aware algorithms (hierarchy.go), built on first use; used by the call holding the turn
 }
 
 // sequencer orders the collectives of a family of groups — a group made
@@ -350,9 +354,9 @@ func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	case KindAllGather:
 		return g.ringAllGather(ctx, h, c)
 	case KindBroadcast:
-		return g.treeBroadcast(ctx, h, c)
+		return g.broadcast(ctx, h, c)
 	case KindReduce:
-		return g.treeReduce(ctx, h, c)
+		return g.reduce(ctx, h, c)
 	case KindBarrier:
 		return g.disseminationBarrier(ctx, h)
 	}

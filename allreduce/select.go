@@ -28,6 +28,25 @@ const (
 	// Doubling is recursive doubling: ⌈log2 N⌉ whole-buffer exchanges,
 	// for small buffers (doubling.go).
 	Doubling
+	// Tree is NCCL's double binary tree, pipelined in segments: O(log N)
+	// latency at any N (dtree.go).
+	Tree
+	// HalvingDoubling is Rabenseifner's algorithm: recursive-halving
+	// reduce-scatter then recursive-doubling all-gather, bandwidth-optimal
+	// in ⌈log2 N⌉ steps each way (hd.go).
+	HalvingDoubling
+	// Hierarchical is the 2D ring: intra-node reduce, an inter-node
+	// all-reduce among one rank per node, intra-node broadcast
+	// (hierarchical.go). Needs the topology.
+	Hierarchical
+	// Torus is the 2D torus: intra-node reduce-scatter, parallel
+	// inter-node all-reduces of each rank's chunk, intra-node all-gather
+	// (torus.go). Needs the topology.
+	Torus
+	// Mesh is the 2D mesh: intra-node all-reduce, then parallel
+	// inter-node all-reduces of the whole buffer (mesh.go). Needs the
+	// topology.
+	Mesh
 )
 
 // requirement is what an algorithm needs of the group and its transport.
@@ -62,6 +81,16 @@ func (a Algorithm) spec() (s algorithmSpec, ok bool) {
 		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce}, true
 	case Doubling:
 		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce}, true
+	case Tree:
+		return algorithmSpec{"tree", 0, (*Group).dtreeAllReduce}, true
+	case HalvingDoubling:
+		return algorithmSpec{"hd", 0, (*Group).hdAllReduce}, true
+	case Hierarchical:
+		return algorithmSpec{"hierarchical", needsTopology, (*Group).hierarchicalAllReduce}, true
+	case Torus:
+		return algorithmSpec{"torus", needsTopology, (*Group).torusAllReduce}, true
+	case Mesh:
+		return algorithmSpec{"mesh", needsTopology, (*Group).meshAllReduce}, true
 	}
 	return algorithmSpec{}, false
 }

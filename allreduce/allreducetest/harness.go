@@ -1,12 +1,17 @@
 // Package allreducetest is the shared test harness of ringddp's
-// collectives: run N ranks on any transport, compute reference results by
-// sequential reduction, and make deterministic test data.
+// collectives, for every transport: one rank runner (RunRanks, and
+// StartRanks on top of it for ranks kept between jobs), one collective
+// matrix (Matrix), one AllReduce benchmark body (BenchAllReduce), the
+// sequential reference (Reduce) and deterministic test data (Input).
 package allreducetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -14,54 +19,318 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
-// RunRanks runs fn once per rank, each on its own goroutine with a Group over
-// conns[rank] made with opts, and returns every rank's error (by rank). A rank that panics
-// reports the panic as its error and its connection is closed, as a dead
-// process's would be. Groups are closed when every rank has returned.
+// RunRanks is the one rank runner of the tests, benchmarks and cmd/bench:
+// it makes a Group over each of conns with opts, runs fn once per rank,
+// each on its own goroutine, and returns every rank's error, by rank.
+//
+// Its failure policy: a rank whose fn returns an error, panics or exits
+// without returning (runtime.Goexit: t.FailNow on a rank's goroutine)
+// aborts its group with that error (Group.Abort; on a transport without
+// transport.Aborter it closes its connection, as a dead process's would
+// be), so the other ranks fail at once with that cause instead of waiting
+// for their timeout. A panic is the rank's error, with its stack. If any
+// rank's NewGroup fails no fn runs: that rank's error is the NewGroup error
+// and every other rank's says it was not run. Every group is closed (and
+// with it every connection) when every rank has returned.
 func RunRanks(conns []transport.Conn, fn func(g *allreduce.Group) error, opts ...allreduce.GroupOption) []error {
 	errs := make([]error, len(conns))
-	groups := make([]*allreduce.Group, len(conns))
+	groups, failed := newGroups(conns, opts, errs)
+	defer func() {
+		for _, g := range groups {
+			if g != nil {
+				_ = g.Close()
+			}
+		}
+	}()
+	if failed {
+		for r, c := range conns {
+			if groups[r] == nil {
+				_ = c.Close()
+			}
+		}
+		return errs
+	}
+	return RunGroups(groups, fn)
+}
+
+// RunGroups is RunRanks over groups the caller made (say with options
+// that differ by rank, like allreduce.WithNode) and closes: fn runs once
+// per group, on its own goroutine, under RunRanks' failure policy, and
+// every rank's error comes back, by rank.
+func RunGroups(groups []*allreduce.Group, fn func(g *allreduce.Group) error) []error {
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runRank(r, g, fn, &errs[r])
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// newGroups makes a group per connection; where NewGroup fails it sets that
+// rank's error in errs and every other rank's to "not run".
+func newGroups(conns []transport.Conn, opts []allreduce.GroupOption, errs []error) ([]*allreduce.Group, bool) {
+	groups := make([]*allreduce.Group, len(conns))
+	first := -1
 	for r, c := range conns {
 		g, err := allreduce.NewGroup(c, opts...)
 		if err != nil {
 			errs[r] = err
+			if first < 0 {
+				first = r
+			}
 			continue
 		}
 		groups[r] = g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[r] = fmt.Errorf("rank %d panicked: %v", r, p)
-					_ = c.Close()
-				}
-			}()
-			errs[r] = fn(g)
-		}()
 	}
-	wg.Wait()
-	for _, g := range groups {
-		if g != nil {
-			_ = g.Close()
+	if first < 0 {
+		return groups, false
+	}
+	for r := range errs {
+		if errs[r] == nil {
+			errs[r] = fmt.Errorf("not run: rank %d could not make its group: %w", first, errs[first])
+		}
+	}
+	return groups, true
+}
+
+// runRank runs fn on rank r's group under RunRanks' failure policy and
+// stores its error in *out (set even when fn exits by runtime.Goexit).
+func runRank(r int, g *allreduce.Group, fn func(g *allreduce.Group) error, out *error) {
+	returned := false
+	defer func() {
+		if p := recover(); p != nil {
+			*out = panicError(r, p)
+		} else if !returned {
+			*out = errGoexit(r)
+		}
+		if *out != nil {
+			fail(g, *out)
+		}
+	}()
+	*out = fn(g)
+	returned = true
+}
+
+// PanicError is the error of a rank that panicked: its value and stack.
+type PanicError struct {
+	Rank  int
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("rank %d panicked: %v\n%s", e.Rank, e.Value, e.Stack)
+}
+
+// panicError is rank r's panic p; call it in the deferred function that
+// recovered p, so that the stack still holds the panicking frames.
+func panicError(r int, p any) error { return &PanicError{Rank: r, Value: p, Stack: debug.Stack()} }
+
+func errGoexit(r int) error {
+	return fmt.Errorf("rank %d exited without returning (runtime.Goexit: t.FailNow, t.Fatal or t.Skip on a rank's goroutine)", r)
+}
+
+// fail aborts g with err so that its peers fail at once. The cause they
+// get leaves out a panic's stack.
+func fail(g *allreduce.Group, err error) {
+	cause := err
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		cause = fmt.Errorf("rank %d panicked: %v", pe.Rank, pe.Value)
+	}
+	g.Abort(cause)
+	if _, ok := g.Conn().(transport.Aborter); !ok {
+		_ = g.Conn().Close()
+	}
+}
+
+// Ranks are ranks kept running between jobs, for suites that run many
+// short collectives on one set of connections (making a world per cell,
+// dialling tcp ranks in particular, would cost more than the cells): each
+// rank is one RunRanks rank whose function runs the jobs Do hands it, in
+// order, on its own group, so the groups live across jobs and a job fails
+// under RunRanks' policy. A failed job ends the ranks: Do then reports
+// every later job as not run, and the caller starts fresh ones.
+type Ranks struct {
+	n       int
+	jobs    []chan func(g *allreduce.Group) error
+	results chan rankResult
+	done    chan struct{}
+	errs    []error // RunRanks' result, once done is closed
+	failed  bool
+	closed  bool
+}
+
+type rankResult struct {
+	rank int
+	err  error
+}
+
+// errRanksFailed is Do's error once an earlier job failed.
+var errRanksFailed = errors.New("not run: an earlier job on these ranks failed, or they were closed")
+
+// StartRanks starts RunRanks over conns (groups made with opts) with ranks
+// that wait for jobs. Close them when done.
+func StartRanks(conns []transport.Conn, opts ...allreduce.GroupOption) *Ranks {
+	n := len(conns)
+	rs := &Ranks{
+		n:       n,
+		jobs:    make([]chan func(g *allreduce.Group) error, n),
+		results: make(chan rankResult, n),
+		done:    make(chan struct{}),
+	}
+	for r := range rs.jobs {
+		rs.jobs[r] = make(chan func(g *allreduce.Group) error, 1)
+	}
+	go func() {
+		defer close(rs.done)
+		rs.errs = RunRanks(conns, func(g *allreduce.Group) error {
+			r := g.Rank()
+			for job := range rs.jobs[r] {
+				if err := rs.runJob(r, g, job); err != nil {
+					return err // RunRanks aborts the group
+				}
+			}
+			return nil
+		}, opts...)
+	}()
+	return rs
+}
+
+// runJob runs one job on rank r and reports its result, also when the job
+// panics (its error is then a *PanicError) or exits by runtime.Goexit (the
+// rank then ends, and RunRanks aborts its group).
+func (rs *Ranks) runJob(r int, g *allreduce.Group, job func(g *allreduce.Group) error) (err error) {
+	returned := false
+	defer func() {
+		if p := recover(); p != nil {
+			err, returned = panicError(r, p), true
+		}
+		if !returned {
+			err = errGoexit(r)
+		}
+		rs.results <- rankResult{r, err}
+	}()
+	err = job(g)
+	returned = true
+	return err
+}
+
+// Do runs fn on every rank (its job) and returns every rank's error, by
+// rank, once every rank has finished it. After a job that failed on any
+// rank the ranks are done: Failed reports true and later jobs do not run.
+func (rs *Ranks) Do(fn func(g *allreduce.Group) error) []error {
+	errs := make([]error, rs.n)
+	if rs.failed || rs.closed {
+		for r := range errs {
+			errs[r] = errRanksFailed
+		}
+		return errs
+	}
+	for _, ch := range rs.jobs {
+		ch <- fn
+	}
+	got := make([]bool, rs.n)
+	for left := rs.n; left > 0; {
+		select {
+		case res := <-rs.results:
+			errs[res.rank], got[res.rank] = res.err, true
+			left--
+		case <-rs.done:
+			// Some rank ended without finishing the job (it panicked or
+			// exited, or its group could not be made): every result that
+			// was sent is buffered; the others are RunRanks' errors.
+			for drained := false; !drained; {
+				select {
+				case res := <-rs.results:
+					errs[res.rank], got[res.rank] = res.err, true
+				default:
+					drained = true
+				}
+			}
+			for r := range errs {
+				if !got[r] {
+					errs[r] = rs.errs[r]
+					if errs[r] == nil {
+						errs[r] = errGoexit(r)
+					}
+				}
+			}
+			left = 0
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			rs.failed = true
 		}
 	}
 	return errs
 }
 
+// Failed reports whether a job failed (the ranks are then done).
+func (rs *Ranks) Failed() bool { return rs.failed }
+
+// Close ends the ranks once their current job is done, closes their groups
+// and returns RunRanks' errors, by rank.
+func (rs *Ranks) Close() []error {
+	if !rs.closed {
+		rs.closed = true
+		for _, ch := range rs.jobs {
+			close(ch)
+		}
+	}
+	<-rs.done
+	return rs.errs
+}
+
+// Groups makes a Group over each of conns with opts, for tests that drive
+// the groups from the test's own goroutine (a rank that never calls, a
+// half-finished collective); tb's cleanup closes them. Tests whose ranks
+// each run a function use RunRanks.
+func Groups(tb testing.TB, conns []transport.Conn, opts ...allreduce.GroupOption) []*allreduce.Group {
+	tb.Helper()
+	errs := make([]error, len(conns))
+	groups, failed := newGroups(conns, opts, errs)
+	tb.Cleanup(func() {
+		for r, g := range groups {
+			if g != nil {
+				_ = g.Close()
+			} else {
+				_ = conns[r].Close()
+			}
+		}
+	})
+	if failed {
+		tb.Fatal(FirstError(errs))
+	}
+	return groups
+}
+
 // InprocConns makes an in-process world of n ranks with the given timeout
-// and returns its endpoints.
-func InprocConns(n int, timeout time.Duration) ([]transport.Conn, *inproc.World, error) {
-	w, err := inproc.NewWorld(n, inproc.WithTimeout(timeout))
+// (and further world options) and returns its endpoints.
+func InprocConns(n int, timeout time.Duration, opts ...inproc.Option) ([]transport.Conn, *inproc.World, error) {
+	w, err := inproc.NewWorld(n, append([]inproc.Option{inproc.WithTimeout(timeout)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	conns := make([]transport.Conn, n)
-	for r := range conns {
-		conns[r] = w.Conn(r)
+	return w.Endpoints(), w, nil
+}
+
+// Inproc is a MatrixConfig.Connect (and a Groups or BenchAllReduce
+// source): fresh in-process worlds with the given timeout and options.
+func Inproc(timeout time.Duration, opts ...inproc.Option) func(tb testing.TB, n int) []transport.Conn {
+	return func(tb testing.TB, n int) []transport.Conn {
+		tb.Helper()
+		conns, _, err := InprocConns(n, timeout, opts...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return conns
 	}
-	return conns, w, nil
 }
 
 // RunInproc is RunRanks over a fresh in-process world of n ranks.
@@ -73,6 +342,16 @@ func RunInproc(n int, timeout time.Duration, fn func(g *allreduce.Group) error, 
 	return RunRanks(conns, fn, opts...)
 }
 
+// Conns converts a transport's concrete endpoints (a []*tcp.Conn) to the
+// []transport.Conn that RunRanks takes.
+func Conns[C transport.Conn](cs []C) []transport.Conn {
+	out := make([]transport.Conn, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
+}
+
 // FirstError returns the first non-nil error with its rank.
 func FirstError(errs []error) error {
 	for r, err := range errs {
@@ -81,6 +360,21 @@ func FirstError(errs []error) error {
 		}
 	}
 	return nil
+}
+
+// RequireNoErrors fails tb with every rank's error, if any.
+func RequireNoErrors(tb testing.TB, errs []error) {
+	tb.Helper()
+	failed := false
+	for r, err := range errs {
+		if err != nil {
+			tb.Errorf("rank %d: %v", r, err)
+			failed = true
+		}
+	}
+	if failed {
+		tb.FailNow()
+	}
 }
 
 // Ctx returns a context bounded by d, for tests.
@@ -94,7 +388,7 @@ func Ctx(d time.Duration) (context.Context, context.CancelFunc) {
 func AlgorithmsFor(conn transport.Conn, opts ...allreduce.GroupOption) []allreduce.Algorithm {
 	var out []allreduce.Algorithm
 	for _, a := range allreduce.Algorithms() {
-		if _, err := allreduce.NewGroup(conn, append(opts, allreduce.WithAlgorithm(a))...); err == nil {
+		if _, err := allreduce.NewGroup(conn, append(opts[:len(opts):len(opts)], allreduce.WithAlgorithm(a))...); err == nil {
 			out = append(out, a)
 		}
 	}

@@ -109,6 +109,17 @@ func (w *World) Conn(rank int) *Conn { return w.conns[rank] }
 // Conns returns every rank's endpoint, by rank.
 func (w *World) Conns() []*Conn { return append([]*Conn(nil), w.conns...) }
 
+// Endpoints returns every rank's endpoint, by rank, as the transport.Conn
+// that code written for any transport takes (allreducetest.RunRanks, the
+// collective matrix).
+func (w *World) Endpoints() []transport.Conn {
+	out := make([]transport.Conn, len(w.conns))
+	for r, c := range w.conns {
+		out[r] = c
+	}
+	return out
+}
+
 // Kill makes rank fail as if its process died: its pending and later calls
 // fail, and peers see a transport.PeerError carrying cause.
 func (w *World) Kill(rank int, cause error) {

@@ -1,7 +1,6 @@
 package tcp_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,62 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 )
 
 var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
 
-// BenchmarkTCPAllReduce times ring AllReduce of float32 over 4 TCP ranks
-// (goroutines of this process, over loopback). busbw = algbw·2(N-1)/N is
-// the rate each link carries, comparable with BenchmarkLoopbackRaw.
+// BenchmarkTCPAllReduce times AllReduce of float32 with the default
+// algorithm over 4 TCP ranks (goroutines of this process, over loopback):
+// allreducetest.BenchAllReduce, the body every transport's benchmark
+// shares. Its busbw = algbw·2(N-1)/N is the rate each link carries,
+// comparable with BenchmarkLoopbackRaw.
 func BenchmarkTCPAllReduce(b *testing.B) {
 	const n = 4
 	for _, bytes := range benchSizes {
 		b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
-			groups := tcpGroups(b, n, time.Minute)
-			count := bytes / 4
-			bufs := make([][]float32, n)
-			for r := range bufs {
-				bufs[r] = allreducetest.Input[float32](1, r, count, allreduce.Sum)
-			}
-			ctx := context.Background()
-			iters := b.N
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			errs := make([]error, n)
-			for r := 1; r < n; r++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					for i := 0; i <= iters; i++ {
-						if err := allreduce.AllReduce(ctx, groups[r], bufs[r], allreduce.Sum); err != nil {
-							errs[r] = err
-							return
-						}
-					}
-				}()
-			}
-			close(start)
-			if err := allreduce.AllReduce(ctx, groups[0], bufs[0], allreduce.Sum); err != nil { // warm-up
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(bytes))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < iters; i++ {
-				if err := allreduce.AllReduce(ctx, groups[0], bufs[0], allreduce.Sum); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			wg.Wait()
-			if err := allreducetest.FirstError(errs); err != nil {
-				b.Fatal(err)
-			}
-			sec := b.Elapsed().Seconds() / float64(iters)
-			b.ReportMetric(float64(bytes)*2*(n-1)/n/sec/1e9, "busbw_GB/s")
+			allreducetest.BenchAllReduce(b, allreducetest.Conns(tcpConns(b, n, time.Minute)), bytes/4)
 		})
 	}
 }

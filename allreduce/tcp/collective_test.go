@@ -55,196 +55,42 @@ func tcpConnsWith(tb testing.TB, n int, timeout time.Duration, mod func(*tcp.Con
 	return conns
 }
 
-func tcpGroups(tb testing.TB, n int, timeout time.Duration) []*allreduce.Group {
-	tb.Helper()
-	conns := tcpConns(tb, n, timeout)
-	groups := make([]*allreduce.Group, n)
-	for r, c := range conns {
-		g, err := allreduce.NewGroup(c)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		groups[r] = g
-	}
-	tb.Cleanup(func() {
-		for _, g := range groups {
-			g.Close()
-		}
-	})
-	return groups
+// tcpConnect is a MatrixConfig.Connect: n ranks over loopback.
+func tcpConnect(tb testing.TB, n int) []transport.Conn {
+	return allreducetest.Conns(tcpConns(tb, n, 20*time.Second))
 }
 
-// onEveryRank runs fn on every group at once and returns the errors by rank.
-func onEveryRank(groups []*allreduce.Group, fn func(r int, g *allreduce.Group) error) []error {
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for r, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = fn(r, g)
-		}()
+// tcpHugeLen is the large length of the tcp matrix: 1 MiB of float32,
+// several frames and ring chunks per message.
+const tcpHugeLen = 1<<18 + 3
+
+// tcpHuge runs each collective, and AllReduce with each algorithm, once
+// at tcpHugeLen (3 ranks, Sum, float32).
+func tcpHuge(coll allreduce.Kind, _ allreduce.Algorithm, n int) ([]allreduce.ReduceOp, []allreduce.DType) {
+	if n != 3 || testing.Short() {
+		return nil, nil
 	}
-	wg.Wait()
-	return errs
+	op := allreduce.Sum
+	if coll == allreduce.KindAllGather || coll == allreduce.KindBroadcast {
+		op = 0
+	}
+	return []allreduce.ReduceOp{op}, []allreduce.DType{allreduce.Float32}
 }
 
-type cell struct {
-	coll   allreduce.Kind
-	length int
-	op     allreduce.ReduceOp
-	dtype  string
-	root   int
-}
-
-func (c cell) String() string {
-	s := fmt.Sprintf("%v/len=%d", c.coll, c.length)
-	if c.op != 0 {
-		s += "/" + c.op.String()
-	}
-	if c.root >= 0 {
-		s += fmt.Sprintf("/root=%d", c.root)
-	}
-	return s + "/" + c.dtype
-}
-
-const bigLen = 1<<18 + 3
-
-// cells is the reduced matrix for n ranks.
-func cells(n int) []cell {
-	var out []cell
-	lens := []int{0, 1, n + 1, 1000, bigLen}
-	if n == 1 {
-		lens = []int{0, 1, 1000, bigLen}
-	}
-	i := 0
-	for _, coll := range []allreduce.Kind{allreduce.KindAllReduce, allreduce.KindReduceScatter, allreduce.KindAllGather, allreduce.KindBroadcast, allreduce.KindReduce} {
-		ops := []allreduce.ReduceOp{0}
-		if coll == allreduce.KindAllReduce || coll == allreduce.KindReduceScatter || coll == allreduce.KindReduce {
-			ops = []allreduce.ReduceOp{allreduce.Sum, allreduce.Max}
-		}
-		for _, length := range lens {
-			for _, op := range ops {
-				for _, dt := range []string{"float32", "int64"} {
-					root := -1
-					if coll == allreduce.KindBroadcast || coll == allreduce.KindReduce {
-						root = i % n // vary the root across cells
-						i++
-					}
-					out = append(out, cell{coll: coll, length: length, op: op, dtype: dt, root: root})
-				}
-			}
-		}
-	}
-	return append(out, cell{coll: allreduce.KindBarrier, root: -1, dtype: "none"})
-}
-
-// TestCollectivesOverTCP runs every collective over TCP ranks in one
-// process against the sequential reference: ranks 1..5 × lengths
-// {0, 1, N+1, 1000, 2^18+3} × {Sum, Max} × {float32, int64}.
+// TestCollectivesOverTCP is the collective matrix of allreducetest (the
+// suite the in-process ranks run in full) reduced for TCP ranks in one
+// process on loopback: ranks 1..5, lengths {0, 1, N-1, N, N+1, 1000},
+// {Sum, Max} × {float32, int64}, every AllReduce algorithm tcp can run,
+// every collective once at 2^18+3 elements on 3 ranks; sync, async,
+// repeated and aliased, Broadcast and Reduce from every root.
 func TestCollectivesOverTCP(t *testing.T) {
-	for n := 1; n <= 5; n++ {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			groups := tcpGroups(t, n, 20*time.Second)
-			defer inputCache.Clear()
-			defer refCache.Clear()
-			for _, c := range cells(n) {
-				ok := t.Run(c.String(), func(t *testing.T) {
-					var errs []error
-					switch c.dtype {
-					case "int64":
-						errs = runCell[int64](groups, c)
-					default:
-						errs = runCell[float32](groups, c)
-					}
-					for r, err := range errs {
-						if err != nil {
-							t.Errorf("rank %d: %v", r, err)
-						}
-					}
-				})
-				if !ok {
-					t.FailNow() // the groups are poisoned
-				}
-			}
-		})
-	}
-}
-
-// Inputs and references are cached: the cells of one rank count share them
-// (generating them dominates the matrix under the race detector).
-var inputCache, refCache sync.Map
-
-func cellInputs[T allreduce.Numeric](n, length int) [][]T {
-	key := fmt.Sprintf("%T/%d/%d", *new(T), n, length)
-	if v, ok := inputCache.Load(key); ok {
-		return v.([][]T)
-	}
-	inputs := make([][]T, n)
-	for r := range inputs {
-		inputs[r] = allreducetest.Input[T](uint64(length), r, length, allreduce.Sum)
-	}
-	inputCache.Store(key, inputs)
-	return inputs
-}
-
-func runCell[T allreduce.Numeric](groups []*allreduce.Group, c cell) []error {
-	n := len(groups)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	inputs := cellInputs[T](n, c.length)
-	var ref []T
-	if c.op != 0 {
-		key := fmt.Sprintf("%T/%d/%d/%v", ref, n, c.length, c.op)
-		if v, ok := refCache.Load(key); ok {
-			ref = v.([]T)
-		} else {
-			ref = allreducetest.Reduce(inputs, c.op)
-			refCache.Store(key, ref)
-		}
-	}
-	return onEveryRank(groups, func(r int, g *allreduce.Group) error {
-		in := slices.Clone(inputs[r])
-		var got, want []T
-		var err error
-		switch c.coll {
-		case allreduce.KindAllReduce:
-			err = allreduce.AllReduce(ctx, g, in, c.op)
-			got, want = in, ref
-		case allreduce.KindReduceScatter:
-			lo, hi := allreduce.ChunkBounds(c.length, n, r)
-			got = make([]T, hi-lo)
-			err = allreduce.ReduceScatter(ctx, g, got, in, c.op)
-			want = ref[lo:hi]
-		case allreduce.KindAllGather:
-			lo, hi := allreduce.ChunkBounds(c.length, n, r)
-			got = make([]T, c.length)
-			err = allreduce.AllGather(ctx, g, got, slices.Clone(inputs[0][lo:hi]))
-			want = inputs[0]
-		case allreduce.KindBroadcast:
-			err = allreduce.Broadcast(ctx, g, in, c.root)
-			got, want = in, inputs[c.root]
-		case allreduce.KindReduce:
-			err = allreduce.Reduce(ctx, g, in, c.op, c.root)
-			got, want = in, inputs[r]
-			if r == c.root {
-				want = ref
-			}
-		case allreduce.KindBarrier:
-			return allreduce.Barrier(ctx, g)
-		}
-		if err != nil {
-			return err
-		}
-		if len(got) != len(want) {
-			return fmt.Errorf("%d elements, want %d", len(got), len(want))
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				return fmt.Errorf("element %d is %v, want %v", i, got[i], want[i])
-			}
-		}
-		return nil
+	allreducetest.Matrix(t, allreducetest.MatrixConfig{
+		Connect: tcpConnect,
+		Ranks:   []int{1, 2, 3, 4, 5},
+		Ops:     []allreduce.ReduceOp{allreduce.Sum, allreduce.Max},
+		DTypes:  []allreduce.DType{allreduce.Float32, allreduce.Int64},
+		Huge:    tcpHuge,
+		HugeLen: tcpHugeLen,
 	})
 }
 
@@ -252,12 +98,12 @@ func runCell[T allreduce.Numeric](groups []*allreduce.Group, c cell) []error {
 // with the mismatch, not a hang.
 func TestGroupMismatchOverTCP(t *testing.T) {
 	for _, n := range []int{2, 3} {
-		groups := tcpGroups(t, n, 10*time.Second)
+		conns := allreducetest.Conns(tcpConns(t, n, 10*time.Second))
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		start := time.Now()
-		errs := onEveryRank(groups, func(r int, g *allreduce.Group) error {
+		errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 			buf := make([]float32, 1000)
-			if r == 1 {
+			if g.Rank() == 1 {
 				return allreduce.Broadcast(ctx, g, buf, 0)
 			}
 			return allreduce.AllReduce(ctx, g, buf, allreduce.Sum)
@@ -284,21 +130,13 @@ func TestKillMidAllReduce(t *testing.T) {
 	const n, victim = 4, 2
 	const timeout = 20 * time.Second
 	conns := tcpConns(t, n, timeout)
-	groups := make([]*allreduce.Group, n)
-	for r, c := range conns {
-		groups[r], _ = allreduce.NewGroup(c)
-	}
-	defer func() {
-		for _, g := range groups {
-			g.Close()
-		}
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var killedAt time.Time
 	var mu sync.Mutex
 	returned := make([]time.Duration, n)
-	errs := onEveryRank(groups, func(r int, g *allreduce.Group) error {
+	errs := allreducetest.RunRanks(allreducetest.Conns(conns), func(g *allreduce.Group) error {
+		r := g.Rank()
 		buf := make([]float32, 1<<20)
 		for i := 0; ; i++ {
 			if r == victim && i == 3 {
@@ -329,4 +167,52 @@ func TestKillMidAllReduce(t *testing.T) {
 		}
 		t.Logf("rank %d after %v: %v", r, returned[r], err)
 	}
+}
+
+// Kept for hierarchical_test.go until it calls allreducetest.Matrix
+// (MatrixConfig{Connect: its tcpConnsWith with nodes, Algorithms: the
+// topology-aware ones, Collectives: AllReduce}); delete with it. cells
+// are AllReduce cells of lengths {0, 1, N+1, 1000, 2^18+3} × {Sum, Max} ×
+// {float32, int64}; runCell runs one on groups through
+// allreducetest.RunGroups, bitwise against the reference.
+
+type cell struct {
+	coll   allreduce.Kind
+	length int
+	op     allreduce.ReduceOp
+	dtype  string
+}
+
+func (c cell) String() string { return fmt.Sprintf("%v/len=%d/%v/%s", c.coll, c.length, c.op, c.dtype) }
+
+func cells(n int) []cell {
+	var out []cell
+	for _, length := range []int{0, 1, n + 1, 1000, tcpHugeLen} {
+		for _, op := range []allreduce.ReduceOp{allreduce.Sum, allreduce.Max} {
+			for _, dt := range []string{"float32", "int64"} {
+				out = append(out, cell{coll: allreduce.KindAllReduce, length: length, op: op, dtype: dt})
+			}
+		}
+	}
+	return out
+}
+
+// inputCache and refCache are no longer used; Clear is all that is left.
+var inputCache, refCache sync.Map
+
+func runCell[T allreduce.Numeric](groups []*allreduce.Group, c cell) []error {
+	inputs := make([][]T, len(groups))
+	for r := range inputs {
+		inputs[r] = allreducetest.Input[T](uint64(c.length), r, c.length, allreduce.Sum)
+	}
+	want := allreducetest.Reduce(inputs, c.op)
+	ctx, cancel := allreducetest.Ctx(time.Minute)
+	defer cancel()
+	return allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
+		buf := slices.Clone(inputs[g.Rank()])
+		if err := allreduce.AllReduce(ctx, g, buf, c.op); err != nil {
+			return err
+		}
+		return allreducetest.DiffBits("result", buf, want)
+	})
 }

@@ -75,9 +75,12 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, conns []transp
 	rows := make(chan row)
 	var errs []error
 	go func() {
-		errs = runRanks(conns, []allreduce.GroupOption{allreduce.WithAlgorithm(cfg.algorithm)}, func(g *allreduce.Group) error {
+		// A rank that fails aborts its group, so the others fail at once
+		// instead of waiting for their timeout; the groups and endpoints
+		// are closed when every rank has returned.
+		errs = allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 			return rankMain[T](ctx, cfg, g, data, rows)
-		})
+		}, allreduce.WithAlgorithm(cfg.algorithm))
 		close(rows)
 	}()
 
@@ -103,48 +106,6 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, conns []transp
 		return fmt.Errorf("%d wrong elements (see the #wrong column)", p.wrong)
 	}
 	return nil
-}
-
-// runRanks runs fn once per endpoint, each on its own goroutine with its own
-// Group made with opts, and returns every rank's error by rank. A rank that
-// fails or panics closes its endpoint, as a dead process's would be, so the
-// others fail at once instead of waiting for their timeout. Groups are
-// closed when every rank has returned.
-func runRanks(conns []transport.Conn, opts []allreduce.GroupOption, fn func(g *allreduce.Group) error) []error {
-	errs := make([]error, len(conns))
-	groups := make([]*allreduce.Group, len(conns))
-	for i, c := range conns {
-		g, err := allreduce.NewGroup(c, opts...)
-		if err != nil {
-			for _, c := range conns {
-				_ = c.Close()
-			}
-			errs[i] = err
-			return errs
-		}
-		groups[i] = g
-	}
-	var wg sync.WaitGroup
-	for i, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[i] = fmt.Errorf("panic: %v", p)
-				}
-				if errs[i] != nil {
-					_ = g.Conn().Close()
-				}
-			}()
-			errs[i] = fn(g)
-		}()
-	}
-	wg.Wait()
-	for _, g := range groups {
-		_ = g.Close()
-	}
-	return errs
 }
 
 // dataset holds what the local ranks share: every rank's input (made once, at

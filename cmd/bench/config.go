@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 )
@@ -65,6 +66,7 @@ type config struct {
 	ranks     int
 	algo      string
 	algorithm allreduce.Algorithm
+	localSize int // -local-size: in-process ranks on simulated nodes of this many (0: no topology)
 	dtype     allreduce.DType
 	redop     allreduce.ReduceOp
 	redopName string
@@ -113,6 +115,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		jsonOut = fs.Bool("json", false, "print one JSON object per row instead of the table")
 		root    = fs.Int("root", 0, "root rank of broadcast and reduce")
 		cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with -transport tcp, each rank r writes FILE.rank<r>)")
+		local   = fs.Int("local-size", 0, "in-process ranks simulate nodes of this many consecutive ranks (the last node smaller when it does not divide -ranks), for -algo hierarchical, torus and mesh; 0: no topology. With -transport tcp each rank's node is $RINGDDP_NODE, else its host name")
 		tf      launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
 	tf.Register(fs)
@@ -132,7 +135,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	cfg := &config{
 		transport: tf.Name, ranks: *ranks, algo: *algo, redopName: *redop,
 		factor: *factor, iters: *iters, warmup: *warmup, check: *check,
-		json: *jsonOut, root: *root, args: args, cpuprof: *cpuprof,
+		json: *jsonOut, root: *root, args: args, cpuprof: *cpuprof, localSize: *local,
 	}
 	var ok bool
 	if cfg.op, ok = collectives[*op]; !ok {
@@ -169,6 +172,18 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		return nil, err
 	}
 	cfg.ranks, cfg.mp = cfg.tr.Ranks, cfg.tr.MP
+	switch {
+	case cfg.localSize < 0:
+		return nil, fmt.Errorf("-local-size %d: must not be negative", cfg.localSize)
+	case cfg.localSize > 0 && cfg.mp != nil:
+		return nil, fmt.Errorf("-local-size applies to -transport inproc only; over tcp set RINGDDP_NODE per rank to name its node")
+	}
+	cfg.tr.LocalSize = cfg.localSize
+	if cfg.mp == nil {
+		if err := inprocRuns(cfg.algorithm, cfg.localSize); err != nil {
+			return nil, fmt.Errorf("-algo %s: %w (in process, -local-size K simulates nodes of K ranks)", cfg.algo, err)
+		}
+	}
 	if cfg.iters < 1 {
 		return nil, fmt.Errorf("-iters %d: need at least 1", cfg.iters)
 	}
@@ -199,6 +214,20 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		cfg.root = -1
 	}
 	return cfg, nil
+}
+
+// inprocRuns reports why in-process ranks on nodes of localSize (0: no
+// topology) cannot run algo, before any rank starts.
+func inprocRuns(algo allreduce.Algorithm, localSize int) error {
+	w, err := inproc.NewWorld(1, inproc.WithLocalSize(localSize))
+	if err != nil {
+		return err
+	}
+	g, err := allreduce.NewGroup(w.Conn(0), allreduce.WithAlgorithm(algo))
+	if err != nil {
+		return err
+	}
+	return g.Close()
 }
 
 // startCPUProfile starts -cpuprofile for this process's ranks (conns) and

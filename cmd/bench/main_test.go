@@ -203,7 +203,7 @@ func TestFlagErrors(t *testing.T) {
 	}{
 		{[]string{"-op", "alltoall"}, "-op"},
 		{[]string{"-transport", "shm"}, "-transport \"shm\": unknown transport (valid: inproc, tcp)"},
-		{[]string{"-algo", "tree"}, "-algo"},
+		{[]string{"-algo", "nosuch"}, "-algo"},
 		{[]string{"-dtype", "float16"}, "-dtype"},
 		{[]string{"-redop", "xor"}, "-redop"},
 		{[]string{"-redop", "avg", "-dtype", "int32"}, "-redop avg"},

@@ -110,6 +110,11 @@ type Transport struct {
 	// MP is this process's part in a tcp job: its launcher or one rank.
 	// Nil in process.
 	MP *Setup
+	// LocalSize, in process, simulates nodes of this many consecutive
+	// ranks (inproc.WithLocalSize) for the topology-aware algorithms; 0:
+	// no topology. Over tcp each rank's node comes from the rank's
+	// environment (RINGDDP_NODE, else the host name).
+	LocalSize int
 }
 
 // Launcher reports whether this process is a tcp job's launcher, which
@@ -141,7 +146,7 @@ func (t *Transport) ShareCores() int {
 func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, error) {
 	switch {
 	case t.MP == nil:
-		w, err := inproc.NewWorld(ranks, inproc.WithTimeout(t.Timeout))
+		w, err := inproc.NewWorld(ranks, inproc.WithTimeout(t.Timeout), inproc.WithLocalSize(t.LocalSize))
 		if err != nil {
 			return nil, err
 		}

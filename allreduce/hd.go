@@ -1,0 +1,346 @@
+package allreduce
+
+import (
+	"context"
+	"math/bits"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Halving-doubling AllReduce (HalvingDoubling, "hd"), Rabenseifner's
+// algorithm: a recursive-halving reduce-scatter, then a recursive-doubling
+// all-gather. Bandwidth-optimal like the ring, in 2·log2 N steps instead of
+// 2(N-1).
+//
+// Fold. With P the largest power of two ≤ N and R = N-P, the ranks below
+// 2R pair up as in doubling.go: even rank r sends its whole buffer to r+1
+// (which reduces it, r's operand first) and sits out; the P remaining
+// ("active") ranks are renumbered v = 0..P-1 (v = r/2 below 2R, r-R
+// above; hdFold). At the end every odd rank below 2R sends the result back
+// to r-1.
+//
+// Reduce-scatter (hdReduceScatterSteps): the buffer is P blocks in order.
+// Each active rank starts with all of them; at step i it and its partner
+// v XOR m_i split their common range of blocks in two, each keeps one
+// half — the lower for the rank whose bit m_i is clear — sends the other
+// and reduces the partner's copy of the half it keeps. After log2 P steps
+// each active rank holds one block reduced over all ranks: block v when
+// the masks run m = P/2, P/4, ..., 1 (highFirst), block bitrev(v) when
+// they run 1, 2, ..., P/2. Bytes sent per rank: (P-1)/P of the buffer.
+//
+// All-gather (hdAllGatherSteps): the same exchanges in reverse order, each
+// rank sending the range it holds and copying its partner's, until every
+// active rank holds every block. Bytes sent per rank: (P-1)/P of the
+// buffer.
+//
+// AllReduce runs the masks 1, 2, ..., P/2 (so that every rank's first
+// message, the fold's or the first halving's, goes to a ring neighbour
+// r±1, where a rank that called another collective sends: a mismatch is
+// found without the agreement step, as in doubling.go) over P equal blocks
+// (ChunkBounds(count, P, b)). Steps and bytes for a buffer of M bytes on N
+// ranks: 2·log2 P steps, plus 2 when N is not a power of two; every active
+// rank sends 2(P-1)/P·M bytes, plus M for the odd ranks below 2R (the
+// even ones send M, once).
+//
+// Exactness: each block is reduced once, by the rank that ends up holding
+// it, and copied from there unchanged; every combination takes the lower
+// rank's operand first. So every rank ends bitwise identical whatever the
+// values, and the same run to run. Avg divides each block by N once, on
+// its holder, before the all-gather.
+//
+// The two halves are also a ReduceScatter and an AllGather of their own
+// (hdReduceScatter, hdAllGather: ChunkBounds layout, rank r's chunk on
+// rank r), with the masks P/2, ..., 1 so that active rank v's block is v's
+// ranks' chunks: chunks 2v and 2v+1 for v < R, chunk v+R above. Not yet
+// dispatched to; tests reach them through export_test.go.
+
+// hdFold is the fold of N ranks onto P, the largest power of two ≤ N:
+// the R = N-P even ranks below 2R hand their data to the odd rank above.
+type hdFold struct{ n, p2, rem int }
+
+func foldOf(n int) hdFold {
+	p2 := 1 << (bits.Len(uint(n)) - 1)
+	return hdFold{n: n, p2: p2, rem: n - p2}
+}
+
+// virtual is rank r's number among the P active ranks, or -1 for a rank
+// that sits out (an even rank below 2R).
+func (f hdFold) virtual(r int) int {
+	if r < 2*f.rem {
+		if r%2 == 0 {
+			return -1
+		}
+		return r / 2
+	}
+	return r - f.rem
+}
+
+// real is the rank of active rank v.
+func (f hdFold) real(v int) int {
+	if v < f.rem {
+		return 2*v + 1
+	}
+	return v + f.rem
+}
+
+// hdMask is the partner mask of halving step i (0-based) over p2 ranks.
+func hdMask(p2, i int, highFirst bool) int {
+	if highFirst {
+		return p2 >> (i + 1)
+	}
+	return 1 << i
+}
+
+// hdRange is the range of blocks [lo, lo+size) active rank v holds before
+// halving step i (and after all-gather step i).
+func hdRange(v, p2, i int, highFirst bool) (lo, size int) {
+	size = p2
+	for s := 0; s < i; s++ {
+		size /= 2
+		if v&hdMask(p2, s, highFirst) != 0 {
+			lo += size
+		}
+	}
+	return lo, size
+}
+
+// hdSpan is the bytes of blocks [lo, hi) under the block layout blocks.
+func hdSpan(blocks func(b int) (lo, hi int), lo, hi int) (int, int) {
+	a, _ := blocks(lo)
+	_, b := blocks(hi - 1)
+	return a, b
+}
+
+// hdReduceScatterSteps is the recursive-halving reduce-scatter among the
+// active ranks of f, this rank being active rank v: blocks (contiguous, in
+// order) is the byte range of each of the P blocks; src is this rank's
+// operand and work receives the partial results (work may be src, for an
+// in-place reduce-scatter; otherwise src is only read). Step numbers are
+// step, step+1, ... (log2 P of them). It returns the block this rank ends
+// with, whose bytes in work then hold the reduction over every active rank.
+func (g *Group) hdReduceScatterSteps(ctx context.Context, h transport.Header, step uint32, f hdFold, v int, highFirst bool,
+	blocks func(b int) (lo, hi int), src, work []byte) (int, error) {
+	steps := bits.TrailingZeros(uint(f.p2))
+	cur := src
+	for i := 0; i < steps; i++ {
+		m := hdMask(f.p2, i, highFirst)
+		lo, size := hdRange(v, f.p2, i, highFirst)
+		half := size / 2
+		keep, give := lo, lo+half
+		if v&m != 0 {
+			keep, give = give, keep
+		}
+		klo, khi := hdSpan(blocks, keep, keep+half)
+		glo, ghi := hdSpan(blocks, give, give+half)
+		partner := v ^ m
+		order := localFirst // the lower rank's operand first
+		if partner < v {
+			order = receivedFirst
+		}
+		peer := f.real(partner)
+		if err := g.sendRecvReduce(ctx, h, step+uint32(i), peer, cur[glo:ghi], peer, cur[klo:khi], work[klo:khi], order); err != nil {
+			return 0, err
+		}
+		cur = work
+	}
+	own, _ := hdRange(v, f.p2, steps, highFirst)
+	return own, nil
+}
+
+// hdAllGatherSteps is the recursive-doubling all-gather among the active
+// ranks of f, the mirror of hdReduceScatterSteps with the same masks: on
+// entry this rank's block of buf (the one hdReduceScatterSteps ended with)
+// is its contribution, on return buf holds every block. Step numbers are
+// step, step+1, ... (log2 P of them).
+func (g *Group) hdAllGatherSteps(ctx context.Context, h transport.Header, step uint32, f hdFold, v int, highFirst bool,
+	blocks func(b int) (lo, hi int), buf []byte) error {
+	steps := bits.TrailingZeros(uint(f.p2))
+	for s := 0; s < steps; s++ {
+		i := steps - 1 - s // undo halving step i
+		m := hdMask(f.p2, i, highFirst)
+		lo, size := hdRange(v, f.p2, i, highFirst)
+		half := size / 2
+		mine, theirs := lo, lo+half
+		if v&m != 0 {
+			mine, theirs = theirs, mine
+		}
+		mlo, mhi := hdSpan(blocks, mine, mine+half)
+		tlo, thi := hdSpan(blocks, theirs, theirs+half)
+		peer := f.real(v ^ m)
+		if err := g.sendRecvCopy(ctx, h, step+uint32(s), peer, buf[mlo:mhi], peer, buf[tlo:thi]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hdAllReduce is HalvingDoubling.
+func (g *Group) hdAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if c.count == 0 {
+		return g.agree(ctx, h)
+	}
+	n, r := g.size, g.rank
+	if n == 1 {
+		return nil
+	}
+	f := foldOf(n)
+	steps := uint32(bits.TrailingZeros(uint(f.p2)))
+	buf, es := c.buf, c.dt.Size()
+	if r < 2*f.rem { // fold
+		if r%2 == 0 {
+			if err := g.send(ctx, h, 0, r+1, buf); err != nil {
+				return err
+			}
+		} else if err := g.recvReduce(ctx, h, 0, r-1, buf, buf, receivedFirst); err != nil {
+			return err
+		}
+	}
+	if v := f.virtual(r); v >= 0 {
+		blocks := func(b int) (int, int) {
+			lo, hi := ChunkBounds(c.count, f.p2, b)
+			return lo * es, hi * es
+		}
+		own, err := g.hdReduceScatterSteps(ctx, h, 1, f, v, false, blocks, buf, buf)
+		if err != nil {
+			return err
+		}
+		if c.op == Avg {
+			lo, hi := blocks(own)
+			divideBytes(c.dt, buf[lo:hi], n)
+		}
+		if err := g.hdAllGatherSteps(ctx, h, 1+steps, f, v, false, blocks, buf); err != nil {
+			return err
+		}
+	}
+	if r < 2*f.rem { // unfold
+		if r%2 == 1 {
+			return g.send(ctx, h, 1+2*steps, r-1, buf)
+		}
+		return g.recvCopy(ctx, h, 1+2*steps, r+1, buf)
+	}
+	return nil
+}
+
+// hdChunkBlocks is the block layout of the stand-alone halves: active rank
+// v's block is the chunks (g.chunkBytes) of the ranks it stands for —
+// 2v and 2v+1 below R, v+R above — so blocks are contiguous and in order.
+func (g *Group) hdChunkBlocks(c *call, f hdFold) func(b int) (int, int) {
+	return func(b int) (int, int) {
+		first, last := b+f.rem, b+f.rem
+		if b < f.rem {
+			first, last = 2*b, 2*b+1
+		}
+		lo, _ := g.chunkBytes(c, first)
+		_, hi := g.chunkBytes(c, last)
+		return lo, hi
+	}
+}
+
+// hdReduceScatter is a ReduceScatter (call semantics and layout of
+// ringReduceScatter: c.src is read, rank r's chunk goes to c.buf) by
+// recursive halving. After the agreement step: the fold (even rank r below
+// 2R sends its whole src to r+1), log2 P halving steps over the blocks of
+// hdChunkBlocks, then each odd rank below 2R sends its even partner that
+// rank's chunk. Bytes sent per rank: (P-1)/P·M, plus M from the even ranks
+// below 2R and M/N from the odd ones. Scratch: M bytes.
+func (g *Group) hdReduceScatter(ctx context.Context, h transport.Header, c *call) error {
+	n, r := g.size, g.rank
+	lo, hi := g.chunkBytes(c, r)
+	if err := g.checkLen("source", len(c.src), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.checkLen("destination (this rank's chunk)", len(c.buf), hi-lo); err != nil {
+		return err
+	}
+	if n == 1 || c.count == 0 {
+		copy(c.buf, c.src)
+		return g.agree(ctx, h)
+	}
+	if err := g.agree(ctx, h); err != nil {
+		return err
+	}
+	f := foldOf(n)
+	steps := uint32(bits.TrailingZeros(uint(f.p2)))
+	unfold := 1 + steps
+	v := f.virtual(r)
+	if v < 0 { // an even rank below 2R: contribute, then take my chunk
+		if err := g.send(ctx, h, 0, r+1, c.src); err != nil {
+			return err
+		}
+		return g.recvCopy(ctx, h, unfold, r+1, c.buf)
+	}
+	work := g.scratchBytes(len(c.src))
+	src := c.src
+	if r < 2*f.rem {
+		if err := g.recvReduce(ctx, h, 0, r-1, c.src, work, receivedFirst); err != nil {
+			return err
+		}
+		src = work
+	}
+	if _, err := g.hdReduceScatterSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), src, work); err != nil {
+		return err
+	}
+	if c.op == Avg {
+		blo, bhi := g.hdChunkBlocks(c, f)(v)
+		divideBytes(c.dt, work[blo:bhi], n)
+	}
+	copy(c.buf, work[lo:hi])
+	if r < 2*f.rem {
+		plo, phi := g.chunkBytes(c, r-1)
+		return g.send(ctx, h, unfold, r-1, work[plo:phi])
+	}
+	return nil
+}
+
+// hdAllGather is an AllGather (call semantics and layout of ringAllGather:
+// c.src is rank r's chunk of c.buf) by recursive doubling. After the
+// agreement step: each even rank r below 2R sends its chunk to r+1, log2 P
+// doubling steps over the blocks of hdChunkBlocks, then each odd rank
+// below 2R sends r-1 the whole result. Bytes sent per rank: (P-1)/P·M
+// (M the gathered size), plus M/N from the even ranks below 2R and M from
+// the odd ones.
+func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) error {
+	n, r := g.size, g.rank
+	lo, hi := g.chunkBytes(c, r)
+	if err := g.checkLen("destination", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.checkLen("source (this rank's chunk)", len(c.src), hi-lo); err != nil {
+		return err
+	}
+	if !sameBytes(c.buf[lo:hi], c.src) {
+		copy(c.buf[lo:hi], c.src)
+	}
+	if n == 1 || c.count == 0 {
+		return g.agree(ctx, h)
+	}
+	if err := g.agree(ctx, h); err != nil {
+		return err
+	}
+	f := foldOf(n)
+	steps := uint32(bits.TrailingZeros(uint(f.p2)))
+	unfold := 1 + steps
+	v := f.virtual(r)
+	if v < 0 {
+		if err := g.send(ctx, h, 0, r+1, c.buf[lo:hi]); err != nil {
+			return err
+		}
+		return g.recvCopy(ctx, h, unfold, r+1, c.buf)
+	}
+	if r < 2*f.rem {
+		plo, phi := g.chunkBytes(c, r-1)
+		if err := g.recvCopy(ctx, h, 0, r-1, c.buf[plo:phi]); err != nil {
+			return err
+		}
+	}
+	if err := g.hdAllGatherSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), c.buf); err != nil {
+		return err
+	}
+	if r < 2*f.rem {
+		return g.send(ctx, h, unfold, r-1, c.buf)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Hierarchical all-reduce, the 2D ring: only one rank per node talks to
+// other nodes. With the vocabulary of hierarchy.go (N ranks on K nodes of
+// L_k ranks, L the largest; M bytes):
+//
+//  1. agreement step on the group (agree.go);
+//  2. intra-node Reduce to the node's local rank 0 (its local root) —
+//     the binomial tree, or the pipelined chain for large buffers;
+//  3. inter-node AllReduce among the K local roots (inter-node group 0),
+//     by recursive doubling up to 64 KiB and the ring above; Avg divides
+//     the result by N here, once, on each root;
+//  4. intra-node Broadcast from the local root.
+//
+// Steps: 1 + (1 + ⌈log2 L⌉) + 2(K-1) (ring; ⌈log2 K⌉(+2) doubling)
+// + (1 + ⌈log2 L⌉) for the binomial trees, the chains' S+L-2 rounds of S
+// segments instead for large buffers. Bytes sent per rank within its
+// node: M for the reduce from every rank but the local root, and M per
+// child for the broadcast (the binomial tree's root ⌈log2 L_k⌉·M; in the
+// chain every rank but the last sends M once). Between nodes only the
+// local roots send: 2(K-1)/K·M each by the ring (⌈log2 K⌉·M by
+// doubling), so 2(K-1)/K·M per node crosses between nodes, against the
+// flat ring's 2(N-1)/N·M from every rank — but the whole buffer passes
+// through one rank per node (Torus spreads it over all of them).
+//
+// Exactness: the local root's Reduce combines its node's inputs in a
+// fixed order; the inter-node AllReduce ends identical on every root;
+// the Broadcast copies it. Every rank ends bitwise identical, the same
+// run to run.
+
+func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.agree(ctx, h); err != nil || c.count == 0 || g.size == 1 {
+		return err
+	}
+	hy, err := g.hierarchy(ctx)
+	if err != nil {
+		return err
+	}
+	op := sumFor(c.op)
+	if hy.intra != nil {
+		reduce := call{kind: KindReduce, dt: c.dt, op: op, root: 0, count: c.count, buf: c.buf}
+		if err := runPhase(ctx, "hierarchical: intra-node reduce", hy.intra, &reduce); err != nil {
+			return err
+		}
+	}
+	if hy.local == 0 {
+		if hy.nodes() > 1 {
+			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: c.buf}
+			if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0), &all); err != nil {
+				return err
+			}
+		}
+		if c.op == Avg {
+			divideBytes(c.dt, c.buf, g.size)
+		}
+	}
+	if hy.intra != nil {
+		bcast := call{kind: KindBroadcast, dt: c.dt, root: 0, count: c.count, buf: c.buf}
+		if err := runPhase(ctx, "hierarchical: intra-node broadcast", hy.intra, &bcast); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package allreduce
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Torus all-reduce, the 2D torus: every rank of a node carries a part of
+// the buffer between nodes, all at once. With the vocabulary of
+// hierarchy.go (N ranks on K nodes of L_k ranks, L the largest; M bytes),
+// the buffer is split into L chunks (ChunkBounds(count, L, s)), chunk s
+// going with slot s:
+//
+//  1. agreement step on the group (agree.go);
+//  2. intra-node ReduceScatter (the ring, ReduceScatterV's layout): each
+//     rank gets its node's partial result of the chunks of the slots it
+//     holds — one chunk on the largest nodes, a run of consecutive chunks
+//     on smaller ones;
+//  3. for each slot it holds, in increasing order, an inter-node
+//     AllReduce of that chunk in inter-node group s (one holder of the
+//     chunk per node): L_k of them run in parallel on node k, by
+//     recursive doubling up to 64 KiB and the ring above; Avg divides the
+//     rank's chunks by N here, once, on each holder;
+//  4. intra-node AllGather (the ring) of every rank's chunks.
+//
+// Steps on even nodes (L_k = L): 1 + (L-1) + 2(K-1) (ring; ⌈log2 K⌉(+2)
+// by doubling) + (L-1). Bytes sent per rank: (L-1)/L·M + 2(K-1)/K·M/L +
+// (L-1)/L·M = 2(N-1)/N·M, the flat ring's total, of which only
+// 2(K-1)/K·M/L crosses between nodes (2(K-1)/K·M per node, spread over
+// its L ranks). On a node smaller than the largest, each rank holds
+// about L/L_k chunks and sends about that many times more between nodes,
+// in as many inter-node all-reduces one after another.
+//
+// Exactness: the ring's reduce-scatter reduces each chunk once, on its
+// holder, in a fixed order; the inter-node all-reduce ends identical on
+// every holder of the chunk; the all-gather copies. Every rank ends
+// bitwise identical, the same run to run.
+
+func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call) error {
+	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
+		return err
+	}
+	if err := g.agree(ctx, h); err != nil || c.count == 0 || g.size == 1 {
+		return err
+	}
+	hy, err := g.hierarchy(ctx)
+	if err != nil {
+		return err
+	}
+	op, es := sumFor(c.op), c.dt.Size()
+	// chunkRange is the element range of slots [a, b).
+	chunkRange := func(a, b int) Chunk {
+		lo, _ := ChunkBounds(c.count, hy.slots, a)
+		_, hi := ChunkBounds(c.count, hy.slots, b-1)
+		return Chunk{lo, hi}
+	}
+	slo, shi := hy.mySlots()
+	mine := chunkRange(slo, shi)
+	var layout []Chunk // each local rank's chunks, for the intra-node phases
+	if hy.intra != nil {
+		layout = make([]Chunk, hy.localSize())
+		for l := range layout {
+			layout[l] = chunkRange(ChunkBounds(hy.slots, len(layout), l))
+		}
+		rs := call{kind: KindReduceScatter, dt: c.dt, op: op, root: -1, count: c.count,
+			buf: c.buf[mine.Lo*es : mine.Hi*es], src: c.buf, layout: layout}
+		if err := runPhase(ctx, "torus: intra-node reduce-scatter", hy.intra, &rs); err != nil {
+			return err
+		}
+	}
+	if hy.nodes() > 1 {
+		for s := slo; s < shi; s++ {
+			ch := chunkRange(s, s+1)
+			if ch.Len() == 0 {
+				continue // every holder sees the same empty chunk
+			}
+			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: ch.Len(), buf: c.buf[ch.Lo*es : ch.Hi*es]}
+			if err := runPhase(ctx, "torus: inter-node all-reduce", hy.interGroup(g, s), &all); err != nil {
+				return err
+			}
+		}
+	}
+	if c.op == Avg {
+		divideBytes(c.dt, c.buf[mine.Lo*es:mine.Hi*es], g.size)
+	}
+	if hy.intra != nil {
+		ag := call{kind: KindAllGather, dt: c.dt, root: -1, count: c.count,
+			buf: c.buf, src: c.buf[mine.Lo*es : mine.Hi*es], layout: layout}
+		if err := runPhase(ctx, "torus: intra-node all-gather", hy.intra, &ag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
