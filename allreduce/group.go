@@ -46,6 +46,7 @@ type Group struct {
 	pending sync.WaitGroup
 
 	// Reused by the collective that holds the turn.
+	running call
 	copy    copySink
 	combine combineSink
 	scratch []int64
@@ -292,7 +293,12 @@ func (g *Group) run(ctx context.Context, ticket, seq uint64, c *call, w *Work) e
 	}
 	err := c.validate(g.size)
 	if err == nil {
-		err = g.execute(ctx, seq, c)
+		// Run a copy held by the group: dispatch through the algorithm
+		// table is an indirect call, which would move the caller's call
+		// to the heap (an allocation per collective).
+		g.running = *c
+		err = g.execute(ctx, seq, &g.running)
+		g.running = call{}
 	}
 	if err != nil {
 		err = callError(g.worldRank, c.header(g.id, seq), err)

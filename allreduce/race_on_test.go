@@ -1,0 +1,5 @@
+//go:build race
+
+package allreduce_test
+
+const raceEnabled = true
