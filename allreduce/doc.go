@@ -18,19 +18,33 @@
 //     carries it with the kind, dtype, count, op and root, so ranks that issue
 //     different collectives get an error naming both calls instead of a hang.
 //
-// Algorithms and bytes on the wire, for a buffer of M bytes on N ranks:
+// Algorithms and bytes on the wire, for a buffer of M bytes on N ranks (S
+// pipeline segments; P the largest power of two ≤ N, R = N-P; L ranks per
+// node and K nodes for the topology algorithms):
 //
-//	collective     algorithm                            steps        bytes sent per rank
-//	AllReduce      ring: reduce-scatter then all-gather  2(N-1)       2(N-1)/N·M
-//	AllReduce      direct two-shot (shared memory only)  3 barriers   2(N-1)/N·M read from peers
-//	AllReduce      direct one-shot (≤ 32 KiB, shared)    2 barriers   (N-1)·M read from peers
-//	AllReduce      recursive doubling (≤ 64 KiB)         ⌈log2 N⌉(+2) ⌈log2 N⌉·M
-//	ReduceScatter  ring                                  N-1          (N-1)/N·M
-//	AllGather      ring                                  N-1          (N-1)/N·M (M = gathered size)
-//	Broadcast      agreement + binomial tree             1+⌈log2 N⌉   ≤ ⌈log2 N⌉·M (root)
-//	Reduce         agreement + binomial tree             1+⌈log2 N⌉   M (each non-root, once)
-//	Barrier        dissemination                         ⌈log2 N⌉     0
-//	(any, 0 elements; ReduceScatter/AllGather on 1 rank) agreement   1            0
+//	collective     algorithm                                steps              bytes sent per rank
+//	AllReduce      ring: reduce-scatter then all-gather      2(N-1)             2(N-1)/N·M
+//	AllReduce      direct two-shot (shared memory only)      3 barriers         2(N-1)/N·M read from peers
+//	AllReduce      direct one-shot (≤ 32 KiB, shared)        2 barriers         (N-1)·M read from peers
+//	AllReduce      doubling: recursive doubling              ⌈log2 N⌉(+2)       ⌈log2 N⌉·M
+//	AllReduce      tree: double binary tree, pipelined       1+8(S+⌈log2 N⌉) rounds  ≤ 2M
+//	AllReduce      hd: halving-doubling (Rabenseifner)       2·log2 P (+2)      2(P-1)/P·M (+M below 2R)
+//	AllReduce      hierarchical: reduce, ring, broadcast     1+reduce(L)+2(K-1)+bcast(L)  2(K-1)/K·M between nodes (local roots)
+//	AllReduce      torus: RS in node, L rings, AG in node    1+(L-1)+2(K-1)+(L-1)  2(N-1)/N·M, 2(K-1)/K·M/L between nodes
+//	AllReduce      mesh: AR in node, AR between nodes        1+2(L-1)+2(K-1)    2(L-1)/L·M within + 2(K-1)/K·M between
+//	ReduceScatter  ring                                      N-1                (N-1)/N·M
+//	AllGather      ring                                      N-1                (N-1)/N·M (M = gathered size)
+//	Broadcast      agreement + binomial tree (< 2 MiB, N=2)  1+⌈log2 N⌉         ≤ ⌈log2 N⌉·M (root)
+//	Broadcast      agreement + pipelined chain (≥ 2 MiB)     1+S+N-2            M (every rank but the last)
+//	Reduce         agreement + binomial tree (< 2 MiB, N=2)  1+⌈log2 N⌉         M (each non-root, once)
+//	Reduce         agreement + pipelined chain (≥ 2 MiB)     1+S+N-2            M (each non-root)
+//	Barrier        dissemination                             ⌈log2 N⌉           0
+//	(any, 0 elements; ReduceScatter/AllGather on 1 rank) agreement   1          0
+//
+// The topology algorithms run their phases as collectives on sub-groups
+// (hierarchy.go); the step counts above assume the ring inside them. On
+// uneven nodes a rank of a smaller node holds several of the L slots and
+// repeats its inter-node work once per slot.
 //
 // The agreement step is one exchange of a 0-byte message carrying the
 // call's header with both ring neighbours. It runs where the collective's
