@@ -1,30 +1,50 @@
 // Package zero is ZeRO stage 1 for ringddp: optimizer state sharded over
 // ranks.
 //
-// Vocabulary:
-//   - shard: rank r owns chunk r of the flat parameter arena, the element
-//     range allreduce.ChunkBounds(total, N, r) — exactly where a ring
-//     reduce-scatter leaves rank r's result, so no copy is needed.
-//     A parameter may straddle two shards (DeepSpeed's flat partitioning);
-//     the element-wise optimizers do not care.
+// Vocabulary (N ranks, M gradient bytes per step, buckets as ddp cuts them):
+//   - piece: rank r's piece of bucket b is chunk r of the bucket, the
+//     element range allreduce.ChunkBounds(len(b), N, r) of it: exactly
+//     where a ring reduce-scatter of the bucket leaves rank r's result.
+//   - shard: rank r's pieces of every bucket, in bucket order. The shard's
+//     optimizer state is over the concatenation of the pieces (shard order);
+//     its length is within one element per bucket of 1/N of the arena.
+//
+// Every bucket is split evenly over all ranks, rather than the arena being
+// cut into N contiguous shards, because that is what makes every bucket's
+// collective cheap: with contiguous shards a bucket that lies inside one
+// rank's shard is reduce-scattered around the ring with every other chunk
+// empty, N-1 sequential hops of the whole bucket ((N-1)·M_b bytes through
+// each link in turn), and a bucket that spans k shards costs N-1 hops of its
+// largest piece; a tree Reduce to the owner still costs ⌈log2 N⌉·M_b per
+// bucket. The even split costs (N-1)/N·M_b per rank for every bucket, all
+// links busy at once: the minimum for a reduce-scatter, and the same chunks
+// and reduction order as DDP's ring all-reduce of the bucket, so ZeRO-1 is
+// bitwise identical to DDP over allreduce.Ring.
 //
 // A step is the DDP step with two collectives in place of the all-reduce:
 //
 //  1. backward: each gradient bucket, as soon as it is complete, is
-//     reduce-scattered (Avg) along the shard boundaries (ReduceScatterV),
-//     so rank r ends with the averaged gradient of its shard's part of the
-//     bucket — overlapping the rest of the backward pass as in DDP;
+//     reduce-scattered (Avg) into the shard's gradient (GradShard), in
+//     shard order — overlapping the rest of the backward pass as in DDP.
+//     Rank r sends (M_b - |piece r|)·size bytes, (N-1)/N of the bucket.
 //  2. the optimizer updates rank r's shard only, with state for that shard
-//     only: 1/N of DDP's optimizer memory;
-//  3. all-gather of the updated shards straight into every rank's arena.
+//     only: 1/N of DDP's optimizer memory. The optimizer needs flat slices:
+//     the shard's parameters are moved to the front of the parameter arena
+//     for the update and back after it (two memmoves of 1/N of the arena).
+//     GradShard is flat already; it costs 1/N of the gradient arena's
+//     memory, and saves two more memmoves.
+//  3. all-gather of each bucket's updated pieces, in place, straight into
+//     every rank's arena: rank r sends (M_b - |piece r+1|)·size bytes.
 //
-// Bytes sent per step, summed over ranks: (N-1)·M for the reduce-scatter and
-// (N-1)·M for the all-gather, the same 2(N-1)·M as DDP's ring all-reduce.
+// Bytes sent per step, summed over ranks: (N-1)·M for the reduce-scatters
+// and (N-1)·M for the all-gathers, the same 2(N-1)·M as DDP's ring
+// all-reduce.
 package zero
 
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -34,16 +54,30 @@ import (
 	"github.com/ringddp/ringddp/optim"
 )
 
+// Piece is one bucket's share of a rank's shard: the arena elements
+// [Lo, Hi), held at offset Off of the shard (and of its optimizer state).
+type Piece struct {
+	Lo, Hi int // element range in the parameter and gradient arenas
+	Off    int // offset in the shard
+}
+
+// Len is the number of elements in the piece.
+func (p Piece) Len() int { return p.Hi - p.Lo }
+
 // ZeRO1 is one rank's ZeRO-1 wrapper: a ddp.DDP whose buckets are
 // reduce-scattered, and an optimizer over this rank's shard.
 type ZeRO1[T ddp.Float] struct {
-	d      *ddp.DDP[T]
-	opt    optim.Optimizer[T]
-	group  *allreduce.Group
-	lo, hi int   // this rank's shard of the arenas
-	bounds []int // shard boundaries: shard q is [bounds[q], bounds[q+1])
-	counts []int // scratch: per-rank element counts of one bucket
-	lastOp time.Duration
+	d       *ddp.DDP[T]
+	opt     optim.Optimizer[T]
+	group   *allreduce.Group
+	buckets [][2]int // the arena's buckets, in order, tiling [0, total)
+	pieces  []Piece  // this rank's piece of each bucket
+	total   int      // elements in the arena
+	shard   int      // elements in this rank's shard
+	// gradShard is the shard's averaged gradient, in shard order (on one
+	// rank, the gradient arena itself).
+	gradShard []T
+	lastOp    time.Duration
 }
 
 // Wrap wraps params like ddp.Wrap (same options) and makes opt the
@@ -60,25 +94,61 @@ func Wrap[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nod
 		return nil, err
 	}
 	z.d = d
-	n, total := group.Size(), len(d.ParamArena())
-	z.bounds = make([]int, n+1)
-	for q := 0; q < n; q++ {
-		z.bounds[q], z.bounds[q+1] = allreduce.ChunkBounds(total, n, q)
+	z.total = len(d.ParamArena())
+	z.buckets = d.BucketRanges()
+	z.pieces, err = Pieces(z.buckets, z.total, group.Size(), group.Rank())
+	if err != nil {
+		return nil, err
 	}
-	z.lo, z.hi = z.bounds[group.Rank()], z.bounds[group.Rank()+1]
-	z.counts = make([]int, n)
+	for _, p := range z.pieces {
+		z.shard += p.Len()
+	}
+	if group.Size() == 1 {
+		z.gradShard = d.GradArena()
+	} else {
+		z.gradShard = make([]T, z.shard)
+	}
 	return z, nil
 }
 
-// reduceScatterBucket averages bucket [lo, hi) of grads over ranks, leaving
-// on each rank the part that falls in its shard.
-func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
-	for q := range z.counts {
-		z.counts[q] = max(0, min(hi, z.bounds[q+1])-max(lo, z.bounds[q]))
+// Pieces returns rank's piece of each bucket: chunk rank of n of every
+// bucket, with its offset in the shard. The buckets (element ranges
+// [lo, hi)) must tile [0, total) in order.
+func Pieces(buckets [][2]int, total, n, rank int) ([]Piece, error) {
+	if n < 1 || rank < 0 || rank >= n {
+		return nil, fmt.Errorf("zero: rank %d of %d", rank, n)
 	}
-	mlo := min(max(lo, z.lo), hi)
-	mhi := max(min(hi, z.hi), mlo)
-	return allreduce.ReduceScatterV(ctx, group, grads[mlo:mhi], grads[lo:hi], z.counts, allreduce.Avg)
+	pieces := make([]Piece, len(buckets))
+	next, off := 0, 0
+	for b, r := range buckets {
+		if r[0] != next || r[1] < r[0] {
+			return nil, fmt.Errorf("zero: bucket %d is [%d, %d), want it to start at %d: buckets must tile the arena in order", b, r[0], r[1], next)
+		}
+		lo, hi := allreduce.ChunkBounds(r[1]-r[0], n, rank)
+		pieces[b] = Piece{Lo: r[0] + lo, Hi: r[0] + hi, Off: off}
+		off += hi - lo
+		next = r[1]
+	}
+	if next != total {
+		return nil, fmt.Errorf("zero: buckets cover [0, %d), the arena has %d elements", next, total)
+	}
+	return pieces, nil
+}
+
+// reduceScatterBucket averages bucket [lo, hi) of grads over ranks, leaving
+// on each rank its piece in the shard's gradient: a ring reduce-scatter in
+// N-1 steps, in which rank r sends every chunk of the bucket but its own,
+// (N-1)/N of the bucket.
+func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
+	if group.Size() == 1 {
+		return nil // the average over one rank, in place
+	}
+	b := sort.Search(len(z.buckets), func(i int) bool { return z.buckets[i][0] >= lo })
+	if b == len(z.buckets) || z.buckets[b] != [2]int{lo, hi} {
+		return fmt.Errorf("zero: [%d, %d) is not a bucket", lo, hi)
+	}
+	p := z.pieces[b]
+	return allreduce.ReduceScatter(ctx, group, z.gradShard[p.Off:p.Off+p.Len()], grads[lo:hi], allreduce.Avg)
 }
 
 // DDP is the underlying data-parallel wrapper (Tapped, Backward, Run,
@@ -92,27 +162,75 @@ func (z *ZeRO1[T]) Tapped() G.Nodes { return z.d.Tapped() }
 func (z *ZeRO1[T]) Backward(loss *G.Node) error { return z.d.Backward(loss) }
 
 // Run runs forward and backward with the gradient buckets reduce-scattered
-// as they complete (see ddp.DDP.Run).
+// as they complete (see ddp.DDP.Run). Afterwards GradShard holds this
+// rank's shard of the gradient averaged over ranks; the gradient arena
+// holds this rank's own gradient (on one rank, the two are the same).
 func (z *ZeRO1[T]) Run(ctx context.Context, vm ddp.Machine) error { return z.d.Run(ctx, vm) }
 
-// Shard is this rank's element range [lo, hi) of the arenas.
-func (z *ZeRO1[T]) Shard() (lo, hi int) { return z.lo, z.hi }
+// GradShard is this rank's shard of the averaged gradient after Run, in
+// shard order (piece by piece, see Pieces).
+func (z *ZeRO1[T]) GradShard() []T { return z.gradShard }
+
+// Pieces is this rank's piece of each bucket, in bucket order: its shard.
+func (z *ZeRO1[T]) Pieces() []Piece { return append([]Piece(nil), z.pieces...) }
+
+// ShardLen is the number of elements in this rank's shard, the length of
+// its optimizer state.
+func (z *ZeRO1[T]) ShardLen() int { return z.shard }
 
 // Optimizer is the shard's optimizer.
 func (z *ZeRO1[T]) Optimizer() optim.Optimizer[T] { return z.opt }
 
-// Step updates this rank's shard and all-gathers the parameters.
+// Step updates this rank's shard and all-gathers the parameters, one bucket
+// at a time: rank r sends (M_b - |piece r+1 of b|) elements per bucket b.
 func (z *ZeRO1[T]) Step(ctx context.Context) error {
 	start := time.Now()
-	params, grads := z.d.ParamArena(), z.d.GradArena()
-	if err := z.opt.Step(params[z.lo:z.hi], grads[z.lo:z.hi]); err != nil {
-		return fmt.Errorf("zero: optimizer step on shard [%d, %d): %w", z.lo, z.hi, err)
+	params := z.d.ParamArena()
+	z.pack(params)
+	err := z.opt.Step(params[:z.shard], z.gradShard)
+	z.unpack(params)
+	if err != nil {
+		// The peers wait in the all-gather for this rank's shard.
+		err = fmt.Errorf("zero: optimizer step on a shard of %d elements: %w", z.shard, err)
+		z.group.Abort(err)
+		return err
 	}
 	z.lastOp = time.Since(start)
-	if err := allreduce.AllGather(ctx, z.group, params, params[z.lo:z.hi]); err != nil {
-		return fmt.Errorf("zero: all-gather of parameters: %w", err)
+	if z.group.Size() == 1 {
+		return nil
+	}
+	for b, r := range z.buckets {
+		p := z.pieces[b]
+		if err := allreduce.AllGather(ctx, z.group, params[r[0]:r[1]], params[p.Lo:p.Hi]); err != nil {
+			return fmt.Errorf("zero: all-gather of the parameters of bucket %d: %w", b, err)
+		}
 	}
 	return nil
+}
+
+// pack moves this rank's pieces of the parameter arena a to a[:shard], in
+// shard order. Piece b moves down to Off ≤ Lo, and its destination ends at or
+// before the end of bucket b, below every later piece's source: moving
+// the pieces in order (copy is a memmove) overwrites nothing still needed.
+func (z *ZeRO1[T]) pack(a []T) {
+	for _, p := range z.pieces {
+		if p.Off != p.Lo {
+			copy(a[p.Off:p.Off+p.Len()], a[p.Lo:p.Hi])
+		}
+	}
+}
+
+// unpack undoes pack, moving the pieces back in reverse order: piece b's
+// destination starts at or above its packed place, above every earlier
+// piece's packed place, and ends before every later piece's (restored)
+// place.
+func (z *ZeRO1[T]) unpack(a []T) {
+	for i := len(z.pieces) - 1; i >= 0; i-- {
+		p := z.pieces[i]
+		if p.Off != p.Lo {
+			copy(a[p.Lo:p.Hi], a[p.Off:p.Off+p.Len()])
+		}
+	}
 }
 
 // LastOptimizerTime is how long the last Step's shard update took
@@ -122,44 +240,178 @@ func (z *ZeRO1[T]) LastOptimizerTime() time.Duration { return z.lastOp }
 // StateBytes is the optimizer state held by this rank.
 func (z *ZeRO1[T]) StateBytes() int64 { return z.opt.StateBytes() }
 
+// shardState is this rank's optimizer state, checked against the shard. A
+// failed check aborts the group, since the peers are about to wait for this
+// rank in a collective.
+func (z *ZeRO1[T]) shardState() (optim.State, error) {
+	st := z.opt.State()
+	for _, b := range st.Buffers {
+		if len(b.Data) != z.shard {
+			err := fmt.Errorf("zero: optimizer buffer %q has %d elements, the shard has %d", b.Name, len(b.Data), z.shard)
+			z.group.Abort(err)
+			return optim.State{}, err
+		}
+	}
+	return st, nil
+}
+
+// fullHeader is st (a shard's state) with no buffers, covering the arena:
+// Len is 0 before the first step, as optim.State requires.
+func (z *ZeRO1[T]) fullHeader(st optim.State) optim.State {
+	full := st
+	full.Hyper = append([]optim.Hyper(nil), st.Hyper...)
+	full.Buffers = nil
+	full.Len = 0
+	if st.Step > 0 || len(st.Buffers) > 0 {
+		full.Len = z.total
+	}
+	return full
+}
+
 // FullOptimizerState gathers the optimizer state of every shard into the
 // state of one optimizer over the whole arena (as a DDP rank would hold
-// it), on every rank. It is a collective: every rank must call it.
+// it), on every rank: one all-gather per bucket and state buffer, (N-1)/N
+// of the buffer sent per rank. Every rank then holds the full state, N
+// times what ZeRO-1 saves; a checkpoint written by one rank wants
+// GatherOptimizerState instead. It is a collective: every rank must call
+// it.
 func (z *ZeRO1[T]) FullOptimizerState(ctx context.Context) (optim.State, error) {
-	st := z.opt.State()
-	total := z.bounds[len(z.bounds)-1]
-	full := st.Clone()
-	full.Len = total
-	if st.Step == 0 && len(st.Buffers) == 0 {
-		full.Len = 0
-		return full, nil
+	st, err := z.shardState()
+	if err != nil {
+		return optim.State{}, err
 	}
-	for i, b := range st.Buffers {
-		if len(b.Data) != z.hi-z.lo {
-			return optim.State{}, fmt.Errorf("zero: optimizer buffer %q has %d elements, shard has %d", b.Name, len(b.Data), z.hi-z.lo)
+	full := z.fullHeader(st)
+	for _, b := range st.Buffers {
+		data := make([]float64, z.total)
+		if z.group.Size() == 1 {
+			copy(data, b.Data)
+			full.Buffers = append(full.Buffers, optim.Buffer{Name: b.Name, Data: data})
+			continue
 		}
-		data := make([]float64, total)
-		if err := allreduce.AllGather(ctx, z.group, data, b.Data); err != nil {
-			return optim.State{}, fmt.Errorf("zero: gathering optimizer buffer %q: %w", b.Name, err)
+		for k, r := range z.buckets {
+			p := z.pieces[k]
+			if err := allreduce.AllGather(ctx, z.group, data[r[0]:r[1]], b.Data[p.Off:p.Off+p.Len()]); err != nil {
+				return optim.State{}, fmt.Errorf("zero: gathering optimizer buffer %q: %w", b.Name, err)
+			}
 		}
-		full.Buffers[i].Data = data
+		full.Buffers = append(full.Buffers, optim.Buffer{Name: b.Name, Data: data})
 	}
 	return full, nil
 }
 
+// GatherOptimizerState gathers the optimizer state of every shard into the
+// state of one optimizer over the whole arena (as FullOptimizerState) on
+// rank root only; every other rank gets the zero optim.State and a nil
+// error. Only root ever holds the full state: another rank holds its own
+// shard's state and one segment of scratch (gatherSegment elements). It is
+// a collective: every rank must call it with the same root.
+//
+// It is built from Broadcast, the group's one collective that moves a
+// rank's data without a full-size buffer on every rank: each rank q ≠ root
+// broadcasts its pieces of every state buffer, segment by segment, and root
+// receives them in place in the full buffers. A tree broadcast delivers a
+// segment to all N-1 other ranks, so for a buffer of E elements (8 bytes
+// each) of which root holds E_root, 8·(N-1)·(E - E_root) bytes are sent in
+// all, N-1 times what a point-to-point gather would send; root receives
+// 8·(E - E_root), once each.
+func (z *ZeRO1[T]) GatherOptimizerState(ctx context.Context, root int) (optim.State, error) {
+	n, rank := z.group.Size(), z.group.Rank()
+	if root < 0 || root >= n {
+		err := fmt.Errorf("zero: gather root %d out of range [0, %d)", root, n)
+		z.group.Abort(err)
+		return optim.State{}, err
+	}
+	st, err := z.shardState()
+	if err != nil {
+		return optim.State{}, err
+	}
+	var full optim.State
+	if rank == root {
+		full = z.fullHeader(st)
+		for _, b := range st.Buffers {
+			data := make([]float64, z.total)
+			for _, p := range z.pieces {
+				copy(data[p.Lo:p.Hi], b.Data[p.Off:p.Off+p.Len()])
+			}
+			full.Buffers = append(full.Buffers, optim.Buffer{Name: b.Name, Data: data})
+		}
+	}
+	var scratch []float64
+	for q := 0; q < n; q++ {
+		if q == root {
+			continue
+		}
+		pieces := z.pieces
+		if q != rank {
+			if pieces, err = Pieces(z.buckets, z.total, n, q); err != nil {
+				return optim.State{}, err
+			}
+		}
+		for k, b := range st.Buffers {
+			for _, p := range pieces {
+				for lo := 0; lo < p.Len(); lo += gatherSegment {
+					hi := min(lo+gatherSegment, p.Len())
+					var buf []float64
+					switch rank {
+					case q:
+						buf = b.Data[p.Off+lo : p.Off+hi]
+					case root:
+						buf = full.Buffers[k].Data[p.Lo+lo : p.Lo+hi]
+					default:
+						if scratch == nil {
+							scratch = make([]float64, min(gatherSegment, z.maxPiece()))
+						}
+						buf = scratch[:hi-lo]
+					}
+					if err := allreduce.Broadcast(ctx, z.group, buf, q); err != nil {
+						return optim.State{}, fmt.Errorf("zero: gathering optimizer buffer %q from rank %d onto rank %d: %w", b.Name, q, root, err)
+					}
+				}
+			}
+		}
+	}
+	if rank != root {
+		return optim.State{}, nil
+	}
+	return full, nil
+}
+
+// maxPiece is the longest piece of any rank: chunk 0 of the longest bucket.
+func (z *ZeRO1[T]) maxPiece() int {
+	longest := 0
+	for _, r := range z.buckets {
+		lo, hi := allreduce.ChunkBounds(r[1]-r[0], z.group.Size(), 0)
+		longest = max(longest, hi-lo)
+	}
+	return longest
+}
+
+// gatherSegment is the most elements GatherOptimizerState moves in one
+// collective: it bounds the scratch of the ranks that only relay (1 MiB).
+// A variable so that tests can make every piece several segments.
+var gatherSegment = 1 << 17
+
 // LoadFullOptimizerState loads this rank's shard of a full optimizer state
-// (from FullOptimizerState, or from a DDP run's optimizer), so a checkpoint
-// resumes under any number of ranks.
+// (from FullOptimizerState or GatherOptimizerState, or from a DDP run's
+// optimizer), so a checkpoint resumes under any number of ranks.
 func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
-	total := z.bounds[len(z.bounds)-1]
-	if full.Len != 0 && full.Len != total {
-		return fmt.Errorf("zero: optimizer state covers %d parameters, the model has %d", full.Len, total)
+	if full.Len != 0 && full.Len != z.total {
+		return fmt.Errorf("zero: optimizer state covers %d parameters, the model has %d", full.Len, z.total)
+	}
+	if err := full.Validate(); err != nil {
+		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
 	shard := full
 	if full.Len != 0 {
-		var err error
-		if shard, err = optim.SliceState(full, z.lo, z.hi); err != nil {
-			return fmt.Errorf("zero: slicing optimizer state to shard [%d, %d): %w", z.lo, z.hi, err)
+		shard.Len = z.shard
+		shard.Hyper = append([]optim.Hyper(nil), full.Hyper...)
+		shard.Buffers = make([]optim.Buffer, len(full.Buffers))
+		for k, b := range full.Buffers {
+			data := make([]float64, 0, z.shard)
+			for _, p := range z.pieces {
+				data = append(data, b.Data[p.Lo:p.Hi]...)
+			}
+			shard.Buffers[k] = optim.Buffer{Name: b.Name, Data: data}
 		}
 	}
 	if err := z.opt.LoadState(shard); err != nil {

@@ -1,0 +1,134 @@
+package zero_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/models"
+	"github.com/ringddp/ringddp/optim"
+	"github.com/ringddp/ringddp/zero"
+)
+
+// BenchmarkStep times one training step (forward, backward with the bucket
+// collectives, optimizer, and for ZeRO-1 the all-gather) of the issue's
+// model: MLP 784-2048-2048-10 (5.8 M float32 parameters, 22 MiB of
+// gradients), 2 MiB buckets, Adam, 64 rows per rank, 4 in-process ranks.
+// ns/op is one step of rank 0; the ranks run in step, so it is the world's
+// step time.
+func BenchmarkStep(b *testing.B) {
+	const ranks, perRank = 4, 64
+	for _, mode := range []string{"ddp", "zero1"} {
+		b.Run(fmt.Sprintf("mode=%s/ranks=%d", mode, ranks), func(b *testing.B) {
+			benchSteps(b, mode == "zero1", ranks, perRank, b.N)
+		})
+	}
+}
+
+func benchSteps(b *testing.B, zero1 bool, ranks, perRank, steps int) {
+	conns, _, err := allreducetest.InprocConns(ranks, time.Minute)
+	require.NoError(b, err)
+	times := make([]time.Duration, steps)
+	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+		ctx := context.Background()
+		opt, err := optim.NewAdam[float32](optim.DefaultAdamConfig())
+		if err != nil {
+			return err
+		}
+		graph := G.NewGraph()
+		model, err := models.NewMLP(graph, tensor.Float32, 1, 784, 2048, 2048, 10)
+		if err != nil {
+			return err
+		}
+		buckets := ddp.WithBucketBytes(1<<20, 2<<20)
+		var z *zero.ZeRO1[float32]
+		var d *ddp.DDP[float32]
+		if zero1 {
+			if z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets); err != nil {
+				return err
+			}
+			d = z.DDP()
+		} else if d, err = ddp.Wrap[float32](ctx, g, model.Learnables(), buckets); err != nil {
+			return err
+		}
+		x := make([]float32, perRank*784)
+		y := make([]float32, perRank*10)
+		for i := range x {
+			x[i] = float32((i*7+g.Rank()*13)%255) / 255
+		}
+		for r := 0; r < perRank; r++ {
+			y[r*10+(r+g.Rank())%10] = 1
+		}
+		var xn, yn *G.Node
+		_ = graphlock.Do(func() error {
+			xn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 784), G.WithName("x"),
+				G.WithValue(tensor.New(tensor.WithShape(perRank, 784), tensor.WithBacking(x))))
+			yn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 10), G.WithName("y"),
+				G.WithValue(tensor.New(tensor.WithShape(perRank, 10), tensor.WithBacking(y))))
+			return nil
+		})
+		logits, err := model.Forward(xn, d.Tapped())
+		if err != nil {
+			return err
+		}
+		loss, err := models.CrossEntropy(logits, yn)
+		if err != nil {
+			return err
+		}
+		if err := d.Backward(loss); err != nil {
+			return err
+		}
+		var vm G.VM
+		_ = graphlock.Do(func() error { vm = G.NewTapeMachine(graph); return nil })
+		defer vm.Close()
+		step := func() error {
+			if err := d.Run(ctx, vm); err != nil {
+				return err
+			}
+			if z != nil {
+				return z.Step(ctx)
+			}
+			return d.Step(ctx, opt)
+		}
+		for i := 0; i < 2; i++ { // warm-up: sizes the optimizer state
+			if err := step(); err != nil {
+				return err
+			}
+		}
+		if err := allreduce.Barrier(ctx, g); err != nil {
+			return err
+		}
+		if g.Rank() == 0 {
+			b.ResetTimer()
+		}
+		for i := 0; i < steps; i++ {
+			start := time.Now()
+			if err := step(); err != nil {
+				return err
+			}
+			if g.Rank() == 0 {
+				times[i] = time.Since(start)
+			}
+		}
+		return allreduce.Barrier(ctx, g)
+	})
+	b.StopTimer()
+	require.NoError(b, allreducetest.FirstError(errs))
+	b.ReportMetric(float64(median(times).Microseconds())/1e3, "median-ms/step")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
