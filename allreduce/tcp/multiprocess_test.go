@@ -24,7 +24,18 @@ import (
 // is the number of trials.
 const rankTrialsVar = "RINGDDP_TCP_TEST_TRIALS"
 
+// rankMatrixVar makes the re-executed test binary run the reduced
+// algorithm matrix as one rank (mismatchTrialsRank's sibling).
+const rankMatrixVar = "RINGDDP_TCP_TEST_MATRIX"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(rankMatrixVar) != "" {
+		if err := matrixRank(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if v := os.Getenv(rankTrialsVar); v != "" {
 		trials, err := strconv.Atoi(v)
 		if err == nil {
@@ -159,6 +170,124 @@ func TestMismatchAcrossProcesses(t *testing.T) {
 		if c.NoError+c.ConnectionLost+c.Unnamed > 0 {
 			t.Errorf("rank %d: of %d trials, %d ended without an error, %d with connection lost, %d without the calls named: %s",
 				r, c.Trials, c.NoError, c.ConnectionLost, c.Unnamed, c.Sample)
+		}
+	}
+}
+
+// matrixRank is one rank of the multi-process algorithm matrix: for every
+// algorithm a tcp group can run (the topology ones with RINGDDP_NODE as
+// its node), AllReduce of awkward lengths with every op on float32 and
+// int64, each result compared bit for bit with the sequential reference
+// (every rank computes it from every rank's deterministic input).
+func matrixRank() error {
+	ctx := context.Background()
+	env, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	cfg := tcp.ConfigFromEnv(env, store)
+	cfg.Timeout = 20 * time.Second
+	conn, err := tcp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	algos := allreducetest.AlgorithmsFor(conn)
+	n := env.WorldSize
+	lengths := []int{0, 1, n - 1, n + 1, 1000, 70000}
+	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
+	for _, algo := range algos {
+		g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(algo))
+		if err != nil {
+			return err
+		}
+		for _, length := range lengths {
+			for _, op := range ops {
+				if err := matrixCellRank[float32](ctx, g, n, length, op); err != nil {
+					return fmt.Errorf("%v: %w", algo, err)
+				}
+				if op == allreduce.Avg {
+					continue
+				}
+				if err := matrixCellRank[int64](ctx, g, n, length, op); err != nil {
+					return fmt.Errorf("%v: %w", algo, err)
+				}
+			}
+		}
+	}
+	g, err := allreduce.NewGroup(conn)
+	if err != nil {
+		return err
+	}
+	topo, err := g.Topology(ctx)
+	if err != nil {
+		return err
+	}
+	if want := (n + 1) / 2; topo.Nodes() != want {
+		return fmt.Errorf("rank %d: topology %v, want %d nodes (RINGDDP_NODE)", env.Rank, topo, want)
+	}
+	_ = conn.Close()
+	fmt.Printf("rank %d: %d algorithms ok on %v: %v\n", env.Rank, len(algos), topo, algos)
+	return nil
+}
+
+func matrixCellRank[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, n, length int, op allreduce.ReduceOp) error {
+	inputs := make([][]T, n)
+	for r := range inputs {
+		inputs[r] = allreducetest.Input[T](uint64(length)+uint64(op), r, length, op)
+	}
+	buf := append([]T(nil), inputs[g.Rank()]...)
+	if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
+		return err
+	}
+	want := allreducetest.Reduce(inputs, op)
+	if err := allreducetest.DiffBits("result", buf, want); err != nil {
+		return fmt.Errorf("rank %d, %d elements, %v: %w", g.Rank(), length, op, err)
+	}
+	return nil
+}
+
+// The reduced matrix over separate processes for every algorithm tcp can
+// run: 3 processes as nodes of 2 and 1, 5 as 2, 2, 1 (RINGDDP_NODE), so
+// the topology algorithms meet uneven nodes over real sockets.
+func TestAlgorithmsAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	for _, n := range []int{3, 5} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		cmds := make([]*exec.Cmd, n)
+		outs := make([]*bytes.Buffer, n)
+		for r := range cmds {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), rankMatrixVar+"=1",
+				"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
+				"RINGDDP_NODE=node"+strconv.Itoa(r/2),
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "RINGDDP_SECRET=multi-process test secret 0123456789")
+			outs[r] = new(bytes.Buffer)
+			cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds[r] = cmd
+		}
+		for r, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
+			}
+		}
+		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+		if !strings.Contains(outs[0].String(), "hierarchical") || !strings.Contains(outs[0].String(), "tree") {
+			t.Errorf("%d processes: not every algorithm ran: %s", n, outs[0])
 		}
 	}
 }
