@@ -266,13 +266,10 @@ func (d *DDP[T]) Backward(loss *G.Node) error {
 	})
 }
 
-// SetNoSync turns gradient synchronisation off (true) or back on. While it
-// is off, Run accumulates gradients locally without communication; the
-// first Run after turning it back on adds its gradients to the accumulated
-// ones and all-reduces the sum (PyTorch's no_sync).
-func (d *DDP[T]) SetNoSync(off bool) { d.noSync = off }
-
-// NoSync runs fn with synchronisation off.
+// NoSync runs fn with gradient synchronisation off, like PyTorch's
+// no_sync: the Runs inside fn accumulate gradients locally without
+// communication, and the first Run after it adds its gradients to the
+// accumulated ones and all-reduces the sum.
 func (d *DDP[T]) NoSync(fn func() error) error {
 	prev := d.noSync
 	d.noSync = true
