@@ -247,3 +247,29 @@ func Connect(ctx context.Context, env Env, listen string, cfg StoreConfig) (*TCP
 	c.server = srv
 	return c, nil
 }
+
+// ConnectListener is Connect for rank 0 whose store socket is already
+// bound and listening (a launcher bound it and handed it over, so that no
+// other process could take the port in between): the store is served on
+// ln, and closing the returned client stops it.
+func ConnectListener(ctx context.Context, env Env, ln net.Listener, cfg StoreConfig) (*TCPStore, error) {
+	if len(cfg.Secret) == 0 {
+		cfg.Secret = env.Secret
+	}
+	if env.Rank != 0 {
+		_ = ln.Close()
+		return nil, fmt.Errorf("%w: rank %d was handed the store's socket; only rank 0 serves the store", ErrInvalid, env.Rank)
+	}
+	srv, err := ServeStore(ln, cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	c, err := DialStore(ctx, srv.Addr().String(), cfg)
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	c.server = srv
+	return c, nil
+}

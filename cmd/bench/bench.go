@@ -96,8 +96,11 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, conns []transp
 	if werr != nil {
 		return fmt.Errorf("writing the report: %w", werr)
 	}
-	if err := allreducetest.FirstError(errs); err != nil {
-		return err
+	for i, err := range errs {
+		if err != nil {
+			// The rank's own number (conns[i] is rank i only in process).
+			return fmt.Errorf("rank %d: %w", conns[i].Rank(), err)
+		}
 	}
 	if err := p.footer(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)

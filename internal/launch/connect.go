@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sync"
@@ -37,7 +38,14 @@ type Options struct {
 	Env *rendezvous.Env
 	// Getenv reads the environment (default os.Getenv).
 	Getenv func(string) string
+	// Warnings receives the warning every rank prints when it runs
+	// without a secret (default os.Stderr).
+	Warnings io.Writer
 }
+
+// insecureWarning is what every rank says when it runs without a secret.
+const insecureWarning = "ringddp: WARNING: rank %d runs WITHOUT a secret (-insecure / RINGDDP_INSECURE=1): " +
+	"anyone who can reach this job's ports can join it and read or change what it sends; use it only on a network you trust\n"
 
 // Conn is one rank's endpoint of a multi-process job: a *tcp.Conn (its
 // methods, Exchange and Abort included, are promoted, so the allreduce
@@ -133,7 +141,16 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	var store *rendezvous.TCPStore
 	if env.WorldSize > 1 {
 		scfg := rendezvous.StoreConfig{Secret: env.Secret, Insecure: insecure, Timeout: connectTimeout}
-		if store, err = rendezvous.Connect(ctx, env, "", scfg); err != nil {
+		ln, err := storeListener(getenv)
+		if err != nil {
+			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
+		}
+		if ln != nil {
+			store, err = rendezvous.ConnectListener(ctx, env, ln, scfg)
+		} else {
+			store, err = rendezvous.Connect(ctx, env, "", scfg)
+		}
+		if err != nil {
 			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
 		}
 	}
@@ -147,6 +164,11 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	cfg.Insecure = insecure
 	if insecure {
 		cfg.Secret = nil
+		w := opts.Warnings
+		if w == nil {
+			w = os.Stderr
+		}
+		fmt.Fprintf(w, insecureWarning, env.Rank)
 	}
 	cfg.Spin = spin
 	c, err := tcp.Dial(ctx, cfg)

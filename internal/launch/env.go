@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,9 @@ const (
 	// EnvSpin is tcp.Config.Spin as a Go duration ("2ms", "500us"); "off"
 	// or a negative duration never polls.
 	EnvSpin = "RINGDDP_TCP_SPIN"
+	// EnvStoreFD is set by the launcher for rank 0 only: the number of an
+	// inherited descriptor holding the store's bound, listening socket.
+	EnvStoreFD = "RINGDDP_STORE_FD"
 )
 
 // DefaultRunID is the run id when no variable names one.
@@ -190,4 +194,28 @@ func spinEnv(getenv func(string) string) (time.Duration, error) {
 		d = -1
 	}
 	return d, nil
+}
+
+// storeListener is the store socket the launcher bound for rank 0 and
+// handed over as an inherited descriptor (EnvStoreFD), or nil when none
+// was.
+func storeListener(getenv func(string) string) (net.Listener, error) {
+	v := strings.TrimSpace(getenv(EnvStoreFD))
+	if v == "" {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: want the number of an inherited descriptor (3 or more)", EnvStoreFD, v)
+	}
+	f := os.NewFile(uintptr(fd), "ringddp-store")
+	if f == nil {
+		return nil, fmt.Errorf("%s=%d: no such descriptor", EnvStoreFD, fd)
+	}
+	defer f.Close() // FileListener holds a duplicate
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%d: not a listening socket: %w", EnvStoreFD, fd, err)
+	}
+	return ln, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
 	"runtime"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
 
 // The launcher starts 3 ranks that all-reduce correctly; rank 0's stdout
@@ -436,13 +439,19 @@ func TestJobVars(t *testing.T) {
 		}
 		return ""
 	}
-	a, err := jobVars(Config{Ranks: 2, Nnodes: 1}, none)
+	a, aln, err := jobVars(Config{Ranks: 2, Nnodes: 1}, none)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := jobVars(Config{Ranks: 2, Nnodes: 1}, none)
+	defer aln.Close()
+	b, bln, err := jobVars(Config{Ranks: 2, Nnodes: 1}, none)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer bln.Close()
+	// The store's port stays bound by the launcher until rank 0 has it.
+	if _, err := net.Listen("tcp", "127.0.0.1:"+get(a, "MASTER_PORT")); err == nil {
+		t.Error("the store's port could be taken by another process")
 	}
 	if s := get(a, EnvSecret); len(s) != 64 || s == get(b, EnvSecret) {
 		t.Errorf("secrets %q and %q: want fresh 32-byte hex secrets", s, get(b, EnvSecret))
@@ -450,7 +459,7 @@ func TestJobVars(t *testing.T) {
 	if get(a, "MASTER_ADDR") != "127.0.0.1" || get(a, "MASTER_PORT") == "0" || !strings.HasPrefix(get(a, EnvRunID), "standalone-") {
 		t.Errorf("single-host variables %v", a)
 	}
-	m, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234"}, func(k string) string {
+	m, _, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234"}, func(k string) string {
 		return map[string]string{EnvSecret: "shared"}[k]
 	})
 	if err != nil {
@@ -459,10 +468,10 @@ func TestJobVars(t *testing.T) {
 	if get(m, EnvSecret) != "shared" || get(m, "MASTER_ADDR") != "node0" || get(m, "MASTER_PORT") != "1234" || get(m, EnvRunID) != "" {
 		t.Errorf("multi-host variables %v", m)
 	}
-	if _, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234"}, none); err == nil {
+	if _, _, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234"}, none); err == nil {
 		t.Error("multi-host job without RINGDDP_SECRET: no error")
 	}
-	ins, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234", Insecure: true}, none)
+	ins, _, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234", Insecure: true}, none)
 	if err != nil || get(ins, EnvInsecure) != "1" || get(ins, EnvSecret) != "" {
 		t.Errorf("insecure: %v, %v", ins, err)
 	}
@@ -484,5 +493,20 @@ func TestFilterEnv(t *testing.T) {
 	got := filterEnv([]string{"RANK=1", "RANKS=2", "PATH=/bin", "MASTER_PORT=3"}, launchVars)
 	if !slices.Equal(got, []string{"RANKS=2", "PATH=/bin"}) {
 		t.Errorf("filterEnv = %v", got)
+	}
+}
+
+// A rank that runs without a secret says so on its warnings stream.
+func TestInsecureWarns(t *testing.T) {
+	var warn strings.Builder
+	env := rendezvous.Env{Rank: 0, WorldSize: 1, LocalWorldSize: 1}
+	c, _, err := Connect(context.Background(), Options{Insecure: true, Env: &env, Warnings: &warn,
+		Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !strings.Contains(warn.String(), "WARNING: rank 0 runs WITHOUT a secret") {
+		t.Errorf("warnings %q", warn.String())
 	}
 }

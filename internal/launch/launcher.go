@@ -85,7 +85,7 @@ func describeExit(st *os.ProcessState) string {
 // launchVars are the variables the launcher sets; inherited values of them
 // are dropped first.
 var launchVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-	"MASTER_ADDR", "MASTER_PORT", EnvSecret, EnvInsecure, EnvRunID}
+	"MASTER_ADDR", "MASTER_PORT", EnvSecret, EnvInsecure, EnvRunID, EnvStoreFD}
 
 // Run starts cfg.Ranks copies of the program as ranks of one job and waits
 // for them: it returns nil when every rank exits with status 0, and an
@@ -130,10 +130,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
-	vars, err := jobVars(cfg, getenv)
+	vars, storeLn, err := jobVars(cfg, getenv)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if storeLn != nil {
+			storeLn.Close()
+		}
+	}()
 	base := filterEnv(os.Environ(), launchVars)
 	world := cfg.Nnodes * cfg.Ranks
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
@@ -185,11 +190,24 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		lw := &lineWriter{dst: errOut, prefix: prefix}
 		cmd.Stderr, flush = lw, append(flush, lw)
+		if rank == 0 && storeLn != nil {
+			// Rank 0 serves the store on the socket bound here, so no
+			// other process can take the port between the pick and its
+			// listen (RINGDDP_STORE_FD).
+			cmd.ExtraFiles = []*os.File{storeLn}
+			cmd.Env = append(cmd.Env, EnvStoreFD+"=3")
+		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.WaitDelay = cfg.Grace
 		if err := cmd.Start(); err != nil {
 			j.fail(&ExitError{Rank: rank, Err: fmt.Errorf("starting %s: %w", cfg.Path, err)})
 			break
+		}
+		if rank == 0 && storeLn != nil {
+			// Rank 0 holds its own copy now. Were this one kept, peers of
+			// a rank 0 that died would connect to a socket nobody serves.
+			storeLn.Close()
+			storeLn = nil
 		}
 		p := &proc{rank: rank, cmd: cmd}
 		j.procs = append(j.procs, p)
@@ -204,22 +222,27 @@ func Run(ctx context.Context, cfg Config) error {
 	return j.wait(ctx, sigs)
 }
 
-// jobVars are the variables every rank of this host gets besides its rank.
-func jobVars(cfg Config, getenv func(string) string) ([]string, error) {
-	var vars []string
+// jobVars are the variables every rank of this host gets besides its
+// rank. On one host without -master it also binds the store's socket on
+// a free loopback port (storeLn, to hand to rank 0).
+func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os.File, err error) {
 	host, port := "127.0.0.1", 0
 	if cfg.Master != "" {
-		var err error
 		if host, port, err = splitMaster(cfg.Master); err != nil {
-			return nil, fmt.Errorf("launch: %w", err)
+			return nil, nil, fmt.Errorf("launch: %w", err)
 		}
 	} else if cfg.Nnodes > 1 {
-		return nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
+		return nil, nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
 	} else {
-		var err error
-		if port, err = freePort(host); err != nil {
-			return nil, fmt.Errorf("launch: picking a port for the store: %w", err)
+		if port, storeLn, err = bindStorePort(host); err != nil {
+			return nil, nil, fmt.Errorf("launch: binding a port for the store: %w", err)
 		}
+		defer func() {
+			if err != nil {
+				storeLn.Close()
+				storeLn = nil
+			}
+		}()
 	}
 	vars = append(vars, "MASTER_ADDR="+host, "MASTER_PORT="+strconv.Itoa(port))
 
@@ -227,25 +250,25 @@ func jobVars(cfg Config, getenv func(string) string) ([]string, error) {
 	switch {
 	case cfg.Insecure:
 		if getenv(EnvSecret) != "" {
-			return nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
+			return nil, nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
 		}
 		vars = append(vars, EnvInsecure+"=1")
 	case cfg.Nnodes > 1:
 		secret := getenv(EnvSecret)
 		if secret == "" {
-			return nil, fmt.Errorf("launch: %w", errNoSharedSecret)
+			return nil, nil, fmt.Errorf("launch: %w", errNoSharedSecret)
 		}
 		vars = append(vars, EnvSecret+"="+secret)
 	default:
 		// One host: a fresh secret that only this job's ranks know.
 		secret, err := randomHex(32)
 		if err != nil {
-			return nil, fmt.Errorf("launch: making the job's secret: %w", err)
+			return nil, nil, fmt.Errorf("launch: making the job's secret: %w", err)
 		}
 		vars = append(vars, EnvSecret+"="+secret)
 		if runID == "" {
 			if runID, err = randomHex(8); err != nil {
-				return nil, fmt.Errorf("launch: making the run id: %w", err)
+				return nil, nil, fmt.Errorf("launch: making the run id: %w", err)
 			}
 			runID = "standalone-" + runID
 		}
@@ -253,7 +276,7 @@ func jobVars(cfg Config, getenv func(string) string) ([]string, error) {
 	if runID != "" {
 		vars = append(vars, EnvRunID+"="+runID)
 	}
-	return vars, nil
+	return vars, storeLn, nil
 }
 
 func randomHex(n int) (string, error) {
@@ -264,16 +287,21 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// freePort asks the kernel for a free TCP port on host. Another process
-// could take it before rank 0 listens on it (as with torchrun
-// --standalone); rank 0 then fails to start the store and the job stops.
-func freePort(host string) (int, error) {
+// bindStorePort binds a listening socket on a free TCP port of host and
+// returns the port and the socket as a file for rank 0 to inherit: the
+// port is never free between the pick and the store's listen, so no other
+// process can squat it (torchrun --standalone picks and closes instead).
+func bindStorePort(host string) (int, *os.File, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	defer ln.Close() // f is a duplicate descriptor
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return 0, nil, err
+	}
+	return ln.Addr().(*net.TCPAddr).Port, f, nil
 }
 
 // filterEnv drops the variables named in drop from env.
