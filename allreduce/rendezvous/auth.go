@@ -25,8 +25,21 @@ import (
 //	macS = HMAC-SHA256(secret, "ringddp/rendezvous/server\x00" | hello | answer)
 //
 // Each side proves it knows the secret over a nonce the other chose, so
-// neither answer can be replayed. mode is 1 with a secret and 0 for an
-// explicitly insecure store; the two modes refuse each other.
+// neither answer can be replayed; the labels differ, so neither can be
+// reflected; macS covers the whole exchange, macC included. The client —
+// the side that connects — proves the secret first: the server sends
+// nothing computed with the secret (macS) to a client whose macC has not
+// checked, so a stranger who connects obtains no value to test guesses of
+// the secret against (the tcp transport's handshake, version 3, follows
+// the same rule). The version is checked before anything else, on both
+// sides, and a peer of another version is refused with both named. mode is
+// 1 with a secret and 0 for an explicitly insecure store; the two modes
+// refuse each other. MACs are compared in constant time.
+//
+// Whoever answers a client's connection does get macC over its own nonce,
+// so a client must reach the real server: the launcher binds the store's
+// port itself, and secrets must pass CheckSecret, which keeps an offline
+// search over recorded handshakes out of reach.
 
 const (
 	storeMagic   = 0x52445a53 // "RDZS"
@@ -66,7 +79,53 @@ func authMode(secret []byte, insecure bool) (byte, error) {
 	if len(secret) == 0 {
 		return 0, fmt.Errorf("%w: empty secret (set RINGDDP_SECRET, or opt out explicitly with Insecure)", ErrInvalid)
 	}
+	if err := CheckSecret(secret); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	return modeHMAC, nil
+}
+
+// The secret rule (CheckSecret).
+const (
+	// MinSecretLen is the length, in bytes, of the shortest secret accepted.
+	MinSecretLen = 16
+	// MinSecretSymbols is the fewest distinct byte values a secret may have.
+	MinSecretSymbols = 8
+
+	secretRule = "the rule: at least 16 bytes, not all digits, at least 8 distinct byte values; " +
+		"make one with: openssl rand -hex 32"
+)
+
+// ErrWeakSecret is what CheckSecret refuses a secret with.
+var ErrWeakSecret = errors.New("weak secret")
+
+// CheckSecret refuses a secret that someone who recorded a handshake, or
+// answered a connection, could find by trying guesses offline: one shorter
+// than MinSecretLen bytes, one of ASCII digits only (a PIN, a date, a phone
+// number) or one with fewer than MinSecretSymbols distinct byte values (a
+// repeated byte, "abababab..."). It cannot tell a random secret from a
+// long guessable phrase: use 32 random bytes, as the launcher does
+// (openssl rand -hex 32). The error, which wraps ErrWeakSecret, names the
+// rule and never the secret.
+func CheckSecret(secret []byte) error {
+	var seen [256]bool
+	distinct, digits := 0, true
+	for _, b := range secret {
+		if !seen[b] {
+			seen[b] = true
+			distinct++
+		}
+		digits = digits && '0' <= b && b <= '9'
+	}
+	switch {
+	case len(secret) < MinSecretLen:
+		return fmt.Errorf("%w: %d bytes long (%s)", ErrWeakSecret, len(secret), secretRule)
+	case digits:
+		return fmt.Errorf("%w: digits only (%s)", ErrWeakSecret, secretRule)
+	case distinct < MinSecretSymbols:
+		return fmt.Errorf("%w: only %d distinct byte values (%s)", ErrWeakSecret, distinct, secretRule)
+	}
+	return nil
 }
 
 func modeName(m byte) string {

@@ -16,6 +16,26 @@
 //     neither encrypted nor integrity-protected, as in gloo and NCCL, so run
 //     jobs on a network you trust.
 //
+// The server's limits (StoreConfig; defaults in parentheses) bound what
+// strangers and secret holders can make rank 0 hold:
+//   - Strangers: a connection has HandshakeTimeout (2 s) to authenticate,
+//     and at most MaxPending (64) may be authenticating at once. A
+//     connection arriving at that limit, or at MaxConns (1024), is served
+//     and the oldest authenticating connection of the host with the most
+//     of them is dropped instead, so a flood of connections delays a rank
+//     by milliseconds rather than shutting it out. StoreServer.TurnedAway
+//     counts what was dropped, and from where; a Get that times out tells
+//     its caller too, as the likely reason a rank never arrived.
+//   - Secret holders: a request's claimed length is checked against
+//     MaxValueLen (1 MiB) and MaxInFlightBytes (16 MiB of request bodies
+//     in flight over all connections) before anything is allocated for
+//     it, and its body must arrive within IOTimeout (10 s); the store
+//     holds at most MaxKeys (65536) keys and MaxStoredBytes (32 MiB); a
+//     Get waits at most the server's Timeout, whatever the client asks,
+//     and ends as soon as its client hangs up. So rank 0's heap stays in
+//     the tens of megabytes whatever a client sends. A refused request
+//     fails with an error wrapping ErrLimit that names the limit.
+//
 // Connect puts the two together from an Env (FromEnv): rank 0 hosts the
 // server, every rank gets a client.
 //

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,7 +47,7 @@ func TestStoreAuth(t *testing.T) {
 	ctx := context.Background()
 
 	start := time.Now()
-	_, err := DialStore(ctx, addr, StoreConfig{Secret: []byte("wrong"), Timeout: 10 * time.Second})
+	_, err := DialStore(ctx, addr, StoreConfig{Secret: []byte("the wrong secret, long enough"), Timeout: 10 * time.Second})
 	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "secret") {
 		t.Errorf("wrong secret: %v", err)
 	}
@@ -136,20 +137,25 @@ func TestStoreGarbage(t *testing.T) {
 	checkServes(t, srv)
 
 	// An authenticated client sending nonsense requests is cut off alone.
-	for _, req := range [][]byte{
-		reqHeader(opSet, 4, uint32(DefaultMaxValueLen)+1, 0), // value too large
-		reqHeader(opSet, MaxKeyLen+1, 0, 0),                  // key too long
-		reqHeader(opSet, 0, 0, 0),                            // empty key
-		reqHeader(99, 4, 0, 0),                               // unknown op
-		reqHeader(opAdd, 4, 3, 0),                            // bad delta
-		reqHeader(opGet, 4, 1<<31, 0),                        // Get with a value
+	for _, tc := range []struct {
+		req    []byte
+		status byte
+	}{
+		{reqHeader(opSet, 4, uint32(DefaultMaxValueLen)+1, 0), stLimit}, // value too large
+		{reqHeader(opSet, 4, ^uint32(0), 0), stLimit},                   // value far too large
+		{reqHeader(opSet, MaxKeyLen+1, 0, 0), stError},                  // key too long
+		{reqHeader(opSet, 0, 0, 0), stError},                            // empty key
+		{reqHeader(99, 4, 0, 0), stError},                               // unknown op
+		{reqHeader(opAdd, 4, 3, 0), stError},                            // bad delta
+		{reqHeader(opGet, 4, 1<<31, 0), stError},                        // Get with a value
+		{reqHeader(opSet, 4, 0, 1000), stError},                         // Set that waits
 	} {
 		c := rawClient(t, addr)
-		c.Write(req)
+		c.Write(tc.req)
 		c.SetReadDeadline(time.Now().Add(3 * time.Second))
 		reply, _ := io.ReadAll(c)
-		if len(reply) < replyHeaderLen || reply[0] != stError {
-			t.Errorf("request %x: reply %q, want an error status", req, reply)
+		if len(reply) < replyHeaderLen || reply[0] != tc.status {
+			t.Errorf("request %x: reply %q, want status %d", tc.req, reply, tc.status)
 		}
 		c.Close()
 	}
@@ -190,22 +196,43 @@ func rawClient(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// TestStoreMaxConns: connections beyond the limit are closed at once, and
-// the server recovers when they go.
+// TestStoreMaxConns: at MaxConns a newcomer evicts the oldest connection
+// still authenticating; only when every connection has authenticated is it
+// refused, and the server recovers when they go.
 func TestStoreMaxConns(t *testing.T) {
 	cfg := testStoreConfig()
 	cfg.MaxConns = 4
 	srv := startServer(t, cfg)
+	addr := srv.Addr().String()
 	var idle []net.Conn
 	for i := 0; i < 4; i++ {
-		c, err := net.Dial("tcp", srv.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer c.Close()
 		idle = append(idle, c)
+		time.Sleep(10 * time.Millisecond) // accepted in order
 	}
-	time.Sleep(50 * time.Millisecond)
-	c, err := net.Dial("tcp", srv.Addr().String())
+	// The fifth is served; the first is closed to make room.
+	checkServes(t, srv)
+	idle[0].SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.Copy(io.Discard, idle[0]); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("oldest unauthenticated connection: %v, want it closed", err)
+	}
+	if ta := srv.TurnedAway(); ta.Evicted < 1 || len(ta.From) != 1 || ta.From[0].Host != "127.0.0.1" {
+		t.Errorf("turned away: %+v", ta)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+
+	// Four authenticated connections: a fifth is refused.
+	for i := 0; i < 4; i++ {
+		defer rawClient(t, addr).Close()
+	}
+	waitFor(t, func() bool { return srv.Stats().Conns == 4 && srv.Stats().Pending == 0 })
+	c, err := net.Dial("tcp", addr)
 	if err == nil {
 		c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		if n, _ := c.Read(make([]byte, 1)); n != 0 {
@@ -213,11 +240,20 @@ func TestStoreMaxConns(t *testing.T) {
 		}
 		c.Close()
 	}
-	for _, c := range idle {
-		c.Close()
+	if ta := srv.TurnedAway(); ta.Refused < 1 {
+		t.Errorf("turned away: %+v, want a refusal", ta)
 	}
-	time.Sleep(50 * time.Millisecond)
-	checkServes(t, srv)
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatal("condition not reached in 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestDialStoreWaitsForServer: clients may start before rank 0's server.

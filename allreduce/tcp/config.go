@@ -22,8 +22,8 @@ const (
 	DefaultConnectTimeout = 5 * time.Minute
 	DefaultMaxMessage     = 1 << 30
 	DefaultSocketBuffer   = 4 << 20
-	// HandshakeTimeout bounds one connection's handshake.
-	HandshakeTimeout = 10 * time.Second
+	// DefaultHandshakeTimeout is the default of Config.HandshakeTimeout.
+	DefaultHandshakeTimeout = 2 * time.Second
 )
 
 // Config describes one rank of a TCP mesh.
@@ -38,11 +38,24 @@ type Config struct {
 	RunID string
 
 	// Secret authenticates every connection (HMAC-SHA256 challenge and
-	// response in both directions). Required when Size > 1 unless Insecure.
+	// response in both directions, the dialing rank proving it first) and
+	// keys each link's session key. Required when Size > 1 unless Insecure,
+	// and it must pass rendezvous.CheckSecret: at least 16 bytes, not all
+	// digits, at least 8 distinct byte values (32 random bytes, as the
+	// launcher makes, are best).
 	Secret []byte
 	// Insecure runs without a secret: an explicit opt-out, refused by ranks
 	// that have one.
 	Insecure bool
+	// WireProtection protects the frames after the handshake, keyed from
+	// it (wireprotect.go): WireNone, WireMAC (every frame's header and
+	// payload authenticated, with record counters against replay and
+	// reordering) or WireAEAD (also encrypted). Every rank must use the
+	// same: the handshake refuses a peer of another mode, and a frame of
+	// another mode fails its check. Default
+	// DefaultWireProtection (none); none when Insecure, which has no key
+	// (mac or aead with Insecure is an error).
+	WireProtection WireProtection
 
 	// ListenAddr is where this rank listens for the ranks above it (they
 	// dial it), "host:port"; port 0 picks a free port.
@@ -60,6 +73,12 @@ type Config struct {
 	// ConnectTimeout bounds Dial: store lookups, connection retries while
 	// peers start, and handshakes. Default 5 min.
 	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds each connection's handshake: a listening
+	// rank closes a connection that has not proved the secret and been
+	// answered within it (so that strangers cannot hold its slots), and a
+	// dialing rank gives up on the connection and dials again. Default 2 s;
+	// raise it only for round trips near a second.
+	HandshakeTimeout time.Duration
 	// MaxMessage is the largest message, in bytes, sent or accepted.
 	// Default 1 GiB.
 	MaxMessage int64
@@ -104,6 +123,14 @@ func (c Config) withDefaults() (Config, error) {
 		if len(c.Secret) == 0 && !c.Insecure {
 			return c, fmt.Errorf("tcp: %w: empty secret (set one, e.g. from RINGDDP_SECRET, or opt out with Config.Insecure)", transport.ErrInvalid)
 		}
+		if !c.Insecure {
+			if err := rendezvous.CheckSecret(c.Secret); err != nil {
+				return c, fmt.Errorf("tcp: %w: %w", transport.ErrInvalid, err)
+			}
+		}
+	}
+	if err := c.checkWireProtection(); err != nil {
+		return c, err
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr
@@ -113,6 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if c.MaxMessage <= 0 {
 		c.MaxMessage = DefaultMaxMessage
@@ -130,6 +160,24 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("tcp: %w: local rank %d of %d (world size %d)", transport.ErrInvalid, c.LocalRank, c.LocalSize, c.Size)
 	}
 	return c, nil
+}
+
+// checkWireProtection validates and defaults WireProtection.
+func (c *Config) checkWireProtection() error {
+	m, err := ParseWireProtection(string(c.WireProtection))
+	if err != nil {
+		return fmt.Errorf("tcp: %w: %w", transport.ErrInvalid, err)
+	}
+	switch {
+	case m == "" && c.Insecure:
+		m = WireNone
+	case m == "":
+		m = DefaultWireProtection
+	case m != WireNone && c.Insecure:
+		return fmt.Errorf("tcp: %w: wire protection %s needs the job's secret, and Insecure runs without one (use %s, or a secret)", transport.ErrInvalid, m, WireNone)
+	}
+	c.WireProtection = m
+	return nil
 }
 
 func (c *Config) mode() byte {

@@ -58,6 +58,10 @@ func (c *Conn) Size() int { return c.size }
 // (Config.Node: the host name unless set).
 func (c *Conn) NodeName() string { return c.cfg.Node }
 
+// WireProtection is what protects this endpoint's frames (the
+// configured mode, defaults applied).
+func (c *Conn) WireProtection() WireProtection { return c.cfg.WireProtection }
+
 // LocalRank is this rank's index among the ranks on its host.
 func (c *Conn) LocalRank() int { return c.localRank }
 

@@ -419,14 +419,21 @@ func TestContextCancel(t *testing.T) {
 	}
 }
 
-// TestNoAllocs: a steady-state exchange allocates nothing.
+// TestNoAllocs: a steady-state exchange allocates nothing, under every
+// wire protection.
 func TestNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	conns := dialMesh(t, 2, nil)
+	for _, mode := range []WireProtection{WireNone, WireMAC, WireAEAD} {
+		t.Run(string(mode), func(t *testing.T) { testNoAllocs(t, mode) })
+	}
+}
+
+func testNoAllocs(t *testing.T, mode WireProtection) {
+	conns := dialMesh(t, 2, func(c *Config) { c.WireProtection = mode })
 	ctx := context.Background()
-	for _, size := range []int{0, 4 << 10, 1 << 20} {
+	for _, size := range []int{0, 4 << 10, 1 << 20, 5<<20 + 3} {
 		src := [2][]byte{pattern(size, 1), pattern(size, 2)}
 		sinks := [2]*bufSink{{dst: make([]byte, size)}, {dst: make([]byte, size)}}
 		peerGo := make(chan struct{})

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -15,9 +16,23 @@ import (
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
-// maxPendingHandshakes bounds the connections a listener authenticates at
-// once; more are closed on arrival.
+// maxPendingHandshakes bounds the connections a listening rank holds
+// before they prove the secret, in each of two stages: those that have not
+// yet sent a well-formed hello, and those that have and owe the proof. A
+// connection arriving at a full stage drops that stage's oldest connection
+// (never the newcomer), so that strangers holding connections open cannot
+// crowd out a rank: a real rank's connection only needs to outlive one
+// round trip in each stage. Config.HandshakeTimeout bounds each
+// connection's time anyway.
 const maxPendingHandshakes = 64
+
+// The listening rank's record of connections turned away: the latest few,
+// and counts by host for a few hosts.
+const (
+	maxRecentTurnedAway = 6
+	maxTurnedAwayHosts  = 6
+	maxRefusalNotes     = 8
+)
 
 // Dial joins the mesh of cfg.Size ranks as rank cfg.Rank and returns once
 // it has an authenticated connection to every other rank.
@@ -30,7 +45,8 @@ const maxPendingHandshakes = 64
 // clear error, on both sides where the other side can be told, for a wrong
 // secret, another world size, run id or protocol version, or two processes
 // claiming one rank; and after cfg.ConnectTimeout (or when ctx ends) with
-// the ranks still missing and any connections it refused.
+// the ranks still missing and the connections it turned away (how many,
+// why, from where). Each link gets the session key its handshake derived.
 func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -59,13 +75,15 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	mctx, mcancel := context.WithCancel(ctx)
 	m := &mesh{
-		c:           c,
-		ln:          ln,
-		ctx:         mctx,
-		cancel:      mcancel,
-		p:           handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID},
+		c:      c,
+		ln:     ln,
+		ctx:    mctx,
+		cancel: mcancel,
+		p: handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID,
+			wire: wireCode(cfg.WireProtection)},
 		admitted:    make([]bool, cfg.Size),
 		inflight:    make(map[net.Conn]struct{}),
+		away:        turnedAway{hosts: make(map[string]int)},
 		established: make(chan established, cfg.Size),
 		fatal:       make(chan error, 1),
 	}
@@ -135,6 +153,7 @@ func advertiseAddr(la *net.TCPAddr, adv string) (string, error) {
 type established struct {
 	peer int
 	nc   *net.TCPConn
+	key  wireKey
 }
 
 // mesh is the state of one Dial.
@@ -149,26 +168,29 @@ type mesh struct {
 	mu       sync.Mutex
 	admitted []bool
 	inflight map[net.Conn]struct{} // handshakes under way, closed by stop
-	stopped  bool
-	notes    []string
-	ignored  int
+	// quiet and spoken hold the accepted connections that have not proved
+	// the secret yet, oldest first (*pending): quiet those without a
+	// well-formed hello so far, spoken those with one.
+	quiet, spoken list.List
+	stopped       bool
+	away          turnedAway
 
 	established chan established
 	fatal       chan error
+}
+
+// pending is an accepted connection until it proves the secret.
+type pending struct {
+	nc      *net.TCPConn
+	on      *list.List // the stage it waits in; nil once authenticated or dropped
+	el      *list.Element
+	dropped bool // closed to make room for a newer connection
 }
 
 func (m *mesh) fail(err error) {
 	select {
 	case m.fatal <- err:
 	default:
-	}
-}
-
-func (m *mesh) note(s string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.notes) < 8 {
-		m.notes = append(m.notes, s)
 	}
 }
 
@@ -188,8 +210,73 @@ func (m *mesh) untrack(nc net.Conn) {
 	m.mu.Unlock()
 }
 
+// pend registers an accepted connection in the first stage, dropping that
+// stage's oldest connection if it is full; false once the mesh stopped.
+func (m *mesh) pend(nc *net.TCPConn) (*pending, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return nil, false
+	}
+	m.inflight[nc] = struct{}{}
+	pc := &pending{nc: nc}
+	m.enterLocked(pc, &m.quiet)
+	return pc, true
+}
+
+// enterLocked appends pc to stage l, dropping l's oldest if l is full.
+func (m *mesh) enterLocked(pc *pending, l *list.List) {
+	if pc.on != nil {
+		pc.on.Remove(pc.el)
+	}
+	pc.on, pc.el = l, l.PushBack(pc)
+	if l.Len() > maxPendingHandshakes {
+		old := l.Remove(l.Front()).(*pending)
+		old.on, old.el, old.dropped = nil, nil, true
+		_ = old.nc.Close() // its handshake fails and reports the drop
+	}
+}
+
+// spoke moves pc to the second stage (a well-formed hello arrived).
+func (m *mesh) spoke(pc *pending) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pc.on == &m.quiet {
+		m.enterLocked(pc, &m.spoken)
+	}
+}
+
+// authenticated takes pc off the stages, where it could be dropped; false
+// if it was dropped already.
+func (m *mesh) authenticated(pc *pending) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pc.dropped {
+		return false
+	}
+	if pc.on != nil {
+		pc.on.Remove(pc.el)
+		pc.on, pc.el = nil, nil
+	}
+	return true
+}
+
+// finish forgets pc; it reports whether pc was dropped and whether the
+// mesh has stopped (its connections closed by stop are not turned away).
+func (m *mesh) finish(pc *pending) (dropped, stopped bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if pc.on != nil {
+		pc.on.Remove(pc.el)
+		pc.on, pc.el = nil, nil
+	}
+	delete(m.inflight, pc.nc)
+	return pc.dropped, m.stopped
+}
+
+// handshakeDeadline is when a handshake starting now must be over.
 func (m *mesh) handshakeDeadline() time.Time {
-	d := time.Now().Add(HandshakeTimeout)
+	d := time.Now().Add(m.c.cfg.HandshakeTimeout)
 	if dl, ok := m.ctx.Deadline(); ok && dl.Before(d) {
 		return dl
 	}
@@ -210,7 +297,7 @@ func (m *mesh) wait(ctx context.Context) error {
 	for got := 0; got < c.size-1; {
 		select {
 		case e := <-m.established:
-			l := newLink(c, e.peer, e.nc)
+			l := newLink(c, e.peer, e.nc, e.key)
 			c.links[e.peer] = l
 			l.start()
 			got++
@@ -232,16 +319,12 @@ func (m *mesh) timeoutErr(ctx context.Context) error {
 			missing = append(missing, strconv.Itoa(q))
 		}
 	}
-	m.mu.Lock()
-	notes := slices.Clone(m.notes)
-	ignored := m.ignored
-	m.mu.Unlock()
 	msg := fmt.Sprintf("no connection with rank(s) %s after %v: %v", strings.Join(missing, ", "), m.c.cfg.ConnectTimeout, ctx.Err())
-	if len(notes) > 0 {
-		msg += "; refused meanwhile: " + strings.Join(notes, "; ")
-	}
-	if ignored > 0 {
-		msg += fmt.Sprintf("; dropped %d connection(s) that did not speak the protocol", ignored)
+	m.mu.Lock()
+	away := m.away.String(m.c.cfg.HandshakeTimeout)
+	m.mu.Unlock()
+	if away != "" {
+		msg += "; " + away
 	}
 	return errors.New(msg)
 }
@@ -283,7 +366,8 @@ func (m *mesh) dialPeer(q int) {
 		m.fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
 		return
 	}
-	backoff := 10 * time.Millisecond
+	const firstBackoff = 10 * time.Millisecond
+	backoff := firstBackoff
 	var d net.Dialer
 	for {
 		nc, err := d.DialContext(m.ctx, "tcp", addr)
@@ -295,11 +379,11 @@ func (m *mesh) dialPeer(q int) {
 			}
 			tune(tc, cfg.SocketBuffer)
 			_ = tc.SetDeadline(m.handshakeDeadline())
-			fatal, herr := dialHandshake(tc, &m.p, q)
+			key, fatal, herr := dialHandshake(tc, &m.p, q)
 			m.untrack(tc)
 			if herr == nil {
 				_ = tc.SetDeadline(time.Time{})
-				m.established <- established{peer: q, nc: tc}
+				m.established <- established{peer: q, nc: tc, key: key}
 				return
 			}
 			_ = tc.Close()
@@ -307,7 +391,9 @@ func (m *mesh) dialPeer(q int) {
 				m.fail(fmt.Errorf("rank %d at %s: %w", q, addr, herr))
 				return
 			}
-			err = herr
+			// The listener is up but this connection broke (dropped while
+			// strangers flooded it, or too slow): retry soon.
+			err, backoff = herr, firstBackoff
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -325,7 +411,6 @@ func (m *mesh) dialPeer(q int) {
 
 func (m *mesh) acceptLoop() {
 	defer m.wg.Done()
-	sem := make(chan struct{}, maxPendingHandshakes)
 	for {
 		nc, err := m.ln.Accept()
 		if err != nil {
@@ -335,46 +420,62 @@ func (m *mesh) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // out of file descriptors, ...
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
+		pc, ok := m.pend(nc.(*net.TCPConn))
+		if !ok {
 			_ = nc.Close()
-			continue
+			return
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			defer func() { <-sem }()
-			m.acceptOne(nc.(*net.TCPConn))
+			m.acceptOne(pc)
 		}()
 	}
 }
 
-func (m *mesh) acceptOne(nc *net.TCPConn) {
-	if !m.track(nc) {
-		_ = nc.Close()
-		return
-	}
+func (m *mesh) acceptOne(pc *pending) {
+	nc := pc.nc
 	_ = nc.SetDeadline(m.handshakeDeadline())
-	from, out, err := acceptHandshake(nc, &m.p, m.admit, m.release)
-	m.untrack(nc)
-	if out == acceptOK {
+	res, err := acceptHandshake(nc, &m.p, acceptHooks{
+		spoke:         func() { m.spoke(pc) },
+		authenticated: func() bool { return m.authenticated(pc) },
+		admit:         m.admit,
+		release:       m.release,
+	})
+	dropped, stopped := m.finish(pc)
+	if res.out == acceptOK {
 		tune(nc, m.c.cfg.SocketBuffer)
 		_ = nc.SetDeadline(time.Time{})
-		m.established <- established{peer: from, nc: nc}
+		m.established <- established{peer: res.from, nc: nc, key: res.key}
 		return
 	}
 	_ = nc.Close()
-	switch out {
-	case acceptFatal:
+	if res.out == acceptFatal {
 		m.fail(fmt.Errorf("connection from %v: %w", nc.RemoteAddr(), err))
-	case acceptNote:
-		m.note(fmt.Sprintf("%v (claiming rank %d): %v", nc.RemoteAddr(), from, err))
-	default:
-		m.mu.Lock()
-		m.ignored++
-		m.mu.Unlock()
+		return
 	}
+	if stopped {
+		return
+	}
+	kind := awayGarbage
+	var ne net.Error
+	switch {
+	case dropped:
+		kind = awayDropped
+	case errors.As(err, &ne) && ne.Timeout():
+		kind = awayTimedOut
+	case res.out == acceptNote && res.badProof:
+		kind = awayBadProof
+	case res.out == acceptNote:
+		kind = awayRefused
+	}
+	var note string
+	if res.out == acceptNote {
+		note = fmt.Sprintf("%v (claiming rank %d): %v", nc.RemoteAddr(), res.from, err)
+	}
+	m.mu.Lock()
+	m.away.add(nc.RemoteAddr(), kind, note)
+	m.mu.Unlock()
 }
 
 // admit registers an authenticated dialer's rank, or says why it cannot join.
@@ -395,4 +496,106 @@ func (m *mesh) release(from int) {
 	m.mu.Lock()
 	m.admitted[from] = false
 	m.mu.Unlock()
+}
+
+// Why a listening rank turned a connection away.
+const (
+	awayDropped  = iota // the oldest of too many waiting to authenticate
+	awayTimedOut        // no proof within Config.HandshakeTimeout
+	awayBadProof        // a wrong proof of the secret
+	awayRefused         // another protocol version or security mode
+	awayGarbage         // not the protocol, or hung up before proving anything
+	awayKinds
+)
+
+func awayName(kind int) string {
+	switch kind {
+	case awayDropped:
+		return "dropped"
+	case awayTimedOut:
+		return "timed out"
+	case awayBadProof:
+		return "failed the proof"
+	case awayRefused:
+		return "refused"
+	}
+	return "not the protocol or hung up"
+}
+
+// turnedAway counts the connections a listening rank turned away before
+// they authenticated, by kind and by host, and keeps the latest few and
+// the first refusals with their reasons, for the error if the mesh does
+// not form in time. Its memory is bounded whatever strangers do.
+type turnedAway struct {
+	total      int
+	kinds      [awayKinds]int
+	hosts      map[string]int // at most maxTurnedAwayHosts
+	otherHosts int            // connections from further hosts
+	recent     [maxRecentTurnedAway]string
+	next       int // where the next recent entry goes
+	notes      []string
+}
+
+func (a *turnedAway) add(addr net.Addr, kind int, note string) {
+	a.total++
+	a.kinds[kind]++
+	host := addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if _, ok := a.hosts[host]; ok || len(a.hosts) < maxTurnedAwayHosts {
+		a.hosts[host]++
+	} else {
+		a.otherHosts++
+	}
+	a.recent[a.next%maxRecentTurnedAway] = fmt.Sprintf("%v %s", addr, awayName(kind))
+	a.next++
+	if note != "" && len(a.notes) < maxRefusalNotes {
+		a.notes = append(a.notes, note)
+	}
+}
+
+// String describes what was turned away ("" if nothing), as in
+// "turned away 812 connection(s) before they authenticated (800 dropped as
+// the oldest of 64 waiting, 12 timed out after 2s) from 127.0.0.1 (812);
+// latest: ...; refused: ...".
+func (a *turnedAway) String(timeout time.Duration) string {
+	if a.total == 0 {
+		return ""
+	}
+	var kinds []string
+	for k, n := range a.kinds {
+		if n == 0 {
+			continue
+		}
+		switch k {
+		case awayDropped:
+			kinds = append(kinds, fmt.Sprintf("%d dropped as the oldest of %d waiting", n, maxPendingHandshakes))
+		case awayTimedOut:
+			kinds = append(kinds, fmt.Sprintf("%d timed out after %v", n, timeout))
+		default:
+			kinds = append(kinds, fmt.Sprintf("%d %s", n, awayName(k)))
+		}
+	}
+	hosts := make([]string, 0, len(a.hosts))
+	for h := range a.hosts {
+		hosts = append(hosts, h)
+	}
+	slices.SortFunc(hosts, func(x, y string) int { return a.hosts[y] - a.hosts[x] })
+	for i, h := range hosts {
+		hosts[i] = fmt.Sprintf("%s (%d)", h, a.hosts[h])
+	}
+	if a.otherHosts > 0 {
+		hosts = append(hosts, fmt.Sprintf("other hosts (%d)", a.otherHosts))
+	}
+	var recent []string
+	for i := max(0, a.next-maxRecentTurnedAway); i < a.next; i++ {
+		recent = append(recent, a.recent[i%maxRecentTurnedAway])
+	}
+	s := fmt.Sprintf("turned away %d connection(s) before they authenticated (%s) from %s; latest: %s",
+		a.total, strings.Join(kinds, ", "), strings.Join(hosts, ", "), strings.Join(recent, ", "))
+	if len(a.notes) > 0 {
+		s += "; refused: " + strings.Join(a.notes, "; ")
+	}
+	return s
 }

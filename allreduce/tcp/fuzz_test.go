@@ -64,11 +64,14 @@ func FuzzDecodeHeader(f *testing.F) {
 	})
 }
 
-// fakeConn is a net.Conn reading from a byte slice and discarding writes.
-type fakeConn struct{ r io.Reader }
+// fakeConn is a net.Conn reading from a byte slice and recording writes.
+type fakeConn struct {
+	r io.Reader
+	w bytes.Buffer
+}
 
 func (c *fakeConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
-func (c *fakeConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *fakeConn) Write(p []byte) (int, error)      { return c.w.Write(p) }
 func (c *fakeConn) Close() error                     { return nil }
 func (c *fakeConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func (c *fakeConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
@@ -77,8 +80,9 @@ func (c *fakeConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *fakeConn) SetWriteDeadline(time.Time) error { return nil }
 
 // FuzzAcceptHandshake feeds arbitrary bytes to a listening rank's side of
-// the handshake: it must not panic, and must never admit a dialer that
-// cannot know the secret.
+// the handshake: it must not panic, must never admit a dialer that cannot
+// know the secret, and must never send anything computed with the secret:
+// what it writes is the same whatever the secret (the nonces are fixed).
 func FuzzAcceptHandshake(f *testing.F) {
 	hello := make([]byte, helloFixed, helloFixed+4)
 	putPrefix(hello, hsHello, modeHMAC)
@@ -86,20 +90,68 @@ func FuzzAcceptHandshake(f *testing.F) {
 	binary.BigEndian.PutUint32(hello[12:], 2)
 	hello[helloFixed-1] = 4
 	hello = append(hello, "test"...)
-	proof := make([]byte, prefixLen+3+macLen)
+	proof := make([]byte, proofLen)
 	putPrefix(proof, hsProof, modeHMAC)
+	old := append([]byte{}, hello...)
+	binary.BigEndian.PutUint16(old[4:], 2)
 	f.Add(hello)
 	f.Add(append(append([]byte{}, hello...), proof...))
+	f.Add(old)
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: 3, rank: 0, runID: "test"}
-		admitted := false
-		_, out, _ := acceptHandshake(&fakeConn{r: bytes.NewReader(b)}, p,
-			func(int) string { admitted = true; return "" }, func(int) {})
-		if out == acceptOK || admitted {
-			t.Fatalf("admitted a dialer without the secret: %q", b)
+		var sent [2][]byte
+		for i, secret := range [][]byte{testSecret, []byte("another secret for the fuzzer")} {
+			p := &handshakeParams{secret: secret, mode: modeHMAC, size: 3, rank: 0, runID: "test", rand: zeroReader{}}
+			admitted := false
+			nc := &fakeConn{r: bytes.NewReader(b)}
+			res, _ := acceptHandshake(nc, p, acceptHooks{
+				authenticated: func() bool { admitted = true; return true },
+				admit:         func(int) string { admitted = true; return "" },
+				release:       func(int) {},
+			})
+			if res.out == acceptOK || admitted {
+				t.Fatalf("admitted a dialer without the secret: %q", b)
+			}
+			sent[i] = nc.w.Bytes()
+		}
+		if !bytes.Equal(sent[0], sent[1]) {
+			t.Fatalf("the listener's replies depend on its secret:\n%x\n%x", sent[0], sent[1])
 		}
 	})
+}
+
+// FuzzDialHandshake feeds arbitrary bytes to a dialing rank as the
+// listener's replies: it must not panic, and must never accept a listener
+// that cannot know the secret.
+func FuzzDialHandshake(f *testing.F) {
+	ch := make([]byte, challengeLen)
+	putPrefix(ch, hsChallenge, modeHMAC)
+	verdict := make([]byte, verdictFixed+2+macLen)
+	putPrefix(verdict, hsVerdict, modeHMAC)
+	binary.BigEndian.PutUint32(verdict[8:], 3)
+	refusal := make([]byte, prefixLen, prefixLen+6)
+	putPrefix(refusal, hsRefuse, modeHMAC)
+	refusal = appendReason(refusal, "nope")
+	f.Add(ch)
+	f.Add(append(append([]byte{}, ch...), verdict...))
+	f.Add(append(append([]byte{}, ch...), refusal...))
+	f.Add(refusal)
+	f.Add(bytes.Repeat([]byte{0xff}, 200))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: 3, rank: 2, runID: "test"}
+		key, _, err := dialHandshake(&fakeConn{r: bytes.NewReader(b)}, p, 0)
+		if err == nil || key != (wireKey{}) {
+			t.Fatalf("accepted a listener without the secret: %q", b)
+		}
+	})
+}
+
+// zeroReader reads zeros: fixed nonces, to compare what a listener sends.
+type zeroReader struct{}
+
+func (zeroReader) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
 }
 
 // TestWriteFuzzSeeds regenerates testdata/fuzz/FuzzDecodeHeader when

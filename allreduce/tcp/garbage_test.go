@@ -179,7 +179,7 @@ func rawPeer(t *testing.T, maxMessage int64) (*Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	c := newConn(cfg)
-	l := newLink(c, 1, nc.(*net.TCPConn))
+	l := newLink(c, 1, nc.(*net.TCPConn), wireKey{})
 	c.links[1] = l
 	c.ready.Store(true)
 	l.start()

@@ -13,31 +13,57 @@ import (
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
-// The handshake on every data connection. The higher rank dials the lower
-// one (rank r dials 0..r-1 and accepts r+1..N-1). Every message starts with
-// an 8-byte prefix: magic "RDDH" u32 | version u16 | type u8 | mode u8
-// (mode 1: shared secret, 0: explicitly insecure). Then, big-endian:
+// The handshake on every data connection, protocol version 3. The higher
+// rank (the dialer, D) dials the lower one (the acceptor, A): rank r dials
+// 0..r-1 and accepts r+1..N-1. Every message starts with an 8-byte prefix:
+// magic "RDDH" u32 | version u16 | type u8 | mode u8 (mode 1: shared
+// secret, 0: explicitly insecure). Then, big-endian:
 //
-//	D → A  hello      size u32 | from u32 | to u32 | nonceD [32] | runLen u8 | runID
-//	A → D  challenge  size u32 | rank u32 | nonceA [32] | macA [32]
-//	D → A  proof      status u8 | len u16 | reason | macD [32]
-//	A → D  verdict    status u8 | len u16 | reason
+//	D → A  hello      size u32 | from u32 | to u32 | wire u8 | nonceD [32] | runLen u8 | runID
+//	A → D  challenge  nonceA [32]
+//	D → A  proof      macD [32]
+//	A → D  verdict    size u32 | rank u32 | status u8 | len u16 | reason | macA [32]
 //
-//	macA = HMAC-SHA256(secret, "ringddp/tcp/acceptor\x00" | hello | challenge without macA)
-//	macD = HMAC-SHA256(secret, "ringddp/tcp/dialer\x00" | hello | challenge | proof without macD)
+//	macD = HMAC-SHA256(secret, "ringddp/tcp/v3/dialer\x00" | hello | challenge | proof prefix)
+//	macA = HMAC-SHA256(secret, "ringddp/tcp/v3/acceptor\x00" | hello | challenge | proof | verdict without macA)
+//
+// (each message whole, prefix included). The dialer proves the secret
+// first; the acceptor sends nothing computed with the secret (macA) until
+// that proof has checked, so a stranger who connects obtains no value to
+// test guesses of the secret against. Both MACs cover both fresh nonces
+// and every field either side sent, so no answer can be replayed,
+// reflected (the labels differ), spliced from another connection or
+// downgraded (the version is in every prefix and refused when it differs);
+// MACs are compared in constant time. wire is the dialer's wire
+// protection (0 none, 1 mac, 2 aead). The acceptor alone judges the
+// dialer's world size, run id, target rank and wire protection, which must
+// equal its own; its verdict, authenticated by macA, admits the dialer
+// (status 0) or says why not (status 1; fatal to both, since both are
+// authenticated ranks), and carries the acceptor's world size and rank,
+// which the dialer checks too.
 //
 // Either side may instead answer with a refusal (type 5: len u16 | reason)
-// and close: for another protocol version or mode, or a failed proof.
-// After both proofs check, the two sides compare world size, ranks and run
-// id; a disagreement between authenticated ranks is fatal to both (the
-// dialer says so in its proof, the acceptor in its verdict). A connection
-// that does not start with the magic is dropped silently; a refusal of an
-// unauthenticated peer is noted and the acceptor goes on listening, so
-// that strangers cannot stop a job, but reports the note if the mesh is not
-// complete in time.
+// and close: for another protocol version or mode, or (the acceptor) a
+// failed proof. The version is checked, in every message, before anything
+// else is read: a peer of another version is refused with both versions
+// named. A connection that does not start with the magic is dropped
+// silently; a refusal of an unauthenticated peer is noted and the acceptor
+// goes on listening, so that strangers cannot stop a job, and reports the
+// note if the mesh is not complete in time.
+//
+// Both ends then derive the link's 32-byte session key (wireKey):
+//
+//	key = HMAC-SHA256(secret, "ringddp wire key v1\x00" | nonceD | nonceA | from u32 | to u32 | runLen u8 | runID)
+//
+// with from, to and runID as sent in the hello (from: the dialer's rank,
+// to: the acceptor's). It differs per link and per connection (fresh
+// nonces) and is never sent. In insecure mode the key is all zeros.
 const (
-	hsMagic         = 0x52444448 // "RDDH"
-	ProtocolVersion = 2          // the wire protocol version of this package (2: abort frames carry a mismatch record)
+	hsMagic = 0x52444448 // "RDDH"
+	// ProtocolVersion is the wire protocol version of this package (2:
+	// abort frames carry a mismatch record; 3: the dialer proves the secret
+	// first, and the handshake yields a session key).
+	ProtocolVersion = 3
 
 	hsHello     = 1
 	hsChallenge = 2
@@ -53,13 +79,17 @@ const (
 	macLen       = sha256.Size
 	maxRunID     = 255
 	maxReasonLen = 512
-	helloFixed   = prefixLen + 12 + nonceLen + 1
-	challengeLen = prefixLen + 8 + nonceLen + macLen
+	helloNonce   = prefixLen + 13 // where nonceD starts in the hello
+	helloFixed   = helloNonce + nonceLen + 1
+	challengeLen = prefixLen + nonceLen
+	proofLen     = prefixLen + macLen
+	verdictFixed = prefixLen + 9 // up to and excluding the reason's length
 )
 
 var (
-	labelAcceptor = []byte("ringddp/tcp/acceptor\x00")
-	labelDialer   = []byte("ringddp/tcp/dialer\x00")
+	labelAcceptor = []byte("ringddp/tcp/v3/acceptor\x00")
+	labelDialer   = []byte("ringddp/tcp/v3/dialer\x00")
+	labelWireKey  = []byte("ringddp wire key v1\x00")
 )
 
 // errGarbage: the peer does not speak this protocol at all.
@@ -81,13 +111,28 @@ func hsMAC(secret, label []byte, parts ...[]byte) []byte {
 	return m.Sum(nil)
 }
 
+// deriveKey is a link's session key (see the handshake above); hello is
+// the dialer's hello, whole.
+func deriveKey(p *handshakeParams, hello, nonceA []byte) wireKey {
+	var k wireKey
+	if p.mode == modeInsecure {
+		return k
+	}
+	nonceD := hello[helloNonce : helloNonce+nonceLen]
+	ranks := hello[12:20] // from u32 | to u32
+	run := hello[helloFixed-1:]
+	copy(k[:], hsMAC(p.secret, labelWireKey, nonceD, nonceA, ranks, run))
+	return k
+}
+
 func putPrefix(b []byte, typ, mode byte) {
 	binary.BigEndian.PutUint32(b[0:], hsMagic)
 	binary.BigEndian.PutUint16(b[4:], ProtocolVersion)
 	b[6], b[7] = typ, mode
 }
 
-// readPrefix reads a message prefix and returns its type and mode.
+// readPrefix reads a message prefix into b and returns its type and mode.
+// The magic and then the version are checked before anything else.
 func readPrefix(r io.Reader, b []byte) (typ, mode byte, err error) {
 	if _, err := io.ReadFull(r, b[:prefixLen]); err != nil {
 		return 0, 0, err
@@ -141,12 +186,6 @@ func modeName(m byte) string {
 	return "authenticated (shared secret)"
 }
 
-func newNonce() []byte {
-	n := make([]byte, nonceLen)
-	_, _ = rand.Read(n) // crypto/rand.Read does not fail
-	return n
-}
-
 // handshakeParams is what one side brings to a handshake.
 type handshakeParams struct {
 	secret []byte
@@ -154,96 +193,139 @@ type handshakeParams struct {
 	size   int
 	rank   int
 	runID  string
+	wire   byte      // wireCode(Config.WireProtection)
+	rand   io.Reader // nonces; nil: crypto/rand
 }
 
-// dialHandshake runs the dialer's side with the rank expected at nc.
-// fatal reports an answer that retrying cannot change.
-func dialHandshake(nc net.Conn, p *handshakeParams, to int) (fatal bool, err error) {
+// wireCode is a wire protection mode's code in the hello.
+func wireCode(w WireProtection) byte {
+	switch w {
+	case WireNone:
+		return 0
+	case WireMAC:
+		return 1
+	case WireAEAD:
+		return 2
+	}
+	return 0xff
+}
+
+func wireName(code byte) string {
+	switch code {
+	case 0:
+		return string(WireNone)
+	case 1:
+		return string(WireMAC)
+	case 2:
+		return string(WireAEAD)
+	}
+	return fmt.Sprintf("unknown (%d)", code)
+}
+
+func (p *handshakeParams) nonce(b []byte) error {
+	r := p.rand
+	if r == nil {
+		r = rand.Reader
+	}
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("making a nonce: %w", err)
+	}
+	return nil
+}
+
+// dialHandshake runs the dialer's side with the rank expected at nc and
+// returns the link's session key. fatal reports an answer that retrying
+// cannot change.
+func dialHandshake(nc net.Conn, p *handshakeParams, to int) (key wireKey, fatal bool, err error) {
 	hello := make([]byte, helloFixed, helloFixed+len(p.runID))
 	putPrefix(hello, hsHello, p.mode)
 	binary.BigEndian.PutUint32(hello[8:], uint32(p.size))
 	binary.BigEndian.PutUint32(hello[12:], uint32(p.rank))
 	binary.BigEndian.PutUint32(hello[16:], uint32(to))
-	copy(hello[20:], newNonce())
-	hello[20+nonceLen] = byte(len(p.runID))
+	hello[20] = p.wire
+	if err := p.nonce(hello[helloNonce : helloNonce+nonceLen]); err != nil {
+		return key, true, err
+	}
+	hello[helloFixed-1] = byte(len(p.runID))
 	hello = append(hello, p.runID...)
 	if _, err := nc.Write(hello); err != nil {
-		return false, err
+		return key, false, err
 	}
+
 	ch := make([]byte, challengeLen)
 	typ, mode, err := readPrefix(nc, ch)
+	if fatal, err := dialerPrefixErr(nc, typ, mode, err, p, hsChallenge, "a challenge"); err != nil {
+		return key, fatal, err
+	}
+	if _, err := io.ReadFull(nc, ch[prefixLen:]); err != nil {
+		return key, false, err
+	}
+
+	proof := make([]byte, prefixLen, proofLen)
+	putPrefix(proof, hsProof, p.mode)
+	proof = append(proof, hsMAC(p.secret, labelDialer, hello, ch, proof)...)
+	if _, err := nc.Write(proof); err != nil {
+		return key, false, err
+	}
+
+	verdict := make([]byte, verdictFixed, verdictFixed+2+maxReasonLen+macLen)
+	typ, mode, err = readPrefix(nc, verdict)
+	if fatal, err := dialerPrefixErr(nc, typ, mode, err, p, hsVerdict, "a verdict"); err != nil {
+		return key, fatal, err
+	}
+	if _, err := io.ReadFull(nc, verdict[prefixLen:]); err != nil {
+		return key, false, err
+	}
+	reason, err := readReason(nc)
+	if err != nil {
+		return key, errors.Is(err, errGarbage), err
+	}
+	verdict = appendReason(verdict, reason)
+	got := make([]byte, macLen)
+	if _, err := io.ReadFull(nc, got); err != nil {
+		return key, false, err
+	}
+	if !hmac.Equal(got, hsMAC(p.secret, labelAcceptor, hello, ch, proof, verdict)) {
+		return key, true, fmt.Errorf("authentication failed: the peer does not know this job's secret (RINGDDP_SECRET differs?)")
+	}
+	// Authenticated: what the peer says can be believed.
+	if verdict[prefixLen+8] != 0 {
+		return key, true, errors.New(untrusted.Printable([]byte(reason)))
+	}
+	peerSize, peerRank := int(binary.BigEndian.Uint32(verdict[8:])), int(binary.BigEndian.Uint32(verdict[12:]))
+	switch {
+	case peerSize != p.size:
+		return key, true, fmt.Errorf("world size mismatch: rank %d has world size %d, rank %d has %d", peerRank, peerSize, p.rank, p.size)
+	case peerRank != to:
+		return key, true, fmt.Errorf("rank mismatch: rank %d dialed rank %d's address but reached rank %d", p.rank, to, peerRank)
+	}
+	return deriveKey(p, hello, ch[prefixLen:]), false, nil
+}
+
+// dialerPrefixErr judges the prefix of the acceptor's next message, which
+// should be of type want: a refusal is read and returned, as is anything
+// unexpected. It returns a nil error when the message is the one wanted.
+func dialerPrefixErr(nc net.Conn, typ, mode byte, err error, p *handshakeParams, want byte, wantName string) (fatal bool, _ error) {
+	var ve *versionError
 	switch {
 	case errors.Is(err, errGarbage):
 		return true, fmt.Errorf("the listener is not a ringddp rank (wrong address?)")
+	case errors.As(err, &ve):
+		return true, err
 	case err != nil:
-		var ve *versionError
-		return errors.As(err, &ve), err
+		return false, err
 	case typ == hsRefuse:
 		reason, rerr := readReason(nc)
 		if rerr != nil {
-			return false, rerr
+			return errors.Is(rerr, errGarbage), rerr
 		}
 		return true, fmt.Errorf("refused: %s", untrusted.Printable([]byte(reason)))
-	case typ != hsChallenge:
-		return true, fmt.Errorf("%w: handshake message type %d, want a challenge", errGarbage, typ)
+	case typ != want:
+		return true, fmt.Errorf("%w: handshake message type %d, want %s", errGarbage, typ, wantName)
 	case mode != p.mode:
 		return true, fmt.Errorf("the peer is %s, this rank is %s", modeName(mode), modeName(p.mode))
 	}
-	if _, err := io.ReadFull(nc, ch[prefixLen:]); err != nil {
-		return false, err
-	}
-	if !hmac.Equal(ch[challengeLen-macLen:], hsMAC(p.secret, labelAcceptor, hello, ch[:challengeLen-macLen])) {
-		sendRefusal(nc, p.mode, fmt.Sprintf("authentication failed: rank %d does not accept this rank's secret", p.rank))
-		return true, fmt.Errorf("authentication failed: the peer does not know this job's secret (RINGDDP_SECRET differs?)")
-	}
-	// Authenticated: what the peer says can be believed.
-	peerSize, peerRank := int(binary.BigEndian.Uint32(ch[8:])), int(binary.BigEndian.Uint32(ch[12:]))
-	var problem string
-	switch {
-	case peerSize != p.size:
-		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", peerRank, peerSize, p.rank, p.size)
-	case peerRank != to:
-		problem = fmt.Sprintf("rank mismatch: rank %d dialed rank %d's address but reached rank %d", p.rank, to, peerRank)
-	}
-	proof := make([]byte, prefixLen+1, prefixLen+3+len(problem)+macLen)
-	putPrefix(proof, hsProof, p.mode)
-	if problem != "" {
-		proof[prefixLen] = 1
-	}
-	proof = appendReason(proof, problem)
-	proof = append(proof, hsMAC(p.secret, labelDialer, hello, ch, proof)...)
-	if _, err := nc.Write(proof); err != nil {
-		return problem != "", err
-	}
-	if problem != "" {
-		return true, errors.New(problem)
-	}
-	typ, _, err = readPrefix(nc, ch)
-	if err != nil {
-		return false, err
-	}
-	switch typ {
-	case hsVerdict:
-		var st [1]byte
-		if _, err := io.ReadFull(nc, st[:]); err != nil {
-			return false, err
-		}
-		reason, err := readReason(nc)
-		if err != nil {
-			return false, err
-		}
-		if st[0] != 0 {
-			return true, errors.New(untrusted.Printable([]byte(reason)))
-		}
-		return false, nil
-	case hsRefuse:
-		reason, err := readReason(nc)
-		if err != nil {
-			return false, err
-		}
-		return true, fmt.Errorf("refused: %s", untrusted.Printable([]byte(reason)))
-	}
-	return true, fmt.Errorf("%w: handshake message type %d, want a verdict", errGarbage, typ)
+	return false, nil
 }
 
 // acceptOutcome classifies a failed acceptance.
@@ -256,110 +338,148 @@ const (
 	acceptFatal                // an authenticated rank disagrees: the mesh cannot form
 )
 
-// acceptHandshake runs the acceptor's side. admit is called once the
-// dialer is authenticated and agrees on size and run id; it returns why
-// the rank cannot join (out of range, duplicate), or "" to admit it, in
-// which case release undoes the admission if the verdict cannot be sent.
-func acceptHandshake(nc net.Conn, p *handshakeParams, admit func(from int) string, release func(from int)) (from int, out acceptOutcome, err error) {
+// acceptHooks connect an acceptance to the listening rank's state.
+type acceptHooks struct {
+	// spoke is called when the dialer has sent a well-formed hello.
+	spoke func()
+	// authenticated is called once the dialer has proved the secret; false
+	// means the connection was dropped meanwhile, and the handshake ends.
+	authenticated func() bool
+	// admit is called once the dialer is authenticated and agrees on size,
+	// run id and target rank; it returns why the rank cannot join (out of
+	// range, duplicate), or "" to admit it, in which case release undoes
+	// the admission if the verdict cannot be sent.
+	admit   func(from int) string
+	release func(from int)
+}
+
+// acceptResult is the outcome of an acceptance.
+type acceptResult struct {
+	from int // the rank the dialer claims, -1 before its hello
+	out  acceptOutcome
+	// badProof marks a note (acceptNote) for a proof that failed.
+	badProof bool
+	key      wireKey // the session key, once accepted
+}
+
+// acceptHandshake runs the acceptor's side (see the protocol above).
+func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res acceptResult, err error) {
+	res.from = -1
 	hello := make([]byte, helloFixed+maxRunID)
 	typ, mode, err := readPrefix(nc, hello)
 	if err != nil {
 		var ve *versionError
 		if errors.As(err, &ve) {
 			sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.peer))
-			return -1, acceptNote, err
+			res.out = acceptNote
+			return res, err
 		}
-		return -1, acceptIgnore, err
+		res.out = acceptIgnore
+		return res, err
 	}
+	res.out = acceptIgnore
 	if typ != hsHello {
-		return -1, acceptIgnore, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
+		return res, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
 	}
 	if _, err := io.ReadFull(nc, hello[prefixLen:helloFixed]); err != nil {
-		return -1, acceptIgnore, err
+		return res, err
 	}
 	runLen := int(hello[helloFixed-1])
 	if _, err := io.ReadFull(nc, hello[helloFixed:helloFixed+runLen]); err != nil {
-		return -1, acceptIgnore, err
+		return res, err
 	}
 	hello = hello[:helloFixed+runLen]
 	size := int(binary.BigEndian.Uint32(hello[8:]))
-	from = int(binary.BigEndian.Uint32(hello[12:]))
+	from := int(binary.BigEndian.Uint32(hello[12:]))
 	to := int(binary.BigEndian.Uint32(hello[16:]))
+	wire := hello[20]
 	runID := string(hello[helloFixed:])
+	res.from = from
 	if mode != p.mode {
 		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d is %s, the dialer is %s", p.rank, modeName(p.mode), modeName(mode)))
-		return from, acceptNote, fmt.Errorf("the peer is %s, this rank is %s", modeName(mode), modeName(p.mode))
+		res.out = acceptNote
+		return res, fmt.Errorf("the peer is %s, this rank is %s", modeName(mode), modeName(p.mode))
 	}
-	ch := make([]byte, challengeLen-macLen, challengeLen)
+	if h.spoke != nil {
+		h.spoke()
+	}
+
+	ch := make([]byte, challengeLen)
 	putPrefix(ch, hsChallenge, p.mode)
-	binary.BigEndian.PutUint32(ch[8:], uint32(p.size))
-	binary.BigEndian.PutUint32(ch[12:], uint32(p.rank))
-	copy(ch[16:], newNonce())
-	ch = append(ch, hsMAC(p.secret, labelAcceptor, hello, ch)...)
-	if _, err := nc.Write(ch); err != nil {
-		return from, acceptIgnore, err
+	if err := p.nonce(ch[prefixLen:]); err != nil {
+		return res, err
 	}
-	buf := make([]byte, prefixLen+1)
-	typ, _, err = readPrefix(nc, buf)
+	if _, err := nc.Write(ch); err != nil {
+		return res, err
+	}
+
+	proof := make([]byte, proofLen)
+	typ, _, err = readPrefix(nc, proof)
 	if err != nil {
-		return from, acceptIgnore, err
+		return res, err
 	}
 	switch typ {
 	case hsRefuse:
 		reason, err := readReason(nc)
 		if err != nil {
-			return from, acceptIgnore, err
+			return res, err
 		}
-		return from, acceptNote, fmt.Errorf("refused by the dialer: %s", untrusted.Printable([]byte(reason)))
+		res.out = acceptNote
+		return res, fmt.Errorf("refused by the dialer: %s", untrusted.Printable([]byte(reason)))
 	case hsProof:
 	default:
-		return from, acceptIgnore, fmt.Errorf("%w: handshake message type %d, want a proof", errGarbage, typ)
+		return res, fmt.Errorf("%w: handshake message type %d, want a proof", errGarbage, typ)
 	}
-	if _, err := io.ReadFull(nc, buf[prefixLen:]); err != nil {
-		return from, acceptIgnore, err
+	if _, err := io.ReadFull(nc, proof[prefixLen:]); err != nil {
+		return res, err
 	}
-	reason, err := readReason(nc)
-	if err != nil {
-		return from, acceptIgnore, err
-	}
-	proof := appendReason(buf[:prefixLen+1:prefixLen+1], reason)
-	got := make([]byte, macLen)
-	if _, err := io.ReadFull(nc, got); err != nil {
-		return from, acceptIgnore, err
-	}
-	if !hmac.Equal(got, hsMAC(p.secret, labelDialer, hello, ch, proof)) {
+	if !hmac.Equal(proof[prefixLen:], hsMAC(p.secret, labelDialer, hello, ch, proof[:prefixLen])) {
 		sendRefusal(nc, p.mode, fmt.Sprintf("authentication failed: rank %d does not accept the dialer's secret", p.rank))
-		return from, acceptNote, fmt.Errorf("authentication failed: the dialer does not know this job's secret (RINGDDP_SECRET differs?)")
+		res.out, res.badProof = acceptNote, true
+		return res, fmt.Errorf("authentication failed: the dialer does not know this job's secret (RINGDDP_SECRET differs?)")
 	}
-	// Authenticated.
-	if buf[prefixLen] != 0 {
-		return from, acceptFatal, fmt.Errorf("rank %d refused this rank: %s", from, untrusted.Printable([]byte(reason)))
+	// Authenticated: from here on, what the dialer says can be believed,
+	// and the acceptor may send values computed with the secret.
+	if h.authenticated != nil && !h.authenticated() {
+		return res, errDropped
 	}
 	var problem string
 	switch {
 	case size != p.size:
-		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", from, size, p.rank, p.size)
+		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", p.rank, p.size, from, size)
 	case runID != p.runID:
 		problem = fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
 	case to != p.rank:
 		problem = fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
+	case wire != p.wire:
+		problem = fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
+			p.rank, wireName(p.wire), from, wireName(wire))
 	default:
-		problem = admit(from)
+		problem = h.admit(from)
 	}
-	verdict := make([]byte, prefixLen+1, prefixLen+3+len(problem))
+	verdict := make([]byte, verdictFixed, verdictFixed+2+len(problem)+macLen)
 	putPrefix(verdict, hsVerdict, p.mode)
+	binary.BigEndian.PutUint32(verdict[8:], uint32(p.size))
+	binary.BigEndian.PutUint32(verdict[12:], uint32(p.rank))
 	if problem != "" {
-		verdict[prefixLen] = 1
+		verdict[prefixLen+8] = 1
 	}
 	verdict = appendReason(verdict, problem)
+	verdict = append(verdict, hsMAC(p.secret, labelAcceptor, hello, ch, proof, verdict)...)
 	if _, err := nc.Write(verdict); err != nil {
 		if problem == "" {
-			release(from)
+			h.release(from)
 		}
-		return from, acceptIgnore, err
+		return res, err
 	}
 	if problem != "" {
-		return from, acceptFatal, errors.New(problem)
+		res.out = acceptFatal
+		return res, errors.New(problem)
 	}
-	return from, acceptOK, nil
+	res.out, res.key = acceptOK, deriveKey(p, hello, ch[prefixLen:])
+	return res, nil
 }
+
+// errDropped: the listening rank dropped the connection before it
+// authenticated (it was the oldest of too many waiting).
+var errDropped = errors.New("dropped while authenticating")

@@ -1,8 +1,12 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -10,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // expectBoth dials cfgs concurrently and checks that every one fails with
@@ -37,7 +43,7 @@ func expectBoth(t *testing.T, cfgs []Config, texts ...string) {
 func TestWrongSecret(t *testing.T) {
 	store := rendezvous.NewMemStore()
 	a, b := testConfig(0, 2, store), testConfig(1, 2, store)
-	b.Secret = []byte("another secret")
+	b.Secret = []byte("another secret, also long")
 	// The acceptor cannot tell an impostor from a misconfigured rank, so
 	// it keeps listening and reports the refusal when its time runs out.
 	a.ConnectTimeout = 1500 * time.Millisecond
@@ -183,4 +189,325 @@ func TestMissingRankTimesOut(t *testing.T) {
 		cfgs[i].ConnectTimeout = 500 * time.Millisecond
 	}
 	expectBoth(t, cfgs, "no connection with rank(s) 2")
+}
+
+// strangerHello is a well-formed hello from "rank 1 of 2" of run "test",
+// which anyone can write: nothing in it needs the secret.
+func strangerHello(version uint16) []byte {
+	hello := make([]byte, helloFixed, helloFixed+4)
+	putPrefix(hello, hsHello, modeHMAC)
+	binary.BigEndian.PutUint16(hello[4:], version)
+	binary.BigEndian.PutUint32(hello[8:], 2)
+	binary.BigEndian.PutUint32(hello[12:], 1)
+	binary.BigEndian.PutUint32(hello[16:], 0)
+	hello[20] = wireCode(DefaultWireProtection)
+	for i := range nonceLen {
+		hello[helloNonce+i] = byte(i)
+	}
+	hello[helloFixed-1] = 4
+	return append(hello, "test"...)
+}
+
+// listenAlone starts rank 0 of 2 with cfg's timeouts and returns its
+// address and its Dial's error, once it fails.
+func listenAlone(t *testing.T, mod func(*Config)) (string, <-chan error) {
+	t.Helper()
+	store := rendezvous.NewMemStore()
+	cfg := testConfig(0, 2, store)
+	cfg.ConnectTimeout = 1500 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		c, err := Dial(context.Background(), cfg)
+		if c != nil {
+			c.Close()
+		}
+		errc <- err
+	}()
+	addr, err := store.Get(context.Background(), addrKey("test", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(addr), errc
+}
+
+// TestStrangerGetsNoMAC is a guessing attempt: a stranger sends a
+// well-formed hello and a proof it cannot make (a guess), and receives
+// exactly a challenge (a fresh nonce) and a refusal in words — nothing
+// computed with the secret, so nothing to test further guesses against
+// offline. The listening rank goes on listening and, when its time is up,
+// names the failed proof.
+func TestStrangerGetsNoMAC(t *testing.T) {
+	addr, errc := listenAlone(t, nil)
+	for _, proof := range map[string][]byte{
+		"guessed proof": func() []byte {
+			b := make([]byte, proofLen)
+			putPrefix(b, hsProof, modeHMAC)
+			copy(b[prefixLen:], hsMAC([]byte("a guess at the secret"), labelDialer, []byte("anything")))
+			return b
+		}(),
+		"version 2 proof (status, reason, mac)": func() []byte {
+			b := make([]byte, prefixLen+3+macLen)
+			putPrefix(b, hsProof, modeHMAC)
+			return b
+		}(),
+		"no proof": nil,
+	} {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Write(append(strangerHello(ProtocolVersion), proof...)); err != nil {
+			t.Fatal(err)
+		}
+		if proof == nil {
+			_ = nc.(*net.TCPConn).CloseWrite()
+		}
+		got, _ := io.ReadAll(nc)
+		nc.Close()
+		// A challenge: the prefix and a nonce, nothing else.
+		if len(got) < challengeLen {
+			t.Fatalf("received %d bytes %x, want a challenge", len(got), got)
+		}
+		want := make([]byte, prefixLen)
+		putPrefix(want, hsChallenge, modeHMAC)
+		if !bytes.Equal(got[:prefixLen], want) {
+			t.Fatalf("received %x, want a challenge", got)
+		}
+		rest := got[challengeLen:]
+		if proof == nil {
+			if len(rest) != 0 {
+				t.Errorf("no proof: received %x after the challenge", rest)
+			}
+			continue
+		}
+		// Then a refusal, in words, and the end.
+		putPrefix(want, hsRefuse, modeHMAC)
+		if len(rest) < prefixLen+2 || !bytes.Equal(rest[:prefixLen], want) {
+			t.Fatalf("received %x after the challenge, want a refusal", rest)
+		}
+		n := int(binary.BigEndian.Uint16(rest[prefixLen:]))
+		reason := rest[prefixLen+2:]
+		if n != len(reason) || untrusted.Printable(reason) != string(reason) || !strings.Contains(string(reason), "authentication failed") {
+			t.Fatalf("refusal %x (%q): want %d printable bytes saying authentication failed, and nothing after", rest, reason, n)
+		}
+	}
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "failed the proof") || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("listening rank: %v, want it to count the failed proofs and say from where", err)
+	}
+}
+
+// TestListenerRepliesIndependentOfSecret: with the nonces fixed, whatever
+// an unauthenticated peer sends (a hello, a wrong proof) gets a listening
+// rank to send the very same bytes whatever its secret — so nothing it
+// sends before the proof checks depends on the secret.
+func TestListenerRepliesIndependentOfSecret(t *testing.T) {
+	badProof := make([]byte, proofLen)
+	putPrefix(badProof, hsProof, modeHMAC)
+	in := append(strangerHello(ProtocolVersion), badProof...)
+	var sent [][]byte
+	for _, secret := range [][]byte{testSecret, []byte("a completely different secret")} {
+		p := &handshakeParams{secret: secret, mode: modeHMAC, size: 2, rank: 0, runID: "test", rand: zeroReader{}}
+		nc := &fakeConn{r: bytes.NewReader(in)}
+		res, err := acceptHandshake(nc, p, acceptHooks{admit: func(int) string { return "" }, release: func(int) {}})
+		if res.out != acceptNote || !res.badProof {
+			t.Fatalf("outcome %v (%v), want a failed proof", res.out, err)
+		}
+		sent = append(sent, nc.w.Bytes())
+	}
+	if !bytes.Equal(sent[0], sent[1]) {
+		t.Errorf("the replies differ with the secret:\n%x\n%x", sent[0], sent[1])
+	}
+}
+
+// TestVersion2PeerRefused: a rank of the previous protocol (where the
+// listener answered a hello with a MAC) is refused before anything else is
+// read, with both versions named, on both sides.
+func TestVersion2PeerRefused(t *testing.T) {
+	addr, errc := listenAlone(t, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := nc.Write(strangerHello(2)); err != nil {
+		t.Fatal(err)
+	}
+	reply, _ := io.ReadAll(nc)
+	// What a version 2 rank reads: a prefix of version 3 (so it reports
+	// "the peer speaks version 3, this rank version 2"), and the reason.
+	if len(reply) < prefixLen || binary.BigEndian.Uint16(reply[4:]) != ProtocolVersion || reply[6] != hsRefuse ||
+		!strings.Contains(string(reply), "protocol version 3, not 2") {
+		t.Errorf("reply %q: want a version 3 refusal naming versions 3 and 2", reply)
+	}
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "the peer speaks version 2, this rank version 3") {
+		t.Errorf("listening rank: %v, want it to name both versions", err)
+	}
+}
+
+// TestDialerRefusesVersion2Listener: a dialing rank that reaches a
+// version 2 listener (which refuses the version 3 hello with a version 2
+// prefix) gives up at once naming both versions.
+func TestDialerRefusesVersion2Listener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b := make([]byte, prefixLen, prefixLen+40)
+		putPrefix(b, hsRefuse, modeHMAC)
+		binary.BigEndian.PutUint16(b[4:], 2)
+		_, _ = c.Write(appendReason(b, "rank 0 speaks protocol version 2, not 3"))
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	store := rendezvous.NewMemStore()
+	_ = store.Set(context.Background(), addrKey("test", 0), []byte(ln.Addr().String()))
+	start := time.Now()
+	c, err := Dial(context.Background(), testConfig(1, 2, store))
+	if c != nil {
+		c.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "the peer speaks version 2, this rank version 3") {
+		t.Errorf("dialer: %v, want a protocol version mismatch naming both", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("dialer took %v", el)
+	}
+}
+
+// TestWeakSecretRefused: Config validation refuses weak secrets, naming
+// the rule and never the secret; Insecure needs none.
+func TestWeakSecretRefused(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	for name, secret := range map[string]string{
+		"short":          "s3cr3t-pass",
+		"digits":         "12345678901234567890",
+		"repeated byte":  "xxxxxxxxxxxxxxxxxxxxxxxx",
+		"two symbols":    "abababababababababab",
+		"seven symbols":  "abcdefgabcdefgabcdefg",
+		"six-digit code": "314159",
+	} {
+		cfg := testConfig(0, 2, store)
+		cfg.Secret = []byte(secret)
+		c, err := Dial(context.Background(), cfg)
+		if c != nil {
+			c.Close()
+		}
+		if !errors.Is(err, transport.ErrInvalid) || !errors.Is(err, rendezvous.ErrWeakSecret) ||
+			!strings.Contains(err.Error(), "at least 16 bytes, not all digits, at least 8 distinct byte values") {
+			t.Errorf("%s: %v, want a weak-secret error naming the rule", name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error shows the secret: %v", name, err)
+		}
+	}
+	for name, cfg := range map[string]Config{
+		"launcher's":      {Rank: 0, Size: 2, Store: store, Secret: []byte(strings.Repeat("0123456789abcdef", 4))},
+		"a phrase":        {Rank: 0, Size: 2, Store: store, Secret: testSecret},
+		"insecure":        {Rank: 0, Size: 2, Store: store, Insecure: true},
+		"one rank":        {Rank: 0, Size: 1, Secret: []byte("x")},
+		"insecure, short": {Rank: 0, Size: 2, Store: store, Insecure: true, Secret: []byte("x")},
+	} {
+		if _, err := cfg.withDefaults(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// pipeHandshake runs both sides of one handshake over a pipe: the dialer
+// with rank from, the acceptor with rank to.
+func pipeHandshake(t *testing.T, secret []byte, mode byte, from, to int, runID string) (dialKey, acceptKey wireKey) {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	pd := &handshakeParams{secret: secret, mode: mode, size: 4, rank: from, runID: runID}
+	pa := &handshakeParams{secret: secret, mode: mode, size: 4, rank: to, runID: runID}
+	errc := make(chan error, 1)
+	go func() {
+		res, err := acceptHandshake(b, pa, acceptHooks{admit: func(int) string { return "" }, release: func(int) {}})
+		acceptKey = res.key
+		errc <- err
+	}()
+	dialKey, _, err := dialHandshake(a, pd, to)
+	if err != nil {
+		t.Fatalf("dialer: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("acceptor: %v", err)
+	}
+	return dialKey, acceptKey
+}
+
+// TestSessionKey: both ends of a link derive the same key, which differs
+// per link, per connection and per secret, is all zeros when insecure, and
+// is what the doc comment says:
+// HMAC-SHA256(secret, "ringddp wire key v1\x00" | nonceD | nonceA | from u32 | to u32 | runLen u8 | runID).
+func TestSessionKey(t *testing.T) {
+	seen := map[wireKey]string{}
+	for _, c := range []struct {
+		name     string
+		secret   []byte
+		from, to int
+	}{
+		{"link 1→0", testSecret, 1, 0},
+		{"link 1→0 again", testSecret, 1, 0},
+		{"link 2→0", testSecret, 2, 0},
+		{"link 2→1", testSecret, 2, 1},
+		{"another secret", []byte("another secret, also long"), 1, 0},
+	} {
+		d, a := pipeHandshake(t, c.secret, modeHMAC, c.from, c.to, "test")
+		if d != a {
+			t.Fatalf("%s: the ends derive different keys %x and %x", c.name, d, a)
+		}
+		if d == (wireKey{}) {
+			t.Fatalf("%s: zero key", c.name)
+		}
+		if other, ok := seen[d]; ok {
+			t.Fatalf("%s: the same key as %s", c.name, other)
+		}
+		seen[d] = c.name
+	}
+	if d, a := pipeHandshake(t, nil, modeInsecure, 1, 0, "test"); d != (wireKey{}) || a != (wireKey{}) {
+		t.Errorf("insecure: keys %x, %x, want zeros", d, a)
+	}
+
+	// The documented formula, with fixed nonces.
+	nonceD, nonceA := bytes.Repeat([]byte{0xd}, nonceLen), bytes.Repeat([]byte{0xa}, nonceLen)
+	hello := make([]byte, helloFixed, helloFixed+4)
+	putPrefix(hello, hsHello, modeHMAC)
+	binary.BigEndian.PutUint32(hello[8:], 4)
+	binary.BigEndian.PutUint32(hello[12:], 3)
+	binary.BigEndian.PutUint32(hello[16:], 1)
+	copy(hello[helloNonce:], nonceD)
+	hello[helloFixed-1] = 4
+	hello = append(hello, "test"...)
+	got := deriveKey(&handshakeParams{secret: testSecret, mode: modeHMAC}, hello, nonceA)
+	m := hmac.New(sha256.New, testSecret)
+	m.Write([]byte("ringddp wire key v1\x00"))
+	m.Write(nonceD)
+	m.Write(nonceA)
+	m.Write([]byte{0, 0, 0, 3, 0, 0, 0, 1, 4, 't', 'e', 's', 't'})
+	if want := m.Sum(nil); !bytes.Equal(got[:], want) {
+		t.Errorf("key %x, want %x", got, want)
+	}
+}
+
+// TestWireProtectionMismatch: ranks configured with different wire
+// protection are refused at Dial on both sides, naming both modes.
+func TestWireProtectionMismatch(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	a, b := testConfig(0, 2, store), testConfig(1, 2, store)
+	a.WireProtection, b.WireProtection = WireMAC, WireAEAD
+	expectBoth(t, []Config{a, b}, "wire protection mismatch", "rank 0 uses mac, rank 1 uses aead")
 }

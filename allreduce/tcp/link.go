@@ -84,8 +84,20 @@ type link struct {
 	rexit       chan struct{}    // closed when the reader goroutine ends
 	sh          transport.Header // the data frame requested, owned by the writer between wreq and wdone
 	sp          []byte
-	whdr        [headerLen]byte
+	whdr        [headerLen + tagLen]byte
 	stage       []byte
+
+	// Wire protection (wireprotect.go); wp and rp nil under WireNone.
+	// wp seals what this rank sends (under wmu); rp checks what the peer
+	// sends (reader goroutine).
+	wp, rp   *wireDir
+	magic    uint32      // the frame magic of the link's mode
+	wtags    []byte      // mac: the tags of one large write, tagLen per record
+	wiov     [][]byte    // mac: backing of wbufs
+	wbufs    net.Buffers // mac: one large write, the caller's payload and tags
+	wbig     []byte      // aead: sealed records staged for one large write
+	rscratch []byte      // aead: a record read for a placed destination
+	rtag     [tagLen]byte
 
 	// Reading.
 	want     chan want
@@ -103,7 +115,10 @@ type link struct {
 	dstRevoked bool // under dmu
 }
 
-func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
+// newLink makes the link to peer over nc, whose handshake gave key, the
+// link's session key; it is started with start. A link that cannot be
+// protected as configured is returned failed.
+func newLink(c *Conn, peer int, nc *net.TCPConn, key wireKey) *link {
 	l := &link{
 		c:      c,
 		peer:   peer,
@@ -114,13 +129,17 @@ func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
 		wdone:  make(chan error, 1),
 		wexit:  make(chan struct{}),
 		rexit:  make(chan struct{}),
-		stage:  make([]byte, headerLen+smallFrame),
+		stage:  make([]byte, 0, headerLen+tagLen+smallFrame+tagLen),
 		want:   make(chan want, 1),
 		pieces: make(chan piece, 2),
 		free:   make(chan []byte, 2),
 		rtimer: time.NewTimer(time.Hour),
+		magic:  magicOf(c.cfg.WireProtection),
 	}
 	l.rtimer.Stop()
+	if err := l.protect(c.cfg.WireProtection, key); err != nil {
+		l.fail(err)
+	}
 	l.br = bufio.NewReaderSize(&sockReader{l.poll}, readBufSize)
 	if la, ok := nc.LocalAddr().(*net.TCPAddr); ok {
 		if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
@@ -128,6 +147,45 @@ func newLink(c *Conn, peer int, nc *net.TCPConn) *link {
 		}
 	}
 	return l
+}
+
+// protect sets up mode's wire protection, keyed from key.
+func (l *link) protect(mode WireProtection, key wireKey) error {
+	if mode == WireNone {
+		return nil
+	}
+	if key == (wireKey{}) {
+		// A zero key would make every link's keys public and reuse nonces.
+		return fmt.Errorf("tcp rank %d: link to rank %d: -wire-protection %s needs the handshake's session key, and there is none (internal error)", l.c.rank, l.peer, mode)
+	}
+	var err error
+	if l.wp, err = newWireDir(mode, key, l.c.rank, l.peer, l.c.rank); err == nil {
+		l.rp, err = newWireDir(mode, key, l.peer, l.c.rank, l.c.rank)
+	}
+	if err != nil {
+		return fmt.Errorf("tcp rank %d: link to rank %d: wire protection: %w", l.c.rank, l.peer, err)
+	}
+	if mode == WireAEAD {
+		l.wbig = make([]byte, 0, headerLen+tagLen+protBatch*(pieceSize+tagLen))
+	} else {
+		l.wtags = make([]byte, protBatch*tagLen)
+		l.wiov = make([][]byte, 0, 1+2*protBatch)
+	}
+	return nil
+}
+
+// protBatch is how many 256 KiB records of a large protected payload go
+// out in one write: sealed into a staging buffer (aead), or tagged in the
+// caller's buffer (mac), just before the write, so that the kernel's copy
+// finds them still in cache.
+const protBatch = 4
+
+// tagLen is the tag each record carries, 0 under WireNone.
+func (l *link) tagLen() int {
+	if l.rp == nil {
+		return 0
+	}
+	return tagLen
 }
 
 func (l *link) start() {
@@ -172,6 +230,9 @@ func (l *link) writeData(h transport.Header, p []byte) error {
 		return errInterrupted
 	}
 	f := frame{typ: typeData, h: h, length: int64(len(p))}
+	if l.wp != nil {
+		return l.writeProtected(&f, p)
+	}
 	if len(p) <= smallFrame {
 		b := l.stage[:headerLen+len(p)]
 		encodeHeader(b, &f)
@@ -179,13 +240,59 @@ func (l *link) writeData(h transport.Header, p []byte) error {
 		return l.write(b)
 	}
 	encodeHeader(l.whdr[:], &f)
-	if err := l.write(l.whdr[:]); err != nil {
+	if err := l.write(l.whdr[:headerLen]); err != nil {
 		return err
 	}
 	for off := 0; off < len(p); off += writeChunk {
 		if err := l.write(p[off:min(off+writeChunk, len(p))]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// writeProtected writes a data frame as records (wireDir); wmu is held.
+// A small frame goes out in one write. A large payload goes out protBatch
+// records (1 MiB) a write: under mac from the caller's buffer with the
+// tags between the records (writev), under aead sealed into a staging
+// buffer.
+func (l *link) writeProtected(f *frame, p []byte) error {
+	if len(p) <= smallFrame {
+		b := l.wp.appendHeader(l.stage[:0], f)
+		if len(p) > 0 {
+			b = l.wp.appendRecord(b, p)
+		}
+		return l.write(b)
+	}
+	if l.wp.encrypt {
+		b := l.wp.appendHeader(l.wbig[:0], f)
+		for off := 0; off < len(p); {
+			for k := 0; k < protBatch && off < len(p); k++ {
+				end := min(off+pieceSize, len(p))
+				b = l.wp.appendRecord(b, p[off:end])
+				off = end
+			}
+			if err := l.write(b); err != nil {
+				return err
+			}
+			b = l.wbig[:0]
+		}
+		return nil
+	}
+	iov := append(l.wiov[:0], l.wp.appendHeader(l.whdr[:0], f))
+	for off := 0; off < len(p); {
+		for k := 0; k < protBatch && off < len(p); k++ {
+			end := min(off+pieceSize, len(p))
+			tag := l.wtags[k*tagLen : (k+1)*tagLen]
+			l.wp.macTag(tag, p[off:end])
+			iov = append(iov, p[off:end], tag)
+			off = end
+		}
+		l.wbufs = iov
+		if err := l.writev(); err != nil {
+			return err
+		}
+		iov = l.wiov[:0]
 	}
 	return nil
 }
@@ -201,6 +308,24 @@ func (l *link) write(b []byte) error {
 	} else if _, err = l.nc.Write(b); err == nil {
 		return nil
 	}
+	return l.writeFailed(err)
+}
+
+// writev writes l.wbufs, as write does.
+func (l *link) writev() error {
+	_ = l.nc.SetWriteDeadline(time.Now().Add(l.c.cfg.Timeout))
+	var err error
+	if l.interrupted.Load() {
+		err = errInterrupted
+	} else if _, err = l.wbufs.WriteTo(l.nc); err == nil {
+		return nil
+	}
+	clear(l.wiov[:cap(l.wiov)]) // drop the caller's buffer
+	return l.writeFailed(err)
+}
+
+// writeFailed handles a failed write; wmu is held.
+func (l *link) writeFailed(err error) error {
 	l.torn = true
 	_ = l.nc.CloseWrite()
 	if l.interrupted.Load() {
@@ -338,9 +463,18 @@ func (l *link) writeControl(typ, flags byte, h transport.Header, payload []byte,
 	if l.torn {
 		return
 	}
-	b := make([]byte, headerLen+len(payload))
-	encodeHeader(b, &frame{typ: typ, flags: flags, h: h, length: int64(len(payload))})
-	copy(b[headerLen:], payload)
+	f := frame{typ: typ, flags: flags, h: h, length: int64(len(payload))}
+	var b []byte
+	if l.wp != nil {
+		b = l.wp.appendHeader(make([]byte, 0, headerLen+len(payload)+2*tagLen), &f)
+		if len(payload) > 0 {
+			b = l.wp.appendRecord(b, payload)
+		}
+	} else {
+		b = make([]byte, headerLen+len(payload))
+		encodeHeader(b, &f)
+		copy(b[headerLen:], payload)
+	}
 	_ = l.nc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := l.nc.Write(b); err != nil {
 		l.torn = true
@@ -423,15 +557,21 @@ func (l *link) readLoop() {
 	defer close(l.rexit)
 	defer l.poll.close()
 	defer l.nc.Close()
-	var hb [headerLen]byte
+	var hb [headerLen + tagLen]byte
 	var f frame
 	for {
-		if _, err := io.ReadFull(l.br, hb[:]); err != nil {
+		if _, err := io.ReadFull(l.br, hb[:headerLen+l.tagLen()]); err != nil {
 			l.readFailed(err, false)
 			return
 		}
-		if err := decodeHeader(hb[:], &f); err != nil {
-			l.fail(l.peerErr(fmt.Errorf("protocol error: %w", err)))
+		if l.rp != nil {
+			if err := l.rp.open(hb[:]); err != nil {
+				l.authFailed(err)
+				return
+			}
+		}
+		if err := decodeHeaderMagic(hb[:headerLen], &f, l.magic); err != nil {
+			l.headerFailed(hb[:headerLen], err)
 			return
 		}
 		switch f.typ {
@@ -444,9 +584,9 @@ func (l *link) readLoop() {
 				return
 			}
 		case typeNack:
-			var b [nackLen]byte
-			if _, err := io.ReadFull(l.br, b[:]); err != nil {
-				l.readFailed(err, true)
+			var b [nackLen + tagLen]byte
+			if err := l.readRecord(b[:nackLen]); err != nil {
+				l.recordFailed(err)
 				return
 			}
 			var sent frame
@@ -457,11 +597,13 @@ func (l *link) readLoop() {
 			l.fail(&transport.MismatchError{Rank: l.c.rank, Peer: l.peer, Local: sent.h, LocalBytes: int(sent.length),
 				Remote: f.h, RemoteBytes: int(getUint64(b[:]))})
 		case typeAbort:
-			var b [maxCauseLen]byte
+			var b [maxCauseLen + tagLen]byte
 			cause := b[:f.length]
-			if _, err := io.ReadFull(l.br, cause); err != nil {
-				l.readFailed(err, true)
-				return
+			if f.length > 0 {
+				if err := l.readRecord(cause); err != nil {
+					l.recordFailed(err)
+					return
+				}
 			}
 			ae, err := decodeAbort(l.peer, l.c.size, f.flags, cause)
 			if err != nil {
@@ -476,6 +618,52 @@ func (l *link) readLoop() {
 			_ = l.nc.CloseWrite() // acknowledge, as for an abort
 		}
 	}
+}
+
+// readRecord reads the payload record of len(b) bytes into b, whose
+// capacity leaves room for its tag, and checks it.
+func (l *link) readRecord(b []byte) error {
+	rec := b[:len(b)+l.tagLen()]
+	if _, err := io.ReadFull(l.br, rec); err != nil {
+		return err
+	}
+	if l.rp != nil {
+		return l.rp.open(rec)
+	}
+	return nil
+}
+
+// recordFailed handles readRecord's failure mid-frame.
+func (l *link) recordFailed(err error) {
+	if errors.Is(err, ErrWireAuth) {
+		l.authFailed(err)
+	} else {
+		l.readFailed(err, true)
+	}
+}
+
+// authFailed fails the link on a record that failed its wire protection
+// check. Nothing more from the peer can be trusted, but the socket stays
+// open, its input read and dropped, until the peer closes or this
+// endpoint's shutdown linger ends: so the peer is not left blocked in a
+// write, and this rank's abort frame, which names the cause, reaches it.
+func (l *link) authFailed(err error) {
+	l.fail(err)
+	_, _ = io.Copy(io.Discard, l.br)
+}
+
+// headerFailed fails the link on a malformed header, telling a peer that
+// protects its frames (another -wire-protection) from garbage.
+func (l *link) headerFailed(b []byte, err error) {
+	if l.rp == nil && getUint32(b) == macMagic {
+		l.authFailed(fmt.Errorf("tcp rank %d: link to rank %d: %w: wire protection mismatch: rank %d sends MAC-protected frames (-wire-protection mac), this rank uses none",
+			l.c.rank, l.peer, ErrWireAuth, l.peer))
+		return
+	}
+	if l.rp == nil && getUint32(b) != frameMagic {
+		err = fmt.Errorf("%w (does rank %d use another -wire-protection than this rank's none?)", err, l.peer)
+	}
+	l.fail(l.peerErr(fmt.Errorf("protocol error: %w", err)))
 }
 
 // readFailed records a read error: the peer went away (or, once this
@@ -524,7 +712,7 @@ func (l *link) deliver(f *frame) bool {
 	}
 	if l.bufs[0] == nil {
 		for i := range l.bufs {
-			l.bufs[i] = make([]byte, pieceSize)
+			l.bufs[i] = make([]byte, pieceSize+l.tagLen())
 			l.free <- l.bufs[i]
 		}
 	}
@@ -534,7 +722,7 @@ func (l *link) deliver(f *frame) bool {
 		if w.dst != nil {
 			placed, err := l.place(w.dst[off : off+int64(n)])
 			if err != nil {
-				l.readFailed(err, true)
+				l.recordFailed(err)
 				return false
 			}
 			if !placed {
@@ -548,8 +736,8 @@ func (l *link) deliver(f *frame) bool {
 			case <-l.c.dead:
 				return l.discard(f.length - off)
 			}
-			if _, err := io.ReadFull(l.br, p.buf[:n]); err != nil {
-				l.readFailed(err, true)
+			if err := l.readRecord(p.buf[:n]); err != nil {
+				l.recordFailed(err)
 				return false
 			}
 		}
@@ -563,8 +751,12 @@ func (l *link) deliver(f *frame) bool {
 	return true
 }
 
-// place reads len(b) payload bytes straight into b, part of a receiver's
-// destination, unless the receiver has given up on it (placed false).
+// place reads len(b) payload bytes, one record, straight into b, part of a
+// receiver's destination, unless the receiver has given up on it (placed
+// false). Under mac the record's bytes land in b before its tag is
+// checked; a record that fails the check fails the receive, like any
+// receive that fails part way, which leaves the destination undefined.
+// Under aead the record is read aside and decrypted into b once checked.
 func (l *link) place(b []byte) (placed bool, err error) {
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
@@ -576,10 +768,25 @@ func (l *link) place(b []byte) (placed bool, err error) {
 		return false, nil
 	default:
 	}
-	if _, err := io.ReadFull(l.br, b); err != nil {
-		return false, err
+	switch {
+	case l.rp == nil:
+		_, err = io.ReadFull(l.br, b)
+	case l.rp.encrypt:
+		if l.rscratch == nil {
+			l.rscratch = make([]byte, pieceSize+tagLen)
+		}
+		rec := l.rscratch[:len(b)+tagLen]
+		if _, err = io.ReadFull(l.br, rec); err == nil {
+			err = l.rp.openTo(b, rec)
+		}
+	default:
+		if _, err = io.ReadFull(l.br, b); err == nil {
+			if _, err = io.ReadFull(l.br, l.rtag[:]); err == nil {
+				err = l.rp.openMAC(b, l.rtag[:])
+			}
+		}
 	}
-	return true, nil
+	return err == nil, err
 }
 
 // revoke takes back a destination from the reader after a receive gave
@@ -595,7 +802,15 @@ func (l *link) revoke() {
 	l.dmu.Unlock()
 }
 
+// discard drops the remaining n bytes of a data frame's payload, which
+// start at a record boundary, unchecked: the link has failed or the
+// message was refused.
 func (l *link) discard(n int64) bool {
+	if l.rp != nil {
+		recs := records(n)
+		l.rp.skip(recs)
+		n += recs * tagLen
+	}
 	if _, err := io.CopyN(io.Discard, l.br, n); err != nil {
 		l.readFailed(err, true)
 		return false
@@ -690,6 +905,11 @@ func putUint64(b []byte, v uint64) {
 		b[i] = byte(v)
 		v >>= 8
 	}
+}
+
+func getUint32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
 func getUint64(b []byte) uint64 {

@@ -42,6 +42,23 @@ import (
 //     its side in acknowledgement.
 //   - goodbye: header fields 0, no payload: the sender closed its endpoint.
 //     Acknowledged the same way.
+//
+// Under wire protection (Config.WireProtection, wireprotect.go) each frame
+// is a sequence of records, each a body and a 16-byte AES-256-GCM tag:
+//
+//	record 0      the 56-byte header (magic "RDDM" under mac, "RDDE" under
+//	              aead), then its tag
+//	record 1..k   the payload in 256 KiB bodies (the last one shorter),
+//	              each followed by its tag; k = ceil(length / 256 KiB),
+//	              no record for an empty payload
+//
+// Under mac the bodies travel in the clear and the tag is a GMAC of the
+// body (GCM with the body as additional data); under aead the bodies are
+// encrypted. The nonce is 4 zero bytes and the direction's record counter
+// (u64, from 0, one per record of every frame type), under a key per
+// direction: any record out of place fails its check. The receiver reads
+// the length from a checked header and checks every payload record before
+// it passes on any of it.
 const (
 	frameMagic  = 0x52444446 // "RDDF"
 	headerLen   = 56
@@ -73,9 +90,13 @@ type frame struct {
 var errFrame = errors.New("malformed frame")
 
 // encodeHeader writes f into b[:headerLen].
-func encodeHeader(b []byte, f *frame) {
+func encodeHeader(b []byte, f *frame) { encodeHeaderMagic(b, f, frameMagic) }
+
+// encodeHeaderMagic writes f into b[:headerLen] under a mode's magic
+// (magicOf).
+func encodeHeaderMagic(b []byte, f *frame, magic uint32) {
 	_ = b[headerLen-1]
-	binary.BigEndian.PutUint32(b[0:], frameMagic)
+	binary.BigEndian.PutUint32(b[0:], magic)
 	b[4], b[5], b[6], b[7] = f.typ, f.flags, 0, 0
 	binary.BigEndian.PutUint32(b[8:], f.h.Group)
 	binary.BigEndian.PutUint32(b[12:], f.h.Step)
@@ -91,11 +112,14 @@ func encodeHeader(b []byte, f *frame) {
 // decodeHeader parses and checks a frame header: magic, checksum, type,
 // reserved bytes and the length bounds of each type. It never panics and
 // never allocates.
-func decodeHeader(b []byte, f *frame) error {
+func decodeHeader(b []byte, f *frame) error { return decodeHeaderMagic(b, f, frameMagic) }
+
+// decodeHeaderMagic is decodeHeader for a mode's magic (magicOf).
+func decodeHeaderMagic(b []byte, f *frame, magic uint32) error {
 	if len(b) < headerLen {
 		return fmt.Errorf("%w: %d-byte header", errFrame, len(b))
 	}
-	if m := binary.BigEndian.Uint32(b[0:]); m != frameMagic {
+	if m := binary.BigEndian.Uint32(b[0:]); m != magic {
 		return fmt.Errorf("%w: bad magic %#08x", errFrame, m)
 	}
 	if got, want := binary.BigEndian.Uint32(b[52:]), crc32.Checksum(b[:52], castagnoli); got != want {

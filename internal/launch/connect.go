@@ -14,6 +14,29 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
+// EnvWireProtection is tcp.Config.WireProtection: none, mac or aead
+// (-wire-protection takes precedence; default tcp.DefaultWireProtection).
+const EnvWireProtection = "RINGDDP_WIRE_PROTECTION"
+
+// wireProtection resolves the wire protection: the flag's value, else
+// EnvWireProtection, else "" (tcp.DefaultWireProtection; none for an
+// insecure job). mac and aead need the secret, so are refused with
+// insecure.
+func wireProtection(flag string, getenv func(string) string, insecure bool) (tcp.WireProtection, error) {
+	what, v := "-wire-protection", flag
+	if v == "" {
+		what, v = EnvWireProtection, getenv(EnvWireProtection)
+	}
+	m, err := tcp.ParseWireProtection(v)
+	if err != nil {
+		return "", fmt.Errorf("%s %q: unknown mode (valid: %s)", what, v, tcp.WireProtectionNames())
+	}
+	if insecure && m != "" && m != tcp.WireNone {
+		return "", fmt.Errorf("%s %s needs the job's secret, which the insecure opt-out (%s=1 or -insecure) runs without: use none, or drop the opt-out", what, m, EnvInsecure)
+	}
+	return m, nil
+}
+
 // Defaults of Options.
 const (
 	DefaultTimeout        = tcp.DefaultTimeout        // 30 s, as gloo
@@ -32,6 +55,10 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Insecure runs without a secret, as RINGDDP_INSECURE=1 does.
 	Insecure bool
+	// WireProtection protects the frames after the handshake
+	// (tcp.Config.WireProtection); "" reads RINGDDP_WIRE_PROTECTION, else
+	// tcp.DefaultWireProtection.
+	WireProtection tcp.WireProtection
 	// RunID overrides the run id (default: RunID(Getenv)).
 	RunID string
 	// Env is this rank; nil reads it with rendezvous.FromEnv(Getenv).
@@ -118,6 +145,10 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	if err != nil {
 		return nil, env, err
 	}
+	wire, err := wireProtection(string(opts.WireProtection), getenv, insecure)
+	if err != nil {
+		return nil, env, fmt.Errorf("launch: rank %d: %w", env.Rank, err)
+	}
 	switch {
 	case insecure && len(env.Secret) > 0:
 		return nil, env, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
@@ -171,6 +202,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		fmt.Fprintf(w, insecureWarning, env.Rank)
 	}
 	cfg.Spin = spin
+	cfg.WireProtection = wire
 	c, err := tcp.Dial(ctx, cfg)
 	if err != nil {
 		if store != nil {

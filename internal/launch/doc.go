@@ -65,7 +65,10 @@
 // Transport that connects this process's endpoints, or launches the ranks
 // when this process is a tcp job's launcher.
 //
-// Security: the secret authenticates every connection (store and mesh);
-// frames are neither encrypted nor MACed afterwards, as in gloo and NCCL, so
-// multi-host jobs belong on a trusted network.
+// Security: the secret authenticates every connection (store and mesh).
+// Afterwards the mesh's frames are protected as RINGDDP_WIRE_PROTECTION
+// (Options.WireProtection, the commands' -wire-protection) says: none by
+// default, as in gloo and NCCL, so multi-host jobs belong on a trusted
+// network; mac authenticates every frame, aead also encrypts
+// (tcp.WireProtection). mac and aead need the secret.
 package launch

@@ -226,7 +226,7 @@ func startRanks(t *testing.T, n int, mode string, extra func(rank int) []string)
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
 			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port,
-			EnvSecret+"=test-secret", EnvRunID+"=test")
+			EnvSecret+"=launch helper test secret", EnvRunID+"=test")
 		if extra != nil {
 			env = append(env, extra(r)...)
 		}

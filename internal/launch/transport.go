@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -43,15 +44,21 @@ func TransportNames() string { return strings.Join(transportNames, ", ") }
 type TransportFlags struct {
 	Name    string        // -transport: Inproc or TCP
 	Timeout time.Duration // -timeout: a send or receive without progress for this long fails; 0: the transport's default
-	Flags                 // -nnodes, -node-rank, -master, -insecure (tcp only)
+	// WireProtection is -wire-protection (tcp only): none, mac or aead; ""
+	// takes RINGDDP_WIRE_PROTECTION, else tcp.DefaultWireProtection.
+	WireProtection string
+	Flags          // -nnodes, -node-rank, -master, -insecure (tcp only)
 }
 
-// Register adds -transport, -timeout, -nnodes, -node-rank, -master and
-// -insecure to fs.
+// Register adds -transport, -timeout, -wire-protection, -nnodes,
+// -node-rank, -master and -insecure to fs.
 func (f *TransportFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Name, "transport", Inproc, "transport: "+TransportNames())
 	fs.DurationVar(&f.Timeout, "timeout", 0, fmt.Sprintf("fail when a rank's send or receive makes no progress for this long (default %gs in process, %gs over tcp)",
 		DefaultInprocTimeout.Seconds(), DefaultTimeout.Seconds()))
+	fs.StringVar(&f.WireProtection, "wire-protection", "", fmt.Sprintf("with -transport tcp: what protects every frame after the handshake: "+
+		"none, mac (header and payload authenticated, replay and reordering detected) or aead (also encrypted); default $%s, else %s; mac and aead need the secret, so not -insecure",
+		EnvWireProtection, tcp.DefaultWireProtection))
 	f.Flags.Register(fs)
 }
 
@@ -81,7 +88,7 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 	}
 	t := &Transport{Name: f.Name, Timeout: f.Timeout, Ranks: ranks}
 	if f.Name != TCP {
-		for _, name := range []string{"nnodes", "node-rank", "master", "insecure"} {
+		for _, name := range []string{"nnodes", "node-rank", "master", "insecure", "wire-protection"} {
 			if given[name] {
 				return nil, fmt.Errorf("-%s applies to -transport tcp only", name)
 			}
@@ -93,6 +100,13 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 	}
 	s, err := f.Setup(ranks, given["ranks"], getenv)
 	if err != nil {
+		return nil, err
+	}
+	insecure, err := insecureEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	if t.WireProtection, err = wireProtection(f.WireProtection, getenv, insecure || s.Insecure); err != nil {
 		return nil, err
 	}
 	t.MP, t.Ranks = &s, s.WorldSize
@@ -107,6 +121,10 @@ type Transport struct {
 	Name    string        // Inproc or TCP
 	Timeout time.Duration // the no-progress timeout, defaults applied
 	Ranks   int           // the world size
+	// WireProtection is the tcp frames' protection (-wire-protection,
+	// else RINGDDP_WIRE_PROTECTION), "" for the default. Ranks started by
+	// the launcher get the same flag and environment.
+	WireProtection tcp.WireProtection
 	// MP is this process's part in a tcp job: its launcher or one rank.
 	// Nil in process.
 	MP *Setup
@@ -161,7 +179,7 @@ func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, e
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, t.MP.Env.WorldSize)
 	}
 	env := t.MP.Env
-	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, Env: &env})
+	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, WireProtection: t.WireProtection, Env: &env})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -119,7 +120,7 @@ func TestTransportConnectTCP(t *testing.T) {
 	trs := make([]*Transport, 2)
 	for r := range trs {
 		env := rendezvous.Env{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1",
-			MasterPort: port, Secret: []byte("test secret"), Found: true, Launcher: "torchrun"}
+			MasterPort: port, Secret: []byte("launch transport test secret"), Found: true, Launcher: "torchrun"}
 		trs[r] = &Transport{Name: TCP, Timeout: 10 * time.Second, Ranks: 2, MP: &Setup{Env: env, WorldSize: 2, LocalRanks: 2}}
 	}
 	if _, err := trs[1].Connect(context.Background(), 3); err == nil || !strings.Contains(err.Error(), "3 ranks asked for, the launcher's world has 2") {
@@ -213,5 +214,79 @@ func TestTransportNotRankOrLauncher(t *testing.T) {
 	}
 	if err := inproc.Launch(context.Background(), nil, ThisProgram, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "not a job's launcher") {
 		t.Errorf("Launch in process: %v", err)
+	}
+}
+
+func TestTransportWireProtection(t *testing.T) {
+	none := map[string]string{}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want tcp.WireProtection
+	}{
+		{none, []string{"-transport", "tcp"}, ""},
+		{none, []string{"-transport", "tcp", "-wire-protection", "mac"}, tcp.WireMAC},
+		{map[string]string{EnvWireProtection: "aead"}, []string{"-transport", "tcp"}, tcp.WireAEAD},
+		{map[string]string{EnvWireProtection: "aead"}, []string{"-transport", "tcp", "-wire-protection", "none"}, tcp.WireNone},
+		{none, []string{"-transport", "tcp", "-insecure", "-wire-protection", "none"}, tcp.WireNone},
+	} {
+		tr, err := parseTransportFlags(t, 2, c.env, c.args...)
+		if err != nil || tr.WireProtection != c.want {
+			t.Errorf("%q %v: %v, %v; want %q", c.args, c.env, tr, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{none, []string{"-wire-protection", "mac"}, "-wire-protection applies to -transport tcp only"},
+		{none, []string{"-transport", "tcp", "-wire-protection", "tls"}, `-wire-protection "tls": unknown mode (valid: none, mac, aead)`},
+		{map[string]string{EnvWireProtection: "yes"}, []string{"-transport", "tcp"}, EnvWireProtection + ` "yes": unknown mode`},
+		{none, []string{"-transport", "tcp", "-insecure", "-wire-protection", "mac"}, "-wire-protection mac needs the job's secret"},
+		{map[string]string{EnvWireProtection: "aead", EnvInsecure: "1"}, []string{"-transport", "tcp"}, EnvWireProtection + " aead needs the job's secret"},
+	} {
+		if _, err := parseTransportFlags(t, 2, c.env, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q %v: got %v, want an error containing %q", c.args, c.env, err, c.want)
+		}
+	}
+
+	// Two ranks over tcp with aead from the flag, mac from the environment.
+	for _, mode := range []tcp.WireProtection{tcp.WireAEAD, ""} {
+		port := freeLoopbackPort(t)
+		getenv := func(k string) string {
+			if k == EnvWireProtection {
+				return "mac"
+			}
+			return ""
+		}
+		conns := make([]transport.Conn, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				env := rendezvous.Env{Rank: r, WorldSize: 2, LocalRank: r, LocalWorldSize: 2, MasterAddr: "127.0.0.1",
+					MasterPort: port, Secret: []byte("launch transport test secret"), Found: true, Launcher: "torchrun"}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				conns[r], _, errs[r] = Connect(ctx, Options{Timeout: 10 * time.Second, WireProtection: mode, Env: &env, Getenv: getenv})
+			}()
+		}
+		wg.Wait()
+		want := mode
+		if want == "" {
+			want = tcp.WireMAC
+		}
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("%q: rank %d: %v", mode, r, err)
+			}
+			if got := conns[r].(*Conn).WireProtection(); got != want {
+				t.Errorf("rank %d: wire protection %q, want %q", r, got, want)
+			}
+		}
+		checkAllReduce(t, conns)
 	}
 }

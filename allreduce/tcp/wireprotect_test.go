@@ -1,0 +1,620 @@
+package tcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+var protectedModes = []WireProtection{WireMAC, WireAEAD}
+
+func randomKey(t testing.TB) wireKey {
+	var k wireKey
+	if _, err := rand.Read(k[:]); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestWireProtectionConfig(t *testing.T) {
+	base := func() Config { return testConfig(0, 2, rendezvous.NewMemStore()) }
+	for _, tc := range []struct {
+		mode     WireProtection
+		insecure bool
+		want     WireProtection
+		err      string
+	}{
+		{"", false, DefaultWireProtection, ""},
+		{"", true, WireNone, ""},
+		{WireNone, false, WireNone, ""},
+		{WireNone, true, WireNone, ""},
+		{WireMAC, false, WireMAC, ""},
+		{WireAEAD, false, WireAEAD, ""},
+		{"MAC", false, WireMAC, ""},
+		{WireMAC, true, "", "needs the job's secret"},
+		{WireAEAD, true, "", "needs the job's secret"},
+		{"hmac", false, "", "unknown mode"},
+	} {
+		cfg := base()
+		cfg.WireProtection = tc.mode
+		if tc.insecure {
+			cfg.Secret, cfg.Insecure = nil, true
+		}
+		got, err := cfg.withDefaults()
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, transport.ErrInvalid)):
+			t.Errorf("%q insecure=%v: got %v, want an ErrInvalid mentioning %q", tc.mode, tc.insecure, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q insecure=%v: %v", tc.mode, tc.insecure, err)
+		case tc.err == "" && got.WireProtection != tc.want:
+			t.Errorf("%q insecure=%v: mode %q, want %q", tc.mode, tc.insecure, got.WireProtection, tc.want)
+		}
+	}
+	if m, err := ParseWireProtection(" aead "); err != nil || m != WireAEAD {
+		t.Errorf("ParseWireProtection: %q, %v", m, err)
+	}
+}
+
+// TestWireDirBinding: a record opens only under the direction, mode, key
+// and counter it was sealed for.
+func TestWireDirBinding(t *testing.T) {
+	key := randomKey(t)
+	for _, mode := range protectedModes {
+		seal := func() []byte {
+			d, err := newWireDir(mode, key, 0, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d.appendRecord(nil, []byte("seven bytes"))
+		}
+		open := func(mode WireProtection, key wireKey, from, to int, skip int64, rec []byte) error {
+			d, err := newWireDir(mode, key, from, to, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.skip(skip)
+			return d.open(bytes.Clone(rec))
+		}
+		rec := seal()
+		if bytes.Contains(rec, []byte("seven")) == (mode == WireAEAD) {
+			t.Errorf("%s: plaintext visible %v in %q", mode, mode != WireAEAD, rec)
+		}
+		other := WireMAC
+		if mode == WireMAC {
+			other = WireAEAD
+		}
+		if err := open(mode, key, 0, 1, 0, rec); err != nil {
+			t.Errorf("%s: valid record refused: %v", mode, err)
+		}
+		for name, err := range map[string]error{
+			"reflected":     open(mode, key, 1, 0, 0, rec),
+			"other mode":    open(other, key, 0, 1, 0, rec),
+			"other key":     open(mode, randomKey(t), 0, 1, 0, rec),
+			"other counter": open(mode, key, 0, 1, 1, rec),
+			"other link":    open(mode, key, 0, 2, 0, rec),
+			"truncated":     open(mode, key, 0, 1, 0, rec[:len(rec)-1]),
+			"short":         open(mode, key, 0, 1, 0, rec[:3]),
+		} {
+			if !errors.Is(err, ErrWireAuth) {
+				t.Errorf("%s, %s: got %v, want ErrWireAuth", mode, name, err)
+			}
+		}
+		for i := range rec {
+			bad := bytes.Clone(rec)
+			bad[i] ^= 0x20
+			if err := open(mode, key, 0, 1, 0, bad); !errors.Is(err, ErrWireAuth) {
+				t.Fatalf("%s: byte %d flipped: got %v", mode, i, err)
+			}
+		}
+	}
+}
+
+// protectedPeer is rawPeer under wire protection: rank 0's link to rank 1
+// is a socket the test writes to, and the wireDir seals what it writes as
+// rank 1 would.
+func protectedPeer(t testing.TB, mode WireProtection, key wireKey) (*Conn, *net.TCPConn, *wireDir) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Config{Rank: 0, Size: 2, Store: rendezvous.NewMemStore(), Secret: testSecret, Timeout: 5 * time.Second,
+		WireProtection: mode, Spin: -1}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConn(cfg)
+	l := newLink(c, 1, nc.(*net.TCPConn), key)
+	c.links[1] = l
+	c.ready.Store(true)
+	l.start()
+	t.Cleanup(func() {
+		raw.Close() // first: a reader draining after a failed check stops at EOF
+		c.Close()
+	})
+	var d *wireDir
+	if mode != WireNone {
+		if d, err = newWireDir(mode, key, 1, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, raw.(*net.TCPConn), d
+}
+
+// sealFrame is a data frame as d sends it.
+func sealFrame(d *wireDir, h transport.Header, p []byte) []byte {
+	f := frame{typ: typeData, h: h, length: int64(len(p))}
+	b := d.appendHeader(nil, &f)
+	for off := 0; off < len(p); off += pieceSize {
+		b = d.appendRecord(b, p[off:min(off+pieceSize, len(p))])
+	}
+	return b
+}
+
+// TestWireZeroKey: a protected link without a session key refuses to run
+// (its keys would be public).
+func TestWireZeroKey(t *testing.T) {
+	c, _, _ := protectedPeer(t, WireMAC, wireKey{})
+	err := c.Send(context.Background(), 1, hdr(0, 0), []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), "session key") {
+		t.Fatalf("got %v, want a refusal for want of a session key", err)
+	}
+}
+
+// TestWireProtectedFrames: what a protected peer sends is received
+// (pieces and placed), and a frame altered anywhere — header, payload,
+// tag — or cut short fails the receive with ErrWireAuth, without
+// allocating what the frame claims.
+func TestWireProtectedFrames(t *testing.T) {
+	for _, mode := range protectedModes {
+		for _, n := range []int{0, 100, 3*pieceSize + 5} {
+			for _, placed := range []bool{false, true} {
+				key := randomKey(t)
+				msg := pattern(n, 3)
+				wireLen := headerLen + tagLen + n + int(records(int64(n)))*tagLen
+				flips := []int{-1, 4, 20, headerLen + 3, wireLen - 1}
+				if n > 0 {
+					flips = append(flips, headerLen+tagLen+n/2+n/2/pieceSize*tagLen)
+				}
+				for _, at := range flips {
+					c, raw, d := protectedPeer(t, mode, key)
+					wire := sealFrame(d, hdr(0, 0), msg)
+					if at >= 0 {
+						wire[at] ^= 1
+					}
+					var sink transport.Sink = &bufSink{dst: make([]byte, n)}
+					if placed {
+						sink = &placeSink{dst: make([]byte, n)}
+					}
+					errc := make(chan error, 1)
+					go func() { errc <- c.Recv(context.Background(), 1, hdr(0, 0), n, sink) }()
+					_, _ = raw.Write(wire)
+					err := <-errc
+					if at < 0 {
+						var got []byte
+						if ps, ok := sink.(*placeSink); ok {
+							got = ps.dst
+						} else {
+							got = sink.(*bufSink).dst
+						}
+						if err != nil || !bytes.Equal(got, msg) {
+							t.Errorf("%s, %d bytes, placed %v: valid frame: %v", mode, n, placed, err)
+						}
+						continue
+					}
+					if !errors.Is(err, ErrWireAuth) || !strings.Contains(err.Error(), "link to rank 1") {
+						t.Errorf("%s, %d bytes, placed %v, byte %d flipped: got %v, want ErrWireAuth naming the link", mode, n, placed, at, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestWireMACRefusesNone: a protected rank refuses plain frames.
+func TestWireMACRefusesNone(t *testing.T) {
+	for _, mode := range protectedModes {
+		c, raw, _ := protectedPeer(t, mode, randomKey(t))
+		errc := make(chan error, 1)
+		go func() { errc <- c.Recv(context.Background(), 1, hdr(0, 0), 64, discardSink{}) }()
+		b := make([]byte, headerLen+64)
+		encodeHeader(b, &frame{typ: typeData, h: hdr(0, 0), length: 64})
+		_, _ = raw.Write(b)
+		if err := <-errc; !errors.Is(err, ErrWireAuth) || !strings.Contains(err.Error(), "does not use -wire-protection "+string(mode)) {
+			t.Errorf("%s: got %v, want ErrWireAuth suggesting a mode mismatch", mode, err)
+		}
+	}
+}
+
+// TestWireNoneRefusesMAC: a rank without protection tells a peer that
+// sends MAC-protected frames from garbage.
+func TestWireNoneRefusesMAC(t *testing.T) {
+	c, raw, _ := protectedPeer(t, WireNone, wireKey{})
+	d, err := newWireDir(WireMAC, randomKey(t), 1, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Recv(context.Background(), 1, hdr(0, 0), 8, discardSink{}) }()
+	_, _ = raw.Write(sealFrame(d, hdr(0, 0), make([]byte, 8)))
+	if err := <-errc; !errors.Is(err, ErrWireAuth) || !strings.Contains(err.Error(), "mismatch") {
+		t.Fatalf("got %v, want a wire protection mismatch", err)
+	}
+}
+
+// FuzzProtectedFrame feeds a protected link's reader arbitrary bytes,
+// seeded with valid frames: it must not panic, and must deliver a message
+// only if the bytes begin with exactly the frame that was sealed.
+func FuzzProtectedFrame(f *testing.F) {
+	var key wireKey
+	copy(key[:], "a fixed key for the fuzzer.....!")
+	const n = 1000
+	msg := pattern(n, 9)
+	valid := map[WireProtection][]byte{}
+	for i, mode := range protectedModes {
+		d, err := newWireDir(mode, key, 1, 0, 1)
+		if err != nil {
+			f.Fatal(err)
+		}
+		valid[mode] = sealFrame(d, hdr(0, 0), msg)
+		f.Add(uint8(i), valid[mode])
+		ab := d.appendHeader(nil, &frame{typ: typeAbort, length: 5})
+		f.Add(uint8(i), d.appendRecord(ab, []byte("cause")))
+	}
+	f.Add(uint8(0), []byte{})
+	f.Fuzz(func(t *testing.T, m uint8, b []byte) {
+		mode := protectedModes[int(m)%len(protectedModes)]
+		c, raw, _ := protectedPeer(t, mode, key)
+		errc := make(chan error, 1)
+		sink := &bufSink{dst: make([]byte, n)}
+		go func() { errc <- c.Recv(context.Background(), 1, hdr(0, 0), n, sink) }()
+		_, _ = raw.Write(b)
+		_ = raw.CloseWrite()
+		err := <-errc
+		if err == nil && (!bytes.HasPrefix(b, valid[mode]) || !bytes.Equal(sink.dst, msg)) {
+			t.Fatalf("%s: accepted bytes that are not the sealed frame: %x", mode, b)
+		}
+	})
+}
+
+// ---- a relay between two ranks ----
+
+// relay sits between rank 1 and rank 0 (rank 1 dials it for rank 0, as a
+// store rewrite tells it): it passes the handshake through, and once armed
+// hands what rank 0 sends to tamper.
+type relay struct {
+	ln     net.Listener
+	target atomic.Pointer[string] // rank 0's address
+	armed  atomic.Bool
+	tamper func(r *bufio.Reader, w io.Writer) error
+	wg     sync.WaitGroup
+}
+
+// relayStore shows rank 1 the relay's address for rank 0.
+type relayStore struct {
+	rendezvous.Store
+	r     *relay
+	runID string
+	once  sync.Once
+	ready chan struct{}
+}
+
+func (s *relayStore) Set(ctx context.Context, key string, value []byte) error {
+	if key == addrKey(s.runID, 0) {
+		v := string(value)
+		s.r.target.Store(&v)
+		s.once.Do(func() { close(s.ready) })
+	}
+	return s.Store.Set(ctx, key, value)
+}
+
+func (s *relayStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if key == addrKey(s.runID, 0) {
+		select {
+		case <-s.ready:
+			return []byte(s.r.ln.Addr().String()), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (r *relay) serve() {
+	defer r.wg.Done()
+	for {
+		down, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", *r.target.Load())
+		if err != nil {
+			down.Close()
+			continue
+		}
+		r.wg.Add(2)
+		go r.pipe(down, up, false)
+		go r.pipe(up, down, true)
+	}
+}
+
+// pipe copies from src to dst, half-closing dst at the end; from rank 0
+// (fromTarget) what comes once the relay is armed goes through tamper.
+func (r *relay) pipe(src, dst net.Conn, fromTarget bool) {
+	defer r.wg.Done()
+	defer dst.(*net.TCPConn).CloseWrite()
+	br := bufio.NewReaderSize(src, 1<<20)
+	for {
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		if fromTarget && r.armed.Load() && r.tamper != nil {
+			if r.tamper(br, dst) != nil {
+				return
+			}
+			_, _ = io.Copy(dst, br)
+			return
+		}
+		b, _ := br.Peek(br.Buffered())
+		if _, err := dst.Write(b); err != nil {
+			return
+		}
+		_, _ = br.Discard(len(b))
+	}
+}
+
+// relayedPair dials ranks 0 and 1 under mode with the relay between them.
+func relayedPair(t *testing.T, mode WireProtection, tamper func(r *bufio.Reader, w io.Writer) error) ([]*Conn, *relay) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, tamper: tamper}
+	store := &relayStore{Store: rendezvous.NewMemStore(), r: r, runID: "test", ready: make(chan struct{})}
+	r.wg.Add(1)
+	go r.serve()
+	cfgs := []Config{testConfig(0, 2, store), testConfig(1, 2, store)}
+	for i := range cfgs {
+		cfgs[i].WireProtection = mode
+		cfgs[i].Timeout = 5 * time.Second
+	}
+	conns, errs := dialConfigs(cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Dial: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		ln.Close()
+		r.wg.Wait()
+	})
+	r.armed.Store(true)
+	return conns, r
+}
+
+// frameLen is the bytes on the wire of a data frame of n ≤ pieceSize bytes.
+func frameLen(mode WireProtection, n int) int {
+	if mode == WireNone {
+		return headerLen + n
+	}
+	if n == 0 {
+		return headerLen + tagLen
+	}
+	return headerLen + n + 2*tagLen
+}
+
+// TestWireRelay: an on-path relay that passes the handshake through and
+// then changes, drops, replays or reorders what rank 0 sends rank 1. Under
+// none the damage reaches rank 1's result unnoticed (which shows that the
+// relay works); under mac and aead rank 1's receive fails naming the link,
+// and its abort tells rank 0.
+func TestWireRelay(t *testing.T) {
+	const n = 4 << 10
+	a, b := pattern(n, 1), pattern(n, 2)
+	type scenario struct {
+		name string
+		// tamper works on the frames of a and b (each fl bytes).
+		tamper func(fl int, r *bufio.Reader, w io.Writer) error
+		// none is what rank 1 receives without protection; protected
+		// modes fail on receive number failAt (0 or 1).
+		none   [][]byte
+		failAt int
+	}
+	twoFrames := func(fl int, r *bufio.Reader) ([]byte, []byte, error) {
+		fa, fb := make([]byte, fl), make([]byte, fl)
+		if _, err := io.ReadFull(r, fa); err != nil {
+			return nil, nil, err
+		}
+		_, err := io.ReadFull(r, fb)
+		return fa, fb, err
+	}
+	flipped := bytes.Clone(a)
+	flipped[1000] ^= 0x40
+	for _, sc := range []scenario{
+		{"flip a payload byte", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			off := headerLen // the payload follows the header
+			if fl != headerLen+n {
+				off += tagLen // and its tag
+			}
+			fa[off+1000] ^= 0x40
+			_, err = w.Write(append(fa, fb...))
+			return err
+		}, [][]byte{flipped, b}, 0},
+		{"drop a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
+			_, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(fb)
+			return err
+		}, [][]byte{b}, 0},
+		{"replay a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, _, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(fa, fa...))
+			return err
+		}, [][]byte{a, a}, 1},
+		{"reorder frames", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(fb, fa...))
+			return err
+		}, [][]byte{b, a}, 0},
+	} {
+		for _, mode := range []WireProtection{WireNone, WireMAC, WireAEAD} {
+			t.Run(sc.name+"/"+string(mode), func(t *testing.T) {
+				fl := frameLen(mode, n)
+				conns, _ := relayedPair(t, mode, func(r *bufio.Reader, w io.Writer) error { return sc.tamper(fl, r, w) })
+				ctx, cancel := ctxT(10 * time.Second)
+				defer cancel()
+				// Same header twice: only the payloads tell the messages apart.
+				for _, p := range [][]byte{a, b} {
+					if err := conns[0].Send(ctx, 1, hdr(0, 0), p); err != nil {
+						t.Fatalf("send: %v", err)
+					}
+				}
+				if mode == WireNone {
+					for i, want := range sc.none {
+						sink := &bufSink{dst: make([]byte, n)}
+						if err := conns[1].Recv(ctx, 0, hdr(0, 0), n, sink); err != nil {
+							t.Fatalf("receive %d: %v", i, err)
+						}
+						if !bytes.Equal(sink.dst, want) {
+							t.Fatalf("receive %d: not what the relay made of it", i)
+						}
+					}
+					return
+				}
+				var err error
+				for i := 0; i <= sc.failAt; i++ {
+					sink := &bufSink{dst: make([]byte, n)}
+					err = conns[1].Recv(ctx, 0, hdr(0, 0), n, sink)
+					if i < sc.failAt && (err != nil || !bytes.Equal(sink.dst, a)) {
+						t.Fatalf("receive %d before the damage: %v", i, err)
+					}
+				}
+				if !errors.Is(err, ErrWireAuth) || !strings.Contains(err.Error(), "tcp rank 1: link to rank 0") {
+					t.Fatalf("rank 1: got %v, want ErrWireAuth naming the link", err)
+				}
+				// As package allreduce does on any error: rank 0 hears of it.
+				conns[1].Abort(err)
+				rerr := conns[0].Recv(ctx, 1, hdr(0, 9), 8, discardSink{})
+				var pe *transport.PeerError
+				if !errors.As(rerr, &pe) || pe.Peer != 1 || !strings.Contains(rerr.Error(), "link to rank 0") || !strings.Contains(rerr.Error(), ErrWireAuth.Error()) {
+					t.Fatalf("rank 0: got %v, want rank 1's abort naming the link", rerr)
+				}
+			})
+		}
+	}
+}
+
+// TestWireRelayLarge: a byte changed deep inside a large message (the
+// writev and staged paths, pieces and placed destinations) is caught.
+func TestWireRelayLarge(t *testing.T) {
+	const n = 5<<20 + 7
+	for _, mode := range protectedModes {
+		for _, placed := range []bool{false, true} {
+			hl := headerLen + tagLen
+			at := hl + 9*(pieceSize+tagLen) + 12345 // inside record 10 of the payload
+			conns, _ := relayedPair(t, mode, func(r *bufio.Reader, w io.Writer) error {
+				if _, err := io.CopyN(w, r, int64(at)); err != nil {
+					return err
+				}
+				c, err := r.ReadByte()
+				if err != nil {
+					return err
+				}
+				_, err = w.Write([]byte{c ^ 1})
+				return err
+			})
+			ctx, cancel := ctxT(20 * time.Second)
+			var sink transport.Sink = &bufSink{dst: make([]byte, n)}
+			if placed {
+				sink = &placeSink{dst: make([]byte, n)}
+			}
+			serr := make(chan error, 1)
+			go func() { serr <- conns[0].Send(ctx, 1, hdr(0, 0), pattern(n, 5)) }()
+			err := conns[1].Recv(ctx, 0, hdr(0, 0), n, sink)
+			if !errors.Is(err, ErrWireAuth) {
+				t.Errorf("%s, placed %v: got %v, want ErrWireAuth", mode, placed, err)
+			}
+			if err := <-serr; err != nil {
+				t.Errorf("%s, placed %v: send: %v (the receiver drains after a failed check)", mode, placed, err)
+			}
+			cancel()
+		}
+	}
+}
+
+// TestWireModeMismatch: ranks that disagree on the mode fail, either at
+// the handshake or on the first frame, with an error that says so; never
+// a silent result.
+func TestWireModeMismatch(t *testing.T) {
+	for _, pair := range [][2]WireProtection{{WireMAC, WireNone}, {WireNone, WireMAC}, {WireMAC, WireAEAD}, {WireAEAD, WireNone}} {
+		t.Run(string(pair[0])+"-"+string(pair[1]), func(t *testing.T) {
+			store := rendezvous.NewMemStore()
+			cfgs := []Config{testConfig(0, 2, store), testConfig(1, 2, store)}
+			for i := range cfgs {
+				cfgs[i].WireProtection = pair[i]
+				cfgs[i].Timeout = 3 * time.Second
+				cfgs[i].ConnectTimeout = 3 * time.Second
+			}
+			conns, errs := dialConfigs(cfgs)
+			defer func() {
+				for _, c := range conns {
+					if c != nil {
+						c.Close()
+					}
+				}
+			}()
+			if errs[0] != nil || errs[1] != nil {
+				for _, err := range errs {
+					if err != nil && !strings.Contains(err.Error(), "wire protection") {
+						t.Errorf("Dial: %v, want a wire protection mismatch", err)
+					}
+				}
+				return
+			}
+			ctx, cancel := ctxT(5 * time.Second)
+			defer cancel()
+			go func() { _ = conns[0].Send(ctx, 1, hdr(0, 0), make([]byte, 64)) }()
+			err := conns[1].Recv(ctx, 0, hdr(0, 0), 64, discardSink{})
+			if err == nil || !strings.Contains(err.Error(), "wire-protection") && !strings.Contains(err.Error(), "wire protection") {
+				t.Errorf("got %v, want an error about the wire protection", err)
+			}
+		})
+	}
+}
