@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
@@ -17,12 +16,11 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
-// Tests of Tree (dtree.go), and the AllReduce matrix that hd_test.go
-// shares: every rank count 1..17 and 32, lengths {0, 1, N-1, N, N+1,
-// 1000}, every op and dtype, against the sequential reference, bitwise,
-// on every rank, twice (the two runs must agree bit for bit too).
+// Tests of Tree (dtree.go). Its AllReduce matrix is allreducetest.Matrix
+// with the tiny tuning; TestAlgorithmsOverTCP and hd_test.go's
+// TestHalvingDoublingHalves share the cell helpers below.
 
-// algoRanks are the rank counts of the algorithm matrices.
+// algoRanks are the rank counts of the algorithm matrices: 1..17 and 32.
 var algoRanks = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32}
 
 // tinyTuning makes every segment a few elements long and sends every
@@ -30,7 +28,41 @@ var algoRanks = []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
 // large-message paths run on the matrix's small inputs.
 var tinyTuning = allreduce.Tuning{TreeSegment: 64, ChainSegment: 96, ChainMin: 1}
 
-// arCell is one collective of an algorithm matrix.
+// TestTreeMatrix is the AllReduce matrix of Tree (every rank count 1..17
+// and 32, each with every length, op and dtype, synchronously) with
+// segments of a few elements, so that every half is many segments and the
+// pipeline runs full. At the default segment size (one segment up to 256
+// KiB; its huge cell on 5 ranks has several) TestMatrix runs Tree, async
+// and repeated calls too; default-segments adds every op and dtype on 17
+// ranks, where TestMatrix runs one per length.
+func TestTreeMatrix(t *testing.T) {
+	tree := []allreduce.Algorithm{allreduce.Tree}
+	allReduce := []allreduce.Kind{allreduce.KindAllReduce}
+	t.Run("tiny-segments", func(t *testing.T) {
+		allreducetest.Matrix(t, allreducetest.MatrixConfig{
+			Connect:     allreducetest.Inproc(20 * time.Second),
+			Options:     []allreduce.GroupOption{allreduce.WithTuning(tinyTuning)},
+			Collectives: allReduce,
+			Algorithms:  tree,
+			Ranks:       algoRanks,
+			FullRanks:   32,
+			SyncOnly:    true,
+		})
+	})
+	t.Run("default-segments", func(t *testing.T) {
+		allreducetest.Matrix(t, allreducetest.MatrixConfig{
+			Connect:     allreducetest.Inproc(20 * time.Second),
+			Collectives: allReduce,
+			Algorithms:  tree,
+			Ranks:       []int{17},
+			FullRanks:   17,
+			SyncOnly:    true,
+		})
+	})
+}
+
+// arCell is one collective of a cell list (TestAlgorithmsOverTCP,
+// TestHalvingDoublingHalves).
 type arCell struct {
 	length int
 	op     allreduce.ReduceOp
@@ -42,32 +74,13 @@ func (c arCell) String() string {
 	return fmt.Sprintf("len=%d/op=%v/dtype=%v/root=%d", c.length, c.op, c.dt, c.root)
 }
 
-var (
-	algoDTypes = []allreduce.DType{allreduce.Float32, allreduce.Float64, allreduce.Int32, allreduce.Int64}
-	algoOps    = []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
-)
-
-// algoHugeLen is the large length: over 1 MiB elements, not a multiple of
-// any rank count.
-const algoHugeLen = 1<<20 + 3
-
-// algoLens is {0, 1, N-1, N, N+1, 1000} without repeats.
-func algoLens(n int) []int {
-	var out []int
-	for _, l := range []int{0, 1, n - 1, n, n + 1, 1000} {
-		if !slices.Contains(out, l) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// allReduceCells is every length × op × dtype (Avg on floats only).
+// allReduceCells is every length × op × dtype of the matrix on n ranks
+// (Avg on floats only).
 func allReduceCells(n int) []arCell {
 	var out []arCell
-	for _, l := range algoLens(n) {
-		for _, dt := range algoDTypes {
-			for _, op := range algoOps {
+	for _, l := range allreducetest.MatrixLengths(n) {
+		for _, dt := range allreducetest.AllDTypes {
+			for _, op := range allreducetest.AllOps {
 				if op == allreduce.Avg && !dt.IsFloat() {
 					continue
 				}
@@ -92,13 +105,6 @@ func cellReference[T allreduce.Numeric](c arCell, n int) []T {
 	return allreducetest.Reduce(in, c.op)
 }
 
-func sliceBytes[T allreduce.Numeric](s []T) []byte {
-	if len(s) == 0 {
-		return []byte{}
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
-}
-
 // byDType runs the generic f for c's dtype.
 func byDType(c arCell, f32, f64, i32, i64 func() ([]byte, error)) ([]byte, error) {
 	switch c.dt {
@@ -115,19 +121,65 @@ func byDType(c arCell, f32, f64, i32, i64 func() ([]byte, error)) ([]byte, error
 func allReduceCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
 	buf := cellInput[T](c, g.Rank())
 	err := allreduce.AllReduce(ctx, g, buf, c.op)
-	return sliceBytes(buf), err
+	return allreducetest.Bytes(buf), err
 }
 
 func allReduceWant(c arCell, n int) []byte {
 	b, _ := byDType(c,
-		func() ([]byte, error) { return sliceBytes(cellReference[float32](c, n)), nil },
-		func() ([]byte, error) { return sliceBytes(cellReference[float64](c, n)), nil },
-		func() ([]byte, error) { return sliceBytes(cellReference[int32](c, n)), nil },
-		func() ([]byte, error) { return sliceBytes(cellReference[int64](c, n)), nil })
+		func() ([]byte, error) { return allreducetest.Bytes(cellReference[float32](c, n)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellReference[float64](c, n)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellReference[int32](c, n)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellReference[int64](c, n)), nil })
 	return b
 }
 
-// world makes the fresh connections of n ranks that a matrix runs on.
+func broadcastCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+	buf := cellInput[T](c, g.Rank())
+	err := allreduce.Broadcast(ctx, g, buf, c.root)
+	return allreducetest.Bytes(buf), err
+}
+
+func reduceCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+	buf := cellInput[T](c, g.Rank())
+	err := allreduce.Reduce(ctx, g, buf, c.op, c.root)
+	return allreducetest.Bytes(buf), err
+}
+
+func runAllReduceCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+	return byDType(c,
+		func() ([]byte, error) { return allReduceCell[float32](ctx, g, c) },
+		func() ([]byte, error) { return allReduceCell[float64](ctx, g, c) },
+		func() ([]byte, error) { return allReduceCell[int32](ctx, g, c) },
+		func() ([]byte, error) { return allReduceCell[int64](ctx, g, c) })
+}
+
+func runBroadcastCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+	return byDType(c,
+		func() ([]byte, error) { return broadcastCell[float32](ctx, g, c) },
+		func() ([]byte, error) { return broadcastCell[float64](ctx, g, c) },
+		func() ([]byte, error) { return broadcastCell[int32](ctx, g, c) },
+		func() ([]byte, error) { return broadcastCell[int64](ctx, g, c) })
+}
+
+func runReduceCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+	return byDType(c,
+		func() ([]byte, error) { return reduceCell[float32](ctx, g, c) },
+		func() ([]byte, error) { return reduceCell[float64](ctx, g, c) },
+		func() ([]byte, error) { return reduceCell[int32](ctx, g, c) },
+		func() ([]byte, error) { return reduceCell[int64](ctx, g, c) })
+}
+
+// inputBytes is rank r's input of c as bytes.
+func inputBytes(c arCell, r int) []byte {
+	b, _ := byDType(c,
+		func() ([]byte, error) { return allreducetest.Bytes(cellInput[float32](c, r)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellInput[float64](c, r)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellInput[int32](c, r)), nil },
+		func() ([]byte, error) { return allreducetest.Bytes(cellInput[int64](c, r)), nil })
+	return b
+}
+
+// world makes the fresh connections of n ranks that a cell list runs on.
 type world func(t *testing.T, n int) []transport.Conn
 
 // inprocWorld is a fresh in-process world.
@@ -189,52 +241,6 @@ func byteDiff(a, b []byte) int {
 		}
 	}
 	return min(len(a), len(b))
-}
-
-func runAllReduceCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
-	return byDType(c,
-		func() ([]byte, error) { return allReduceCell[float32](ctx, g, c) },
-		func() ([]byte, error) { return allReduceCell[float64](ctx, g, c) },
-		func() ([]byte, error) { return allReduceCell[int32](ctx, g, c) },
-		func() ([]byte, error) { return allReduceCell[int64](ctx, g, c) })
-}
-
-// allReduceMatrix checks algo on the rank counts ranks, plus the huge
-// cells (2^20+3 elements) on the rank counts of huge.
-func allReduceMatrix(t *testing.T, algo allreduce.Algorithm, ranks, huge []int, opts ...allreduce.GroupOption) {
-	opts = append(opts, allreduce.WithAlgorithm(algo))
-	for _, n := range ranks {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			cells := allReduceCells(n)
-			if slices.Contains(huge, n) && !testing.Short() {
-				cells = append(cells, arCell{length: algoHugeLen, op: allreduce.Sum, dt: allreduce.Float32, root: -1})
-			}
-			wants := map[arCell][]byte{}
-			checkCells(t, inprocWorld, n, cells, runAllReduceCell, func(c arCell, _ int) []byte {
-				if wants[c] == nil {
-					wants[c] = allReduceWant(c, n)
-				}
-				return wants[c]
-			}, opts...)
-		})
-	}
-}
-
-// fewRanks are the rank counts of the matrices at the default sizes,
-// whose small cells take the same paths as the tiny tuning's with one
-// segment.
-var fewRanks = []int{2, 3, 4, 5, 8, 17}
-
-// TestTreeMatrix: Tree with segments of a few elements (so every half is
-// many segments and the pipeline runs full), and with the default segment
-// size (one segment up to 256 KiB; the huge cells have several).
-func TestTreeMatrix(t *testing.T) {
-	t.Run("tiny-segments", func(t *testing.T) {
-		allReduceMatrix(t, allreduce.Tree, algoRanks, nil, allreduce.WithTuning(tinyTuning))
-	})
-	t.Run("default-segments", func(t *testing.T) {
-		allReduceMatrix(t, allreduce.Tree, fewRanks, []int{5})
-	})
 }
 
 // TestTreeShape checks the double binary tree for every N up to 80: each

@@ -5,15 +5,39 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
 )
 
-// Tests of HalvingDoubling (hd.go): the AllReduce matrix of dtree_test.go,
-// and its two halves on their own as ReduceScatter and AllGather.
+// Tests of HalvingDoubling (hd.go): its AllReduce matrix, and its two
+// halves on their own as ReduceScatter and AllGather.
 
+// TestHalvingDoublingMatrix is the AllReduce matrix of HalvingDoubling on
+// the rank counts of 1..17 and 32 that TestMatrix leaves out or runs with
+// one op and dtype per length (6, 9..12, 14, 15, 17 and 32), each with
+// every length, op and dtype, and the huge cell (2^20+3 elements) on 6
+// ranks, synchronously; TestMatrix runs the other rank counts in full, the
+// async and repeated calls, and a huge cell on 5. HalvingDoubling has no
+// segment size to shrink.
 func TestHalvingDoublingMatrix(t *testing.T) {
-	allReduceMatrix(t, allreduce.HalvingDoubling, algoRanks, []int{6})
+	allreducetest.Matrix(t, allreducetest.MatrixConfig{
+		Connect:     allreducetest.Inproc(20 * time.Second),
+		Collectives: []allreduce.Kind{allreduce.KindAllReduce},
+		Algorithms:  []allreduce.Algorithm{allreduce.HalvingDoubling},
+		Ranks: slices.DeleteFunc(slices.Clone(algoRanks), func(n int) bool {
+			return slices.Contains(allreducetest.DefaultRanks, n)
+		}),
+		FullRanks: 32,
+		SyncOnly:  true,
+		Huge: func(_ allreduce.Kind, _ allreduce.Algorithm, n int) ([]allreduce.ReduceOp, []allreduce.DType) {
+			if n != 6 || testing.Short() {
+				return nil, nil
+			}
+			return []allreduce.ReduceOp{allreduce.Sum}, []allreduce.DType{allreduce.Float32}
+		},
+	})
 }
 
 // TestHalvingDoublingHalves runs the stand-alone halving reduce-scatter
@@ -51,10 +75,10 @@ func TestHalvingDoublingHalves(t *testing.T) {
 				es := c.dt.Size()
 				lo, hi := allreduce.ChunkBounds(c.length, n, r)
 				gathered, _ := byDType(c,
-					func() ([]byte, error) { return sliceBytes(cellInput[float32](c, 0)), nil },
-					func() ([]byte, error) { return sliceBytes(cellInput[float64](c, 0)), nil },
-					func() ([]byte, error) { return sliceBytes(cellInput[int32](c, 0)), nil },
-					func() ([]byte, error) { return sliceBytes(cellInput[int64](c, 0)), nil })
+					func() ([]byte, error) { return allreducetest.Bytes(cellInput[float32](c, 0)), nil },
+					func() ([]byte, error) { return allreducetest.Bytes(cellInput[float64](c, 0)), nil },
+					func() ([]byte, error) { return allreducetest.Bytes(cellInput[int32](c, 0)), nil },
+					func() ([]byte, error) { return allreducetest.Bytes(cellInput[int64](c, 0)), nil })
 				return append(slices.Clone(wants[c][lo*es:hi*es]), gathered...)
 			}
 			checkCells(t, inprocWorld, n, cells, run, want)
@@ -75,7 +99,7 @@ func hdHalvesCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, 
 	if err := allreduce.HDReduceScatter(ctx, g, seq, dst, src, c.op); err != nil {
 		return nil, err
 	}
-	if !slices.Equal(sliceBytes(src), sliceBytes(orig)) {
+	if !slices.Equal(allreducetest.Bytes(src), allreducetest.Bytes(orig)) {
 		return nil, fmt.Errorf("reduce-scatter changed its source")
 	}
 	global := cellInput[T](c, 0)
@@ -83,5 +107,5 @@ func hdHalvesCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, 
 	if err := allreduce.HDAllGather(ctx, g, seq+1, gathered, slices.Clone(global[lo:hi])); err != nil {
 		return nil, err
 	}
-	return append(slices.Clone(sliceBytes(dst)), sliceBytes(gathered)...), nil
+	return append(slices.Clone(allreducetest.Bytes(dst)), allreducetest.Bytes(gathered)...), nil
 }

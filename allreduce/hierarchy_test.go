@@ -1,7 +1,6 @@
 package allreduce_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,198 +22,107 @@ import (
 
 var topologyAlgorithms = []allreduce.Algorithm{allreduce.Hierarchical, allreduce.Torus, allreduce.Mesh}
 
-// hierRanks is ranks 1..17 and 32.
-func hierRanks() []int {
-	out := make([]int, 0, 18)
-	for n := 1; n <= 17; n++ {
-		out = append(out, n)
-	}
-	return append(out, 32)
-}
-
 var hierLocalSizes = []int{1, 2, 3, 4}
 
 // topoConns is an in-process world of n ranks on nodes of localSize
 // consecutive ranks.
 func topoConns(t testing.TB, n, localSize int) []transport.Conn {
 	t.Helper()
-	w, err := inproc.NewWorld(n, inproc.WithTimeout(30*time.Second), inproc.WithLocalSize(localSize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make([]transport.Conn, n)
-	for r := range conns {
-		conns[r] = w.Conn(r)
-	}
-	return conns
+	return allreducetest.Inproc(30*time.Second, inproc.WithLocalSize(localSize))(t, n)
 }
 
-// hierCall is one AllReduce of a program: its length, op and dtype.
-type hierCall struct {
-	length int
-	op     allreduce.ReduceOp
-	dtype  allreduce.DType
+// hierHuge are the huge cells (2^20+3 elements) of the topology-aware
+// algorithms, where the sub-groups' all-reduces take the ring and Reduce
+// and Broadcast the pipelined chains. TestMatrix adds each algorithm on 5
+// ranks of nodes of 3, Sum float32.
+var hierHuge = []struct {
+	algo allreduce.Algorithm
+	n, k int // ranks, local size
+	op   allreduce.ReduceOp
+	dt   allreduce.DType
+}{
+	{allreduce.Hierarchical, 8, 3, allreduce.Sum, allreduce.Float32},
+	{allreduce.Hierarchical, 5, 2, allreduce.Avg, allreduce.Float64},
+	{allreduce.Torus, 7, 3, allreduce.Sum, allreduce.Float32},
+	{allreduce.Torus, 8, 4, allreduce.Max, allreduce.Int64},
+	{allreduce.Mesh, 5, 2, allreduce.Sum, allreduce.Float32},
+	{allreduce.Mesh, 7, 4, allreduce.Min, allreduce.Int32},
 }
 
-func (c hierCall) String() string { return fmt.Sprintf("%v×%d %v", c.dtype, c.length, c.op) }
-
-var hierDTypes = []allreduce.DType{allreduce.Float32, allreduce.Float64, allreduce.Int32, allreduce.Int64}
-
-// hierProgram is the calls of one world of n ranks: lengths {0, 1, N-1, N,
-// N+1, 1000}, each with every op and dtype up to 8 ranks and a rotating
-// pair of them above (seed picks the rotation), Avg on floats only.
-func hierProgram(n, seed int) []hierCall {
-	var out []hierCall
-	full := n <= 8 && !testing.Short()
-	i := seed
-	for _, length := range matrixLens(n) {
-		var combos []hierCall
-		for _, op := range allOps {
-			for _, dt := range hierDTypes {
-				if op == allreduce.Avg && !dt.IsFloat() {
-					continue
-				}
-				combos = append(combos, hierCall{length, op, dt})
-			}
-		}
-		if full {
-			out = append(out, combos...)
-			continue
-		}
-		for range 2 {
-			out = append(out, combos[i%len(combos)])
-			i += 7
+// hierHugeCell is hierHuge's op and dtype for algo on n ranks of nodes of
+// k, if any; in short mode only Torus's on 7 ranks.
+func hierHugeCell(algo allreduce.Algorithm, n, k int) ([]allreduce.ReduceOp, []allreduce.DType) {
+	for i, h := range hierHuge {
+		if h.algo == algo && h.n == n && h.k == k && (i == 2 || !testing.Short()) {
+			return []allreduce.ReduceOp{h.op}, []allreduce.DType{h.dt}
 		}
 	}
-	return out
+	return nil, nil
 }
 
-// TestHierTorusMeshMatrix: every topology-aware algorithm × ranks 1..17
-// and 32 × local sizes {1, 2, 3, 4} (uneven last node wherever the local
-// size does not divide N) × lengths {0, 1, N-1, N, N+1, 1000}, every op
-// and dtype up to 8 ranks and a rotating subset above; each result equal
-// to the sequential reference and bitwise identical on every rank.
+// TestHierTorusMeshMatrix is the AllReduce matrix of every topology-aware
+// algorithm on worlds of every local size k in {1, 2, 3, 4} (nodes of k
+// consecutive ranks, the last smaller wherever k does not divide N; k > N,
+// the same one-node world as k = N, left out): ranks 1..17 and 32, lengths
+// {0, 1, N-1, N, N+1, 1000}, every op and dtype up to 8 ranks and three
+// per length above, and the huge cells of hierHuge, synchronously.
+// TestMatrix runs nodes of 3 on allreducetest.DefaultRanks with every op
+// and dtype (and async and repeated calls): those are left to it, but for
+// their huge cells.
+//
+// Above 8 ranks Matrix takes the ops and dtypes of the lengths from a
+// rotation (MatrixConfig.ThinCells): cell j is op j mod 5 with dtype j
+// mod 4, so any 20 cells in a row are every pair, two of them Avg on an
+// integer type (checked to be an error). Three cells per length are at
+// least two that reduce, and each local size starts the rotation 18 cells
+// further on (Ops and DTypes both rotated by as much), so that the four
+// local sizes' 6 lengths × 3 cells together run cells 0..71: every op ×
+// dtype on every rank count of every algorithm, three times or more.
 func TestHierTorusMeshMatrix(t *testing.T) {
-	for _, algo := range topologyAlgorithms {
-		t.Run(algo.String(), func(t *testing.T) {
-			for _, n := range hierRanks() {
-				for _, k := range hierLocalSizes {
-					if k > n && k > 1 {
-						continue // the same one-node world as k = n
-					}
-					prog := hierProgram(n, n*5+k)
-					t.Run(fmt.Sprintf("ranks=%d/local=%d", n, k), func(t *testing.T) {
-						t.Parallel()
-						runHierProgram(t, algo, n, k, prog)
-					})
+	for i, k := range hierLocalSizes {
+		t.Run(fmt.Sprintf("local=%d", k), func(t *testing.T) {
+			t.Parallel()
+			inTestMatrix := func(n int) bool {
+				return k == testMatrixLocalSize && slices.Contains(allreducetest.DefaultRanks, n)
+			}
+			var ranks []int
+			for _, n := range algoRanks {
+				huge := slices.ContainsFunc(topologyAlgorithms, func(a allreduce.Algorithm) bool {
+					ops, _ := hierHugeCell(a, n, k)
+					return len(ops) > 0
+				})
+				if (k <= n || k == 1) && (!inTestMatrix(n) || huge) {
+					ranks = append(ranks, n)
 				}
 			}
+			allreducetest.Matrix(t, allreducetest.MatrixConfig{
+				Connect:     allreducetest.Inproc(30*time.Second, inproc.WithLocalSize(k)),
+				Collectives: []allreduce.Kind{allreduce.KindAllReduce},
+				Algorithms:  topologyAlgorithms,
+				Ranks:       ranks,
+				Lengths: func(n int) []int {
+					if inTestMatrix(n) {
+						return nil // its huge cells only
+					}
+					return allreducetest.MatrixLengths(n)
+				},
+				Ops:       rotated(allreducetest.AllOps, 18*i),
+				DTypes:    rotated(allreducetest.AllDTypes, 18*i),
+				FullRanks: 8,
+				ThinCells: 3,
+				SyncOnly:  true,
+				Huge: func(_ allreduce.Kind, algo allreduce.Algorithm, n int) ([]allreduce.ReduceOp, []allreduce.DType) {
+					return hierHugeCell(algo, n, k)
+				},
+			})
 		})
 	}
 }
 
-// TestHierTorusMeshHuge: the 2^20+3-element length on a few cells, where
-// the sub-groups' all-reduces take the ring and Reduce and Broadcast the
-// pipelined chains.
-func TestHierTorusMeshHuge(t *testing.T) {
-	cells := []struct {
-		algo allreduce.Algorithm
-		n, k int
-		op   allreduce.ReduceOp
-		dt   allreduce.DType
-	}{
-		{allreduce.Hierarchical, 8, 3, allreduce.Sum, allreduce.Float32},
-		{allreduce.Hierarchical, 5, 2, allreduce.Avg, allreduce.Float64},
-		{allreduce.Torus, 7, 3, allreduce.Sum, allreduce.Float32},
-		{allreduce.Torus, 8, 4, allreduce.Max, allreduce.Int64},
-		{allreduce.Mesh, 5, 2, allreduce.Sum, allreduce.Float32},
-		{allreduce.Mesh, 7, 4, allreduce.Min, allreduce.Int32},
-	}
-	if testing.Short() {
-		cells = cells[2:3]
-	}
-	for _, c := range cells {
-		t.Run(fmt.Sprintf("%v/ranks=%d/local=%d/%v/%v", c.algo, c.n, c.k, c.op, c.dt), func(t *testing.T) {
-			runHierProgram(t, c.algo, c.n, c.k, []hierCall{{hugeLen, c.op, c.dt}})
-		})
-	}
-}
-
-// runHierProgram runs prog's AllReduces one after another on one group per
-// rank of a world of n ranks on nodes of k, and checks each.
-func runHierProgram(t *testing.T, algo allreduce.Algorithm, n, k int, prog []hierCall) {
-	t.Helper()
-	outs := make([][][]byte, n) // rank → call → result bytes
-	errs := allreducetest.RunRanks(topoConns(t, n, k), func(g *allreduce.Group) error {
-		ctx, cancel := allreducetest.Ctx(2 * time.Minute)
-		defer cancel()
-		for i, c := range prog {
-			out, err := hierAllReduce(ctx, g, c, uint64(i))
-			if err != nil {
-				return fmt.Errorf("call %d (%v): %w", i, c, err)
-			}
-			outs[g.Rank()] = append(outs[g.Rank()], out)
-		}
-		return nil
-	}, allreduce.WithAlgorithm(algo))
-	if err := allreducetest.FirstError(errs); err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range prog {
-		for r := 1; r < n; r++ {
-			if !slices.Equal(outs[r][i], outs[0][i]) {
-				t.Fatalf("call %d (%v): rank %d's result differs from rank 0's", i, c, r)
-			}
-		}
-		if err := checkHierResult(c, n, uint64(i), outs[0][i]); err != nil {
-			t.Fatalf("call %d (%v): %v", i, c, err)
-		}
-	}
-}
-
-func hierAllReduce(ctx context.Context, g *allreduce.Group, c hierCall, seed uint64) ([]byte, error) {
-	switch c.dtype {
-	case allreduce.Float32:
-		return hierAllReduceOf[float32](ctx, g, c, seed)
-	case allreduce.Float64:
-		return hierAllReduceOf[float64](ctx, g, c, seed)
-	case allreduce.Int32:
-		return hierAllReduceOf[int32](ctx, g, c, seed)
-	}
-	return hierAllReduceOf[int64](ctx, g, c, seed)
-}
-
-func hierAllReduceOf[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c hierCall, seed uint64) ([]byte, error) {
-	buf := allreducetest.Input[T](seed, g.Rank(), c.length, c.op)
-	err := allreduce.AllReduce(ctx, g, buf, c.op)
-	return slices.Clone(rawBytes(buf)), err
-}
-
-func checkHierResult(c hierCall, n int, seed uint64, got []byte) error {
-	switch c.dtype {
-	case allreduce.Float32:
-		return checkHierResultOf[float32](c, n, seed, got)
-	case allreduce.Float64:
-		return checkHierResultOf[float64](c, n, seed, got)
-	case allreduce.Int32:
-		return checkHierResultOf[int32](c, n, seed, got)
-	}
-	return checkHierResultOf[int64](c, n, seed, got)
-}
-
-func checkHierResultOf[T allreduce.Numeric](c hierCall, n int, seed uint64, got []byte) error {
-	inputs := make([][]T, n)
-	for r := range inputs {
-		inputs[r] = allreducetest.Input[T](seed, r, c.length, c.op)
-	}
-	want := allreducetest.Reduce(inputs, c.op)
-	return diffBits("result", hierElems[T](got), want)
-}
-
-func hierElems[T allreduce.Numeric](b []byte) []T {
-	out := make([]T, len(b)/len(rawBytes(make([]T, 1))))
-	copy(rawBytes(out), b)
-	return out
+// rotated is s from element i mod len(s) on, then the elements before it.
+func rotated[E any](s []E, i int) []E {
+	i %= len(s)
+	return append(slices.Clone(s[i:]), s[:i]...)
 }
 
 // TestHierTorusMeshSpecialValues: random programs of collectives on
@@ -351,7 +259,7 @@ func nodesByNameRank(g *allreduce.Group, nodeOf []string) error {
 		if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		return diffBits(what, buf, ref(length, op, ranks))
+		return allreducetest.DiffBits(what, buf, ref(length, op, ranks))
 	}
 	if err := allreduce.Barrier(ctx, g); err != nil {
 		return err
@@ -421,7 +329,7 @@ func TestHierTorusMeshAsync(t *testing.T) {
 					for q := range inputs {
 						inputs[q] = allreducetest.Input[int64](uint64(i), q, 10+i*97, allreduce.Sum)
 					}
-					if err := diffBits(fmt.Sprintf("call %d", i), bufs[i], allreducetest.Reduce(inputs, allreduce.Sum)); err != nil {
+					if err := allreducetest.DiffBits(fmt.Sprintf("call %d", i), bufs[i], allreducetest.Reduce(inputs, allreduce.Sum)); err != nil {
 						return err
 					}
 				}

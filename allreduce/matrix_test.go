@@ -28,11 +28,15 @@ import (
 // algorithms run too.
 func TestMatrix(t *testing.T) {
 	allreducetest.Matrix(t, allreducetest.MatrixConfig{
-		Connect:        allreducetest.Inproc(20*time.Second, inproc.WithLocalSize(3)),
+		Connect:        allreducetest.Inproc(20*time.Second, inproc.WithLocalSize(testMatrixLocalSize)),
 		AllReduceRanks: []int{17, 32},
 		Huge:           allreducetest.DefaultHuge,
 	})
 }
+
+// testMatrixLocalSize is TestMatrix's node size, for hierarchy_test.go,
+// which adds the others.
+const testMatrixLocalSize = 3
 
 // TestAllReduceOneShotBoundary runs Direct around the size where it
 // switches from one-shot to two-shot (32 KiB: 4096 elements of 8 bytes,
@@ -50,18 +54,8 @@ func TestAllReduceOneShotBoundary(t *testing.T) {
 	})
 }
 
-// Helpers of the package's other tests (hierarchy_test.go).
+// allOps is every operator, for async_test.go.
 var allOps = allreducetest.AllOps
-
-const hugeLen = allreducetest.HugeLen
-
-func matrixLens(n int) []int { return allreducetest.MatrixLengths(n) }
-
-func diffBits[T allreduce.Numeric](what string, got, want []T) error {
-	return allreducetest.DiffBits(what, got, want)
-}
-
-func rawBytes[T allreduce.Numeric](s []T) []byte { return allreducetest.Bytes(s) }
 
 // TestAllReduceRandomFloats reduces non-integer data, where the order of
 // reduction matters, and compares with the reference within a relative
@@ -70,7 +64,7 @@ func rawBytes[T allreduce.Numeric](s []T) []byte { return allreducetest.Bytes(s)
 func TestAllReduceRandomFloats(t *testing.T) {
 	for _, n := range []int{2, 3, 5, 8, 13} {
 		for _, length := range []int{1, 7, 1000, 4099} {
-			for _, op := range allOps {
+			for _, op := range allreducetest.AllOps {
 				t.Run(fmt.Sprintf("ranks=%d/len=%d/op=%v/dtype=float32", n, length, op), func(t *testing.T) {
 					randomFloatCase[float32](t, n, length, op, 2e-6)
 				})
@@ -123,7 +117,7 @@ func randomFloatCase[T float32 | float64](t *testing.T, n, length int, op allred
 	inputs, outs := runRandom[T](t, n, length, op, seed)
 	ref := allreducetest.Reduce(inputs, op)
 	for r := 1; r < n; r++ {
-		if err := diffBits(fmt.Sprintf("rank %d vs rank 0", r), outs[r], outs[0]); err != nil {
+		if err := allreducetest.DiffBits(fmt.Sprintf("rank %d vs rank 0", r), outs[r], outs[0]); err != nil {
 			t.Fatalf("ranks differ: %v", err)
 		}
 	}
@@ -177,10 +171,10 @@ func floatDeterministic[T float32 | float64](t *testing.T, n, length int, op all
 	_, first := runRandom[T](t, n, length, op, seed)
 	_, second := runRandom[T](t, n, length, op, seed)
 	for r := range first {
-		if err := diffBits(fmt.Sprintf("rank %d vs rank 0", r), first[r], first[0]); err != nil {
+		if err := allreducetest.DiffBits(fmt.Sprintf("rank %d vs rank 0", r), first[r], first[0]); err != nil {
 			t.Fatalf("first run: %v", err)
 		}
-		if err := diffBits(fmt.Sprintf("rank %d, second run vs first", r), second[r], first[r]); err != nil {
+		if err := allreducetest.DiffBits(fmt.Sprintf("rank %d, second run vs first", r), second[r], first[r]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,7 +188,7 @@ func floatDeterministic[T float32 | float64](t *testing.T, n, length int, op all
 		fwd := allreducetest.Reduce(inputs, op)
 		slices.Reverse(inputs)
 		rev := allreducetest.Reduce(inputs, op)
-		if diffBits("reverse", rev, fwd) == nil {
+		if allreducetest.DiffBits("reverse", rev, fwd) == nil {
 			t.Logf("note: reversing the summation order changed nothing for ranks=%d", n)
 		}
 	}

@@ -1,8 +1,6 @@
 package allreduce_test
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,8 +13,9 @@ import (
 // reduce_large.go): with tinyTuning every non-empty call goes by chain in
 // segments of a few elements; at the default sizes the huge cells do.
 
-// rootedRoots are the roots of a rooted cell: all of them up to 5 ranks,
-// else the first, second, middle and last.
+// rootedRoots are the roots of a Broadcast or Reduce cell with the tiny
+// tuning: all of them up to 5 ranks, else the first, second, middle and
+// last.
 func rootedRoots(n int) []int {
 	if n <= 5 {
 		out := make([]int, n)
@@ -28,97 +27,67 @@ func rootedRoots(n int) []int {
 	return []int{0, 1, n / 2, n - 1}
 }
 
-// rootedCells are Broadcast cells (op 0) for every dtype and Reduce cells
-// for every op and dtype, over every length and root.
-func rootedCells(n int) (bcast, reduce []arCell) {
-	for _, l := range algoLens(n) {
-		for _, root := range rootedRoots(n) {
-			for _, dt := range algoDTypes {
-				bcast = append(bcast, arCell{length: l, dt: dt, root: root})
-				for _, op := range algoOps {
-					if op == allreduce.Avg && !dt.IsFloat() || n > 8 && root > 0 && op != allreduce.Sum {
-						continue
-					}
-					reduce = append(reduce, arCell{length: l, op: op, dt: dt, root: root})
-				}
-			}
-		}
-	}
-	return bcast, reduce
-}
-
-func broadcastCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
-	buf := cellInput[T](c, g.Rank())
-	err := allreduce.Broadcast(ctx, g, buf, c.root)
-	return sliceBytes(buf), err
-}
-
-func reduceCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
-	buf := cellInput[T](c, g.Rank())
-	err := allreduce.Reduce(ctx, g, buf, c.op, c.root)
-	return sliceBytes(buf), err
-}
-
-func runBroadcastCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
-	return byDType(c,
-		func() ([]byte, error) { return broadcastCell[float32](ctx, g, c) },
-		func() ([]byte, error) { return broadcastCell[float64](ctx, g, c) },
-		func() ([]byte, error) { return broadcastCell[int32](ctx, g, c) },
-		func() ([]byte, error) { return broadcastCell[int64](ctx, g, c) })
-}
-
-func runReduceCell(ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
-	return byDType(c,
-		func() ([]byte, error) { return reduceCell[float32](ctx, g, c) },
-		func() ([]byte, error) { return reduceCell[float64](ctx, g, c) },
-		func() ([]byte, error) { return reduceCell[int32](ctx, g, c) },
-		func() ([]byte, error) { return reduceCell[int64](ctx, g, c) })
-}
-
-// inputBytes is rank r's input of c as bytes.
-func inputBytes(c arCell, r int) []byte {
-	b, _ := byDType(c,
-		func() ([]byte, error) { return sliceBytes(cellInput[float32](c, r)), nil },
-		func() ([]byte, error) { return sliceBytes(cellInput[float64](c, r)), nil },
-		func() ([]byte, error) { return sliceBytes(cellInput[int32](c, r)), nil },
-		func() ([]byte, error) { return sliceBytes(cellInput[int64](c, r)), nil })
-	return b
-}
-
-// rootedMatrix checks Broadcast (every rank ends with the root's input, bit
-// for bit) and Reduce (the root holds the reference, every other rank its
-// input unchanged) on the rank counts ranks, run twice, plus the huge
-// cells on the rank counts of huge.
-func rootedMatrix(t *testing.T, ranks, huge []int, opts ...allreduce.GroupOption) {
-	for _, n := range ranks {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			bcast, reduce := rootedCells(n)
-			if slices.Contains(huge, n) && !testing.Short() {
-				bcast = append(bcast, arCell{length: algoHugeLen, dt: allreduce.Float32, root: n - 1})
-				reduce = append(reduce, arCell{length: algoHugeLen, op: allreduce.Max, dt: allreduce.Int64, root: 1})
-			}
-			t.Run("Broadcast", func(t *testing.T) {
-				checkCells(t, inprocWorld, n, bcast, runBroadcastCell, func(c arCell, _ int) []byte { return inputBytes(c, c.root) }, opts...)
-			})
-			t.Run("Reduce", func(t *testing.T) {
-				wants := map[arCell][]byte{}
-				checkCells(t, inprocWorld, n, reduce, runReduceCell, func(c arCell, r int) []byte {
-					if r != c.root {
-						return inputBytes(c, r)
-					}
-					if wants[c] == nil {
-						wants[c] = allReduceWant(c, n)
-					}
-					return wants[c]
-				}, opts...)
-			})
-		})
-	}
-}
-
+// TestLargeBroadcastReduce is the Broadcast and Reduce matrix with the
+// tiny tuning on every rank count 1..17 and 32: every length, op and
+// dtype from the roots of rootedRoots, but Reduce above 8 ranks only by
+// Sum to roots other than 0 (other-roots); Broadcast must leave every rank
+// with the root's input, Reduce the root with the reference and every
+// other rank with its input, bit for bit; synchronously (TestMatrix runs
+// the async and repeated calls). At the default sizes TestMatrix runs both
+// (from every root; huge cells: Reduce on 5 ranks, Broadcast on 8);
+// default adds the huge Broadcast on 5 ranks (root 4, float32) and the
+// huge Reduce by Max on int64 to root 1.
 func TestLargeBroadcastReduce(t *testing.T) {
-	t.Run("tiny-segments", func(t *testing.T) { rootedMatrix(t, algoRanks, nil, allreduce.WithTuning(tinyTuning)) })
-	t.Run("default", func(t *testing.T) { rootedMatrix(t, []int{2, 3, 5}, []int{5}) })
+	rooted := []allreduce.Kind{allreduce.KindBroadcast, allreduce.KindReduce}
+	tiny := allreducetest.MatrixConfig{
+		Connect:   allreducetest.Inproc(20 * time.Second),
+		Options:   []allreduce.GroupOption{allreduce.WithTuning(tinyTuning)},
+		FullRanks: 32,
+		SyncOnly:  true,
+	}
+	t.Run("tiny-segments", func(t *testing.T) {
+		cfg := tiny
+		cfg.Collectives, cfg.Ranks = rooted, algoRanks
+		cfg.Roots = func(coll allreduce.Kind, n, _, _ int) []int {
+			if coll == allreduce.KindReduce && n > 8 {
+				return []int{0}
+			}
+			return rootedRoots(n)
+		}
+		allreducetest.Matrix(t, cfg)
+	})
+	t.Run("other-roots", func(t *testing.T) {
+		cfg := tiny
+		cfg.Collectives = []allreduce.Kind{allreduce.KindReduce}
+		cfg.Ranks = slices.DeleteFunc(slices.Clone(algoRanks), func(n int) bool { return n <= 8 })
+		cfg.Ops = []allreduce.ReduceOp{allreduce.Sum}
+		cfg.Roots = func(_ allreduce.Kind, n, _, _ int) []int { return rootedRoots(n)[1:] }
+		allreducetest.Matrix(t, cfg)
+	})
+	t.Run("default", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("huge cells only")
+		}
+		allreducetest.Matrix(t, allreducetest.MatrixConfig{
+			Connect:     allreducetest.Inproc(20 * time.Second),
+			Collectives: rooted,
+			SyncOnly:    true,
+			Ranks:       []int{5},
+			Lengths:     func(int) []int { return nil },
+			Huge: func(coll allreduce.Kind, _ allreduce.Algorithm, _ int) ([]allreduce.ReduceOp, []allreduce.DType) {
+				if coll == allreduce.KindBroadcast {
+					return []allreduce.ReduceOp{0}, []allreduce.DType{allreduce.Float32}
+				}
+				return []allreduce.ReduceOp{allreduce.Max}, []allreduce.DType{allreduce.Int64}
+			},
+			Roots: func(coll allreduce.Kind, n, _, _ int) []int {
+				if coll == allreduce.KindBroadcast {
+					return []int{n - 1}
+				}
+				return []int{1}
+			},
+		})
+	})
 }
 
 // TestLargeMismatch is the mismatch matrix (allreducetest.MismatchCases)

@@ -94,9 +94,12 @@ type MatrixConfig struct {
 	DTypes []allreduce.DType
 	// FullRanks is the largest rank count whose lengths each run every op
 	// × dtype (default 16). Above it, where a cell costs the most, each
-	// length runs one cell, its op and dtype rotating with the length, so
-	// that every op and dtype still appear (given as many lengths).
+	// length runs ThinCells cells (default 1) of a rotation, so that every
+	// op and dtype still appear (given as many lengths): the i-th length
+	// runs cells i·ThinCells to (i+1)·ThinCells-1, cell j being op j mod
+	// len(Ops) with dtype j mod len(DTypes).
 	FullRanks int
+	ThinCells int
 	// Huge gives the cells that also run at HugeLen: the ops (0 for
 	// AllGather and Broadcast) and dtypes of coll (with algo for
 	// AllReduce, Auto otherwise) on n ranks. Nil runs none; DefaultHuge
@@ -106,6 +109,12 @@ type MatrixConfig struct {
 	// Roots are the roots of a Broadcast or Reduce cell, run in turn on
 	// the same ranks (default AllRoots).
 	Roots func(coll allreduce.Kind, n, length, hugeLen int) []int
+	// SyncOnly runs each cell but Barrier's once, synchronously (an Avg
+	// on an integer type only in the sync form): for suites that add cells
+	// (an algorithm's tuning, more rank counts, other worlds) to a matrix
+	// that runs the async, repeat and aliased modes of the same
+	// collectives.
+	SyncOnly bool
 	// Timeout bounds each cell (default a minute).
 	Timeout time.Duration
 	// Seed makes the inputs (default 0x5eed).
@@ -181,9 +190,10 @@ func DefaultHuge(coll allreduce.Kind, algo allreduce.Algorithm, n int) ([]allred
 // Matrix runs the collective matrix of cfg: subtests
 // Collective[/algorithm]/ranks=N/len=L[/op=O]/dtype=D. Each cell runs in
 // every mode (sync, async and, below the huge length, a repeat and, for
-// ReduceScatter and AllGather, aliased buffers), Broadcast and Reduce from
-// each root in turn. The cells of one subtest ranks=N share one set of
-// ranks (StartRanks) until a cell fails; the next starts fresh ones.
+// ReduceScatter and AllGather, aliased buffers; sync only with SyncOnly),
+// Broadcast and Reduce from each root in turn. The cells of one subtest
+// ranks=N share one set of ranks (StartRanks) until a cell fails; the next
+// starts fresh ones.
 func Matrix(t *testing.T, cfg MatrixConfig) {
 	t.Helper()
 	m := newMatrix(t, cfg)
@@ -242,6 +252,9 @@ func newMatrix(t *testing.T, cfg MatrixConfig) *matrix {
 	}
 	if cfg.FullRanks == 0 {
 		cfg.FullRanks = 16
+	}
+	if cfg.ThinCells == 0 {
+		cfg.ThinCells = 1
 	}
 	if cfg.HugeLen == 0 {
 		cfg.HugeLen = HugeLen
@@ -313,12 +326,18 @@ func (m *matrix) cells(coll allreduce.Kind, algo allreduce.Algorithm, n int) []c
 		if rooted(coll) {
 			roots = m.cfg.Roots(coll, n, length, m.cfg.HugeLen)
 		}
+		one := func(op allreduce.ReduceOp, dt allreduce.DType) {
+			out = append(out, cell{coll: coll, algo: algo, n: n, length: length, op: op, dt: dt, roots: roots, huge: huge})
+		}
 		if thin {
-			ops, dts = ops[rot%len(ops):][:1], dts[rot%len(dts):][:1]
+			for j := rot * m.cfg.ThinCells; j < (rot+1)*m.cfg.ThinCells; j++ {
+				one(ops[j%len(ops)], dts[j%len(dts)])
+			}
+			return
 		}
 		for _, op := range ops {
 			for _, dt := range dts {
-				out = append(out, cell{coll: coll, algo: algo, n: n, length: length, op: op, dt: dt, roots: roots, huge: huge})
+				one(op, dt)
 			}
 		}
 	}
@@ -438,7 +457,9 @@ func cellJob[T allreduce.Numeric](m *matrix, c cell) func(g *allreduce.Group) er
 	// The huge cells run once each way; the repeat and aliasing checks are
 	// the same code at every length.
 	modes := []string{"sync", "async"}
-	if !c.huge {
+	if m.cfg.SyncOnly {
+		modes = modes[:1]
+	} else if !c.huge {
 		modes = append(modes, "repeat")
 		if c.coll == allreduce.KindReduceScatter || c.coll == allreduce.KindAllGather {
 			modes = append(modes, "aliased")
@@ -624,7 +645,11 @@ func invalidCell[T allreduce.Numeric](t *testing.T, m *matrix, c cell, opts []al
 	if len(c.roots) > 0 {
 		root = c.roots[len(c.roots)-1]
 	}
-	for _, async := range []bool{false, true} {
+	forms := []bool{false, true} // async
+	if m.cfg.SyncOnly {
+		forms = forms[:1]
+	}
+	for _, async := range forms {
 		errs := RunRanks(m.cfg.Connect(t, c.n), func(g *allreduce.Group) error {
 			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
 			defer cancel()

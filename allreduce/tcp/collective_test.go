@@ -3,8 +3,6 @@ package tcp_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -167,52 +165,4 @@ func TestKillMidAllReduce(t *testing.T) {
 		}
 		t.Logf("rank %d after %v: %v", r, returned[r], err)
 	}
-}
-
-// Kept for hierarchical_test.go until it calls allreducetest.Matrix
-// (MatrixConfig{Connect: its tcpConnsWith with nodes, Algorithms: the
-// topology-aware ones, Collectives: AllReduce}); delete with it. cells
-// are AllReduce cells of lengths {0, 1, N+1, 1000, 2^18+3} × {Sum, Max} ×
-// {float32, int64}; runCell runs one on groups through
-// allreducetest.RunGroups, bitwise against the reference.
-
-type cell struct {
-	coll   allreduce.Kind
-	length int
-	op     allreduce.ReduceOp
-	dtype  string
-}
-
-func (c cell) String() string { return fmt.Sprintf("%v/len=%d/%v/%s", c.coll, c.length, c.op, c.dtype) }
-
-func cells(n int) []cell {
-	var out []cell
-	for _, length := range []int{0, 1, n + 1, 1000, tcpHugeLen} {
-		for _, op := range []allreduce.ReduceOp{allreduce.Sum, allreduce.Max} {
-			for _, dt := range []string{"float32", "int64"} {
-				out = append(out, cell{coll: allreduce.KindAllReduce, length: length, op: op, dtype: dt})
-			}
-		}
-	}
-	return out
-}
-
-// inputCache and refCache are no longer used; Clear is all that is left.
-var inputCache, refCache sync.Map
-
-func runCell[T allreduce.Numeric](groups []*allreduce.Group, c cell) []error {
-	inputs := make([][]T, len(groups))
-	for r := range inputs {
-		inputs[r] = allreducetest.Input[T](uint64(c.length), r, c.length, allreduce.Sum)
-	}
-	want := allreducetest.Reduce(inputs, c.op)
-	ctx, cancel := allreducetest.Ctx(time.Minute)
-	defer cancel()
-	return allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
-		buf := slices.Clone(inputs[g.Rank()])
-		if err := allreduce.AllReduce(ctx, g, buf, c.op); err != nil {
-			return err
-		}
-		return allreducetest.DiffBits("result", buf, want)
-	})
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
-	"github.com/ringddp/ringddp/allreduce/tcp"
-	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // The exactness and mismatch checks of allreducetest over tcp (ranks in
@@ -18,14 +16,6 @@ import (
 // tcpAlgorithms is every algorithm tcp ranks can run.
 func tcpAlgorithms(t *testing.T) []allreduce.Algorithm {
 	return allreducetest.AlgorithmsFor(tcpConns(t, 1, 5*time.Second)[0])
-}
-
-func asConns(cs []*tcp.Conn) []transport.Conn {
-	out := make([]transport.Conn, len(cs))
-	for i, c := range cs {
-		out[i] = c
-	}
-	return out
 }
 
 func TestExactnessSpecialValuesOverTCP(t *testing.T) {
@@ -48,7 +38,7 @@ func TestExactnessSpecialValuesOverTCP(t *testing.T) {
 				var runs [2][]allreducetest.Outcome
 				for i := range runs {
 					var err error
-					runs[i], err = allreducetest.RunProgram(asConns(tcpConns(t, n, 20*time.Second)), prog, time.Minute, allreduce.WithAlgorithm(algo))
+					runs[i], err = allreducetest.RunProgram(allreducetest.Conns(tcpConns(t, n, 20*time.Second)), prog, time.Minute, allreduce.WithAlgorithm(algo))
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
@@ -82,7 +72,7 @@ func TestMismatchMatrixOverTCP(t *testing.T) {
 					if testing.Short() && !allreducetest.Soak() && i%4 != rep%4 {
 						continue
 					}
-					errs := allreducetest.RunMismatch(asConns(tcpConns(t, n, 20*time.Second)), m, 30*time.Second, allreduce.WithAlgorithm(algo))
+					errs := allreducetest.RunMismatch(allreducetest.Conns(tcpConns(t, n, 20*time.Second)), m, 30*time.Second, allreduce.WithAlgorithm(algo))
 					if err := allreducetest.CheckMismatch(m, errs); err != nil {
 						t.Fatalf("%v, repeat %d, %d ranks: %v", algo, rep, n, err)
 					}
@@ -110,7 +100,7 @@ func TestMismatchAbortNotLostOverTCP(t *testing.T) {
 			continue
 		}
 		for i := 0; i < trials; i++ {
-			errs := allreducetest.RunMismatch(asConns(tcpConns(t, 4, 20*time.Second)), m, 30*time.Second, allreduce.WithAlgorithm(allreduce.Doubling))
+			errs := allreducetest.RunMismatch(allreducetest.Conns(tcpConns(t, 4, 20*time.Second)), m, 30*time.Second, allreduce.WithAlgorithm(allreduce.Doubling))
 			if err := allreducetest.CheckMismatch(m, errs); err != nil {
 				t.Fatalf("trial %d: %v", i, err)
 			}
