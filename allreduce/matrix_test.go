@@ -200,7 +200,7 @@ func TestBarrier(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			var mu sync.Mutex
-			var lastIn time.Time
+			var lastIn [3]time.Time // per round: a fast rank's next round must not count
 			out := make([]time.Time, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -208,8 +208,8 @@ func TestBarrier(t *testing.T) {
 				for round := range 3 {
 					time.Sleep(time.Duration((g.Rank()*7+round*3)%5) * 5 * time.Millisecond)
 					mu.Lock()
-					if in := time.Now(); in.After(lastIn) {
-						lastIn = in
+					if in := time.Now(); in.After(lastIn[round]) {
+						lastIn[round] = in
 					}
 					mu.Unlock()
 					if err := allreduce.Barrier(ctx, g); err != nil {
@@ -217,7 +217,7 @@ func TestBarrier(t *testing.T) {
 					}
 					now := time.Now()
 					mu.Lock()
-					early := now.Before(lastIn)
+					early := now.Before(lastIn[round])
 					out[g.Rank()] = now
 					mu.Unlock()
 					if early {
