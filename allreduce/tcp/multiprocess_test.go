@@ -135,33 +135,16 @@ func TestMismatchAcrossProcesses(t *testing.T) {
 	if allreducetest.Soak() {
 		trials = 2500
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	const n = 4
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), rankTrialsVar+"="+strconv.Itoa(trials),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE=4", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=4",
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "RINGDDP_SECRET=multi-process test secret 0123456789")
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
+	outs, errs := runRankProcesses(t, n, func(r int) []string {
+		return []string{rankTrialsVar + "=" + strconv.Itoa(trials), "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=4"}
+	})
+	for r, err := range errs {
+		if err != nil {
 			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
 		}
 	}
-	for r := range cmds {
+	for r := range outs {
 		var c trialCounts
 		if err := json.Unmarshal(outs[r].Bytes(), &c); err != nil {
 			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
@@ -259,29 +242,12 @@ func TestAlgorithmsAcrossProcesses(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	for _, n := range []int{3, 5} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		cmds := make([]*exec.Cmd, n)
-		outs := make([]*bytes.Buffer, n)
-		for r := range cmds {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), rankMatrixVar+"=1",
-				"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
-				"RINGDDP_NODE=node"+strconv.Itoa(r/2),
-				"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "RINGDDP_SECRET=multi-process test secret 0123456789")
-			outs[r] = new(bytes.Buffer)
-			cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			cmds[r] = cmd
-		}
-		for r, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
+		outs, errs := runRankProcesses(t, n, func(r int) []string {
+			return []string{rankMatrixVar + "=1", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
+				"RINGDDP_NODE=node" + strconv.Itoa(r/2)}
+		})
+		for r, err := range errs {
+			if err != nil {
 				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
 			}
 		}
@@ -290,4 +256,36 @@ func TestAlgorithmsAcrossProcesses(t *testing.T) {
 			t.Errorf("%d processes: not every algorithm ran: %s", n, outs[0])
 		}
 	}
+}
+
+// runRankProcesses runs n copies of this test binary as the ranks of one
+// job on loopback (RANK, WORLD_SIZE, MASTER_*, the secret, plus env(r)),
+// waits for them, and returns each one's combined output and exit error.
+func runRankProcesses(t *testing.T, n int, env func(r int) []string) ([]*bytes.Buffer, []error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "RINGDDP_SECRET=multi-process test secret 0123456789")
+		cmd.Env = append(cmd.Env, env(r)...)
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	errs := make([]error, n)
+	for r, cmd := range cmds {
+		errs[r] = cmd.Wait()
+	}
+	return outs, errs
 }
