@@ -69,11 +69,49 @@ func (g *Group) chainSegments(count, es int) int {
 		segElems := max(1, g.tune.chainSegment/es)
 		return (count + segElems - 1) / segElems
 	}
-	m := count * es
-	s := int(math.Round(math.Sqrt(float64(max(g.size-2, 1)) * float64(m) / chainLatencyBytes)))
+	return chainSegmentsOf(g.size, count*es, count)
+}
+
+// chainSegmentsOf is the default number of segments of a chain of n ranks
+// over m bytes in count elements.
+func chainSegmentsOf(n, m, count int) int {
+	s := int(math.Round(math.Sqrt(float64(max(n-2, 1)) * float64(m) / chainLatencyBytes)))
 	s = max(s, (m+chainMaxSegmentBytes-1)/chainMaxSegmentBytes)
 	s = min(s, m/chainMinSegmentBytes)
 	return min(max(s, 1), count)
+}
+
+// broadcastCost is the predicted time of Broadcast of b bytes on a group
+// of shape s: the agreement step, then the binomial tree's ⌈log2 N⌉
+// whole-buffer steps, or the chain's S+N-2 rounds of one segment.
+func broadcastCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n == 1 {
+		return 0
+	}
+	l := m.link(s)
+	t := agreeCost(m, s)
+	if n > 2 && b >= chainMinBytes {
+		segs := float64(chainSegmentsOf(n, int(b), int(b)))
+		return t + (segs+float64(n-2))*l.time(b/segs)
+	}
+	return t + float64(log2ceil(n))*l.time(b)
+}
+
+// reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
+// each step also reducing what it receives.
+func reduceCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n == 1 {
+		return 0
+	}
+	l := m.link(s)
+	t := agreeCost(m, s)
+	if n > 2 && b >= chainMinBytes {
+		segs := float64(chainSegmentsOf(n, int(b), int(b)))
+		return t + (segs+float64(n-2))*(l.time(b/segs)+b/segs*m.Gamma)
+	}
+	return t + float64(log2ceil(n))*(l.time(b)+b*m.Gamma)
 }
 
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {

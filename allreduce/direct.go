@@ -93,3 +93,15 @@ func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
 		copy(out[b:e], acc)
 	}
 }
+
+// directCost is Direct's predicted time: three synchronisations, then
+// each rank reduces its 1/N of the buffer from the N exposed ones and
+// copies the other ranks' blocks: (N-1)/N·M bytes reduced and copied.
+func directCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n == 1 {
+		return 0
+	}
+	part := b * float64(n-1) / float64(n)
+	return 3*m.Intra.Alpha + part*(m.Gamma+m.Intra.Beta)
+}

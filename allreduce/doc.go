@@ -52,10 +52,15 @@
 // (a tree's leaves only receive; a call with no elements sends nothing),
 // so a mismatch is still found there instead of hanging.
 //
-// The AllReduce algorithm is chosen per Group (WithAlgorithm): Auto uses
-// the direct algorithms where the transport shares memory
-// (transport.PeerMemory: in-process ranks), and elsewhere recursive
-// doubling up to 64 KiB (latency) and the ring above (bandwidth).
+// The AllReduce algorithm is chosen per Group (WithAlgorithm). Auto takes
+// the argmin of the cost model (costmodel.go): each algorithm's file gives
+// its predicted time as a formula of the link model (α per message, β per
+// byte, within and between nodes; γ per reduced byte), the group's shape
+// and the bytes; Auto evaluates them once per power-of-two size class and
+// caches the pick, among the algorithms whose requirements the group
+// meets. The model is DefaultModel's (a measured in-process or loopback
+// tcp profile) unless WithModel gives a calibrated one (cmd/bench
+// -calibrate writes it; RINGDDP_PROFILE names it to the commands).
 //
 // Exactness: every rank ends bitwise identical, whatever the values (±0,
 // NaN payloads, ±Inf, denormals), and the same run to run. For floats

@@ -81,7 +81,7 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 			cur, next = next, cur
 		}
 		if !sameBytes(cur, buf) {
-			copy(buf, cur)
+			g.localCopy(buf, cur)
 		}
 	}
 	// Unfold: odd ranks below 2·rem return the result to their partner.
@@ -95,10 +95,42 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 		}
 	}
 	if c.op == Avg {
-		divideBytes(c.dt, buf, n)
+		g.divide(c.dt, buf, n)
 	}
 	return nil
 }
 
 // unfoldStep is the step number of the unfold message.
 const unfoldStep = ^uint32(0) - 1
+
+// doublingCost is recursive doubling's predicted time: ⌈log2 P⌉ steps
+// exchanging and reducing the whole buffer, each over the link between
+// partners that far apart, plus the fold (one reducing step) and the
+// unfold (one copy) when N is not a power of two.
+func doublingCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	switch {
+	case n == 1:
+		return 0
+	case b == 0:
+		return agreeCost(m, s)
+	}
+	p2 := floorPow2(n)
+	t := 0.0
+	for mask := 1; mask < p2; mask <<= 1 {
+		t += m.partnerLink(s, mask).time(b) + b*m.Gamma
+	}
+	if n > p2 {
+		t += 2*m.Intra.time(b) + b*m.Gamma
+	}
+	return t
+}
+
+// partnerLink is the link between ranks dist apart: within a node while
+// dist is below the node size.
+func (m Model) partnerLink(s Shape, dist int) Link {
+	if s.Nodes > 1 && dist >= s.LocalSize {
+		return m.Inter
+	}
+	return m.Intra
+}

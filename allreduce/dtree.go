@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 	"math/bits"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -226,7 +227,7 @@ func (g *Group) dtreeAllReduce(ctx context.Context, h transport.Header, c *call)
 		if phase == 0 && c.op == Avg {
 			for t := range nodes {
 				if nodes[t].parent < 0 {
-					divideBytes(c.dt, halves[t], n)
+					g.divide(c.dt, halves[t], n)
 				}
 			}
 		}
@@ -256,4 +257,28 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 	default:
 		return g.sendRecvCopy(ctx, h, step, to, send, from, recv)
 	}
+}
+
+// treeCost is Tree's predicted time: the agreement step, then each half's
+// S segments of c bytes climb and descend a tree of depth ⌈log2 N⌉; an
+// interior rank takes its two children's segments one after the other and
+// sends them theirs the same way, so a segment's way up and down takes
+// about 4⌈log2 N⌉ message times and each further segment about 4 more,
+// the way up also reducing.
+func treeCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n == 1 {
+		return 0
+	}
+	t := agreeCost(m, s)
+	if b == 0 {
+		return t
+	}
+	l := m.link(s)
+	half := b / 2
+	segs := math.Max(1, math.Ceil(half/treeSegmentBytes))
+	c := half / segs
+	depth := float64(log2ceil(n))
+	steps := 2*depth + 2*(segs-1)
+	return t + steps*(2*l.time(c)+c*m.Gamma) + steps*2*l.time(c)
 }

@@ -53,6 +53,21 @@ type Group struct {
 
 	tune tuning // segment sizes and thresholds (dtree.go); zero: defaults
 
+	// The cost model Auto chooses by (costmodel.go): model (DefaultModel
+	// unless modelSet); shape, the group's Shape once known (learnt on
+	// Auto's first call, or set by the algorithm that made the sub-group);
+	// picks, Auto's choice per size class (sizeClass), Auto (0) where not
+	// yet made. Used by the call holding the turn.
+	model    Model
+	modelSet bool
+	shape    *Shape
+	picks    [65]Algorithm
+
+	// virtual is the transport's virtual memory (virtual.go), nil when it
+	// has none; virtualCall says the running call's buffers are virtual.
+	virtual     virtualMemory
+	virtualCall bool
+
 	hier *hierarchy // sub-groups of the topology-aware algorithms (hierarchy.go), built on first use; used by the call holding the turn
 }
 
@@ -83,17 +98,30 @@ type GroupOption func(*Group)
 // is an error at NewGroup, before any communication.
 func WithAlgorithm(a Algorithm) GroupOption { return func(g *Group) { g.algorithm = a } }
 
-// Algorithm is the AllReduce algorithm in use for large buffers: the one
-// asked for, or what Auto picks for them (Auto takes recursive doubling
-// for buffers up to 64 KiB where ranks do not share memory).
-func (g *Group) Algorithm() Algorithm {
+// Algorithm is the AllReduce algorithm in use for large buffers (64 MiB):
+// AlgorithmFor(64 MiB).
+func (g *Group) Algorithm() Algorithm { return g.AlgorithmFor(64 << 20) }
+
+// AlgorithmFor is the AllReduce algorithm a call of the given bytes runs:
+// the one asked for, or Auto's choice for its size class. Before Auto's
+// first call has learnt the topology of a group whose ranks know their
+// nodes, it answers for the ranks on one node.
+func (g *Group) AlgorithmFor(bytes int) Algorithm {
 	if g.algorithm != Auto {
 		return g.algorithm
 	}
-	if _, ok := g.conn.(transport.PeerMemory); ok {
-		return Direct
+	g.seq.mu.Lock()
+	sh := g.shape
+	g.seq.mu.Unlock()
+	var s Shape
+	if sh != nil {
+		s = *sh
+	} else {
+		_, shared := g.conn.(transport.PeerMemory)
+		s = FlatShape(g.size)
+		s.PeerMemory = shared
 	}
-	return Ring
+	return Choose(g.model, s, classBytes(sizeClass(bytes)))
 }
 
 // NewGroup makes a Group over conn. The Group owns conn and closes it.
@@ -112,8 +140,17 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 	if nn, ok := conn.(nodeNamer); ok {
 		g.node = nn.NodeName()
 	}
+	if vm, ok := conn.(virtualMemory); ok {
+		g.virtual = vm
+	}
 	for _, o := range opts {
 		o(g)
+	}
+	if !g.modelSet {
+		_, shared := conn.(transport.PeerMemory)
+		g.model = DefaultModel(shared)
+	} else if err := g.model.Validate(); err != nil {
+		return nil, err
 	}
 	if err := g.checkAlgorithm(); err != nil {
 		return nil, err
@@ -351,6 +388,7 @@ func (g *Group) start(ctx context.Context, c call) *Work {
 // execute dispatches to the algorithm.
 func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	h := c.header(g.id, seq)
+	g.startCall(c)
 	switch c.kind {
 	case KindAllReduce:
 		spec, _ := g.algorithm.spec()
@@ -393,6 +431,9 @@ func (g *Group) exchange(ctx context.Context, to int, sh transport.Header, sp []
 // scratchBytes returns an 8-byte aligned scratch buffer of n bytes, reused
 // across calls.
 func (g *Group) scratchBytes(n int) []byte {
+	if g.virtualCall {
+		return g.virtual.VirtualBytes(n)
+	}
 	words := (n + 7) / 8
 	if cap(g.scratch) < words {
 		g.scratch = make([]int64, words)

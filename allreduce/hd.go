@@ -209,7 +209,7 @@ func (g *Group) hdAllReduce(ctx context.Context, h transport.Header, c *call) er
 		}
 		if c.op == Avg {
 			lo, hi := blocks(own)
-			divideBytes(c.dt, buf[lo:hi], n)
+			g.divide(c.dt, buf[lo:hi], n)
 		}
 		if err := g.hdAllGatherSteps(ctx, h, 1+steps, f, v, false, blocks, buf); err != nil {
 			return err
@@ -256,7 +256,7 @@ func (g *Group) hdReduceScatter(ctx context.Context, h transport.Header, c *call
 		return err
 	}
 	if n == 1 || c.count == 0 {
-		copy(c.buf, c.src)
+		g.localCopy(c.buf, c.src)
 		return g.agree(ctx, h)
 	}
 	if err := g.agree(ctx, h); err != nil {
@@ -285,9 +285,9 @@ func (g *Group) hdReduceScatter(ctx context.Context, h transport.Header, c *call
 	}
 	if c.op == Avg {
 		blo, bhi := g.hdChunkBlocks(c, f)(v)
-		divideBytes(c.dt, work[blo:bhi], n)
+		g.divide(c.dt, work[blo:bhi], n)
 	}
-	copy(c.buf, work[lo:hi])
+	g.localCopy(c.buf, work[lo:hi])
 	if r < 2*f.rem {
 		plo, phi := g.chunkBytes(c, r-1)
 		return g.send(ctx, h, unfold, r-1, work[plo:phi])
@@ -312,7 +312,7 @@ func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) er
 		return err
 	}
 	if !sameBytes(c.buf[lo:hi], c.src) {
-		copy(c.buf[lo:hi], c.src)
+		g.localCopy(c.buf[lo:hi], c.src)
 	}
 	if n == 1 || c.count == 0 {
 		return g.agree(ctx, h)
@@ -343,4 +343,30 @@ func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) er
 		return g.send(ctx, h, unfold, r-1, c.buf)
 	}
 	return nil
+}
+
+// hdCost is halving-doubling's predicted time: log2 P reduce-scatter
+// steps moving and reducing M/2, M/4, ..., M/P, the all-gather's log2 P
+// steps moving the same sizes back, each over the link between partners
+// that far apart, and the fold and unfold of doubling.go when N is not a
+// power of two.
+func hdCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	switch {
+	case n == 1:
+		return 0
+	case b == 0:
+		return agreeCost(m, s)
+	}
+	p2 := floorPow2(n)
+	t, part := 0.0, b
+	for mask := 1; mask < p2; mask <<= 1 {
+		part /= 2
+		l := m.partnerLink(s, mask)
+		t += 2*l.time(part) + part*m.Gamma
+	}
+	if n > p2 {
+		t += 2*m.Intra.time(b) + b*m.Gamma
+	}
+	return t
 }

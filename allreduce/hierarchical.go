@@ -14,7 +14,7 @@ import (
 //  2. intra-node Reduce to the node's local rank 0 (its local root) —
 //     the binomial tree, or the pipelined chain for large buffers;
 //  3. inter-node AllReduce among the K local roots (inter-node group 0),
-//     by recursive doubling up to 64 KiB and the ring above; Avg divides
+//     by Auto on the sub-group; Avg divides
 //     the result by N here, once, on each root;
 //  4. intra-node Broadcast from the local root.
 //
@@ -60,7 +60,7 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 			}
 		}
 		if c.op == Avg {
-			divideBytes(c.dt, c.buf, g.size)
+			g.divide(c.dt, c.buf, g.size)
 		}
 	}
 	if hy.intra != nil {
@@ -70,4 +70,34 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 		}
 	}
 	return nil
+}
+
+// hierarchicalCost is the 2D ring's predicted time: the agreement step,
+// the intra-node Reduce, Auto's all-reduce among the K local roots over
+// the inter-node link, and the intra-node Broadcast.
+func hierarchicalCost(m Model, s Shape, b float64) float64 {
+	if s.Ranks == 1 {
+		return 0
+	}
+	t := agreeCost(m, s)
+	if b == 0 {
+		return t
+	}
+	intra, inter := s.intraShape(), s.interShape()
+	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b)
+}
+
+// intraShape is the shape of the ranks of the largest node, interShape
+// that of one rank per node: the sub-groups of hierarchy.go.
+func (s Shape) intraShape() Shape { return Shape{Ranks: s.LocalSize, Nodes: 1, LocalSize: s.LocalSize} }
+func (s Shape) interShape() Shape { return Shape{Ranks: s.Nodes, Nodes: s.Nodes, LocalSize: 1} }
+
+// autoCost is the predicted time of Auto's choice for b bytes on shape s,
+// as a sub-group of a composition runs it.
+func autoCost(m Model, s Shape, b float64) float64 {
+	if s.Ranks <= 1 {
+		return 0
+	}
+	sp, _ := Choose(m, s, classBytes(sizeClass(int(b)))).spec()
+	return sp.cost(m, s, b)
 }

@@ -32,8 +32,9 @@ import (
 // does, the lowest unfinished slot always has all its members at it, and
 // the composition cannot deadlock.
 //
-// The sub-groups run Auto (on a sub-group: recursive doubling up to 64 KiB,
-// the ring above; sub-groups never share memory), with their own header
+// The sub-groups run Auto, choosing by the parent's cost model for their
+// own shape (one node, or one rank per node; sub-groups never share
+// memory), with their own header
 // ids and sequence numbers. The parent's sequence numbers are used only
 // for the agreement step each algorithm starts with (agree.go): a rank
 // that called something else finds out there, with both calls named as
@@ -86,6 +87,7 @@ func (g *Group) hierarchy(ctx context.Context) (*hierarchy, error) {
 	}
 	if mine := hy.members[hy.node]; len(mine) > 1 {
 		hy.intra = g.algorithmSubgroup(mine, childID(g.id, "intra-node", uint64(hy.node)))
+		hy.intra.shape = &Shape{Ranks: len(mine), Nodes: 1, LocalSize: len(mine)}
 	}
 	g.hier = hy
 	return hy, nil
@@ -158,6 +160,7 @@ func (hy *hierarchy) interGroup(g *Group, s int) *Group {
 		members[k] = m[slotHolder(hy.slots, len(m), s)]
 	}
 	sub := g.algorithmSubgroup(members, childID(g.id, "inter-node", uint64(s)))
+	sub.shape = &Shape{Ranks: len(members), Nodes: len(members), LocalSize: 1}
 	hy.inter[s] = sub
 	return sub
 }

@@ -11,8 +11,8 @@ import (
 // largest; M bytes):
 //
 //  1. agreement step on the group (agree.go);
-//  2. intra-node AllReduce of the whole buffer (recursive doubling up to
-//     64 KiB, the ring above): every rank holds its node's result;
+//  2. intra-node AllReduce of the whole buffer (Auto on the node's
+//     sub-group): every rank holds its node's result;
 //  3. for each slot it holds, in increasing order, an inter-node
 //     AllReduce of the whole buffer in inter-node group s: the L
 //     inter-node groups run in parallel, each ending with the full
@@ -59,12 +59,12 @@ func (g *Group) meshAllReduce(ctx context.Context, h transport.Header, c *call) 
 		if shi-slo > 1 {
 			s := g.scratchBytes(2 * len(c.buf))
 			node, work = s[:len(c.buf)], s[len(c.buf):]
-			copy(node, c.buf)
+			g.localCopy(node, c.buf)
 		}
 		for s := slo; s < shi; s++ {
 			buf := c.buf
 			if s > slo {
-				copy(work, node)
+				g.localCopy(work, node)
 				buf = work
 			}
 			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: buf}
@@ -74,7 +74,21 @@ func (g *Group) meshAllReduce(ctx context.Context, h transport.Header, c *call) 
 		}
 	}
 	if c.op == Avg {
-		divideBytes(c.dt, c.buf, g.size)
+		g.divide(c.dt, c.buf, g.size)
 	}
 	return nil
+}
+
+// meshCost is the 2D mesh's predicted time: the agreement step, Auto's
+// intra-node all-reduce of the whole buffer, then Auto's all-reduce of it
+// among one rank per node (the L of them in parallel).
+func meshCost(m Model, s Shape, b float64) float64 {
+	if s.Ranks == 1 {
+		return 0
+	}
+	t := agreeCost(m, s)
+	if b == 0 {
+		return t
+	}
+	return t + autoCost(m, s.intraShape(), b) + autoCost(m, s.interShape(), b)
 }

@@ -96,7 +96,7 @@ func (g *Group) chainReduce(ctx context.Context, h transport.Header, c *call) er
 		}
 	}
 	if c.op == Avg && v == 0 {
-		divideBytes(c.dt, c.buf, n)
+		g.divide(c.dt, c.buf, n)
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func (g *Group) ringAllReduce(ctx context.Context, h transport.Header, c *call) 
 	}
 	if c.op == Avg {
 		lo, hi := g.chunkBytes(c, g.rank)
-		divideBytes(c.dt, c.buf[lo:hi], g.size)
+		g.divide(c.dt, c.buf[lo:hi], g.size)
 	}
 	h.Step = uint32(g.size - 1)
 	return g.ringAllGatherSteps(ctx, h, c, c.buf)
@@ -63,14 +63,14 @@ func (g *Group) ringReduceScatter(ctx context.Context, h transport.Header, c *ca
 		return err
 	}
 	if g.size == 1 || c.count == 0 {
-		copy(c.buf, c.src)
+		g.localCopy(c.buf, c.src)
 		return g.agree(ctx, h)
 	}
 	if err := g.ringReduceScatterSteps(ctx, h, c, c.src, c.buf); err != nil {
 		return err
 	}
 	if c.op == Avg {
-		divideBytes(c.dt, c.buf, g.size)
+		g.divide(c.dt, c.buf, g.size)
 	}
 	return nil
 }
@@ -84,7 +84,7 @@ func (g *Group) ringAllGather(ctx context.Context, h transport.Header, c *call) 
 		return err
 	}
 	if !sameBytes(c.buf[lo:hi], c.src) {
-		copy(c.buf[lo:hi], c.src)
+		g.localCopy(c.buf[lo:hi], c.src)
 	}
 	if g.size == 1 || c.count == 0 {
 		return g.agree(ctx, h)
@@ -158,4 +158,20 @@ func (g *Group) checkLen(what string, got, want int) error {
 // sameBytes reports whether a and b are the same memory.
 func sameBytes(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// ringCost is the ring's predicted time: 2(N-1) steps of c = M/N bytes,
+// the first N-1 also reducing, (N-1)·(2(α + c·β) + c·γ), on the slowest
+// link of the group (some ring neighbours are on other nodes); an empty
+// call is the agreement step.
+func ringCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	switch {
+	case n == 1:
+		return 0
+	case b == 0:
+		return agreeCost(m, s)
+	}
+	l, c := m.link(s), b/float64(n)
+	return float64(n-1) * (2*l.time(c) + c*m.Gamma)
 }

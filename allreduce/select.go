@@ -15,9 +15,9 @@ type Algorithm uint8
 // steps and bytes on the wire, and one row in spec below; adding one is
 // that file, a constant here and the row.
 const (
-	// Auto picks Direct where the transport shares memory between ranks
-	// (transport.PeerMemory); elsewhere Doubling up to 64 KiB and Ring
-	// above. It never picks an algorithm whose requirements fail.
+	// Auto picks, per size class, the algorithm the group's cost model
+	// predicts fastest (Choose; costmodel.go), among those whose
+	// requirements the group meets.
 	Auto Algorithm = iota
 	// Ring is reduce-scatter then all-gather around the ring of ranks
 	// (ring.go).
@@ -66,6 +66,9 @@ type algorithmSpec struct {
 	name  string
 	needs requirement
 	run   func(g *Group, ctx context.Context, h transport.Header, c *call) error
+	// cost is the predicted time in seconds of an AllReduce of the given
+	// bytes (costmodel.go); nil for Auto.
+	cost func(m Model, s Shape, bytes float64) float64
 }
 
 // spec is the algorithm table: parsing, NewGroup's validation, the
@@ -74,23 +77,23 @@ type algorithmSpec struct {
 func (a Algorithm) spec() (s algorithmSpec, ok bool) {
 	switch a {
 	case Auto:
-		return algorithmSpec{"auto", 0, (*Group).autoAllReduce}, true
+		return algorithmSpec{"auto", 0, (*Group).autoAllReduce, nil}, true
 	case Ring:
-		return algorithmSpec{"ring", 0, (*Group).ringAllReduce}, true
+		return algorithmSpec{"ring", 0, (*Group).ringAllReduce, ringCost}, true
 	case Direct:
-		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce}, true
+		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce, directCost}, true
 	case Doubling:
-		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce}, true
+		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce, doublingCost}, true
 	case Tree:
-		return algorithmSpec{"tree", 0, (*Group).dtreeAllReduce}, true
+		return algorithmSpec{"tree", 0, (*Group).dtreeAllReduce, treeCost}, true
 	case HalvingDoubling:
-		return algorithmSpec{"hd", 0, (*Group).hdAllReduce}, true
+		return algorithmSpec{"hd", 0, (*Group).hdAllReduce, hdCost}, true
 	case Hierarchical:
-		return algorithmSpec{"hierarchical", needsTopology, (*Group).hierarchicalAllReduce}, true
+		return algorithmSpec{"hierarchical", needsTopology, (*Group).hierarchicalAllReduce, hierarchicalCost}, true
 	case Torus:
-		return algorithmSpec{"torus", needsTopology, (*Group).torusAllReduce}, true
+		return algorithmSpec{"torus", needsTopology, (*Group).torusAllReduce, torusCost}, true
 	case Mesh:
-		return algorithmSpec{"mesh", needsTopology, (*Group).meshAllReduce}, true
+		return algorithmSpec{"mesh", needsTopology, (*Group).meshAllReduce, meshCost}, true
 	}
 	return algorithmSpec{}, false
 }
@@ -168,18 +171,66 @@ func (g *Group) checkAlgorithm() error {
 	return nil
 }
 
-// doublingMaxBytes is the largest buffer Auto reduces by recursive doubling
-// on transports without shared memory; larger buffers take the ring.
-const doublingMaxBytes = 64 << 10
-
-// autoAllReduce is Auto: Direct where ranks share memory, otherwise
-// Doubling up to doublingMaxBytes and Ring above.
+// autoAllReduce is Auto: the algorithm the cost model predicts fastest
+// for this call's size class on this group's shape, chosen once per
+// class (autoPick).
 func (g *Group) autoAllReduce(ctx context.Context, h transport.Header, c *call) error {
-	if _, ok := g.conn.(transport.PeerMemory); ok {
-		return g.directAllReduce(ctx, h, c)
+	a, err := g.autoPick(ctx, len(c.buf))
+	if err != nil {
+		return err
 	}
-	if len(c.buf) <= doublingMaxBytes {
-		return g.doublingAllReduce(ctx, h, c)
+	spec, _ := a.spec()
+	return spec.run(g, ctx, h, c)
+}
+
+// autoPick is Auto's algorithm for an AllReduce of the given bytes: the
+// cached choice of its size class, or Choose's, made now. The first call
+// of a group whose ranks know their nodes learns the topology (a nested
+// all-gather, once per group), so that every rank chooses from the same
+// shape.
+func (g *Group) autoPick(ctx context.Context, bytes int) (Algorithm, error) {
+	k := sizeClass(bytes)
+	if a := g.picks[k]; a != Auto {
+		return a, nil
 	}
-	return g.ringAllReduce(ctx, h, c)
+	s, err := g.costShape(ctx)
+	if err != nil {
+		return Auto, err
+	}
+	a := Choose(g.model, s, classBytes(k))
+	g.picks[k] = a
+	return a, nil
+}
+
+// costShape is the group's Shape for the cost model.
+func (g *Group) costShape(ctx context.Context) (Shape, error) {
+	g.seq.mu.Lock()
+	known := g.shape
+	g.seq.mu.Unlock()
+	if known != nil {
+		return *known, nil
+	}
+	_, shared := g.conn.(transport.PeerMemory)
+	s := FlatShape(g.size)
+	if g.node != "" {
+		topo, err := g.learnTopology(ctx)
+		if err != nil {
+			return Shape{}, err
+		}
+		s = topo.shape()
+	}
+	s.PeerMemory = shared
+	g.seq.mu.Lock()
+	g.shape = &s
+	g.seq.mu.Unlock()
+	return s, nil
+}
+
+// shape is the cost model's Shape of a topology.
+func (t Topology) shape() Shape {
+	s := Shape{Ranks: t.Size(), Nodes: t.Nodes(), Topology: true}
+	for k := range s.Nodes {
+		s.LocalSize = max(s.LocalSize, len(t.Members(k)))
+	}
+	return s
 }

@@ -72,7 +72,8 @@ func (g *Group) subgroup(members []int, id uint32) *Group {
 	root := g.rootConn()
 	sc := &subConn{root: root, world: world, rank: rank}
 	child := &Group{conn: sc, rank: rank, size: len(members), id: id, worldRank: g.worldRank,
-		world: world, node: g.node, seq: g.seq, algorithm: g.algorithm}
+		world: world, node: g.node, seq: g.seq, algorithm: g.algorithm,
+		model: g.model, modelSet: true, virtual: g.virtual}
 	if ex, ok := root.(transport.Exchanger); ok {
 		sc.ex = ex
 		child.exchanger = sc

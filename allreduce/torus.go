@@ -20,7 +20,7 @@ import (
 //  3. for each slot it holds, in increasing order, an inter-node
 //     AllReduce of that chunk in inter-node group s (one holder of the
 //     chunk per node): L_k of them run in parallel on node k, by
-//     recursive doubling up to 64 KiB and the ring above; Avg divides the
+//     Auto on the sub-group; Avg divides the
 //     rank's chunks by N here, once, on each holder;
 //  4. intra-node AllGather (the ring) of every rank's chunks.
 //
@@ -82,7 +82,7 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 		}
 	}
 	if c.op == Avg {
-		divideBytes(c.dt, c.buf[mine.Lo*es:mine.Hi*es], g.size)
+		g.divide(c.dt, c.buf[mine.Lo*es:mine.Hi*es], g.size)
 	}
 	if hy.intra != nil {
 		ag := call{kind: KindAllGather, dt: c.dt, root: -1, count: c.count,
@@ -92,4 +92,21 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 		}
 	}
 	return nil
+}
+
+// torusCost is the 2D torus's predicted time on even nodes: the agreement
+// step, the intra-node ring reduce-scatter ((L-1) steps of M/L bytes),
+// Auto's all-reduce of M/L bytes among one rank per node, and the
+// intra-node ring all-gather.
+func torusCost(m Model, s Shape, b float64) float64 {
+	if s.Ranks == 1 {
+		return 0
+	}
+	t := agreeCost(m, s)
+	if b == 0 {
+		return t
+	}
+	l := float64(s.LocalSize)
+	c := b / l
+	return t + (l-1)*(2*m.Intra.time(c)+c*m.Gamma) + autoCost(m, s.interShape(), c)
 }

@@ -78,7 +78,7 @@ func (g *Group) treeReduce(ctx context.Context, h transport.Header, c *call) err
 		acc = out
 	}
 	if c.op == Avg {
-		divideBytes(c.dt, c.buf, n)
+		g.divide(c.dt, c.buf, n)
 	}
 	return nil
 }

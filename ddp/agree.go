@@ -24,12 +24,6 @@ import (
 // loss and the stop vote.
 const agreementValues = 2
 
-// ringMinBytes is the smallest buffer allreduce's Auto algorithm reduces
-// with the ring where ranks do not share memory (it takes recursive
-// doubling up to 64 KiB). TestAgreementKeepsGradientsBitwise checks that
-// the two agree.
-const ringMinBytes = 64<<10 + 1
-
 // Agreement is what the ranks agreed on in the last Run (WithAgreement).
 type Agreement struct {
 	Loss float64 // the loss (the node given to Backward) averaged over ranks
@@ -107,8 +101,9 @@ func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int) error {
 //     an all-gather with the bucket's own chunk layout and the values
 //     appended to the last chunk, which is the ring all-reduce step for
 //     step;
-//   - otherwise (a bucket that Auto would reduce by recursive doubling but
-//     whose appended values would tip it over to the ring; the tree,
+//   - otherwise (a bucket that Auto would reduce by recursive doubling or
+//     directly but whose appended values would tip it over to another
+//     algorithm; the tree,
 //     halving-doubling and topology-aware algorithms, whose order also
 //     depends on position; custom collectives, which need not leave every
 //     rank every value): the bucket's own collective, then an all-reduce
@@ -122,14 +117,16 @@ func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int) error {
 		return fmt.Errorf("ddp: the last bucket ends at %d, the arena at %d", hi, len(d.gradArena))
 	}
 	g := d.group
-	n, alg := g.Size(), g.Algorithm()
 	var z T
 	bytes := (hi - lo) * int(unsafe.Sizeof(z))
+	n, alg := g.Size(), g.AlgorithmFor(bytes)
+	// The algorithm the bucket with its values appended would run.
+	withExtras := g.AlgorithmFor(bytes + k*int(unsafe.Sizeof(z)))
 	switch {
 	case d.reduce != nil:
-	case n <= 2 || alg == allreduce.Direct || alg == allreduce.Doubling:
+	case n <= 2 || alg == withExtras && (alg == allreduce.Direct || alg == allreduce.Doubling):
 		return allreduce.AllReduce(ctx, g, d.commArena[lo:hi+k], allreduce.Avg)
-	case alg == allreduce.Ring && bytes >= ringMinBytes:
+	case alg == allreduce.Ring:
 		return d.ringWithExtras(ctx, lo, hi)
 	}
 	if err := d.reduceBucket(ctx, lo, hi); err != nil {

@@ -97,9 +97,9 @@ func TestAgreementKeepsGradientsBitwise(t *testing.T) {
 	for _, a := range allreduce.Algorithms() {
 		variants = append(variants, variant{a.String(), a, false})
 	}
-	// Last bucket sizes in float32 elements: small, Auto's doubling limit
-	// (64 KiB) less one element and exactly (the two values tip both over
-	// it), one past it, and large.
+	// Last bucket sizes in float32 elements: small, a power-of-two size
+	// class boundary of Auto (64 KiB) less one element and exactly (the two
+	// values tip the first over it), one past it, and large.
 	lasts := []int{100, 16383, 16384, 16385, 50001}
 	for _, ranks := range []int{2, 3, 4} {
 		for _, v := range variants {

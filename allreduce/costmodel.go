@@ -1,0 +1,207 @@
+package allreduce
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// The cost model. Each algorithm's file gives its predicted time as a
+// closed formula of the model (below), the group's shape and the bytes of
+// the call, next to its schedule; the table in select.go holds them, Auto
+// takes the cheapest algorithm that can run (its argmin), and the
+// simulator (package sim) runs the same schedules under the same link
+// model, so formula and schedule are checked against each other
+// (TestCostMatchesSimulator).
+//
+// The link model, per message of b bytes over a link l = (α, β):
+//
+//	a send occupies the sender from its start for α + b·β seconds (one
+//	message at a time), and the message arrives at start + α + b·β;
+//	a receive ends at max(its start, the arrival), plus b·γ when it
+//	reduces the payload into a buffer (a plain copy costs nothing more);
+//	an exchange (send to one rank while receiving from another) ends when
+//	both halves have.
+//
+// So one ring step moving c bytes costs α + c·β (+ c·γ when it reduces),
+// and a chain of steps adds up. Links within a node (Intra) and between
+// nodes (Inter) have their own α and β; an algorithm that ignores the
+// topology pays the slower link on every step once the group spans
+// several nodes.
+
+// Link is the cost of messages over one kind of link: Alpha seconds per
+// message plus Beta seconds per byte.
+type Link struct {
+	Alpha float64 `json:"alpha_s"`
+	Beta  float64 `json:"beta_s_per_byte"`
+}
+
+// time is the time of one message of b bytes.
+func (l Link) time(b float64) float64 { return l.Alpha + b*l.Beta }
+
+// Model is the cost model of a machine: its links within a node and
+// between nodes, and Gamma, the seconds per byte a rank spends reducing a
+// received payload into its buffer.
+type Model struct {
+	Intra Link    `json:"intra"`
+	Inter Link    `json:"inter"`
+	Gamma float64 `json:"gamma_s_per_byte"`
+}
+
+// Validate reports a model with a negative, infinite or NaN parameter.
+func (m Model) Validate() error {
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{
+		{"intra.alpha_s", m.Intra.Alpha}, {"intra.beta_s_per_byte", m.Intra.Beta},
+		{"inter.alpha_s", m.Inter.Alpha}, {"inter.beta_s_per_byte", m.Inter.Beta},
+		{"gamma_s_per_byte", m.Gamma},
+	} {
+		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {
+			return fmt.Errorf("%w: cost model %s = %v: must be a finite number ≥ 0", ErrInvalid, p.name, p.v)
+		}
+	}
+	return nil
+}
+
+// DefaultModel is the model a Group uses when none is given (WithModel):
+// for ranks that share memory, this project's in-process transport as
+// measured on a 2-core VM (`cmd/bench -calibrate -transport inproc`); for
+// the others, its tcp transport over loopback on the same VM
+// (`-transport tcp`). Calibrate on the machine at hand for better choices.
+func DefaultModel(peerMemory bool) Model {
+	if peerMemory {
+		return Model{
+			Intra: Link{Alpha: 2e-6, Beta: 1 / 6e9},
+			Inter: Link{Alpha: 2e-6, Beta: 1 / 6e9},
+			Gamma: 1 / 8e9,
+		}
+	}
+	return Model{
+		Intra: Link{Alpha: 30e-6, Beta: 1 / 1.2e9},
+		Inter: Link{Alpha: 30e-6, Beta: 1 / 1.2e9},
+		Gamma: 1 / 8e9,
+	}
+}
+
+// WithModel sets the cost model Auto chooses by (DefaultModel otherwise).
+// Every rank must use the same model: Auto's choice is made on each rank
+// from the model and the group's shape, and ranks that choose differently
+// fail with a mismatch.
+func WithModel(m Model) GroupOption {
+	return func(g *Group) { g.model, g.modelSet = m, true }
+}
+
+// Shape is what a collective's cost depends on besides the model and the
+// bytes: the ranks, how they sit on nodes, and what the transport offers.
+type Shape struct {
+	Ranks int
+	// Nodes is the number of nodes, 1 when the topology is unknown;
+	// LocalSize the largest node's number of ranks.
+	Nodes, LocalSize int
+	// Topology: every rank knows its node (algorithms that need it can
+	// run).
+	Topology bool
+	// PeerMemory: the ranks share an address space (transport.PeerMemory).
+	PeerMemory bool
+}
+
+// FlatShape is the shape of n ranks on one node.
+func FlatShape(n int) Shape { return Shape{Ranks: n, Nodes: 1, LocalSize: n} }
+
+// NodesShape is the shape of n ranks on nodes of localSize consecutive
+// ranks (the last node smaller when localSize does not divide n).
+func NodesShape(n, localSize int) Shape {
+	if localSize <= 0 || localSize >= n {
+		return Shape{Ranks: n, Nodes: 1, LocalSize: n, Topology: localSize > 0}
+	}
+	return Shape{Ranks: n, Nodes: (n + localSize - 1) / localSize, LocalSize: localSize, Topology: true}
+}
+
+// link is the link a topology-blind algorithm pays on every step: the
+// inter-node one once the group spans several nodes.
+func (m Model) link(s Shape) Link {
+	if s.Nodes > 1 {
+		return m.Inter
+	}
+	return m.Intra
+}
+
+// Prediction is one algorithm's predicted time for one call.
+type Prediction struct {
+	Algorithm Algorithm
+	Seconds   float64
+}
+
+// runsOn says whether algorithm a can run on a group of shape s.
+func (s algorithmSpec) runsOn(sh Shape) bool {
+	if s.cost == nil {
+		return false
+	}
+	if s.needs&needsPeerMemory != 0 && !sh.PeerMemory {
+		return false
+	}
+	if s.needs&needsTopology != 0 && !sh.Topology {
+		return false
+	}
+	return true
+}
+
+// Predict is the predicted time of an AllReduce of the given bytes on a
+// group of shape s under model m, for every algorithm that can run there
+// (in table order, Auto left out).
+func Predict(m Model, s Shape, bytes int) []Prediction {
+	var out []Prediction
+	for _, a := range Algorithms() {
+		sp, _ := a.spec()
+		if a == Auto || !sp.runsOn(s) {
+			continue
+		}
+		out = append(out, Prediction{a, sp.cost(m, s, float64(max(bytes, 0)))})
+	}
+	return out
+}
+
+// Choose is Auto's pick for an AllReduce of the given bytes on a group of
+// shape s under model m: the algorithm of least predicted time that can
+// run there (the earlier one in table order on a tie). A group of one
+// rank takes the ring, which returns at once.
+func Choose(m Model, s Shape, bytes int) Algorithm {
+	best, bestT := Ring, math.Inf(1)
+	for _, p := range Predict(m, s, bytes) {
+		if p.Seconds < bestT {
+			best, bestT = p.Algorithm, p.Seconds
+		}
+	}
+	return best
+}
+
+// sizeClass is the index of Auto's cache entry for a call of b bytes:
+// classes are powers of two, [2^(k-1), 2^k) for k ≥ 1 and 0 for 0 bytes,
+// and each is chosen at its lower end, so calls of power-of-two sizes get
+// exactly the model's argmin.
+func sizeClass(b int) int { return bits.Len(uint(b)) }
+
+// classBytes is the size Auto chooses class k's algorithm at.
+func classBytes(k int) int {
+	if k == 0 {
+		return 0
+	}
+	return 1 << (k - 1)
+}
+
+// log2ceil is ⌈log2 n⌉ for n ≥ 1.
+func log2ceil(n int) int { return bits.Len(uint(n - 1)) }
+
+// floorPow2 is the largest power of two ≤ n, for n ≥ 1.
+func floorPow2(n int) int { return 1 << (bits.Len(uint(n)) - 1) }
+
+// agreeCost is the agreement step (agree.go): one 0-byte exchange with
+// the ring neighbours.
+func agreeCost(m Model, s Shape) float64 {
+	if s.Ranks == 1 {
+		return 0
+	}
+	return m.link(s).Alpha
+}

@@ -1,0 +1,139 @@
+package allreduce_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+)
+
+// randomModel is a model with links between 100 ns and 1 ms per message
+// and 0.1 to 1000 GB/s.
+func randomModel(rng *rand.Rand) allreduce.Model {
+	link := func() allreduce.Link {
+		return allreduce.Link{Alpha: 1e-7 * float64(int(1)<<rng.IntN(14)), Beta: 1 / (1e8 * float64(int(1)<<rng.IntN(14)))}
+	}
+	return allreduce.Model{Intra: link(), Inter: link(), Gamma: 1 / (1e8 * float64(int(1)<<rng.IntN(10)))}
+}
+
+// Auto never picks an algorithm the group cannot run, whatever the model,
+// shape and size.
+func TestChooseMeetsRequirements(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 3000; i++ {
+		m := randomModel(rng)
+		n := 1 + rng.IntN(300)
+		s := allreduce.NodesShape(n, rng.IntN(n+1))
+		if rng.IntN(3) == 0 {
+			s.Topology = false
+			s.Nodes, s.LocalSize = 1, n
+		}
+		s.PeerMemory = rng.IntN(2) == 0
+		b := 0
+		if k := rng.IntN(30); k > 0 {
+			b = 1<<k + rng.IntN(1<<k)
+		}
+		a := allreduce.Choose(m, s, b)
+		var runnable []allreduce.Algorithm
+		for _, p := range allreduce.Predict(m, s, b) {
+			runnable = append(runnable, p.Algorithm)
+			if !(p.Seconds >= 0) {
+				t.Fatalf("%+v, %d bytes: %v predicted %v s", s, b, p.Algorithm, p.Seconds)
+			}
+		}
+		ok := false
+		for _, r := range runnable {
+			ok = ok || r == a
+		}
+		if !ok {
+			t.Fatalf("%+v, %d bytes: Auto picked %v, which cannot run there (runnable: %v)", s, b, a, runnable)
+		}
+		if !s.PeerMemory && a == allreduce.Direct || !s.Topology && (a == allreduce.Hierarchical || a == allreduce.Torus || a == allreduce.Mesh) {
+			t.Fatalf("%+v: picked %v", s, a)
+		}
+	}
+}
+
+// A group's Auto follows its model: a model where messages are dear and
+// bytes cheap picks a latency algorithm for every size; one where bytes
+// are dear picks a bandwidth-optimal one for large buffers.
+func TestAutoFollowsModel(t *testing.T) {
+	conns, _, err := allreducetest.InprocConns(4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latency := allreduce.Model{Intra: allreduce.Link{Alpha: 1e-3, Beta: 1e-15}, Inter: allreduce.Link{Alpha: 1e-3, Beta: 1e-15}, Gamma: 1e-15}
+	g, err := allreduce.NewGroup(plainConn{conns[0]}, allreduce.WithModel(latency))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []int{8, 1 << 20, 1 << 28} {
+		if a := g.AlgorithmFor(b); a != allreduce.Doubling {
+			t.Errorf("latency-bound model, %d bytes: Auto runs %v, want doubling", b, a)
+		}
+	}
+	bandwidth := allreduce.Model{Intra: allreduce.Link{Alpha: 1e-9, Beta: 1e-9}, Inter: allreduce.Link{Alpha: 1e-9, Beta: 1e-9}, Gamma: 1e-9}
+	g2, err := allreduce.NewGroup(plainConn{conns[1]}, allreduce.WithModel(bandwidth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := g2.AlgorithmFor(1 << 26); a == allreduce.Doubling || a == allreduce.Tree {
+		t.Errorf("bandwidth-bound model, 64 MiB: Auto runs %v, want a bandwidth-optimal algorithm", a)
+	}
+	bad := latency
+	bad.Gamma = -1
+	if _, err := allreduce.NewGroup(conns[2], allreduce.WithModel(bad)); err == nil || !strings.Contains(err.Error(), "gamma") {
+		t.Errorf("negative γ: NewGroup error %v, want one naming gamma", err)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+func TestProfileFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.json")
+	want := allreduce.Profile{Transport: "tcp", Ranks: 4, Model: allreduce.DefaultModel(false),
+		Measurements: []allreduce.Measurement{{Algorithm: "ring", Bytes: 1024, Seconds: 1e-4}}}
+	if err := allreduce.WriteProfile(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := allreduce.ReadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Model != want.Model || got.Ranks != 4 || len(got.Measurements) != 1 || got.Version != allreduce.ProfileVersion {
+		t.Fatalf("read back %+v, wrote %+v", got, want)
+	}
+	p, ok, err := allreduce.ProfileFromEnv(func(k string) string {
+		if k == allreduce.ProfileEnv {
+			return path
+		}
+		return ""
+	})
+	if err != nil || !ok || p.Model != want.Model {
+		t.Fatalf("ProfileFromEnv: %+v %v %v", p, ok, err)
+	}
+	if _, ok, err := allreduce.ProfileFromEnv(func(string) string { return "" }); ok || err != nil {
+		t.Fatalf("unset env: ok %v err %v", ok, err)
+	}
+	for name, body := range map[string]string{
+		"garbage":   "not json",
+		"version":   `{"version": 9, "model": {}}`,
+		"negative":  `{"version": 1, "model": {"intra": {"alpha_s": -1}}}`,
+		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
+		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,
+	} {
+		bad := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(bad, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := allreduce.ReadProfile(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%s: ReadProfile error %v, want one naming the file", name, err)
+		}
+	}
+}
