@@ -16,8 +16,8 @@ import (
 //
 // The link model, per message of b bytes over a link l = (α, β):
 //
-//	a send occupies the sender from its start for α + b·β seconds (one
-//	message at a time), and the message arrives at start + α + b·β;
+//	a send occupies the sender's link from its start for b·β seconds
+//	(one message at a time), and the message arrives at start + α + b·β;
 //	a receive ends at max(its start, the arrival), plus b·γ when it
 //	reduces the payload into a buffer (a plain copy costs nothing more);
 //	an exchange (send to one rank while receiving from another) ends when
@@ -123,6 +123,16 @@ func NodesShape(n, localSize int) Shape {
 // inter-node one once the group spans several nodes.
 func (m Model) link(s Shape) Link {
 	if s.Nodes > 1 {
+		return m.Inter
+	}
+	return m.Intra
+}
+
+// between is the link between ranks a and b of shape s, whose nodes are
+// blocks of LocalSize consecutive ranks (as the simulator and
+// inproc.WithLocalSize place them).
+func (m Model) between(s Shape, a, b int) Link {
+	if s.Nodes > 1 && s.LocalSize > 0 && a/s.LocalSize != b/s.LocalSize {
 		return m.Inter
 	}
 	return m.Intra

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -104,9 +105,11 @@ func (g *Group) doublingAllReduce(ctx context.Context, h transport.Header, c *ca
 const unfoldStep = ^uint32(0) - 1
 
 // doublingCost is recursive doubling's predicted time: ⌈log2 P⌉ steps
-// exchanging and reducing the whole buffer, each over the link between
-// partners that far apart, plus the fold (one reducing step) and the
-// unfold (one copy) when N is not a power of two.
+// exchanging and reducing the whole buffer M, α + M·β + M·γ each over the
+// link between the partners, plus, when N is not a power of two, the
+// fold (one reducing step) and the unfold (one copy). With a fold, some
+// active ranks start a step later than their partners, so the time is
+// the latest of the P active ranks' clocks, pairStepsCost.
 func doublingCost(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
@@ -115,22 +118,55 @@ func doublingCost(m Model, s Shape, b float64) float64 {
 	case b == 0:
 		return agreeCost(m, s)
 	}
-	p2 := floorPow2(n)
-	t := 0.0
-	for mask := 1; mask < p2; mask <<= 1 {
-		t += m.partnerLink(s, mask).time(b) + b*m.Gamma
+	var steps []pairStep
+	for mask := 1; mask < floorPow2(n); mask <<= 1 {
+		steps = append(steps, pairStep{mask: mask, bytes: b, reduce: true})
 	}
-	if n > p2 {
-		t += 2*m.Intra.time(b) + b*m.Gamma
-	}
-	return t
+	return pairStepsCost(m, s, b, steps)
 }
 
-// partnerLink is the link between ranks dist apart: within a node while
-// dist is below the node size.
-func (m Model) partnerLink(s Shape, dist int) Link {
-	if s.Nodes > 1 && dist >= s.LocalSize {
-		return m.Inter
+// pairStep is one step of recursive doubling or halving among the active
+// ranks of hdFold: partners v and v XOR mask exchange bytes, reducing or
+// copying.
+type pairStep struct {
+	mask   int
+	bytes  float64
+	reduce bool
+}
+
+// pairStepsCost is the time of the fold of N ranks onto P (each even rank
+// r < 2R sends its M bytes to r+1, which reduces them), the steps among
+// the P active ranks, and the unfold (r+1 sends the M-byte result back),
+// under the link model: every active rank's clock is followed through the
+// steps — c_v ← max(c_v + x·β, max(c_v, c_partner + α + x·β) + x·γ) — so
+// ranks that the fold delays are accounted exactly; O(P log P).
+func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
+	f := foldOf(s.Ranks)
+	clock := make([]float64, f.p2)
+	next := make([]float64, f.p2)
+	for v := 0; v < f.rem; v++ {
+		r := f.real(v)
+		clock[v] = m.between(s, r-1, r).time(b) + b*m.Gamma
 	}
-	return m.Intra
+	for _, st := range steps {
+		for v := range clock {
+			p := v ^ st.mask
+			l := m.between(s, f.real(v), f.real(p))
+			got := math.Max(clock[v], clock[p]+l.time(st.bytes))
+			if st.reduce {
+				got += st.bytes * m.Gamma
+			}
+			next[v] = math.Max(clock[v]+st.bytes*l.Beta, got)
+		}
+		clock, next = next, clock
+	}
+	end := 0.0
+	for v, c := range clock {
+		if v < f.rem {
+			r := f.real(v)
+			c += m.between(s, r, r-1).time(b)
+		}
+		end = math.Max(end, c)
+	}
+	return end
 }

@@ -347,9 +347,9 @@ func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) er
 
 // hdCost is halving-doubling's predicted time: log2 P reduce-scatter
 // steps moving and reducing M/2, M/4, ..., M/P, the all-gather's log2 P
-// steps moving the same sizes back, each over the link between partners
-// that far apart, and the fold and unfold of doubling.go when N is not a
-// power of two.
+// steps moving the same sizes back, each α + x·β (+ x·γ) over the link
+// between the partners, with the fold and unfold of doubling.go when N is
+// not a power of two (pairStepsCost).
 func hdCost(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
@@ -358,15 +358,12 @@ func hdCost(m Model, s Shape, b float64) float64 {
 	case b == 0:
 		return agreeCost(m, s)
 	}
-	p2 := floorPow2(n)
-	t, part := 0.0, b
-	for mask := 1; mask < p2; mask <<= 1 {
+	var rs, ag []pairStep
+	part := b
+	for mask := 1; mask < floorPow2(n); mask <<= 1 {
 		part /= 2
-		l := m.partnerLink(s, mask)
-		t += 2*l.time(part) + part*m.Gamma
+		rs = append(rs, pairStep{mask: mask, bytes: part, reduce: true})
+		ag = append([]pairStep{{mask: mask, bytes: part}}, ag...)
 	}
-	if n > p2 {
-		t += 2*m.Intra.time(b) + b*m.Gamma
-	}
-	return t
+	return pairStepsCost(m, s, b, append(rs, ag...))
 }

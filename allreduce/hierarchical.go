@@ -83,8 +83,11 @@ func hierarchicalCost(m Model, s Shape, b float64) float64 {
 	if b == 0 {
 		return t
 	}
+	// The Broadcast's agreement step is off the critical path: the other
+	// ranks of the node sent theirs long before the local root, back from
+	// the inter-node phase, sends its own with the data right behind it.
 	intra, inter := s.intraShape(), s.interShape()
-	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b)
+	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b) - agreeCost(m, intra)
 }
 
 // intraShape is the shape of the ranks of the largest node, interShape

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -161,9 +162,10 @@ func sameBytes(a, b []byte) bool {
 }
 
 // ringCost is the ring's predicted time: 2(N-1) steps of c = M/N bytes,
-// the first N-1 also reducing, (N-1)·(2(α + c·β) + c·γ), on the slowest
-// link of the group (some ring neighbours are on other nodes); an empty
-// call is the agreement step.
+// the first N-1 also reducing. On one kind of link every rank waits for
+// its left neighbour each step: (N-1)·(2(α + c·β) + c·γ). On K > 1 nodes
+// of L ranks the ring crosses K inter-node links and N-K intra-node ones,
+// and the time of each phase is its longest path (ringPhaseCost).
 func ringCost(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
@@ -172,6 +174,22 @@ func ringCost(m Model, s Shape, b float64) float64 {
 	case b == 0:
 		return agreeCost(m, s)
 	}
-	l, c := m.link(s), b/float64(n)
-	return float64(n-1) * (2*l.time(c) + c*m.Gamma)
+	c := b / float64(n)
+	if s.Nodes <= 1 {
+		return float64(n-1) * (2*m.Intra.time(c) + c*m.Gamma)
+	}
+	return ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c)+c*m.Gamma, m.Inter.time(c)+c*m.Gamma, math.Max(c*m.Inter.Beta, c*m.Gamma)) +
+		ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c), m.Inter.time(c), c*m.Inter.Beta)
+}
+
+// ringPhaseCost is the time of one phase of the ring, steps steps on
+// nodes of L ranks: the longest path through the steps, where a step
+// either takes the message from the left neighbour (moveIntra, or
+// moveInter once every L steps at best) or stays on the rank that sends
+// between nodes, whose sends alone take stay each. The longest path
+// either moves every step, stays every step, or moves once across the
+// inter-node link and stays.
+func ringPhaseCost(steps, l int, moveIntra, moveInter, stay float64) float64 {
+	allMove := float64(steps)*moveIntra + float64((steps+l-1)/l)*(moveInter-moveIntra)
+	return math.Max(allMove, math.Max(float64(steps)*stay, float64(steps-1)*stay+moveInter))
 }
