@@ -1,0 +1,112 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// DefaultTimeout is how long, in real time, a blocking call waits without
+// progress before it fails with transport.ErrTimeout, unless
+// Config.Timeout says otherwise.
+const DefaultTimeout = 30 * time.Second
+
+// Link is the cost of one class of link: a message of n bytes occupies
+// the sender's egress port for n·Beta seconds and arrives Alpha + n·Beta
+// seconds after it started.
+type Link struct {
+	Alpha float64 // seconds per message (latency)
+	Beta  float64 // seconds per byte (inverse bandwidth)
+}
+
+// SlowLink makes the directed link From → To slower: Alpha and Beta of
+// every message on it are multiplied by Factor.
+type SlowLink struct {
+	From, To int
+	Factor   float64
+}
+
+// Config is a simulated world.
+type Config struct {
+	// Ranks is the number of ranks, at least 1.
+	Ranks int
+	// LocalSize is the number of consecutive ranks per node (the last node
+	// smaller when it does not divide Ranks). 0, or Ranks or more, puts
+	// every rank on one node.
+	LocalSize int
+	// Intra is the link between two ranks of one node (a rank to itself
+	// included), Inter the link between ranks of different nodes.
+	Intra, Inter Link
+	// Gamma is the cost in seconds per byte of reducing a received
+	// message (a receive into a sink that is not a transport.Placer).
+	Gamma float64
+	// SlowRank, when SlowFactor is not 0, is a rank every message of
+	// which (sent or received) has Alpha and Beta multiplied by
+	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
+	SlowRank   int
+	SlowFactor float64
+	// SlowLinks are directed links with their own factors; a link listed
+	// twice gets the product. They multiply with SlowFactor.
+	SlowLinks []SlowLink
+	// TimingOnly accounts payload bytes without moving them where they
+	// lie in the world's virtual arena (World.Buffer): see the package
+	// documentation.
+	TimingOnly bool
+	// Timeout bounds, in real time, how long a blocking call waits for
+	// progress (default DefaultTimeout).
+	Timeout time.Duration
+}
+
+func finiteNonNeg(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
+
+func positiveFactor(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("sim: %s: %w", fmt.Sprintf(format, args...), transport.ErrInvalid)
+}
+
+// validate reports the first field of c that is out of range.
+func (c Config) validate() error {
+	if c.Ranks < 1 {
+		return invalid("Config.Ranks is %d (need at least 1 rank)", c.Ranks)
+	}
+	if c.LocalSize < 0 {
+		return invalid("Config.LocalSize is %d (need 0 or more)", c.LocalSize)
+	}
+	for _, l := range []struct {
+		name string
+		x    float64
+	}{
+		{"Config.Intra.Alpha", c.Intra.Alpha}, {"Config.Intra.Beta", c.Intra.Beta},
+		{"Config.Inter.Alpha", c.Inter.Alpha}, {"Config.Inter.Beta", c.Inter.Beta},
+		{"Config.Gamma", c.Gamma},
+	} {
+		if !finiteNonNeg(l.x) {
+			return invalid("%s is %v (need a finite number >= 0)", l.name, l.x)
+		}
+	}
+	if c.SlowFactor != 0 && c.SlowRank >= 0 {
+		if !positiveFactor(c.SlowFactor) {
+			return invalid("Config.SlowFactor is %v (need a finite number > 0)", c.SlowFactor)
+		}
+		if c.SlowRank >= c.Ranks {
+			return invalid("Config.SlowRank is %d (world of %d ranks)", c.SlowRank, c.Ranks)
+		}
+	} else if math.IsNaN(c.SlowFactor) || c.SlowFactor < 0 || math.IsInf(c.SlowFactor, 0) {
+		return invalid("Config.SlowFactor is %v (need a finite number > 0, or 0 for none)", c.SlowFactor)
+	}
+	for i, s := range c.SlowLinks {
+		if s.From < 0 || s.From >= c.Ranks || s.To < 0 || s.To >= c.Ranks {
+			return invalid("Config.SlowLinks[%d] is link %d→%d (world of %d ranks)", i, s.From, s.To, c.Ranks)
+		}
+		if !positiveFactor(s.Factor) {
+			return invalid("Config.SlowLinks[%d].Factor is %v (need a finite number > 0)", i, s.Factor)
+		}
+	}
+	if c.Timeout < 0 {
+		return invalid("Config.Timeout is %v (need 0 for the default, or more)", c.Timeout)
+	}
+	return nil
+}

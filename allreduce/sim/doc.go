@@ -1,0 +1,123 @@
+// Package sim is a simulated transport: N virtual ranks in one process,
+// each with a virtual clock, so that the library's unchanged algorithm
+// code runs on thousands of ranks and reports modelled times instead of
+// measured ones.
+//
+// # Vocabulary
+//
+//   - rank, message, header, sink: as in package transport.
+//   - node: ranks r with the same r / Config.LocalSize (consecutive blocks
+//     of LocalSize ranks, the last block smaller when LocalSize does not
+//     divide N; LocalSize 0 or >= N puts every rank on one node). A Conn
+//     names its node "node<k>" (NodeName), so topology-aware algorithms
+//     (hierarchical, torus, mesh) find it.
+//   - link: the cost of a message, Link{Alpha, Beta}: Config.Intra between
+//     two ranks of one node (a rank and itself included), Config.Inter
+//     between nodes.
+//   - clock t_r: rank r's virtual time in seconds (float64), from 0.
+//   - reduce: a receive whose sink is not a transport.Placer (a Placer is a
+//     plain copy; any other sink combines the bytes with local data).
+//
+// # Link model
+//
+// For a message from rank s to rank d of n bytes, let f be the product of
+// Config.SlowFactor if s or d is Config.SlowRank (once, also for s == d)
+// and the Factor of every Config.SlowLinks entry for s → d (1 if none),
+// and α = Link.Alpha·f, β = Link.Beta·f for the link's class. With γ =
+// Config.Gamma:
+//
+//	Send(to, n bytes) at clock t on rank s:
+//	    start       = max(t, egressFree_s)      // one message at a time leaves s
+//	    egressFree_s = start + n·β
+//	    arrival     = start + α + n·β           // carried by the message
+//	    t_s         = start + n·β               // eager: s does not wait for d
+//
+//	Recv(from, n, sink) at clock t on rank d:
+//	    t_d = max(t, arrival) + (reduce ? n·γ : 0)
+//
+//	Exchange(to, sp, from, n, sink) at clock t:
+//	    sendDone = start + len(sp)·β            // the Send rule, from t
+//	    recvDone = max(t, arrival) + (reduce ? n·γ : 0)   // the Recv rule, from t
+//	    t        = max(sendDone, recvDone)
+//
+// (Floating point: arrival is computed as (start + α) + n·β.) Receivers are
+// not serialised: a rank's ingress is unlimited and full duplex with its
+// egress. Advance(d) adds d seconds of modelled local work to a clock;
+// AlignClocks is a barrier of zero virtual cost that sets every clock to
+// the latest one. Since a Send leaves the sender's clock at its egressFree
+// and clocks never go back, egressFree never exceeds the clock: a rank's
+// consecutive sends are serialised (the second starts when the first has
+// left) through its clock.
+//
+// Example: one Send of n bytes from s to d, both at clock 0, then d's
+// Recv into a Placer: t_s = n·β, t_d = α + n·β; into a reducing sink,
+// t_d = α + n·β + n·γ. Two back-to-back Sends of n bytes leave at 0 and
+// n·β and arrive at α + n·β and α + 2n·β.
+//
+// # Determinism
+//
+// A rank's clock is a function of its own program order (the calls it
+// makes, each naming its peer) and of the timestamps carried by the
+// messages it receives; messages between an ordered pair are delivered in
+// send order, and a receive names its source. So the virtual times are the
+// same whatever the goroutine scheduling: the ranks run as ordinary
+// concurrent goroutines, with no global scheduler, and two runs of one
+// program give bitwise identical clocks. This holds as long as each rank
+// issues its calls in a deterministic order from one goroutine at a time
+// (package allreduce does, using Exchange).
+//
+// # Timing-only mode
+//
+// With Config.TimingOnly, payload bytes are accounted but not moved where
+// they lie in the world's virtual arena: World.Buffer(n) (and
+// Conn.VirtualBytes) return n bytes of one region shared by every rank and
+// every call, which the transport never reads or writes. On linux it is an
+// anonymous PROT_NONE, MAP_NORESERVE mapping (PROT_NONE on the BSDs and
+// darwin), so it costs no memory and any accidental access faults; it
+// grows by a new mapping when a larger n is asked for and is unmapped by
+// World.Close. Elsewhere it is ordinary memory the transport does not
+// touch. So 1024 ranks can run an all-reduce of 256 MiB each.
+//
+// A Send of a payload that lies in the arena (Conn.Virtual) copies
+// nothing: only its length travels. Its Recv calls the sink not at all
+// (neither Consume nor Place), even if the receiver's destination is real
+// memory (which then keeps its old bytes), but charges exactly the time a
+// real message would, γ included when the sink is not a Placer. Payloads
+// outside the arena are always copied and delivered, in either mode (small
+// control messages, like a topology exchange, use real memory); a real
+// payload received into a Placer whose destination lies in the arena is
+// not written. Timing-only mode therefore gives the same virtual times as
+// real-payload mode for the same program.
+//
+// In real-payload mode everything is copied: Send copies the payload (the
+// caller may reuse it at once) into a pooled buffer that the receive hands
+// to the sink, in one piece (Consume, or Place and a copy), and returns to
+// the pool.
+//
+// # The rest of the contract
+//
+// Header and length are checked on receipt: a difference is a
+// *transport.MismatchError to the receiver, and to the sender from its
+// blocked receive or next call. Close, Abort (which, as in package inproc,
+// fails every rank's blocked call with the aborting rank's cause), the
+// context and a real-time timeout (Config.Timeout) unblock pending calls.
+// When every rank that is not closed is blocked in a receive or
+// AlignClocks and nothing pending can satisfy any of them, every blocked
+// call fails at once with a *DeadlockError (wrapping transport.ErrTimeout)
+// that names each blocked rank and the rank and header it waits for. This
+// detection assumes, as determinism does, that a rank does not have a
+// second goroutine about to send while its receive blocks.
+//
+// # Not modelled
+//
+//   - Contention for shared resources: the ranks of a node do not share a
+//     NIC, links do not share switches, and ingress is unlimited. Shared
+//     resources would make a message's cost depend on the real order in
+//     which goroutines reach them, which breaks determinism; they need a
+//     global scheduler that processes events in virtual-time order, left
+//     for the future.
+//   - Local copies and reductions the algorithm does itself outside a
+//     receive (only a receive's reduction is charged, by γ), memory
+//     bandwidth, and CPU time (add it with Advance).
+//   - Eager-send limits: a Send never blocks, whatever the receiver does.
+package sim
