@@ -13,12 +13,13 @@ const module = "github.com/ringddp/ringddp"
 var forbidden = map[string][]string{
 	"allreduce/transport": {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/inproc":    {"allreduce", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
-	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "ddp", "zero", "optim", "models", "datasets"},
-	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce/sim":       {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 	"optim":               {"allreduce", "ddp", "zero", "models", "datasets"},
 	"models":              {"allreduce", "ddp", "zero", "optim", "datasets"},
 	"datasets":            {"allreduce", "ddp", "zero", "optim", "models"},
-	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
 	"zero":                {"models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
 }
 
