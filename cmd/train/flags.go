@@ -29,6 +29,10 @@ type options struct {
 	blas       string                  // the BLAS in use, for the report
 	resumed    *trainer.CheckpointInfo // the -resume checkpoint's record
 	exportData string                  // -export-data: write the bundled MNIST here instead of training
+
+	maxRestarts int      // -max-restarts: restarts of a failed tcp job (its launcher's)
+	minRanks    int      // -min-ranks: the fewest ranks a restart may run on
+	resumeNotes []string // what -resume latest skipped, and what it chose
 }
 
 // parseFlags parses args. It returns nil, nil after printing the usage for
@@ -55,7 +59,11 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		data        = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
 		exportData  = fs.String("export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
 		checkpoint  = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
-		resume      = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values")
+		resume      = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
+		ckEvery     = fs.Int64("checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
+		ckKeep      = fs.Int("checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
+		maxRestarts = fs.Int("max-restarts", 0, "with -transport tcp on one host: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint)")
+		minRanks    = fs.Int("min-ranks", 0, "with -max-restarts: the fewest ranks a restart may run on when a rank cannot be restarted (fails at start-up); the global batch is kept (default: -ranks, never fewer)")
 		maxSteps    = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
 		out         = fs.String("out", "", "write metrics.csv and loss_accuracy.png into this directory")
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
@@ -88,10 +96,19 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	}
 
 	o := &options{out: *out, json: *jsonOut, quiet: *quiet, cpuProfile: *cpuProfile}
-	if err := tf.CheckName(); err != nil {
+	var err error
+	if err = tf.CheckName(); err != nil {
 		return nil, err
 	}
 
+	if *resume == resumeLatest {
+		if *checkpoint == "" {
+			return nil, errors.New("-resume latest needs -checkpoint: it resumes from the newest valid checkpoint written there")
+		}
+		if *resume, o.resumeNotes, err = latestCheckpoint(*checkpoint); err != nil {
+			return nil, err
+		}
+	}
 	// With -resume, what the checkpoint fixes defaults to its values.
 	if *resume != "" {
 		info, err := trainer.ReadCheckpointInfo(*resume)
@@ -123,11 +140,16 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 
 	// -transport tcp: this process is a rank of a launched job (whose world
 	// size -ranks becomes) or its launcher.
-	var err error
 	if o.tr, err = tf.Resolve(*ranks, given, os.Getenv); err != nil {
 		return nil, err
 	}
 	*ranks = o.tr.Ranks
+	if !given["checkpoint-keep"] && (*ckEvery > 0 || *maxRestarts > 0) {
+		*ckKeep = defaultKeep
+	}
+	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, *maxRestarts, *minRanks, given, *checkpoint, os.Getenv); err != nil {
+		return nil, err
+	}
 
 	switch *optName {
 	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
@@ -171,8 +193,19 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-bucket-mb %v: must be positive (MiB)", *bucketMB)
 	case *maxSteps < 0:
 		return nil, fmt.Errorf("-max-steps %d: must not be negative", *maxSteps)
+	case *ckEvery < 0:
+		return nil, fmt.Errorf("-checkpoint-every %d: must not be negative", *ckEvery)
+	case *ckKeep < 0:
+		return nil, fmt.Errorf("-checkpoint-keep %d: must not be negative", *ckKeep)
+	case (*ckEvery > 0 || *ckKeep > 0) && *checkpoint == "":
+		return nil, errors.New("-checkpoint-every and -checkpoint-keep need -checkpoint: the file they write")
 	case given["hidden"] && *model != trainer.ModelMLP:
 		return nil, fmt.Errorf("-hidden applies to -model mlp only")
+	}
+	if o.tr.Launcher() { // the ranks of a restart may be fewer already
+		if err := checkShrink(*batch, o.minRanks, *ranks); err != nil {
+			return nil, err
+		}
 	}
 	var widths []int
 	if *model == trainer.ModelMLP {
@@ -187,7 +220,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Epochs: *epochs, GlobalBatch: *batch, EvalBatch: *evalBatch,
 		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
 		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
-		Checkpoint: *checkpoint, Resume: *resume, MaxSteps: *maxSteps,
+		Checkpoint: *checkpoint, CheckpointEvery: *ckEvery, CheckpointKeep: *ckKeep,
+		Resume: *resume, MaxSteps: *maxSteps,
 		Connect: o.connect,
 	}
 	if err := o.cfg.Validate(); err != nil {

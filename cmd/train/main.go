@@ -11,7 +11,9 @@
 // Each rank is a goroutine with its own model replica; gradients are
 // averaged with all-reduce while the backward pass runs. Ctrl-C stops all
 // ranks after the same step and writes a checkpoint (with -checkpoint);
-// a second Ctrl-C exits at once. Run with -h for the flags.
+// a second Ctrl-C exits at once. With -transport tcp -max-restarts K the
+// launcher restarts a job that lost a rank from its newest valid
+// checkpoint (docs/elastic.md). Run with -h for the flags.
 package main
 
 import (
@@ -19,18 +21,25 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+
+	"github.com/ringddp/ringddp/internal/launch"
 )
 
-func main() {
+func main() { os.Exit(runMain(runEnv{ranks: launch.ThisProgram})) }
+
+// runMain is main with env: it trains as the command line says and returns
+// the exit status.
+func runMain(env runEnv) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	go func() {
 		<-ctx.Done()
 		stop() // a second Ctrl-C kills the process
 	}()
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := runWith(ctx, os.Args[1:], os.Stdout, env)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

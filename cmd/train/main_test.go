@@ -55,7 +55,7 @@ func runTrain(t *testing.T, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := runWith(ctx, args, &out, selftest.RankCommand)
+	err := runWith(ctx, args, &out, runEnv{ranks: selftest.RankCommand})
 	return out.String(), err
 }
 
@@ -218,7 +218,8 @@ func TestHelp(t *testing.T) {
 	require.NoError(t, err)
 	for _, f := range []string{"-ranks", "-model", "-dtype", "-epochs", "-batch", "-lr", "-momentum", "-weight-decay",
 		"-optim", "-bucket-mb", "-seed", "-data", "-export-data", "-checkpoint", "-resume", "-max-steps", "-out", "-json", "-transport",
-		"-timeout", "-quiet", "-nnodes", "-node-rank", "-master", "-insecure"} {
+		"-timeout", "-quiet", "-nnodes", "-node-rank", "-master", "-insecure",
+		"-checkpoint-every", "-checkpoint-keep", "-max-restarts", "-min-ranks"} {
 		require.Regexp(t, `(?m)^  `+f+`( |$)`, out)
 	}
 }

@@ -17,13 +17,22 @@ import (
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
-// run parses args, trains, and writes the report to stdout.
-func run(ctx context.Context, args []string, stdout io.Writer) error {
-	return runWith(ctx, args, stdout, launch.ThisProgram)
+// runEnv is what the command runs with besides its arguments.
+type runEnv struct {
+	// ranks is the command of a -transport tcp job's ranks.
+	ranks launch.RankCommand
+	// adjust, if set, changes the trainer's configuration before training
+	// (the tests' fault injection).
+	adjust func(*trainer.Config)
 }
 
-// runWith is run with ranks as the command of a -transport tcp job's ranks.
-func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.RankCommand) error {
+// run parses args, trains, and writes the report to stdout.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	return runWith(ctx, args, stdout, runEnv{ranks: launch.ThisProgram})
+}
+
+// runWith is run in env.
+func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) error {
 	o, err := parseFlags(args, stdout)
 	if err != nil {
 		return err
@@ -38,9 +47,19 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.
 		// Rank 0's stdout is the job's report. Ctrl-C is forwarded to the
 		// ranks, which stop after the same step (and write the checkpoint)
 		// as in-process ranks do.
-		return o.tr.Launch(ctx, args, ranks, stdout)
+		if o.maxRestarts > 0 {
+			return o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
+		}
+		return o.tr.Launch(ctx, args, env.ranks, stdout)
 	}
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
+	// Under an elastic launcher, rank 0 reports its progress on the status
+	// pipe: where a failure lost it, when a restart trains again.
+	status, err := launch.OpenStatus(os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer status.Close()
 	o.blas = blas.Setup()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -69,8 +88,12 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.
 			printPlan(stdout, p, o)
 		}
 		prog.plan(p)
+		status.Started(p.GlobalStep)
 	}
-	cfg.OnStep = prog.step
+	cfg.OnStep = func(s trainer.StepInfo) {
+		prog.step(s)
+		status.Stepped(s.GlobalStep)
+	}
 	cfg.OnEpoch = func(m trainer.EpochMetrics) {
 		prog.done()
 		all = append(all, m)
@@ -86,6 +109,14 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.
 		if o.out != "" && outErr == nil {
 			outErr = writeOutputs(o.out, all)
 		}
+	}
+	if text && !o.quiet && o.tr.HoldsRank0() {
+		for _, n := range o.resumeNotes {
+			fmt.Fprintf(stdout, "-resume latest: %s\n", n)
+		}
+	}
+	if env.adjust != nil {
+		env.adjust(&cfg)
 	}
 	res, err := trainer.Run(ctx, cfg)
 	prog.done()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +14,13 @@ import (
 	"github.com/ringddp/ringddp/internal/safetensors"
 )
 
-func TestMain(m *testing.M) { selftest.Main(m, "train", main) }
+// TestMain runs the tests, or, in a rank the tests' launcher started, the
+// command with the faults RINGDDP_TEST_FAULTS asks for (faults_test.go).
+func TestMain(m *testing.M) {
+	selftest.Main(m, "train", func() {
+		os.Exit(runMain(runEnv{ranks: selftest.RankCommand, adjust: testFaults(os.Getenv)}))
+	})
+}
 
 // Training over tcp ranks in separate processes ends where training over
 // in-process ranks does. With 2 ranks it is bitwise the same — loss and

@@ -43,6 +43,16 @@
 // after an interrupt a rank's non-zero exit no longer stops the others. On
 // Linux the ranks are killed if the launcher dies.
 //
+// Restarts (Elastic, elastic.go): with Config.Elastic.MaxRestarts > 0 a
+// job on one host that loses a rank is stopped and started again, with a
+// fresh store port, secret and run id and RINGDDP_RESTART set, on the
+// world size and arguments Elastic.Prepare returns (cmd/train: from the
+// newest valid checkpoint, on fewer ranks when the failed one failed at
+// start-up); every restart is reported (Elastic.OnRestart), and when no
+// restart is left the error, a *RestartsExhaustedError, names every
+// failure. The launcher learns how far training got from a pipe every
+// rank inherits (RINGDDP_STATUS_FD, status.go).
+//
 // A rank (Connect) connects the job's store — rank 0 hosts it at
 // MASTER_ADDR:MASTER_PORT, and keeps it open until its Conn is closed —
 // and dials the TCP mesh (tcp.Dial) authenticated with RINGDDP_SECRET.

@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 //	           all are connected; the others sleep (ignoring SIGTERM with
 //	           RINGDDP_HELPER_IGNORE_TERM=1)
 //	interrupt  prints "ready", waits for an interrupt, prints "got interrupt"
+//	elastic    5 all-reduce "steps" reported on the status pipe, failing as
+//	           RINGDDP_HELPER_FAILS says (elastic_test.go)
 //
 // RINGDDP_HELPER_TIMEOUT and RINGDDP_HELPER_CONNECT_TIMEOUT set Options.
 // Errors go to stderr with exit status 1.
@@ -53,6 +55,9 @@ func helperMain(mode string) int {
 		<-sig
 		fmt.Println("got interrupt")
 		return 0
+	}
+	if mode == "elastic" {
+		return helperElastic()
 	}
 	var opts Options
 	if d, err := time.ParseDuration(os.Getenv("RINGDDP_HELPER_TIMEOUT")); err == nil {

@@ -53,6 +53,10 @@ type Config struct {
 	// NoSignals: do not catch and forward this process's interrupt and
 	// SIGTERM (tests).
 	NoSignals bool
+
+	// Elastic, with MaxRestarts > 0, restarts the job after a failure
+	// (elastic.go); nil or MaxRestarts 0: a failure ends the job.
+	Elastic *Elastic
 }
 
 // ExitError is a launcher's failure: the first rank that exited with a
@@ -73,6 +77,15 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// Reason says how the rank ended, without naming it: "exited with status
+// 3", "was killed by signal killed", or why it could not be started.
+func (e *ExitError) Reason() string {
+	if e.State == nil {
+		return e.Err.Error()
+	}
+	return describeExit(e.State)
+}
+
 // describeExit says how a process ended: "exited with status 3", "was
 // killed by signal killed".
 func describeExit(st *os.ProcessState) string {
@@ -85,36 +98,60 @@ func describeExit(st *os.ProcessState) string {
 // launchVars are the variables the launcher sets; inherited values of them
 // are dropped first.
 var launchVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-	"MASTER_ADDR", "MASTER_PORT", EnvSecret, EnvInsecure, EnvRunID, EnvStoreFD}
+	"MASTER_ADDR", "MASTER_PORT", EnvSecret, EnvInsecure, EnvRunID, EnvStoreFD, EnvStatusFD, EnvRestart}
 
 // Run starts cfg.Ranks copies of the program as ranks of one job and waits
 // for them: it returns nil when every rank exits with status 0, and an
 // *ExitError naming the first rank that failed otherwise, after stopping
 // the others. See the package documentation for the environment each rank
-// gets, the output and the signals.
+// gets, the output and the signals. With cfg.Elastic a failed job is
+// started again (elastic.go) and the error, once restarts are exhausted,
+// is a *RestartsExhaustedError naming every failure.
 //
 // Cancelling ctx stops the ranks as a failure does (SIGTERM, then SIGKILL
 // after Grace) and returns ctx's error. Commands whose ranks handle an
 // interrupt themselves should pass a context that Ctrl-C does not cancel:
 // Run forwards the interrupt.
 func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	var sigs chan os.Signal
+	if !cfg.NoSignals {
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
+	w := newOutputs(cfg)
+	if cfg.Elastic != nil && cfg.Elastic.MaxRestarts > 0 {
+		return runElastic(ctx, cfg, w, sigs)
+	}
+	j, err := startAttempt(cfg, w, attempt{ranks: cfg.Ranks, args: cfg.Args, getenv: cfg.Getenv})
+	if err != nil {
+		return err
+	}
+	return j.wait(ctx, sigs)
+}
+
+// withDefaults checks cfg and fills in its defaults.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Ranks < 1 {
-		return fmt.Errorf("launch: %d ranks: need at least 1", cfg.Ranks)
+		return cfg, fmt.Errorf("launch: %d ranks: need at least 1", cfg.Ranks)
 	}
 	if cfg.Nnodes < 1 {
 		cfg.Nnodes = 1
 	}
 	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nnodes {
-		return fmt.Errorf("launch: node rank %d out of range for %d nodes", cfg.NodeRank, cfg.Nnodes)
+		return cfg, fmt.Errorf("launch: node rank %d out of range for %d nodes", cfg.NodeRank, cfg.Nnodes)
 	}
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
 	}
 	if cfg.Path == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("launch: finding this program to start the ranks: %w", err)
+			return cfg, fmt.Errorf("launch: finding this program to start the ranks: %w", err)
 		}
 		cfg.Path = exe
 	}
@@ -130,9 +167,45 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
-	vars, storeLn, err := jobVars(cfg, getenv)
+	if cfg.Elastic != nil {
+		if err := cfg.Elastic.check(cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// attempt is one start of the job's ranks on this host.
+type attempt struct {
+	ranks  int      // ranks on this host
+	args   []string // their arguments
+	env    []string // added to cfg.Env (RINGDDP_RESTART)
+	getenv func(string) string
+	status *os.File // the write end of the status pipe every rank inherits (nil: none)
+}
+
+// outputs are the launcher's stdout and stderr, shared by every rank's
+// forwarder (and the elastic reports) for as long as Run runs.
+type outputs struct {
+	out, errOut *syncWriter
+}
+
+func newOutputs(cfg Config) outputs {
+	w := outputs{out: &syncWriter{w: cfg.Stdout}, errOut: &syncWriter{w: cfg.Stderr}}
+	if cfg.Stderr == cfg.Stdout {
+		w.errOut = w.out
+	}
+	return w
+}
+
+// startAttempt starts a's ranks, their output forwarded to w; the job's
+// wait collects them. A rank that cannot be started is the job's first
+// failure.
+func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
+	cfg.Ranks = a.ranks
+	vars, storeLn, err := jobVars(cfg, a.getenv)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if storeLn != nil {
@@ -148,19 +221,8 @@ func Run(ctx context.Context, cfg Config) error {
 		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(coreShare(cfg.Ranks)))
 	}
 
-	out := &syncWriter{w: cfg.Stdout}
-	errOut := &syncWriter{w: cfg.Stderr}
-	if cfg.Stderr == cfg.Stdout {
-		errOut = out
-	}
+	out, errOut := w.out, w.errOut
 	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks)}
-
-	var sigs chan os.Signal
-	if !cfg.NoSignals {
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(sigs)
-	}
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
@@ -172,8 +234,9 @@ func Run(ctx context.Context, cfg Config) error {
 			"LOCAL_RANK="+strconv.Itoa(local),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.Ranks),
 			"GROUP_RANK="+strconv.Itoa(cfg.NodeRank))
+		env = append(env, a.env...)
 		env = append(env, cfg.Env...)
-		cmd := exec.Command(cfg.Path, cfg.Args...)
+		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = env
 		prefix := fmt.Sprintf("[rank %d] ", rank)
 		var flush []*lineWriter
@@ -197,6 +260,10 @@ func Run(ctx context.Context, cfg Config) error {
 			cmd.ExtraFiles = []*os.File{storeLn}
 			cmd.Env = append(cmd.Env, EnvStoreFD+"=3")
 		}
+		if a.status != nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, a.status)
+			cmd.Env = append(cmd.Env, EnvStatusFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+		}
 		cmd.SysProcAttr = sysProcAttr()
 		cmd.WaitDelay = cfg.Grace
 		if err := cmd.Start(); err != nil {
@@ -219,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 			j.exits <- exit{p: p, err: err}
 		}()
 	}
-	return j.wait(ctx, sigs)
+	return j, nil
 }
 
 // jobVars are the variables every rank of this host gets besides its
@@ -339,18 +406,24 @@ type job struct {
 	exits  chan exit
 
 	first    *ExitError // the first failure
+	failedAt time.Time  // when it was seen
 	stopping bool       // the ranks were told to stop
 	// signaled is the last signal forwarded to the ranks: they stop on
 	// their own, so a non-zero exit no longer stops the others; after is
 	// the first such exit.
 	signaled os.Signal
 	after    *ExitError
+
+	// progress, when not nil, is notified when a rank reports progress on
+	// the status pipe (elastic.go); wait then calls onProgress.
+	progress   <-chan struct{}
+	onProgress func()
 }
 
 // fail records a rank's failure; the first one stops the job.
 func (j *job) fail(e *ExitError) {
 	if j.first == nil {
-		j.first = e
+		j.first, j.failedAt = e, time.Now()
 	}
 }
 
@@ -399,6 +472,8 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", ctx.Err()))
 		case <-kill:
 			j.signal(syscall.SIGKILL)
+		case <-j.progress:
+			j.onProgress()
 		}
 	}
 	if j.first != nil {

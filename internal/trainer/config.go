@@ -54,8 +54,16 @@ type Config struct {
 	Train, Test *datasets.Dataset
 
 	Checkpoint string // where rank 0 writes checkpoints ("" none): after every epoch and on stopping early
-	Resume     string // checkpoint to resume from ("" none)
-	MaxSteps   int64  // stop once the global step count reaches this (0: no limit)
+	// CheckpointEvery also writes one whenever the global step count is a
+	// multiple of it inside an epoch (0: at epoch ends and stops only).
+	CheckpointEvery int64
+	// CheckpointKeep keeps this many checkpoints under step-stamped names
+	// beside Checkpoint (StampedCheckpoint), the newest by step, so that a
+	// checkpoint torn by a crash leaves an older one to resume from
+	// (NewestCheckpoint); 0 keeps Checkpoint alone.
+	CheckpointKeep int
+	Resume         string // checkpoint to resume from ("" none)
+	MaxSteps       int64  // stop once the global step count reaches this (0: no limit)
 
 	// Connect returns this process's transport endpoints of a world of
 	// ranks ranks (one goroutine drives each); nil is an in-process world
@@ -69,6 +77,11 @@ type Config struct {
 	OnStart func(Plan)
 	OnStep  func(StepInfo)
 	OnEpoch func(EpochMetrics)
+	// OnCheckpoint is called on rank 0 after every checkpoint it writes.
+	OnCheckpoint func(Checkpointed)
+	// OnRankStep is called on every rank's goroutine after each of its
+	// steps, with the rank (per-rank monitoring, fault injection in tests).
+	OnRankStep func(rank int, s StepInfo)
 }
 
 // DefaultConfig is the MLP on real MNIST over 4 in-process ranks: 3
@@ -165,6 +178,12 @@ func (c Config) Validate() error {
 		return fieldErr("bucket-mb", c.BucketMB, "> 0 (MiB)")
 	case c.MaxSteps < 0:
 		return fieldErr("max-steps", c.MaxSteps, ">= 0")
+	case c.CheckpointEvery < 0:
+		return fieldErr("checkpoint-every", c.CheckpointEvery, ">= 0")
+	case c.CheckpointKeep < 0:
+		return fieldErr("checkpoint-keep", c.CheckpointKeep, ">= 0")
+	case (c.CheckpointEvery > 0 || c.CheckpointKeep > 0) && c.Checkpoint == "":
+		return fmt.Errorf("trainer: checkpoint-every = %d and checkpoint-keep = %d need a checkpoint path", c.CheckpointEvery, c.CheckpointKeep)
 	case (c.Train == nil) != (c.Test == nil):
 		return fmt.Errorf("trainer: Train and Test must be set together")
 	}

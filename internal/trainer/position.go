@@ -24,8 +24,8 @@ func (w *worker[T]) info(p position) CheckpointInfo {
 }
 
 // checkpoint writes a checkpoint at p from rank 0 (the optimizer state
-// gathered to it alone); it returns the path written ("" when none). Every
-// rank calls it.
+// gathered to it alone), into the series of Config.Checkpoint (series.go);
+// it returns the path written ("" when none). Every rank calls it.
 func (w *worker[T]) checkpoint(p position) (string, error) {
 	if w.cfg.Checkpoint == "" {
 		return "", nil
@@ -37,8 +37,15 @@ func (w *worker[T]) checkpoint(p position) (string, error) {
 	if w.g.Rank() != 0 {
 		return "", nil
 	}
-	if err := writeCheckpoint(w.cfg.Checkpoint, w.info(p), w.params, w.d, st); err != nil {
+	info := w.info(p)
+	stamped, err := saveCheckpoint(w.cfg.Checkpoint, w.cfg.CheckpointKeep, p.global, func(path string) error {
+		return writeCheckpoint(path, info, w.params, w.d, st)
+	})
+	if err != nil {
 		return "", fmt.Errorf("trainer: writing checkpoint: %w", err)
+	}
+	if w.cfg.OnCheckpoint != nil {
+		w.cfg.OnCheckpoint(Checkpointed{Path: w.cfg.Checkpoint, Stamped: stamped, Info: info})
 	}
 	return w.cfg.Checkpoint, nil
 }

@@ -48,7 +48,7 @@ func (w *worker[T]) epochMetrics(p position, st epochStats, f figures, evalTime 
 	return m
 }
 
-// The callbacks run on rank 0 only.
+// The callbacks run on rank 0 only, but for OnRankStep.
 
 func (w *worker[T]) reportStart(p Plan) {
 	if w.g.Rank() == 0 && w.cfg.OnStart != nil {
@@ -57,10 +57,14 @@ func (w *worker[T]) reportStart(p Plan) {
 }
 
 // reportStep reports the step that brought training to p, whose loss
-// averaged over ranks was loss.
+// averaged over ranks was loss: OnRankStep on every rank, OnStep on rank 0.
 func (w *worker[T]) reportStep(p position, loss float64) {
+	s := StepInfo{Epoch: p.epoch, Step: p.step, StepsPerEpoch: w.steps, GlobalStep: p.global, Loss: loss}
+	if w.cfg.OnRankStep != nil {
+		w.cfg.OnRankStep(w.g.Rank(), s)
+	}
 	if w.g.Rank() == 0 && w.cfg.OnStep != nil {
-		w.cfg.OnStep(StepInfo{Epoch: p.epoch, Step: p.step, StepsPerEpoch: w.steps, GlobalStep: p.global, Loss: loss})
+		w.cfg.OnStep(s)
 	}
 }
 

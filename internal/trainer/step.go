@@ -30,10 +30,12 @@ func (s *epochStats) add(run ddp.StepStats, opt, stepComm time.Duration) {
 
 // trainEpoch runs epoch p.epoch's steps from p.step on, advancing p, until
 // the epoch ends, MaxSteps is reached (StopMaxSteps) or the ranks agree to
-// stop (StopInterrupted).
+// stop (StopInterrupted), writing the checkpoints CheckpointEvery asks for
+// on the way.
 func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 	var st epochStats
 	var stop Stop
+	var saving time.Duration // in periodic checkpoints, not counted as training time
 	start := time.Now()
 	for p.step < w.steps {
 		if w.cfg.MaxSteps > 0 && p.global >= w.cfg.MaxSteps {
@@ -49,9 +51,30 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 			stop = StopInterrupted
 			break
 		}
+		if w.periodic(*p) {
+			began := time.Now()
+			if _, err := w.checkpoint(*p); err != nil {
+				return st, "", err
+			}
+			saving += time.Since(began)
+		}
 	}
-	st.wall = time.Since(start)
+	st.wall = time.Since(start) - saving
 	return st, stop, nil
+}
+
+// periodic reports whether a checkpoint is due at p by
+// Config.CheckpointEvery: at a multiple of it, unless the epoch's end or
+// MaxSteps, which write their own, is at p.
+func (w *worker[T]) periodic(p position) bool {
+	every := w.cfg.CheckpointEvery
+	switch {
+	case every <= 0 || p.global%every != 0 || p.step >= w.steps:
+		return false
+	case w.cfg.MaxSteps > 0 && p.global >= w.cfg.MaxSteps:
+		return false
+	}
+	return true
 }
 
 // step runs the step at p: fill this rank's batch, forward and backward

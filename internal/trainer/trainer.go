@@ -35,26 +35,31 @@
 // same way and reports it marked Partial.
 //
 // Checkpoints (see checkpoint.go for the layout) are written by rank 0,
-// atomically, in safetensors, after every epoch and when a run stops early
-// (MaxSteps or cancellation); the optimizer state over the whole arena is
-// gathered to rank 0 alone (position.go). Resuming validates the file
-// (checksums, format) and the run (model, dtype, hidden widths, global
-// batch, seed, optimizer and its hyper-parameters; a mismatch names the
-// field), loads the parameters into every rank's arena and the optimizer
-// state into every rank's replica (ZeRO-1: each its shard), and continues
-// at the exact sampler position: the same epoch and the same next batch. With the same number of ranks a run stopped by
-// MaxSteps and resumed ends with bitwise the same parameters as one that
-// was never interrupted.
+// atomically, in safetensors, after every epoch, every CheckpointEvery
+// steps and when a run stops early (MaxSteps or cancellation); the
+// optimizer state over the whole arena is gathered to rank 0 alone
+// (position.go). With CheckpointKeep the last checkpoints are also kept
+// under step-stamped names (series.go), and NewestCheckpoint finds the
+// newest one whose checksums verify, skipping a torn one. Resuming
+// validates the file (checksums, format) and the run (model, dtype, hidden
+// widths, global batch, seed, optimizer and its hyper-parameters; a
+// mismatch names the field), loads the parameters into every rank's arena
+// and the optimizer state into every rank's replica (ZeRO-1: each its
+// shard), and continues at the exact sampler position: the same epoch and
+// the same next batch. With the same number of ranks a run stopped (by
+// MaxSteps, cancellation or a crash after a checkpoint) and resumed ends
+// with bitwise the same parameters as one that was never interrupted.
 //
 // Resuming with a different number of ranks, or under the other of DDP and
 // ZeRO-1, is allowed: the checkpoint's optimizer state covers the whole
-// arena and does not depend on the world size.
-// The position is then taken as the same epoch and the same number of
-// steps into it; since the global batch is unchanged, that is the same
-// number of the epoch's samples consumed, but the sampler deals indices to
-// ranks by world size, so which samples remain differs from what the
-// original world would have used (and the epoch may have a different
-// number of steps; a position past the new end starts the next epoch).
+// arena and does not depend on the world size, and neither does the data
+// order. The sampler deals the epoch's permutation round-robin (rank r
+// takes positions r, r+N, ...), so the global batch of step s is
+// positions [s·B, (s+1)·B) of the permutation for a global batch B on any
+// number of ranks N, and an epoch has ⌊len/B⌋ steps on any N: the resumed
+// run trains on the same batches in the same order, split differently
+// among its ranks, and differs from the original only by the order in
+// which the per-rank gradients are summed (float rounding).
 package trainer
 
 import (

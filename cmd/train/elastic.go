@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/trainer"
+)
+
+// Elastic training: -max-restarts and -min-ranks make a tcp job's launcher
+// restart it after a failure (launch.Elastic) from the newest valid
+// checkpoint of -checkpoint's series (trainer.NewestCheckpoint), which
+// -checkpoint-every and -checkpoint-keep write; -resume latest does the
+// same choice for restart loops outside this command (docs/elastic.md).
+
+const (
+	resumeLatest = "latest" // -resume latest
+	defaultKeep  = 2        // -checkpoint-keep with -checkpoint-every or -max-restarts
+)
+
+// latestCheckpoint resolves -resume latest: the newest valid checkpoint of
+// path's series, or "" to start afresh, and notes on what it skipped.
+func latestCheckpoint(path string) (string, []string, error) {
+	found, err := trainer.NewestCheckpoint(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("-resume latest: %w", err)
+	}
+	return found.Path, skippedNotes(found), nil
+}
+
+func skippedNotes(found trainer.FoundCheckpoint) []string {
+	var notes []string
+	for _, s := range found.Skipped {
+		notes = append(notes, fmt.Sprintf("skipped %s: %v", s.Path, s.Err))
+	}
+	return notes
+}
+
+// elasticFlags checks -max-restarts and -min-ranks and returns them, the
+// minimum resolved (default: every rank). They are the launcher's: a rank
+// it started gets them too and ignores them.
+func elasticFlags(tr *launch.Transport, maxRestarts, minRanks int, given map[string]bool, checkpoint string, getenv func(string) string) (int, int, error) {
+	switch {
+	case maxRestarts < 0:
+		return 0, 0, fmt.Errorf("-max-restarts %d: must not be negative", maxRestarts)
+	case given["min-ranks"] && maxRestarts == 0:
+		return 0, 0, errors.New("-min-ranks applies with -max-restarts only")
+	case maxRestarts == 0:
+		return 0, 0, nil
+	case tr.MP == nil:
+		return 0, 0, fmt.Errorf("-max-restarts applies to -transport tcp only: the launcher restarts the rank processes (in process, a failure is the whole job's)")
+	case checkpoint == "":
+		return 0, 0, errors.New("-max-restarts needs -checkpoint: a restart resumes from the newest valid checkpoint written there")
+	case !tr.MP.Launcher && getenv(launch.EnvRestart) == "":
+		return 0, 0, fmt.Errorf("-max-restarts is for this command's own launcher, but this process is a rank of a %s-style job: "+
+			"restart that job with its own tools and -resume latest (docs/elastic.md)", tr.MP.Env.Launcher)
+	case tr.MP.Nnodes > 1:
+		return 0, 0, fmt.Errorf("-max-restarts works on one host only, not -nnodes %d: run each node's launcher in a restart loop with -resume latest instead (docs/elastic.md)", tr.MP.Nnodes)
+	}
+	if !given["min-ranks"] {
+		minRanks = tr.Ranks
+	}
+	if minRanks < 1 || minRanks > tr.Ranks {
+		return 0, 0, fmt.Errorf("-min-ranks %d: want 1..%d (-ranks)", minRanks, tr.Ranks)
+	}
+	return maxRestarts, minRanks, nil
+}
+
+// keepBatch is the world size of a restart that may run on lo..hi ranks:
+// the largest that divides the global batch, so that every rank takes
+// batch/ranks examples and the global batch is unchanged.
+func keepBatch(batch, lo, hi int) (int, error) {
+	for n := hi; n >= lo; n-- {
+		if batch%n == 0 {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("the global batch %d cannot be kept on %d..%d ranks: none of them divides it (give -batch a multiple of the world sizes -min-ranks allows)", batch, lo, hi)
+}
+
+// checkShrink reports a -min-ranks under which no smaller world keeps the
+// global batch, before any training is done.
+func checkShrink(batch, minRanks, ranks int) error {
+	if minRanks == 0 || minRanks >= ranks {
+		return nil
+	}
+	if _, err := keepBatch(batch, minRanks, ranks-1); err != nil {
+		return fmt.Errorf("-min-ranks %d: %w", minRanks, err)
+	}
+	return nil
+}
+
+// elastic is the launcher's restart policy for args, the job's command
+// line; restarts are reported on the launcher's stdout.
+func (o *options) elastic(args []string) *launch.Elastic {
+	return &launch.Elastic{
+		MaxRestarts: o.maxRestarts,
+		MinRanks:    o.minRanks,
+		Prepare: func(_ context.Context, a launch.Attempt) (launch.Resume, error) {
+			return o.prepareRestart(args, a)
+		},
+		OnRestart: func(w io.Writer, r launch.Restart) { printRestart(w, r, o.json) },
+	}
+}
+
+// prepareRestart is the command line of restart a: args resuming from the
+// newest valid checkpoint (the job's own -resume, or the start, when there
+// is none yet) on as many ranks as a allows that keep the global batch.
+func (o *options) prepareRestart(args []string, a launch.Attempt) (launch.Resume, error) {
+	ranks, err := keepBatch(o.cfg.GlobalBatch, a.MinRanks, a.MaxRanks)
+	if err != nil {
+		return launch.Resume{}, err
+	}
+	found, err := trainer.NewestCheckpoint(o.cfg.Checkpoint)
+	if err != nil {
+		return launch.Resume{}, err
+	}
+	r := launch.Resume{Ranks: ranks, Notes: skippedNotes(found)}
+	next := slices.Clone(args)
+	switch {
+	case found.Path != "":
+		next = append(next, "-resume", found.Path) // the last -resume given wins
+		r.Step, r.From = found.Info.GlobalStep, found.Path
+	case o.resumed != nil:
+		r.Step, r.From = o.resumed.GlobalStep, o.cfg.Resume
+	}
+	r.Args = append(next, "-ranks", strconv.Itoa(ranks))
+	return r, nil
+}
+
+// restartRecord is a restart in -json output: one line, told from the
+// epoch lines by its "restart" key.
+type restartRecord struct {
+	Restart         int      `json:"restart"` // 1 for the first
+	FailedRank      int      `json:"failed_rank"`
+	FailedPid       int      `json:"failed_pid,omitempty"`
+	Reason          string   `json:"reason"`         // "was killed by signal killed", "exited with status 1"
+	FailedAtStep    int64    `json:"failed_at_step"` // the last step done before the failure (-1: none reported)
+	AtStartup       bool     `json:"at_startup"`     // the rank failed before its attempt's first step
+	PreviousRanks   int      `json:"previous_ranks"`
+	Ranks           int      `json:"ranks"` // the restart's world size
+	ResumedFromStep int64    `json:"resumed_from_step"`
+	Checkpoint      string   `json:"checkpoint"` // "" from the start
+	StepsLost       int64    `json:"steps_lost"`
+	Skipped         []string `json:"skipped,omitempty"` // checkpoints not taken (torn, ...)
+	// TrainingAgainSeconds is from the failure to the restart's first step;
+	// null when it failed before one.
+	TrainingAgainSeconds *float64 `json:"training_again_seconds"`
+	TrainingAgainUnix    *float64 `json:"training_again_unix,omitempty"`
+}
+
+func newRestartRecord(r launch.Restart) restartRecord {
+	f := r.Failure
+	rec := restartRecord{
+		Restart: r.Number, FailedRank: f.Exit.Rank, FailedPid: f.Exit.Pid, Reason: f.Exit.Reason(),
+		FailedAtStep: f.Step, AtStartup: f.AtStartup, PreviousRanks: f.Ranks, Ranks: r.Resume.Ranks,
+		ResumedFromStep: r.Resume.Step, Checkpoint: r.Resume.From, StepsLost: r.StepsLost, Skipped: r.Resume.Notes,
+	}
+	if !r.TrainingAgainAt.IsZero() {
+		s := r.TrainingAgain.Seconds()
+		u := float64(r.TrainingAgainAt.UnixNano()) / 1e9
+		rec.TrainingAgainSeconds, rec.TrainingAgainUnix = &s, &u
+	}
+	return rec
+}
+
+// printRestart reports a restart: a JSON line with -json, else text.
+func printRestart(w io.Writer, r launch.Restart, jsonOut bool) {
+	rec := newRestartRecord(r)
+	if jsonOut {
+		b, err := json.Marshal(rec)
+		if err == nil {
+			fmt.Fprintf(w, "%s\n", b)
+		}
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "restart %d: %v (%d ranks); ", r.Number, r.Failure, rec.PreviousRanks)
+	if rec.Checkpoint != "" {
+		fmt.Fprintf(&b, "resumed from step %d (%s)", rec.ResumedFromStep, rec.Checkpoint)
+	} else {
+		b.WriteString("started again from the beginning (no checkpoint yet)")
+	}
+	fmt.Fprintf(&b, " on %d ranks, %d steps lost, ", rec.Ranks, rec.StepsLost)
+	if rec.TrainingAgainSeconds != nil {
+		fmt.Fprintf(&b, "training again %.2fs after the failure", *rec.TrainingAgainSeconds)
+	} else {
+		b.WriteString("but it failed before training again")
+	}
+	fmt.Fprintln(w, b.String())
+	for _, n := range rec.Skipped {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/trainer"
+)
+
+// faultsVar lists the faults a rank of the tests' jobs injects into
+// itself, separated by ";":
+//
+//	kill:RANK:STEP:RESTART   rank RANK kills itself (SIGKILL, as kill -9) after global step STEP
+//	startup:RANK:RESTART     rank RANK exits with status 3 before training
+//	tear:STEP:RESTART        rank 0 cuts the checkpoint written at STEP to half its size
+//	                         (both names: a write torn by a crash), then kills itself
+//
+// RESTART is the attempt (RINGDDP_RESTART: 0 first) the fault happens in,
+// or * for every attempt.
+const faultsVar = "RINGDDP_TEST_FAULTS"
+
+// testFaults is runEnv.adjust for the faults getenv's RINGDDP_TEST_FAULTS
+// asks for in this rank and attempt (nil when none).
+func testFaults(getenv func(string) string) func(*trainer.Config) {
+	spec := getenv(faultsVar)
+	if spec == "" {
+		return nil
+	}
+	rank, _ := strconv.Atoi(getenv("RANK"))
+	restart := getenv(launch.EnvRestart)
+	if restart == "" {
+		restart = "0"
+	}
+	now := func(when string) bool { return when == "*" || when == restart }
+	return func(cfg *trainer.Config) {
+		for _, f := range strings.Split(spec, ";") {
+			p := strings.Split(f, ":")
+			switch {
+			case p[0] == "startup" && len(p) == 3 && p[1] == strconv.Itoa(rank) && now(p[2]):
+				fmt.Fprintf(os.Stderr, "rank %d: failing at start-up on purpose\n", rank)
+				os.Exit(3)
+			case p[0] == "kill" && len(p) == 4 && p[1] == strconv.Itoa(rank) && now(p[3]):
+				step, _ := strconv.ParseInt(p[2], 10, 64)
+				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
+					if s.GlobalStep == step {
+						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					}
+				}
+			case p[0] == "tear" && len(p) == 3 && rank == 0 && now(p[2]):
+				step, _ := strconv.ParseInt(p[1], 10, 64)
+				cfg.OnCheckpoint = func(c trainer.Checkpointed) {
+					if c.Info.GlobalStep != step {
+						return
+					}
+					for _, path := range []string{c.Path, c.Stamped} {
+						if st, err := os.Stat(path); err == nil {
+							_ = os.Truncate(path, st.Size()/2)
+						}
+					}
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
+			}
+		}
+	}
+}

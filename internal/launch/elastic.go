@@ -1,0 +1,307 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Elastic restarts. With Config.Elastic.MaxRestarts > 0, when a rank fails
+// the launcher stops the others (as without restarts), then, while
+// restarts remain, starts the job again: a fresh store port, secret and run
+// id, RINGDDP_RESTART set to the restart count, and the world size and
+// arguments Elastic.Prepare returns (a command resumes from its newest
+// checkpoint there). The world keeps its size when the failed rank can be
+// restarted. A rank that failed before its attempt's first step (reported
+// on the status pipe, status.go) is taken to be one that cannot: the next
+// attempt may run one rank fewer, down to MinRanks, and ranks are
+// renumbered 0..n-1. Restarts after such start-up failures wait a backoff
+// that doubles with each one in a row, and all restarts together are
+// bounded by MaxRestarts: a rank that fails at start-up over and over ends
+// the job once they are spent, with an error naming every failure.
+//
+// Only a job on one host restarts; with several nodes each launcher would
+// have to agree through a rendezvous of launchers, which does not exist
+// yet (docs/elastic.md says what remains).
+
+// DefaultBackoff is Elastic.Backoff's default.
+const DefaultBackoff = 500 * time.Millisecond
+
+// Elastic configures the restarts of a failed job.
+type Elastic struct {
+	// MaxRestarts is how many times the job may be started again after a
+	// failure; 0 runs it once.
+	MaxRestarts int
+	// MinRanks is the fewest ranks a restart may run on (0: Config.Ranks,
+	// never fewer).
+	MinRanks int
+	// Prepare is called before every restart with what ended the last
+	// attempt and the world sizes it may choose from; it returns the
+	// restart's world size and arguments. An error ends the job.
+	Prepare func(ctx context.Context, a Attempt) (Resume, error)
+	// OnRestart, if set, is called once per restart: when its first step
+	// is done, or when it ended without one (Restart.TrainingAgain zero).
+	// w is the launcher's stdout, whose writes are serialised with the
+	// ranks' forwarded lines.
+	OnRestart func(w io.Writer, r Restart)
+	// Backoff is the wait before a restart that follows a start-up
+	// failure, doubled for each such failure in a row, at most 16 times
+	// Backoff. Default DefaultBackoff. Restarts after a failure in
+	// training are immediate.
+	Backoff time.Duration
+}
+
+// check validates e for cfg and fills in its defaults.
+func (e *Elastic) check(cfg Config) error {
+	switch {
+	case e.MaxRestarts < 0:
+		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
+	case e.MaxRestarts == 0:
+		return nil
+	case cfg.Nnodes > 1:
+		return fmt.Errorf("launch: restarting a failed job (max restarts %d) works on one host only, not %d nodes: "+
+			"run every node's launcher in a restart loop with -resume latest instead (docs/elastic.md)", e.MaxRestarts, cfg.Nnodes)
+	case e.MinRanks < 0 || e.MinRanks > cfg.Ranks:
+		return fmt.Errorf("launch: min ranks %d: want 1..%d (the ranks the job starts with)", e.MinRanks, cfg.Ranks)
+	case e.Prepare == nil:
+		return errors.New("launch: restarts need Elastic.Prepare")
+	}
+	if e.MinRanks == 0 {
+		e.MinRanks = cfg.Ranks
+	}
+	if e.Backoff <= 0 {
+		e.Backoff = DefaultBackoff
+	}
+	return nil
+}
+
+// Failure is what ended one attempt: its first rank to fail.
+type Failure struct {
+	Attempt   int        // 0 for the first start
+	Ranks     int        // the attempt's world size
+	Exit      *ExitError // the rank, its pid and how it ended
+	StartStep int64      // the global step the attempt started at (-1: not reported)
+	Step      int64      // the last global step reported done (-1: none reported)
+	AtStartup bool       // before the attempt's first step
+	At        time.Time  // when the launcher saw it
+}
+
+// String says which rank failed, how and where: "rank 1 (pid 42) was
+// killed by signal killed at step 57".
+func (f Failure) String() string {
+	s := f.Exit.Error()
+	switch {
+	case f.AtStartup:
+		s += " at start-up"
+	case f.Step >= 0:
+		s += " at step " + strconv.FormatInt(f.Step, 10)
+	}
+	return s
+}
+
+// Attempt is what Elastic.Prepare gets: the restart to prepare and the
+// failure that made it necessary.
+type Attempt struct {
+	Restart  int // 1 for the first restart
+	MinRanks int
+	// MaxRanks is the most ranks the restart may run on: the failed
+	// attempt's, less the failed rank if it failed at start-up (and
+	// MinRanks allows).
+	MaxRanks int
+	Failure  Failure
+}
+
+// Resume is Elastic.Prepare's answer: how the restart runs.
+type Resume struct {
+	Ranks int      // the world size, MinRanks..MaxRanks
+	Args  []string // the ranks' arguments
+	Env   []string // if not nil, replaces Config.Env from this restart on
+	Step  int64    // the global step it resumes from (for the report)
+	From  string   // the checkpoint it resumes from ("" none)
+	// Notes are reported with the restart (checkpoints skipped, ...).
+	Notes []string
+}
+
+// Restart is one restart, as reported to Elastic.OnRestart.
+type Restart struct {
+	Number    int // 1 for the first restart
+	Failure   Failure
+	Resume    Resume
+	StepsLost int64 // the failure's step less the step resumed from
+	// TrainingAgain is the time from the failure to the restarted job's
+	// first step; zero when it ended before one.
+	TrainingAgain   time.Duration
+	TrainingAgainAt time.Time
+}
+
+// RestartsExhaustedError is an elastic job's failure once no restart is
+// left: every attempt's failure, in order.
+type RestartsExhaustedError struct {
+	MaxRestarts int
+	Failures    []Failure
+}
+
+func (e *RestartsExhaustedError) Error() string {
+	parts := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		parts[i] = fmt.Sprintf("attempt %d (%d ranks): %v", f.Attempt+1, f.Ranks, f)
+	}
+	return fmt.Sprintf("the job failed %d times and no restart is left (max restarts %d): %s",
+		len(e.Failures), e.MaxRestarts, strings.Join(parts, "; "))
+}
+
+// Unwrap is every failure's *ExitError.
+func (e *RestartsExhaustedError) Unwrap() []error {
+	errs := make([]error, len(e.Failures))
+	for i, f := range e.Failures {
+		errs[i] = f.Exit
+	}
+	return errs
+}
+
+// runElastic runs the job, restarting it after failures as cfg.Elastic
+// says.
+func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) error {
+	e := cfg.Elastic
+	a := attempt{ranks: cfg.Ranks, args: cfg.Args}
+	var failures []Failure
+	var pending *Restart // the restart running now, until reported
+	report := func(trainedAt time.Time) {
+		if pending == nil {
+			return
+		}
+		if !trainedAt.IsZero() {
+			pending.TrainingAgainAt = trainedAt
+			pending.TrainingAgain = trainedAt.Sub(pending.Failure.At)
+		}
+		if e.OnRestart != nil {
+			e.OnRestart(w.out, *pending)
+		}
+		pending = nil
+	}
+	startups := 0 // start-up failures in a row
+	for n := 0; ; n++ {
+		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
+		a.getenv = restartGetenv(cfg.Getenv, n)
+		j, prog, err := startWithStatus(cfg, w, a)
+		if err != nil {
+			return err
+		}
+		j.progress = prog.notify
+		j.onProgress = func() {
+			_, _, at := prog.snapshot()
+			report(at)
+		}
+		err = j.wait(ctx, sigs)
+		select {
+		case <-prog.done:
+		case <-time.After(cfg.Grace): // something a rank started still holds the pipe
+		}
+		_, _, at := prog.snapshot()
+		report(at)
+		if err == nil || j.first == nil || j.signaled != nil || ctx.Err() != nil {
+			return err // done, or stopped by a signal or ctx: nothing to restart
+		}
+		start, last, trainedAt := prog.snapshot()
+		f := Failure{Attempt: n, Ranks: a.ranks, Exit: j.first, StartStep: start, Step: last,
+			AtStartup: trainedAt.IsZero(), At: j.failedAt}
+		failures = append(failures, f)
+		if n >= e.MaxRestarts {
+			return fmt.Errorf("launch: %w", &RestartsExhaustedError{MaxRestarts: e.MaxRestarts, Failures: failures})
+		}
+		next := Attempt{Restart: n + 1, MinRanks: e.MinRanks, MaxRanks: a.ranks, Failure: f}
+		if f.AtStartup {
+			startups++
+			if a.ranks > e.MinRanks {
+				next.MaxRanks--
+			}
+			if err := backoff(ctx, sigs, e.Backoff, startups); err != nil {
+				return fmt.Errorf("launch: %w (after %s)", err, f)
+			}
+		} else {
+			startups = 0
+		}
+		r, err := e.Prepare(ctx, next)
+		if err != nil {
+			return fmt.Errorf("launch: restarting after %s: %w", f, err)
+		}
+		if r.Ranks < next.MinRanks || r.Ranks > next.MaxRanks {
+			return fmt.Errorf("launch: restarting after %s: %d ranks asked for, want %d..%d", f, r.Ranks, next.MinRanks, next.MaxRanks)
+		}
+		lost := int64(0)
+		if f.Step >= 0 {
+			lost = max(0, f.Step-r.Step)
+		}
+		pending = &Restart{Number: n + 1, Failure: f, Resume: r, StepsLost: lost}
+		from := "resuming from step " + strconv.FormatInt(r.Step, 10)
+		if r.From == "" {
+			from = "starting again from the beginning"
+		}
+		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %d ranks (%d steps lost)\n",
+			n+1, e.MaxRestarts, f, from, r.Ranks, lost)
+		a.ranks, a.args = r.Ranks, r.Args
+		if r.Env != nil {
+			cfg.Env = r.Env
+		}
+	}
+}
+
+// startWithStatus starts a with a fresh status pipe, read into the
+// returned progress until every rank has closed it.
+func startWithStatus(cfg Config, w outputs, a attempt) (*job, *progress, error) {
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("launch: the status pipe: %w", err)
+	}
+	a.status = pw
+	j, err := startAttempt(cfg, w, a)
+	pw.Close() // the ranks hold their copies
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	prog := newProgress()
+	go func() {
+		prog.read(r)
+		r.Close()
+	}()
+	return j, prog, nil
+}
+
+// backoff waits before the restart after the k-th start-up failure in a
+// row: base doubled k-1 times, at most 16 times base. A signal or ctx ends
+// the wait with an error.
+func backoff(ctx context.Context, sigs chan os.Signal, base time.Duration, k int) error {
+	d := base << min(k-1, 4)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case s := <-sigs:
+		return fmt.Errorf("stopped by %v before restarting", s)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// restartGetenv is getenv for attempt n: a run id set in the environment
+// gets "-restart<n>" appended from the first restart on, so that no key of
+// an earlier attempt's store is taken for this one's.
+func restartGetenv(getenv func(string) string, n int) func(string) string {
+	if n == 0 {
+		return getenv
+	}
+	return func(k string) string {
+		v := getenv(k)
+		if k == EnvRunID && v != "" {
+			v += "-restart" + strconv.Itoa(n)
+		}
+		return v
+	}
+}

@@ -1,0 +1,127 @@
+package launch
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The status pipe. An elastic launcher (elastic.go) hands every rank the
+// write end of one pipe, its descriptor number in RINGDDP_STATUS_FD, on
+// which a rank reports its progress as lines: "start STEP" when it begins
+// training at global step STEP, "step STEP" after each optimizer step. A
+// line is one write of far less than PIPE_BUF bytes, so lines from several
+// ranks never interleave. The launcher learns from it where a failed
+// attempt had got to (the steps lost) and when a restarted one trains
+// again.
+
+// Environment variables of an elastic launcher's ranks.
+const (
+	// EnvStatusFD is the number of the inherited status pipe descriptor.
+	EnvStatusFD = "RINGDDP_STATUS_FD"
+	// EnvRestart is how many times the job was restarted before this
+	// attempt: 0 in the first (TORCHELASTIC_RESTART_COUNT's meaning).
+	EnvRestart = "RINGDDP_RESTART"
+)
+
+// Status is a rank's end of the status pipe. A nil *Status (no launcher
+// pipe) reports nothing. Reporting never fails the rank: a launcher that
+// stopped reading only loses the reports.
+type Status struct {
+	f *os.File
+}
+
+// OpenStatus opens the status pipe RINGDDP_STATUS_FD names (read with
+// getenv); nil, nil when it names none.
+func OpenStatus(getenv func(string) string) (*Status, error) {
+	v := strings.TrimSpace(getenv(EnvStatusFD))
+	if v == "" {
+		return nil, nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s=%q: want the number of an inherited descriptor (3 or more)", EnvStatusFD, v)
+	}
+	f := os.NewFile(uintptr(fd), "ringddp-status")
+	if f == nil {
+		return nil, fmt.Errorf("%s=%d: no such descriptor", EnvStatusFD, fd)
+	}
+	return &Status{f: f}, nil
+}
+
+// Started reports that training begins at global step step.
+func (s *Status) Started(step int64) { s.line("start", step) }
+
+// Stepped reports that global step step is done.
+func (s *Status) Stepped(step int64) { s.line("step", step) }
+
+func (s *Status) line(kind string, step int64) {
+	if s == nil {
+		return
+	}
+	_, _ = s.f.WriteString(kind + " " + strconv.FormatInt(step, 10) + "\n")
+}
+
+// Close closes the pipe.
+func (s *Status) Close() error {
+	if s == nil {
+		return nil
+	}
+	return s.f.Close()
+}
+
+// progress is what the launcher has read from an attempt's status pipe.
+type progress struct {
+	mu        sync.Mutex
+	start     int64     // the step the attempt started at (-1: not reported)
+	last      int64     // the last step reported done (start until one is)
+	trainedAt time.Time // when the first step was reported (zero: none yet)
+	notify    chan struct{}
+	done      chan struct{} // closed when the pipe reached its end
+}
+
+func newProgress() *progress {
+	return &progress{start: -1, last: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// read reads r's lines until its end, ignoring lines it does not know.
+func (p *progress) read(r io.Reader) {
+	defer close(p.done)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		kind, num, ok := strings.Cut(sc.Text(), " ")
+		step, err := strconv.ParseInt(num, 10, 64)
+		if !ok || err != nil || step < 0 {
+			continue
+		}
+		p.mu.Lock()
+		switch kind {
+		case "start":
+			p.start = step
+			p.last = max(p.last, step)
+		case "step":
+			p.last = step
+			if p.trainedAt.IsZero() {
+				p.trainedAt = time.Now()
+				select {
+				case p.notify <- struct{}{}:
+				default:
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// snapshot returns the start, the last step and when training was first
+// seen.
+func (p *progress) snapshot() (start, last int64, trainedAt time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.start, p.last, p.trainedAt
+}
