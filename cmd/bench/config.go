@@ -15,7 +15,6 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
-	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 )
 
@@ -64,9 +63,17 @@ type config struct {
 	op        collective
 	transport string
 	ranks     int
-	algo      string
-	algorithm allreduce.Algorithm
-	localSize int // -local-size: in-process ranks on simulated nodes of this many (0: no topology)
+	algo      string                // -algo as given ("auto" when empty)
+	algos     []allreduce.Algorithm // the all-reduce algorithms to run, one sweep each, in order
+	localSize int                   // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
+	nodes     int                   // -nodes (0: not given)
+	payload   string                // -sim-payload: auto, real or none
+	model     *allreduce.Model      // the cost model (profile, flags, sim defaults); nil: none given for a real transport
+	modelFrom string                // where model came from, for the reports
+	explain   bool                  // -explain: print the cost model's predictions and picks, run nothing
+	plot      string                // -plot: the PNG to draw
+	calibrate string                // -calibrate: the profile to write
+	calibMax  int                   // -calib-max: the ping-pong's largest message
 	dtype     allreduce.DType
 	redop     allreduce.ReduceOp
 	redopName string
@@ -103,7 +110,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	var (
 		op      = fs.String("op", "allreduce", "collective: "+names(collectives))
 		ranks   = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		algo    = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: direct where ranks share memory, elsewhere doubling up to 64 KiB and ring above; the other collectives have one algorithm each)")
+		algo    = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm: "+allreduce.AlgorithmNames()+", a comma-separated list of them (one sweep each), or all (auto and every algorithm that can run on the transport); default auto, or $"+allreduce.AlgorithmEnv+". auto: the cost model's fastest per size (see -explain). The other collectives have one algorithm each")
 		dtype   = fs.String("dtype", "float32", "element type: "+names(dtypes))
 		redop   = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
 		minS    = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
@@ -115,10 +122,12 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		jsonOut = fs.Bool("json", false, "print one JSON object per row instead of the table")
 		root    = fs.Int("root", 0, "root rank of broadcast and reduce")
 		cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (with -transport tcp, each rank r writes FILE.rank<r>)")
-		local   = fs.Int("local-size", 0, "in-process ranks simulate nodes of this many consecutive ranks (the last node smaller when it does not divide -ranks), for -algo hierarchical, torus and mesh; 0: no topology. With -transport tcp each rank's node is $RINGDDP_NODE, else its host name")
+		local   = fs.Int("local-size", 0, "in-process or simulated ranks are on nodes of this many consecutive ranks (the last node smaller when it does not divide -ranks), for -algo hierarchical, torus and mesh; 0: no topology (sim: one node). With -transport tcp each rank's node is $RINGDDP_NODE, else its host name")
 		tf      launch.TransportFlags // -transport, -timeout and the multi-process flags
+		xf      extFlags              // -transport sim, the cost model, -explain, -plot, -calibrate
 	)
 	tf.Register(fs)
+	xf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: bench [flags]")
@@ -141,17 +150,18 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	if cfg.op, ok = collectives[*op]; !ok {
 		return nil, fmt.Errorf("-op %q: unknown collective (valid: %s)", *op, names(collectives))
 	}
-	if err := tf.CheckName(); err != nil {
-		return nil, err
+	// -transport sim is this command's own: the launch layer resolves the
+	// flags of in-process ranks for it (-timeout; no multi-process flags).
+	if tf.Name == simTransport {
+		tf.Name = launch.Inproc
+	} else if err := tf.CheckName(); err != nil {
+		return nil, fmt.Errorf("-transport %q: unknown transport (valid: %s, %s)", tf.Name, launch.TransportNames(), simTransport)
 	}
 	if *algo == "" {
 		*algo = allreduce.Auto.String()
 	}
 	cfg.algo = *algo
 	var err error
-	if cfg.algorithm, err = allreduce.ParseAlgorithm(*algo); err != nil {
-		return nil, fmt.Errorf("-algo: %w", err)
-	}
 	if cfg.dtype, ok = dtypes[*dtype]; !ok {
 		return nil, fmt.Errorf("-dtype %q: unknown element type (valid: %s)", *dtype, names(dtypes))
 	}
@@ -176,12 +186,17 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	case cfg.localSize < 0:
 		return nil, fmt.Errorf("-local-size %d: must not be negative", cfg.localSize)
 	case cfg.localSize > 0 && cfg.mp != nil:
-		return nil, fmt.Errorf("-local-size applies to -transport inproc only; over tcp set RINGDDP_NODE per rank to name its node")
+		return nil, fmt.Errorf("-local-size applies to -transport inproc and sim only; over tcp set RINGDDP_NODE per rank to name its node")
 	}
-	cfg.tr.LocalSize = cfg.localSize
-	if cfg.mp == nil {
-		if err := inprocRuns(cfg.algorithm, cfg.localSize); err != nil {
-			return nil, fmt.Errorf("-algo %s: %w (in process, -local-size K simulates nodes of K ranks)", cfg.algo, err)
+	if err := xf.resolve(cfg, given); err != nil {
+		return nil, err
+	}
+	if cfg.transport == launch.Inproc {
+		cfg.tr.LocalSize = cfg.localSize
+		for _, a := range cfg.algos {
+			if err := inprocRuns(a, cfg.localSize); err != nil {
+				return nil, fmt.Errorf("-algo %s: %w (in process, -local-size K or -nodes K simulates nodes)", a, err)
+			}
 		}
 	}
 	if cfg.iters < 1 {
@@ -230,15 +245,15 @@ func inprocRuns(algo allreduce.Algorithm, localSize int) error {
 	return g.Close()
 }
 
-// startCPUProfile starts -cpuprofile for this process's ranks (conns) and
-// returns the function that stops it.
-func startCPUProfile(cfg *config, conns []transport.Conn) (func(), error) {
+// startCPUProfile starts -cpuprofile for this process's ranks and returns
+// the function that stops it.
+func startCPUProfile(cfg *config) (func(), error) {
 	if cfg.cpuprof == "" {
 		return func() {}, nil
 	}
 	path := cfg.cpuprof
-	if cfg.mp != nil && len(conns) == 1 {
-		path += fmt.Sprintf(".rank%d", conns[0].Rank())
+	if cfg.mp != nil {
+		path += fmt.Sprintf(".rank%d", cfg.mp.Env.Rank)
 	}
 	f, err := os.Create(path)
 	if err != nil {

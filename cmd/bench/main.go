@@ -11,6 +11,13 @@
 // iteration starts with a barrier; each rank times the collective from its
 // own exit from that barrier to its own return from the collective, and the
 // iteration's time is the maximum over ranks. See README.md.
+//
+// -algo takes a list or all (one sweep per algorithm); -transport sim runs
+// virtual ranks on the simulator (allreduce/sim) under the cost model,
+// with virtual time; -explain prints the cost model's predictions and
+// auto's picks without running; -plot draws busbw and time against size;
+// -calibrate measures the cost model on this machine and writes a profile
+// for -profile and RINGDDP_PROFILE.
 package main
 
 import (

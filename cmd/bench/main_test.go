@@ -202,7 +202,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-op", "alltoall"}, "-op"},
-		{[]string{"-transport", "shm"}, "-transport \"shm\": unknown transport (valid: inproc, tcp)"},
+		{[]string{"-transport", "shm"}, "-transport \"shm\": unknown transport (valid: inproc, tcp, sim)"},
 		{[]string{"-algo", "nosuch"}, "-algo"},
 		{[]string{"-dtype", "float16"}, "-dtype"},
 		{[]string{"-redop", "xor"}, "-redop"},
@@ -265,7 +265,7 @@ func TestCheckCatchesUnwrittenOutput(t *testing.T) {
 		count := cfg.count(64)
 		lo, hi := allreduce.ChunkBounds(count, 2, 1)
 		s := &rankState[float32]{cfg: cfg, rank: 1, in: data.input(1), buf: make([]float32, data.maxCount)}
-		s.reset(count, lo, hi)
+		s.reset(count, lo, hi, false)
 		want := int64(count)
 		if op == "reducescatter" {
 			want = int64(hi - lo)

@@ -6,9 +6,13 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
 )
 
-// row is one size's result. The JSON keys are the report's stable schema.
+// row is one size's result. The JSON keys are the report's stable schema;
+// the optional ones appear in every row of a run that has them.
 type row struct {
 	Op        string  `json:"op"`
 	Transport string  `json:"transport"`
@@ -20,17 +24,33 @@ type row struct {
 	TimeUS    float64 `json:"time_us"`
 	AlgBW     float64 `json:"algbw_gbps"`
 	BusBW     float64 `json:"busbw_gbps"`
-	Wrong     *int64  `json:"wrong"` // null with -check=false
+	Wrong     *int64  `json:"wrong"` // null with -check=false and in timing-only rows
 
-	redop string
-	root  int
+	// LinkGBps (-transport sim) is the modelled bandwidth, in GB/s like
+	// busbw, of the link a topology-blind algorithm pays: between nodes,
+	// or within the node when there is one.
+	LinkGBps *float64 `json:"link_gbps,omitempty"`
+	// With a cost model, for all-reduce: Pick is the algorithm that ran
+	// (auto's choice for auto), PredUS its predicted time and Ratio the
+	// measured time over the predicted one (absent when that is 0).
+	Pick   string   `json:"pick,omitempty"`
+	PredUS *float64 `json:"pred_us,omitempty"`
+	Ratio  *float64 `json:"ratio,omitempty"`
+
+	redop   string
+	root    int
+	virtual bool // timing-only (-transport sim): not checked
 }
 
 // newRow computes the bandwidths of a size: algbw = bytes / time (GB/s,
 // 1e9 bytes), busbw = algbw × the collective's bus factor.
-func newRow(cfg *config, bytes, count int, timeUS float64, wrong *int64) row {
+func newRow(cfg *config, algo allreduce.Algorithm, bytes, count int, timeUS float64, wrong *int64) row {
+	name := algo.String()
+	if cfg.op.kind != allreduce.KindAllReduce {
+		name = cfg.algo // reported as given: the collective has one algorithm
+	}
 	r := row{
-		Op: cfg.op.name, Transport: cfg.transport, Ranks: cfg.ranks, Algo: cfg.algo,
+		Op: cfg.op.name, Transport: cfg.transport, Ranks: cfg.ranks, Algo: name,
 		DType: cfg.dtype.String(), Bytes: bytes, Count: count, TimeUS: timeUS,
 		redop: "none", root: cfg.root,
 	}
@@ -48,15 +68,18 @@ func newRow(cfg *config, bytes, count int, timeUS float64, wrong *int64) row {
 	return r
 }
 
-// printer writes the table (or JSON lines) and keeps the totals for the
-// footer.
+// printer writes the table (or JSON lines) and keeps the rows, for the
+// footer's totals, -plot and -calibrate.
 type printer struct {
-	cfg   *config
-	w     io.Writer
-	enc   *json.Encoder
-	rows  int
-	busbw float64
-	wrong int64
+	cfg       *config
+	w         io.Writer
+	enc       *json.Encoder
+	rows      []row
+	busbw     float64
+	wrong     int64
+	unchecked int  // timing-only rows
+	link      bool // the link column (-transport sim)
+	pred      bool // the pick, pred and ratio columns (a cost model, all-reduce)
 }
 
 func newPrinter(cfg *config, w io.Writer) *printer {
@@ -64,13 +87,19 @@ func newPrinter(cfg *config, w io.Writer) *printer {
 	if cfg.json {
 		p.enc = json.NewEncoder(w)
 	}
+	p.link = cfg.transport == simTransport && cfg.model != nil
+	p.pred = cfg.model != nil && cfg.op.kind == allreduce.KindAllReduce
 	return p
 }
 
-// The table's columns, in the manner of nccl-tests.
+// The table's columns, in the manner of nccl-tests, and the optional ones.
 const (
-	headFmt = "#%12s %12s %8s %6s %5s %5s %10s %8s %8s %7s"
-	rowFmt  = "%13d %12d %8s %6s %5d %5s %10.2f %8.2f %8.2f %7s\n"
+	headFmt     = "#%12s %12s %8s %6s %5s %12s %12s %8s %8s %7s"
+	rowFmt      = "%13d %12d %8s %6s %5d %12s %12.2f %8.2f %8.2f %7s"
+	linkHeadFmt = " %8s"
+	linkRowFmt  = " %8.2f"
+	predHeadFmt = " %12s %12s %7s"
+	predRowFmt  = " %12s %12.2f %7s"
 )
 
 func (p *printer) header() error {
@@ -80,16 +109,70 @@ func (p *printer) header() error {
 	c := p.cfg
 	names := fmt.Sprintf(headFmt, "size", "count", "type", "redop", "root", "algo", "time", "algbw", "busbw", "#wrong")
 	units := fmt.Sprintf(headFmt, "(B)", "(elements)", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+	if p.link {
+		names += fmt.Sprintf(linkHeadFmt, "link")
+		units += fmt.Sprintf(linkHeadFmt, "(GB/s)")
+	}
+	if p.pred {
+		names += fmt.Sprintf(predHeadFmt, "pick", "pred", "ratio")
+		units += fmt.Sprintf(predHeadFmt, "", "(us)", "")
+	}
 	_, err := fmt.Fprintf(p.w,
-		"# ringddp bench: op %s, transport %s, ranks %d, algo %s, dtype %s, redop %s, root %d, iters %d, warmup %d, check %v\n"+
-			"# time: median over iterations of the slowest rank; every iteration starts with a barrier and each\n"+
-			"#       rank times the collective from its own exit of that barrier to its own return\n"+
+		"# ringddp bench: op %s, transport %s, ranks %d%s, algo %s, dtype %s, redop %s, root %d, iters %d, warmup %d, check %v\n"+
+			"%s"+
 			"# algo: %s\n"+
 			"# algbw = bytes / time; busbw = algbw * %s\n"+
-			"#\n%s\n%s\n",
-		c.op.name, c.transport, c.ranks, c.algo, c.dtype, c.redopName, c.root, c.iters, c.warmup, c.check,
-		algoText(c), busFactorText(c.op.name), names, strings.TrimRight(units, " "))
+			"%s#\n%s\n%s\n",
+		c.op.name, c.transport, c.ranks, nodesText(c), c.algo, c.dtype, c.redopName, c.root, c.iters, c.warmup, c.check,
+		timeText(c), algoText(c), busFactorText(c.op.name), modelText(c, p),
+		strings.TrimRight(names, " "), strings.TrimRight(units, " "))
 	return err
+}
+
+// nodesText says how the ranks sit on nodes, when the flags say.
+func nodesText(c *config) string {
+	if c.localSize <= 0 || c.mp != nil {
+		return ""
+	}
+	s := plannedShape(c)
+	return fmt.Sprintf(" (%d nodes of %d)", s.Nodes, s.LocalSize)
+}
+
+// timeText explains the time column.
+func timeText(c *config) string {
+	if c.transport == simTransport {
+		return "# time: virtual (the simulator's modelled time): every rank aligns its clock to the latest (a free\n" +
+			"#       barrier), runs the collective once, and the row's time is the slowest rank's end minus that\n" +
+			"#       start; virtual time does not vary, so there is one iteration per size (-iters, -warmup ignored)\n"
+	}
+	return "# time: median over iterations of the slowest rank; every iteration starts with a barrier and each\n" +
+		"#       rank times the collective from its own exit of that barrier to its own return\n"
+}
+
+// modelText describes the cost model and the optional columns.
+func modelText(c *config, p *printer) string {
+	var b strings.Builder
+	if c.model != nil {
+		fmt.Fprintf(&b, "# model: %s (%s)\n", describeModel(*c.model), c.modelFrom)
+	}
+	if c.transport == simTransport {
+		switch c.payload {
+		case payloadReal:
+			b.WriteString("# payload: real in every row (checked)\n")
+		case payloadNone:
+			b.WriteString("# payload: timing-only in every row (bytes accounted, not allocated; #wrong -)\n")
+		default:
+			fmt.Fprintf(&b, "# payload: real (checked) while ranks x bytes <= %s, timing-only above (#wrong -)\n", allreducetest.FormatBytes(simRealLimit))
+		}
+	}
+	if p.link {
+		b.WriteString("# link: the modelled link between nodes (within the node when there is one), GB/s like busbw\n")
+	}
+	if p.pred {
+		b.WriteString("# pick: the algorithm that ran (auto's choice for auto); pred: its predicted time on the group's\n" +
+			"#       shape (allreduce.Predict); ratio = time / pred\n")
+	}
+	return b.String()
 }
 
 // algoText says which algorithm the collective runs.
@@ -98,7 +181,9 @@ func algoText(c *config) string {
 	case "allreduce":
 		switch c.algo {
 		case "auto":
-			return "auto (direct where the transport shares memory between ranks, as inproc does; ring elsewhere)"
+			return "auto (per size class, the algorithm the cost model predicts fastest: see -explain)"
+		case algoAll:
+			return "all: " + algoNames(c.algos)
 		default:
 			return c.algo
 		}
@@ -119,20 +204,45 @@ func busFactorText(op string) string {
 }
 
 func (p *printer) row(r row) error {
-	p.rows++
+	p.rows = append(p.rows, r)
 	p.busbw += r.BusBW
 	if r.Wrong != nil {
 		p.wrong += *r.Wrong
+	}
+	if r.virtual {
+		p.unchecked++
 	}
 	if p.enc != nil {
 		return p.enc.Encode(r)
 	}
 	wrong := "N/A"
-	if r.Wrong != nil {
+	switch {
+	case r.virtual:
+		wrong = "-"
+	case r.Wrong != nil:
 		wrong = strconv.FormatInt(*r.Wrong, 10)
 	}
-	_, err := fmt.Fprintf(p.w, rowFmt, r.Bytes, r.Count, r.DType, r.redop, r.root, r.Algo, r.TimeUS, r.AlgBW, r.BusBW, wrong)
+	line := fmt.Sprintf(rowFmt, r.Bytes, r.Count, r.DType, r.redop, r.root, r.Algo, r.TimeUS, r.AlgBW, r.BusBW, wrong)
+	if p.link {
+		line += fmt.Sprintf(linkRowFmt, deref(r.LinkGBps))
+	}
+	if p.pred {
+		ratio := "-"
+		if r.Ratio != nil {
+			ratio = strconv.FormatFloat(*r.Ratio, 'f', 2, 64)
+		}
+		line += fmt.Sprintf(predRowFmt, r.Pick, deref(r.PredUS), ratio)
+	}
+	_, err := fmt.Fprintln(p.w, line)
 	return err
+}
+
+// deref is *x, or 0 for nil.
+func deref(x *float64) float64 {
+	if x == nil {
+		return 0
+	}
+	return *x
 }
 
 func (p *printer) footer() error {
@@ -146,9 +256,12 @@ func (p *printer) footer() error {
 	case p.wrong > 0:
 		status = "FAILED"
 	}
+	if p.unchecked > 0 && p.cfg.check {
+		status += fmt.Sprintf(" (%d timing-only rows not checked)", p.unchecked)
+	}
 	avg := 0.0
-	if p.rows > 0 {
-		avg = p.busbw / float64(p.rows)
+	if n := len(p.rows); n > 0 {
+		avg = p.busbw / float64(n)
 	}
 	_, err := fmt.Fprintf(p.w, "# wrong elements    : %d %s\n# avg bus bandwidth : %.3f GB/s\n", p.wrong, status, avg)
 	return err

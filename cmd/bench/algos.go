@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// algoAll is the -algo value that runs auto and every algorithm that can
+// run on the transport.
+const algoAll = "all"
+
+// parseAlgos reads -algo: one algorithm, a comma-separated list, or all
+// (auto, then every algorithm that can run on a group of shape s, in the
+// table's order). A list (or all) is for -op allreduce only, the other
+// collectives having one algorithm each.
+func parseAlgos(s string, op collective, shape allreduce.Shape) ([]allreduce.Algorithm, error) {
+	if s == algoAll {
+		if op.kind != allreduce.KindAllReduce {
+			return nil, fmt.Errorf("-algo all: -op %s has one algorithm", op.name)
+		}
+		out := []allreduce.Algorithm{allreduce.Auto}
+		return append(out, runnable(shape)...), nil
+	}
+	var out []allreduce.Algorithm
+	for _, name := range strings.Split(s, ",") {
+		a, err := allreduce.ParseAlgorithm(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("-algo: %w (or %s)", err, algoAll)
+		}
+		if slices.Contains(out, a) {
+			return nil, fmt.Errorf("-algo %s: %s twice", s, a)
+		}
+		out = append(out, a)
+	}
+	if len(out) > 1 && op.kind != allreduce.KindAllReduce {
+		return nil, fmt.Errorf("-algo %s: a list is for -op allreduce; -op %s has one algorithm", s, op.name)
+	}
+	return out, nil
+}
+
+// runnable lists the algorithms (Auto aside) that can run on a group of
+// shape s, in the table's order.
+func runnable(s allreduce.Shape) []allreduce.Algorithm {
+	var out []allreduce.Algorithm
+	for _, p := range allreduce.Predict(allreduce.DefaultModel(s.PeerMemory), s, 0) {
+		out = append(out, p.Algorithm)
+	}
+	return out
+}
+
+// algoNames lists algorithms' names, comma-separated.
+func algoNames(as []allreduce.Algorithm) string {
+	names := make([]string, len(as))
+	for i, a := range as {
+		names[i] = a.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// needsTopology reports whether algorithm a needs to know each rank's
+// node: it cannot run on ranks whose nodes are unknown.
+func needsTopology(a allreduce.Algorithm) bool {
+	blind := allreduce.Shape{Ranks: 2, Nodes: 1, LocalSize: 2, PeerMemory: true}
+	return a != allreduce.Auto && !slices.Contains(runnable(blind), a)
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+)
+
+// calibrate is -calibrate FILE: it measures this machine's cost model
+// over the run's transport and writes it, with every algorithm's measured
+// times, as a profile (allreduce.WriteProfile):
+//
+//  1. α and β: a ping-pong between ranks 0 and 1 over the transport's own
+//     endpoints, 8 B to -calib-max, fitted in two regimes (fitLink);
+//     Intra = Inter = that link (one host);
+//  2. γ: the reduce kernel, float32 sum, over a large buffer;
+//  3. every runnable algorithm (or -algo's list, auto aside) timed over
+//     the sweep (-min, -max, -factor; medians over -iters), printed as the
+//     usual table with each algorithm's predicted time beside it, and
+//     stored as the profile's measurements.
+//
+// Over tcp every rank process runs it and rank 0's process fits, prints
+// and writes the profile. The groups keep allreduce.DefaultModel (only
+// rank 0's process knows the fitted one, and the ranks' models must
+// agree); the predictions use the fitted model.
+func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) error {
+	f, err := eps.next(ctx)
+	if err != nil {
+		return err
+	}
+	sizes := pingSizes(cfg.calibMax)
+	oneWay, err := pingPong(ctx, cfg, f.conns, sizes)
+	f.closeConns()
+	if err != nil {
+		return fmt.Errorf("-calibrate: ping-pong between ranks 0 and 1: %w", err)
+	}
+	holds0 := oneWay != nil
+	if holds0 {
+		fit := fitLink(sizes, oneWay)
+		gamma, gbytes, err := measureGamma(cfg)
+		if err != nil {
+			return fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
+		}
+		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma}
+		if err := m.Validate(); err != nil {
+			return fmt.Errorf("-calibrate: the fitted model: %w", err)
+		}
+		cfg.model, cfg.modelFrom = &m, "fitted above"
+		if err := printFit(w, cfg, sizes, oneWay, fit, gamma, gbytes); err != nil {
+			return fmt.Errorf("writing the report: %w", err)
+		}
+	}
+
+	p := newPrinter(cfg, w)
+	if err := p.header(); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	if err := sweepAll(ctx, cfg, eps, p); err != nil {
+		return err
+	}
+	if err := p.footer(); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	if p.wrong > 0 {
+		return fmt.Errorf("%d wrong elements (see the #wrong column); no profile written", p.wrong)
+	}
+	if !holds0 {
+		return nil
+	}
+	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: *cfg.model}
+	prof.Host, _ = os.Hostname()
+	for _, r := range p.rows {
+		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6})
+	}
+	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
+		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
+	}
+	if err := printAccuracy(w, p.rows); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
+		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
+	return err
+}
+
+// printFit reports the ping-pong, the fitted link and γ.
+func printFit(w io.Writer, cfg *config, sizes []int, oneWay []float64, fit linkFit, gamma float64, gbytes int) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# ringddp bench -calibrate: transport %s, ranks %d\n", cfg.transport, cfg.ranks)
+	fmt.Fprintf(&b, "# ping-pong between ranks 0 and 1: one-way time = round trip / 2, median of %d rounds (after %d untimed)\n", cfg.iters, cfg.warmup)
+	fmt.Fprintf(&b, "#%12s %12s %12s\n#%12s %12s %12s\n", "size", "one-way", "fit", "(B)", "(us)", "(us)")
+	l := fit.link
+	for i, n := range sizes {
+		fmt.Fprintf(&b, "%13d %12.2f %12.2f\n", n, oneWay[i]*1e6, (l.Alpha+float64(n)*l.Beta)*1e6)
+	}
+	fmt.Fprintf(&b, "# alpha = %.3f us: median of (time - size*beta) over %s\n", l.Alpha*1e6, sizeRange(fit.alphaSizes))
+	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): least-squares slope over %s\n", l.Beta*1e9, rateText(l.Beta), sizeRange(fit.betaSizes))
+	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): float32 sum of %s (allreduce.Combine), median of %d rounds\n",
+		gamma*1e9, rateText(gamma), allreducetest.FormatBytes(gbytes), max(cfg.iters, 3))
+	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// sizeRange is "the sizes a..b (k sizes)".
+func sizeRange(sizes []int) string {
+	switch len(sizes) {
+	case 0:
+		return "no size"
+	case 1:
+		return "the size " + allreducetest.FormatBytes(sizes[0])
+	}
+	return fmt.Sprintf("the %d sizes %s..%s", len(sizes), allreducetest.FormatBytes(sizes[0]), allreducetest.FormatBytes(sizes[len(sizes)-1]))
+}
+
+// printAccuracy sums up, per algorithm, how the measured times compare
+// with the predicted ones (the ratio column).
+func printAccuracy(w io.Writer, rows []row) error {
+	var order []string
+	ratios := map[string][]float64{}
+	for _, r := range rows {
+		if r.Ratio == nil {
+			continue
+		}
+		if _, ok := ratios[r.Algo]; !ok {
+			order = append(order, r.Algo)
+		}
+		ratios[r.Algo] = append(ratios[r.Algo], *r.Ratio)
+	}
+	var b strings.Builder
+	b.WriteString("# measured / predicted, per algorithm over the sizes: median [min, max], sizes within 25%\n")
+	for _, a := range order {
+		rs := ratios[a]
+		lo, hi, within := rs[0], rs[0], 0
+		for _, x := range rs {
+			lo, hi = min(lo, x), max(hi, x)
+			if x >= 0.75 && x <= 1.25 {
+				within++
+			}
+		}
+		fmt.Fprintf(&b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, medianOf(rs), lo, hi, within, len(rs))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

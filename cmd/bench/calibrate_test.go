@@ -1,0 +1,95 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// TestCalibrate: -calibrate on in-process ranks with tiny sizes prints
+// the fit and writes a profile that ReadProfile accepts, with a
+// measurement of every runnable algorithm at every size.
+func TestCalibrate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profile.json")
+	out, err := runBench(t, "-calibrate", path, "-ranks", "3", "-calib-max", "64K",
+		"-min", "1K", "-max", "8K", "-factor", "8", "-iters", "2", "-warmup", "0")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, s := range []string{"# alpha = ", "# beta  = ", "# gamma = ", "pred", "ratio", "profile written to " + path} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	p, err := allreduce.ReadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Transport != "inproc" || p.Ranks != 3 || !(p.Model.Inter.Beta > 0) || p.Model.Intra != p.Model.Inter || !(p.Model.Gamma > 0) {
+		t.Errorf("profile %+v", p)
+	}
+	got := map[string][]int{}
+	for _, m := range p.Measurements {
+		got[m.Algorithm] = append(got[m.Algorithm], m.Bytes)
+		if !(m.Seconds > 0) {
+			t.Errorf("measurement %+v", m)
+		}
+	}
+	for _, a := range []string{"ring", "direct", "doubling", "tree", "hd"} {
+		if !slices.Equal(got[a], []int{1024, 8192}) {
+			t.Errorf("%s measured at %v, want 1024 and 8192", a, got[a])
+		}
+	}
+	if _, ok := got["auto"]; ok || len(got) != 5 {
+		t.Errorf("measured %v, want the five runnable algorithms without auto", got)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-transport", "sim"}, "-calibrate measures a real transport"},
+		{[]string{"-ranks", "1"}, "-calibrate needs -ranks 2 or more"},
+		{[]string{"-profile", path}, "-profile: -calibrate measures the model"},
+		{[]string{"-inter-gbps", "10"}, "-inter-gbps: -calibrate measures the model"},
+		{[]string{"-algo", "auto"}, "-algo auto: -calibrate measures the algorithms themselves"},
+		{[]string{"-json"}, "leave out -json"},
+		{[]string{"-explain"}, "-explain and -calibrate: give one"},
+		{[]string{"-calib-max", "4"}, "-calib-max 4: need at least 8 bytes"},
+	} {
+		_, err := runBench(t, append(c.args, "-calibrate", path, "-max", "64")...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestFitLink: the two-regime fit recovers α and β from exact times, and
+// the large messages alone set β whatever the small ones do.
+func TestFitLink(t *testing.T) {
+	const alpha, beta = 5e-6, 1e-9
+	sizes := pingSizes(64 << 20)
+	secs := make([]float64, len(sizes))
+	for i, b := range sizes {
+		secs[i] = alpha + float64(b)*beta
+		if b <= 4<<10 {
+			secs[i] += 1e-7 * float64(i%2) // noise in the latency regime
+		}
+	}
+	f := fitLink(sizes, secs)
+	if math.Abs(f.link.Beta-beta) > 1e-6*beta || math.Abs(f.link.Alpha-alpha) > 0.05*alpha {
+		t.Errorf("fit %+v, want α %v, β %v", f.link, alpha, beta)
+	}
+	if f.betaSizes[0] != 1<<20 || f.alphaSizes[len(f.alphaSizes)-1] != 4<<10 {
+		t.Errorf("regimes: α over %v, β over %v", f.alphaSizes, f.betaSizes)
+	}
+	// Tiny sweeps: the larger half sets β.
+	f = fitLink([]int{8, 16, 32, 64}, []float64{1e-6, 1e-6, 2e-6, 3e-6})
+	if !(f.link.Beta > 0) || !slices.Equal(f.betaSizes, []int{32, 64}) {
+		t.Errorf("tiny fit %+v", f)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// explanation is one size of -explain: every runnable algorithm's
+// predicted time and auto's pick. Its JSON keys (-explain -json) are
+// stable.
+type explanation struct {
+	Bytes       int                `json:"bytes"`
+	PredictedUS map[string]float64 `json:"predicted_us"`
+	Pick        string             `json:"pick"`
+}
+
+// explain prints, for every size of the sweep, each all-reduce algorithm
+// that can run on the flags' shape (plannedShape) with its predicted time
+// under the run's model (the profile, the model flags, the simulator's
+// defaults, else allreduce.DefaultModel), and the algorithm Auto picks
+// (allreduce.Choose). It runs nothing.
+func explain(cfg *config, w io.Writer) error {
+	m, from := cfg.explainModel()
+	shape := plannedShape(cfg)
+	algos := runnable(shape)
+	var enc *json.Encoder
+	if cfg.json {
+		enc = json.NewEncoder(w)
+	} else if err := explainHeader(cfg, w, m, from, shape, algos); err != nil {
+		return err
+	}
+	for _, size := range cfg.sizes() {
+		bytes := cfg.count(size) * cfg.dtype.Size()
+		preds := allreduce.Predict(m, shape, bytes)
+		pick := allreduce.Choose(m, shape, bytes)
+		if enc != nil {
+			e := explanation{Bytes: bytes, PredictedUS: map[string]float64{}, Pick: pick.String()}
+			for _, p := range preds {
+				e.PredictedUS[p.Algorithm.String()] = p.Seconds * 1e6
+			}
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%13d", bytes)
+		for _, p := range preds {
+			mark := " "
+			if p.Algorithm == pick {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, " %13.2f%s", p.Seconds*1e6, mark)
+		}
+		fmt.Fprintf(&b, " %12s\n", pick)
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// explainHeader says what the table predicts with and names its columns.
+func explainHeader(cfg *config, w io.Writer, m allreduce.Model, from string, shape allreduce.Shape, algos []allreduce.Algorithm) error {
+	topo := "topology unknown"
+	if shape.Topology {
+		topo = fmt.Sprintf("%d node(s) of up to %d ranks", shape.Nodes, shape.LocalSize)
+	}
+	var names, units strings.Builder
+	fmt.Fprintf(&names, "#%12s", "size")
+	fmt.Fprintf(&units, "#%12s", "(B)")
+	for _, a := range algos {
+		fmt.Fprintf(&names, " %14s", a)
+		fmt.Fprintf(&units, " %14s", "(us)")
+	}
+	fmt.Fprintf(&names, " %12s", "pick")
+	_, err := fmt.Fprintf(w,
+		"# ringddp bench -explain: allreduce of %s on %d ranks (%s; ranks share memory: %v), transport %s\n"+
+			"# model: %s (%s)\n"+
+			"# predicted time of every algorithm that can run (allreduce.Predict), * and pick: auto's choice (allreduce.Choose)\n"+
+			"#\n%s\n%s\n",
+		cfg.dtype, shape.Ranks, topo, shape.PeerMemory, cfg.transport, describeModel(m), from, names.String(), units.String())
+	return err
+}

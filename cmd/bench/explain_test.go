@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// TestExplain: per size, every algorithm that can run on the transport and
+// shape with its prediction, and auto's pick, the least of them; nothing
+// runs (tcp launches no rank).
+func TestExplain(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		algos []string
+	}{
+		{[]string{"-ranks", "8", "-local-size", "4"}, []string{"ring", "direct", "doubling", "tree", "hd", "hierarchical", "torus", "mesh"}},
+		{[]string{"-ranks", "5"}, []string{"ring", "direct", "doubling", "tree", "hd"}},
+		{[]string{"-transport", "tcp", "-ranks", "4"}, []string{"ring", "doubling", "tree", "hd", "hierarchical", "torus", "mesh"}},
+		{[]string{"-transport", "sim", "-ranks", "1024", "-nodes", "128"}, []string{"ring", "doubling", "tree", "hd", "hierarchical", "torus", "mesh"}},
+	} {
+		out, err := runBench(t, append(c.args, "-explain", "-min", "8", "-max", "64M", "-factor", "8", "-json")...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 8 { // 8 B .. 16 MiB
+			t.Fatalf("%v: %d lines, want 8:\n%s", c.args, len(lines), out)
+		}
+		for _, line := range lines {
+			var e explanation
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			var got []string
+			best := ""
+			for a, us := range e.PredictedUS {
+				got = append(got, a)
+				if best == "" || us < e.PredictedUS[best] {
+					best = a
+				}
+			}
+			if want := slices.Sorted(slices.Values(c.algos)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+				t.Errorf("%v at %d B: algorithms %v, want %v", c.args, e.Bytes, got, want)
+			}
+			if e.PredictedUS[e.Pick] != e.PredictedUS[best] {
+				t.Errorf("%v at %d B: pick %s (%v us), fastest %s (%v us)", c.args, e.Bytes, e.Pick, e.PredictedUS[e.Pick], best, e.PredictedUS[best])
+			}
+		}
+	}
+
+	out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "64", "-nodes", "8", "-min", "1K", "-max", "1M", "-factor", "32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"# model: inter 100 Gb/s (12.5 GB/s) α 5 µs; intra 1000 Gb/s (125 GB/s) α 1 µs", "8 node(s) of up to 8 ranks", "hierarchical", "pick"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("-explain table lacks %q:\n%s", s, out)
+		}
+	}
+}
+
+// TestProfileModel: the model comes from -profile, else $RINGDDP_PROFILE,
+// with the model flags on top.
+func TestProfileModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.json")
+	m := allreduce.Model{
+		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1e-10},
+		Inter: allreduce.Link{Alpha: 3e-6, Beta: 1e-9},
+		Gamma: 1e-10,
+	}
+	if err := allreduce.WriteProfile(path, allreduce.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig([]string{"-profile", path, "-alpha-us", "7"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := m
+	want.Inter.Alpha = 7e-6
+	if cfg.model == nil || *cfg.model != want || !strings.Contains(cfg.modelFrom, path+" with -alpha-us") {
+		t.Errorf("model %+v from %q, want %+v", cfg.model, cfg.modelFrom, want)
+	}
+	t.Setenv(allreduce.ProfileEnv, path)
+	cfg, err = parseConfig([]string{"-transport", "sim"}, nil)
+	if err != nil || cfg.model == nil || *cfg.model != m {
+		t.Errorf("$%s: model %+v, %v", allreduce.ProfileEnv, cfg.model, err)
+	}
+	t.Setenv(allreduce.ProfileEnv, "")
+	if cfg, err = parseConfig(nil, nil); err != nil || cfg.model != nil {
+		t.Errorf("no profile, no flags: model %+v, %v (want none)", cfg.model, err)
+	}
+
+	// A run with a model has the prediction columns.
+	out, err := runBench(t, "-profile", path, "-ranks", "3", "-min", "1K", "-max", "1K", "-factor", "1", "-iters", "2", "-warmup", "0")
+	if err != nil || !strings.Contains(out, "pred") || !strings.Contains(out, "ratio") {
+		t.Errorf("run with -profile: %v\n%s", err, out)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}

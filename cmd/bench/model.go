@@ -1,0 +1,189 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// The simulator's default links when no profile gives them (README.md):
+// a 100 Gb/s NIC with 5 µs per message between nodes, links within a node
+// ten times as fast with 1 µs per message. Gamma defaults to
+// allreduce.DefaultModel's, a CPU's reduce rate.
+const (
+	defaultInterGbps    = 100
+	intraOverInter      = 10
+	defaultInterAlphaUS = 5
+	defaultIntraAlphaUS = 1
+)
+
+// modelFlags are the cost-model flags: a profile, and overrides of its
+// parameters (bandwidths in gigabits per second, latencies in µs).
+type modelFlags struct {
+	profile      string
+	intraGbps    float64
+	interGbps    float64
+	alphaUS      float64
+	intraAlphaUS float64
+	gammaGbps    float64
+}
+
+// modelFlagNames are the flags that override one parameter of the model.
+func modelFlagNames() []string {
+	return []string{"intra-gbps", "inter-gbps", "alpha-us", "intra-alpha-us", "gamma-gbps"}
+}
+
+func (f *modelFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.profile, "profile", "", "cost-model profile (JSON, as -calibrate writes it) that Auto chooses by and -explain and the pred_us column predict with; default $"+allreduce.ProfileEnv+". -inter-gbps, -intra-gbps, -alpha-us, -intra-alpha-us and -gamma-gbps override its parameters")
+	fs.Float64Var(&f.interGbps, "inter-gbps", 0, fmt.Sprintf("bandwidth between nodes in gigabits per second (Gb/s, as NICs are sold; GB/s × 8); default the profile's, else %d with -transport sim", defaultInterGbps))
+	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
+	fs.Float64Var(&f.alphaUS, "alpha-us", 0, fmt.Sprintf("latency per message between nodes in µs (the model's inter-node α); default the profile's, else %d with -transport sim", defaultInterAlphaUS))
+	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
+	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else allreduce.DefaultModel's (%.0f Gb/s)", 8/allreduce.DefaultModel(false).Gamma/1e9))
+}
+
+// resolve works out the run's model: the profile's (-profile, else
+// $RINGDDP_PROFILE), else the simulator's defaults with -transport sim,
+// else allreduce.DefaultModel(peerMemory) when a model flag is given,
+// with every given model flag applied on top. m is nil when nothing says
+// what the model is (a real transport without profile or model flags):
+// the groups then use DefaultModel themselves. from says where it came
+// from.
+func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string]bool, getenv func(string) string) (m *allreduce.Model, from string, err error) {
+	var base allreduce.Model
+	switch {
+	case f.profile != "":
+		p, err := allreduce.ReadProfile(f.profile)
+		if err != nil {
+			return nil, "", fmt.Errorf("-profile: %w", err)
+		}
+		base, from = p.Model, "profile "+f.profile
+	default:
+		p, ok, err := allreduce.ProfileFromEnv(getenv)
+		switch {
+		case err != nil:
+			return nil, "", err
+		case ok:
+			base, from = p.Model, "profile $"+allreduce.ProfileEnv+"="+getenv(allreduce.ProfileEnv)
+		case transport == simTransport:
+			base, from = simDefaultModel(given, f), "simulator defaults"
+		default:
+			base, from = allreduce.DefaultModel(peerMemory), "allreduce.DefaultModel"
+		}
+	}
+	var set []string
+	for _, o := range []struct {
+		name  string
+		v     float64
+		apply func(m *allreduce.Model, v float64)
+		rate  bool // a rate in Gb/s (> 0, inf allowed), else a latency in µs (≥ 0)
+	}{
+		{"inter-gbps", f.interGbps, func(m *allreduce.Model, v float64) { m.Inter.Beta = betaOfGbps(v) }, true},
+		{"intra-gbps", f.intraGbps, func(m *allreduce.Model, v float64) { m.Intra.Beta = betaOfGbps(v) }, true},
+		{"alpha-us", f.alphaUS, func(m *allreduce.Model, v float64) { m.Inter.Alpha = v * 1e-6 }, false},
+		{"intra-alpha-us", f.intraAlphaUS, func(m *allreduce.Model, v float64) { m.Intra.Alpha = v * 1e-6 }, false},
+		{"gamma-gbps", f.gammaGbps, func(m *allreduce.Model, v float64) { m.Gamma = betaOfGbps(v) }, true},
+	} {
+		if !given[o.name] {
+			continue
+		}
+		switch {
+		case o.rate && !(o.v > 0):
+			return nil, "", fmt.Errorf("-%s %v: need a rate > 0 Gb/s (inf for a free one)", o.name, o.v)
+		case !o.rate && !(o.v >= 0 && !math.IsInf(o.v, 1)):
+			return nil, "", fmt.Errorf("-%s %v: need a latency ≥ 0 µs", o.name, o.v)
+		}
+		o.apply(&base, o.v)
+		set = append(set, "-"+o.name)
+	}
+	if len(set) > 0 {
+		from += " with " + strings.Join(set, ", ")
+	} else if from == "allreduce.DefaultModel" {
+		return nil, "", nil
+	}
+	if err := base.Validate(); err != nil {
+		return nil, "", err
+	}
+	return &base, from, nil
+}
+
+// simDefaultModel is the simulator's model without a profile: the default
+// links, the intra-node bandwidth 10× the inter-node one (-inter-gbps
+// included), Gamma from allreduce.DefaultModel.
+func simDefaultModel(given map[string]bool, f *modelFlags) allreduce.Model {
+	inter := float64(defaultInterGbps)
+	if given["inter-gbps"] && f.interGbps > 0 {
+		inter = f.interGbps
+	}
+	return allreduce.Model{
+		Intra: allreduce.Link{Alpha: defaultIntraAlphaUS * 1e-6, Beta: betaOfGbps(intraOverInter * inter)},
+		Inter: allreduce.Link{Alpha: defaultInterAlphaUS * 1e-6, Beta: betaOfGbps(inter)},
+		Gamma: allreduce.DefaultModel(false).Gamma,
+	}
+}
+
+// betaOfGbps is the seconds per byte of a rate in gigabits per second.
+func betaOfGbps(gbps float64) float64 { return 8 / (gbps * 1e9) }
+
+// gbpsOfBeta is the rate in gigabits per second of beta seconds per byte.
+func gbpsOfBeta(beta float64) float64 { return 8 / (beta * 1e9) }
+
+// describeModel spells a model out in the flags' units.
+func describeModel(m allreduce.Model) string {
+	return fmt.Sprintf("inter %s α %.3g µs; intra %s α %.3g µs; γ %s",
+		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, rateText(m.Intra.Beta), m.Intra.Alpha*1e6, rateText(m.Gamma))
+}
+
+// rateText is beta seconds per byte as Gb/s and GB/s.
+func rateText(beta float64) string {
+	if beta == 0 {
+		return "∞ Gb/s"
+	}
+	return fmt.Sprintf("%.4g Gb/s (%.4g GB/s)", gbpsOfBeta(beta), 1/beta/1e9)
+}
+
+// peerMemory reports whether the transport's ranks share memory
+// (transport.PeerMemory): in process, yes; tcp and the simulator, no.
+func peerMemory(transport string) bool { return transport == "inproc" }
+
+// plannedShape is the cost model's shape of the run as the flags describe
+// it (-ranks, -local-size or -nodes; over tcp one node per host of the
+// launcher's ranks): what -explain and -algo all go by. A run predicts
+// from the shape its groups learn.
+func plannedShape(cfg *config) allreduce.Shape {
+	n := cfg.ranks
+	var s allreduce.Shape
+	switch {
+	case cfg.transport == simTransport: // every simulated rank knows its node
+		ls := cfg.localSize
+		if ls == 0 {
+			ls = n
+		}
+		s = allreduce.NodesShape(n, ls)
+	case cfg.mp != nil: // tcp: every rank knows its node (its host)
+		ls := cfg.mp.LocalRanks
+		if !cfg.mp.Launcher && cfg.mp.Env.LocalWorldSize > 0 {
+			ls = cfg.mp.Env.LocalWorldSize
+		}
+		if ls < 1 {
+			ls = n
+		}
+		s = allreduce.NodesShape(n, ls)
+	default:
+		s = allreduce.NodesShape(n, cfg.localSize)
+	}
+	s.PeerMemory = peerMemory(cfg.transport)
+	return s
+}
+
+// explainModel is the model -explain and the sweep's predictions use:
+// the run's, else the groups' default.
+func (c *config) explainModel() (allreduce.Model, string) {
+	if c.model != nil {
+		return *c.model, c.modelFrom
+	}
+	return allreduce.DefaultModel(peerMemory(c.transport)), "allreduce.DefaultModel (no profile: calibrate with -calibrate, or give -profile)"
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// groupShape is the cost model's shape of g: its ranks, the nodes they
+// sit on when the transport names each rank's node (Topology, a
+// collective every rank calls; it also spares Auto's first call learning
+// it) and whether they share memory.
+func groupShape(ctx context.Context, g *allreduce.Group) (allreduce.Shape, error) {
+	s := allreduce.FlatShape(g.Size())
+	if nn, ok := g.Conn().(interface{ NodeName() string }); ok && nn.NodeName() != "" {
+		topo, err := g.Topology(ctx)
+		if err != nil {
+			return s, err
+		}
+		s = allreduce.Shape{Ranks: topo.Size(), Nodes: topo.Nodes(), Topology: true}
+		for k := range s.Nodes {
+			s.LocalSize = max(s.LocalSize, len(topo.Members(k)))
+		}
+	}
+	_, s.PeerMemory = g.Conn().(transport.PeerMemory)
+	return s, nil
+}
+
+// predictRow adds the model's columns to rank 0's row: on the simulator
+// the bandwidth of the link a topology-blind algorithm pays (between
+// nodes, or within the one node); with a model, for all-reduce, the
+// algorithm that ran (auto's pick), its predicted time on the group's
+// shape and the ratio of measured to predicted.
+func predictRow(cfg *config, g *allreduce.Group, shape allreduce.Shape, r *row) {
+	if cfg.model == nil {
+		return
+	}
+	m := *cfg.model
+	if cfg.transport == simTransport {
+		l := m.Inter
+		if shape.Nodes <= 1 {
+			l = m.Intra
+		}
+		if l.Beta > 0 {
+			bw := 1 / l.Beta / 1e9
+			r.LinkGBps = &bw
+		}
+	}
+	if cfg.op.kind != allreduce.KindAllReduce {
+		return
+	}
+	ran := g.AlgorithmFor(r.Bytes)
+	r.Pick = ran.String()
+	for _, p := range allreduce.Predict(m, shape, r.Bytes) {
+		if p.Algorithm != ran {
+			continue
+		}
+		us := p.Seconds * 1e6
+		r.PredUS = &us
+		if us > 0 {
+			ratio := r.TimeUS / us
+			r.Ratio = &ratio
+		}
+	}
+}
