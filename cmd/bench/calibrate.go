@@ -16,10 +16,11 @@ import (
 // over the run's transport and writes it, with every algorithm's measured
 // times, as a profile (allreduce.WriteProfile):
 //
-//  1. α and β: a ping-pong between ranks 0 and 1 over the transport's own
-//     endpoints, 8 B to -calib-max, fitted in two regimes (fitLink);
-//     Intra = Inter = that link (one host);
-//  2. γ: the reduce kernel, float32 sum, over a large buffer;
+//  1. α and β: a ring exchange among all the ranks at once over the
+//     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
+//     in two regimes (fitLink); Intra = Inter = that link (one host);
+//  2. γ: the same exchange with a reducing sink at the large sizes, the
+//     extra time per byte (fitGamma);
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
 //     the sweep (-min, -max, -factor; medians over -iters), printed as the
 //     usual table with each algorithm's predicted time beside it, and
@@ -35,24 +36,30 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		return err
 	}
 	sizes := pingSizes(cfg.calibMax)
-	oneWay, err := pingPong(ctx, cfg, f.conns, sizes)
+	perStep, err := ringExchange(ctx, cfg, f.conns, sizes, false)
+	var reduced []float64
+	large := largeSizes(sizes)
+	if err == nil && len(large) > 0 {
+		reduced, err = ringExchange(ctx, cfg, f.conns, large, true)
+	}
 	f.closeConns()
 	if err != nil {
-		return fmt.Errorf("-calibrate: ping-pong between ranks 0 and 1: %w", err)
+		return fmt.Errorf("-calibrate: ring exchange among the %d ranks: %w", cfg.ranks, err)
 	}
-	holds0 := oneWay != nil
+	holds0 := perStep != nil
 	if holds0 {
-		fit := fitLink(sizes, oneWay)
-		gamma, gbytes, err := measureGamma(cfg)
+		fit := fitLink(sizes, perStep)
+		kernel, gbytes, err := measureGamma(cfg)
 		if err != nil {
 			return fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
 		}
+		gamma := fitGamma(sizes, perStep, large, reduced, kernel)
 		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
 		}
 		cfg.model, cfg.modelFrom = &m, "fitted above"
-		if err := printFit(w, cfg, sizes, oneWay, fit, gamma, gbytes); err != nil {
+		if err := printFit(w, cfg, sizes, perStep, fit, large, reduced, gamma, kernel, gbytes); err != nil {
 			return fmt.Errorf("writing the report: %w", err)
 		}
 	}
@@ -89,20 +96,59 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	return err
 }
 
-// printFit reports the ping-pong, the fitted link and γ.
-func printFit(w io.Writer, cfg *config, sizes []int, oneWay []float64, fit linkFit, gamma float64, gbytes int) error {
+// largeSizes are the sizes of at least 1 MiB, where the reducing ring
+// exchange is timed to find γ (the smallest size when none is that large,
+// as in tests' tiny calibrations).
+func largeSizes(sizes []int) []int {
+	for i, n := range sizes {
+		if n >= 1<<20 {
+			return sizes[i:]
+		}
+	}
+	return sizes[len(sizes)-1:]
+}
+
+// fitGamma is γ: the median over the large sizes of the extra time per
+// byte a reducing ring step takes over a copying one, both with every
+// rank at work; the reduce kernel's own time (kernel, one goroutine
+// alone) where that difference is not positive.
+func fitGamma(sizes []int, perStep []float64, large []int, reduced []float64, kernel float64) float64 {
+	var extra []float64
+	for i, n := range large {
+		for j, m := range sizes {
+			if m == n {
+				if d := (reduced[i] - perStep[j]) / float64(n); d > 0 {
+					extra = append(extra, d)
+				}
+			}
+		}
+	}
+	if len(extra) == 0 {
+		return kernel
+	}
+	return median(extra)
+}
+
+// printFit reports the ring exchange, the fitted link and γ.
+func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit linkFit, large []int, reduced []float64, gamma, kernel float64, gbytes int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ringddp bench -calibrate: transport %s, ranks %d\n", cfg.transport, cfg.ranks)
-	fmt.Fprintf(&b, "# ping-pong between ranks 0 and 1: one-way time = round trip / 2, median of %d rounds (after %d untimed)\n", cfg.iters, cfg.warmup)
-	fmt.Fprintf(&b, "#%12s %12s %12s\n#%12s %12s %12s\n", "size", "one-way", "fit", "(B)", "(us)", "(us)")
+	fmt.Fprintf(&b, "# ring exchange, every rank at once (send right, receive left): time per step, median of %d rounds (after %d untimed)\n", cfg.iters, cfg.warmup)
+	fmt.Fprintf(&b, "#%12s %12s %12s %12s\n#%12s %12s %12s %12s\n", "size", "copy", "fit", "reduce", "(B)", "(us)", "(us)", "(us)")
 	l := fit.link
 	for i, n := range sizes {
-		fmt.Fprintf(&b, "%13d %12.2f %12.2f\n", n, oneWay[i]*1e6, (l.Alpha+float64(n)*l.Beta)*1e6)
+		red := "-"
+		for j, m := range large {
+			if m == n {
+				red = fmt.Sprintf("%.2f", reduced[j]*1e6)
+			}
+		}
+		fmt.Fprintf(&b, "%13d %12.2f %12.2f %12s\n", n, perStep[i]*1e6, (l.Alpha+float64(n)*l.Beta)*1e6, red)
 	}
 	fmt.Fprintf(&b, "# alpha = %.3f us: median of (time - size*beta) over %s\n", l.Alpha*1e6, sizeRange(fit.alphaSizes))
-	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): least-squares slope over %s\n", l.Beta*1e9, rateText(l.Beta), sizeRange(fit.betaSizes))
-	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): float32 sum of %s (allreduce.Combine), median of %d rounds\n",
-		gamma*1e9, rateText(gamma), allreducetest.FormatBytes(gbytes), max(cfg.iters, 3))
+	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): median of (time - smallest time) / (size - smallest size) over %s\n", l.Beta*1e9, rateText(l.Beta), sizeRange(fit.betaSizes))
+	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
+		gamma*1e9, rateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, rateText(kernel))
 	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
 	_, err := io.WriteString(w, b.String())
 	return err

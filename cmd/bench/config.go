@@ -73,7 +73,7 @@ type config struct {
 	explain   bool                  // -explain: print the cost model's predictions and picks, run nothing
 	plot      string                // -plot: the PNG to draw
 	calibrate string                // -calibrate: the profile to write
-	calibMax  int                   // -calib-max: the ping-pong's largest message
+	calibMax  int                   // -calib-max: the ring exchange's largest message
 	dtype     allreduce.DType
 	redop     allreduce.ReduceOp
 	redopName string

@@ -52,8 +52,8 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 	f.model.register(fs)
 	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing")
 	fs.StringVar(&f.plot, "plot", "", "after the run, draw busbw and time against size, one line per algorithm, into this PNG file (with -transport tcp, rank 0's process writes it)")
-	fs.StringVar(&f.calibrate, "calibrate", "", "measure this machine's cost model over -transport inproc or tcp (ping-pong between ranks 0 and 1 for α and β, the reduce kernel for γ), time every runnable algorithm over the sweep, and write the profile to this JSON file")
-	fs.StringVar(&f.calibMax, "calib-max", "64M", "with -calibrate: the ping-pong's largest message (from 8 B, doubling)")
+	fs.StringVar(&f.calibrate, "calibrate", "", "measure this machine's cost model over -transport inproc or tcp (a ring exchange among all the ranks for α and β, the same with a reducing sink for γ), time every runnable algorithm over the sweep, and write the profile to this JSON file")
+	fs.StringVar(&f.calibMax, "calib-max", "64M", "with -calibrate: the ring exchange's largest message (from 8 B, doubling)")
 }
 
 // resolve checks the flags against the transport and fills cfg's
@@ -168,7 +168,7 @@ func (f *extFlags) checkModes(cfg *config, given map[string]bool) error {
 	case cfg.op.kind != allreduce.KindAllReduce:
 		return fmt.Errorf("-calibrate times all-reduce: -op %s is not allowed with it", cfg.op.name)
 	case cfg.ranks < 2:
-		return fmt.Errorf("-calibrate needs -ranks 2 or more (the ping-pong runs between ranks 0 and 1), got %d", cfg.ranks)
+		return fmt.Errorf("-calibrate needs -ranks 2 or more (the ring exchange needs two), got %d", cfg.ranks)
 	case cfg.json:
 		return errors.New("-calibrate writes its report as text (the profile is the JSON): leave out -json")
 	}

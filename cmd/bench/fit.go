@@ -14,7 +14,7 @@ const (
 	betaRegime  = 1 << 20
 )
 
-// linkFit is a link fitted to ping-pong times, and the sizes each
+// linkFit is a link fitted to ring-exchange times, and the sizes each
 // parameter came from.
 type linkFit struct {
 	link       allreduce.Link
@@ -25,21 +25,20 @@ type linkFit struct {
 // fitLink fits the cost model's link, t(b) = α + b·β, to the one-way
 // times secs of messages of sizes bytes (ascending), in two regimes:
 //
-//   - β is the least-squares slope of t against b over the large messages
-//     (≥ 1 MiB; if fewer than two, the larger half of the sizes). Only
-//     there is the per-byte cost the bulk of the time, and a fit over
-//     every size would let the many small messages, whose times are
-//     mostly per-message overhead (and, on a real network, another
-//     protocol than the large ones'), pull the slope, while the large
-//     ones would pull the intercept far from any small message's time
-//     (even below 0).
+//   - β is the median of t/b over the large messages (≥ 1 MiB; if fewer
+//     than two, the larger half of the sizes). Only there is the per-byte
+//     cost the bulk of the time; a fit over every size would let the many
+//     small messages, whose times are mostly per-message overhead, pull
+//     it. The median, not a least-squares slope: a slope follows the
+//     largest message, which is the one most likely to be off the line
+//     (in process, a message that no longer fits a cache moves at a
+//     third of the speed of the others).
 //   - α is the median, over the small messages (≤ 4 KiB; if none, the
 //     smallest), of t − b·β: the latency the small-message algorithms
 //     actually pay, which the large messages' intercept does not
 //     measure.
 //
-// A slope that noise makes negative falls back to the median of t/b over
-// the same messages; α is at least 0.
+// α is at least 0.
 func fitLink(bytes []int, secs []float64) linkFit {
 	var f linkFit
 	n := len(bytes)
@@ -58,18 +57,23 @@ func fitLink(bytes []int, secs []float64) linkFit {
 			big = append(big, i)
 		}
 	}
-	f.link.Beta = slope(bytes, secs, big)
-	if !(f.link.Beta > 0) {
-		per := make([]float64, 0, len(big))
+	// β from the large messages less a first estimate of α (the smallest
+	// message's time), then α from the small ones less their bytes' β.
+	per := make([]float64, 0, len(big))
+	for _, i := range big {
+		if bytes[i] > 0 {
+			per = append(per, (secs[i]-secs[0])/float64(bytes[i]-bytes[0]))
+		}
+	}
+	if len(per) > 0 {
+		f.link.Beta = median(per)
+	}
+	if !(f.link.Beta > 0) { // noise larger than the bytes' time (tiny sweeps)
+		per = per[:0]
 		for _, i := range big {
-			if bytes[i] > 0 {
-				per = append(per, secs[i]/float64(bytes[i]))
-			}
+			per = append(per, secs[i]/float64(max(bytes[i], 1)))
 		}
-		f.link.Beta = 0
-		if len(per) > 0 {
-			f.link.Beta = median(per)
-		}
+		f.link.Beta = median(per)
 	}
 	var small []float64
 	for i, b := range bytes {
@@ -87,34 +91,6 @@ func fitLink(bytes []int, secs []float64) linkFit {
 		f.betaSizes = append(f.betaSizes, bytes[i])
 	}
 	return f
-}
-
-// slope is the least-squares slope of y against x over the indices idx
-// (0 when it is undefined).
-func slope(x []int, y []float64, idx []int) float64 {
-	if len(idx) < 2 {
-		if len(idx) == 1 && x[idx[0]] > 0 {
-			return y[idx[0]] / float64(x[idx[0]])
-		}
-		return 0
-	}
-	var mx, my float64
-	for _, i := range idx {
-		mx += float64(x[i])
-		my += y[i]
-	}
-	mx /= float64(len(idx))
-	my /= float64(len(idx))
-	var sxy, sxx float64
-	for _, i := range idx {
-		dx := float64(x[i]) - mx
-		sxy += dx * (y[i] - my)
-		sxx += dx * dx
-	}
-	if sxx == 0 {
-		return 0
-	}
-	return sxy / sxx
 }
 
 // medianOf is the median of xs without reordering them.

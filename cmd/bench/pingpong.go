@@ -29,94 +29,104 @@ func pingSizes(max int) []int {
 	return out
 }
 
-// pingReps is how many round trips one timed round of b-byte messages
-// makes: enough to time small messages well, one for large ones.
+// pingReps is how many steps one timed round of b-byte messages makes:
+// enough to time small messages well, one for large ones.
 func pingReps(b int) int { return min(100, max(1, (256<<10)/b)) }
 
-// pingPong measures the one-way time of every size between ranks 0 and 1
-// over the transport's own endpoints (Send and Recv into a copying sink,
-// as the algorithms' plain receives): per size, -warmup untimed rounds
-// and -iters timed ones of pingReps round trips each, and the median
-// round's time per round trip, halved. It returns the times in the
-// process holding rank 0, nil elsewhere; ranks other than 0 and 1 take no
-// part.
-func pingPong(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int) ([]float64, error) {
-	var r0, r1 transport.Conn
-	for _, c := range conns {
-		switch c.Rank() {
-		case 0:
-			r0 = c
-		case 1:
-			r1 = c
-		}
-	}
+// ringExchange measures, for every size, the time of one step of a ring
+// over the transport's own endpoints with every rank taking part at once,
+// as every step of the algorithms does: each rank sends n bytes to its
+// right neighbour while it receives n bytes from its left one (Exchange),
+// into a copying sink or, with reduce, a sink that adds the payload into
+// a buffer (allreduce.Combine, float32 sum) as the algorithms' reducing
+// receives do. Per size, -warmup untimed rounds and -iters timed ones of
+// pingReps steps each; the median round's time per step. Timing all ranks
+// at once (not a ping-pong between two of them while the others idle)
+// charges α and β what they cost when N ranks share the host's cores and
+// memory. It returns the times in the process holding rank 0, nil
+// elsewhere.
+func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool) ([]float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		wg   sync.WaitGroup
-		errs [2]error
+		mu   sync.Mutex
+		errs []error
 		out  []float64
 	)
-	if r1 != nil {
+	for _, c := range conns {
+		var times []float64
+		if c.Rank() == 0 {
+			out = make([]float64, len(sizes))
+			times = out
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[1] = pingSide(ctx, cfg, r1, sizes, nil); errs[1] != nil {
+			if err := ringSide(ctx, cfg, c, sizes, reduce, times); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
+				mu.Unlock()
 				cancel()
 			}
 		}()
 	}
-	if r0 != nil {
-		out = make([]float64, len(sizes))
-		if errs[0] = pingSide(ctx, cfg, r0, sizes, out); errs[0] != nil {
-			cancel()
-		}
-	}
 	wg.Wait()
-	if err := errors.Join(errs[0], errs[1]); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// pingSide is one rank's part: rank 0 sends first and times (into
-// oneWay), rank 1 echoes.
-func pingSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, oneWay []float64) error {
-	peer := 1 - c.Rank()
-	lead := c.Rank() == 0
+// ringSide is one rank's part of ringExchange; rank 0 records the times
+// (into perStep; nil on other ranks).
+func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, reduce bool, perStep []float64) error {
+	n := c.Size()
+	right, left := (c.Rank()+1)%n, (c.Rank()+n-1)%n
 	largest := sizes[len(sizes)-1]
 	buf := make([]byte, largest)
-	sink := &pingSink{dst: make([]byte, largest)}
+	var sink transport.Sink = &pingSink{dst: make([]byte, largest)}
+	if reduce {
+		sink = &addSink{dst: make([]byte, largest)}
+	}
 	times := make([]float64, cfg.iters)
-	for si, n := range sizes {
-		reps := pingReps(n)
+	group := uint32(pingGroup)
+	if reduce {
+		group++
+	}
+	for si, b := range sizes {
+		reps := pingReps(b)
 		var step uint32
 		for round := range cfg.warmup + cfg.iters {
 			t0 := time.Now()
 			for range reps {
-				h := transport.Header{Group: pingGroup, Seq: uint64(si), Root: -1, Count: int64(n), Step: step}
+				h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(b), Step: step}
 				step++
-				var err error
-				if lead {
-					if err = c.Send(ctx, peer, h, buf[:n]); err == nil {
-						err = c.Recv(ctx, peer, h, n, sink)
-					}
-				} else if err = c.Recv(ctx, peer, h, n, sink); err == nil {
-					err = c.Send(ctx, peer, h, sink.dst[:n])
-				}
-				if err != nil {
-					return fmt.Errorf("%d-byte messages: %w", n, err)
+				if err := exchange(ctx, c, right, h, buf[:b], left, b, sink); err != nil {
+					return fmt.Errorf("%d-byte messages: %w", b, err)
 				}
 			}
 			if round >= cfg.warmup {
-				times[round-cfg.warmup] = time.Since(t0).Seconds() / float64(reps) / 2
+				times[round-cfg.warmup] = time.Since(t0).Seconds() / float64(reps)
 			}
 		}
-		if lead {
-			oneWay[si] = median(times)
+		if perStep != nil {
+			perStep[si] = median(times)
 		}
 	}
 	return nil
+}
+
+// exchange is c's Exchange, or a Send on a second goroutine beside the
+// Recv where the transport lacks it.
+func exchange(ctx context.Context, c transport.Conn, to int, h transport.Header, p []byte, from, n int, sink transport.Sink) error {
+	if ex, ok := c.(transport.Exchanger); ok {
+		return ex.Exchange(ctx, to, h, p, from, h, n, sink)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- c.Send(ctx, to, h, p) }()
+	rerr := c.Recv(ctx, from, h, n, sink)
+	return errors.Join(rerr, <-sent)
 }
 
 // pingSink copies a received message into dst (a transport.Placer, as
@@ -125,6 +135,15 @@ type pingSink struct{ dst []byte }
 
 func (s *pingSink) Consume(off int, p []byte) { copy(s.dst[off:], p) }
 func (s *pingSink) Place(n int) []byte        { return s.dst[:n] }
+
+// addSink adds a received float32 payload into dst, as the algorithms'
+// reducing receives do (not a Placer).
+type addSink struct{ dst []byte }
+
+func (s *addSink) Consume(off int, p []byte) {
+	out := s.dst[off : off+len(p)]
+	_ = allreduce.Combine(allreduce.Float32, allreduce.Sum, out, out, p)
+}
 
 // gammaBytes is the buffer the reduce kernel is timed on: large, so that
 // it runs at memory speed as the large all-reduces do, but no larger than
