@@ -22,8 +22,8 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 	tb.Helper()
 	w, err := sim.NewWorld(sim.Config{
 		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
-		Intra: sim.Link{Alpha: m.Intra.Alpha, Beta: m.Intra.Beta},
-		Inter: sim.Link{Alpha: m.Inter.Alpha, Beta: m.Inter.Beta},
+		Intra: sim.Link{Alpha: m.Intra.Alpha, Beta: m.Intra.Beta, CacheBeta: m.Intra.CacheBeta, CacheBytes: m.Intra.CacheBytes},
+		Inter: sim.Link{Alpha: m.Inter.Alpha, Beta: m.Inter.Beta, CacheBeta: m.Inter.CacheBeta, CacheBytes: m.Inter.CacheBytes},
 		Gamma: m.Gamma,
 	})
 	if err != nil {
@@ -91,7 +91,10 @@ func TestCostMatchesSimulator(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 7, 8, 16, 33} {
 		cases = append(cases, tcase{uniform, n, 0})
 	}
-	cases = append(cases, tcase{twoLevel, 16, 4}, tcase{twoLevel, 64, 8}, tcase{twoLevel, 24, 8})
+	cached := uniform // messages up to 64 KiB move 4 times faster
+	cached.Intra.CacheBeta, cached.Intra.CacheBytes = uniform.Intra.Beta/4, 64<<10
+	cached.Inter = cached.Intra
+	cases = append(cases, tcase{twoLevel, 16, 4}, tcase{twoLevel, 64, 8}, tcase{twoLevel, 24, 8}, tcase{cached, 4, 0}, tcase{cached, 13, 0})
 	for _, tc := range cases {
 		shape := allreduce.NodesShape(tc.n, tc.localSize)
 		for _, a := range allreduce.Algorithms() {

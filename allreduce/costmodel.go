@@ -30,14 +30,29 @@ import (
 // several nodes.
 
 // Link is the cost of messages over one kind of link: Alpha seconds per
-// message plus Beta seconds per byte.
+// message plus Beta seconds per byte. Where CacheBytes is set, messages
+// of at most that many bytes cost CacheBeta per byte instead: memory
+// moves several times faster while a message fits the caches, which is
+// what in-process and loopback transports are made of (cmd/bench
+// -calibrate fits both regimes; the simulator's links have one).
 type Link struct {
-	Alpha float64 `json:"alpha_s"`
-	Beta  float64 `json:"beta_s_per_byte"`
+	Alpha      float64 `json:"alpha_s"`
+	Beta       float64 `json:"beta_s_per_byte"`
+	CacheBeta  float64 `json:"cache_beta_s_per_byte,omitempty"`
+	CacheBytes int     `json:"cache_bytes,omitempty"`
 }
 
 // time is the time of one message of b bytes.
-func (l Link) time(b float64) float64 { return l.Alpha + b*l.Beta }
+func (l Link) time(b float64) float64 { return l.Alpha + l.transfer(b) }
+
+// transfer is the per-byte part of a message of b bytes: the time it
+// occupies the sender's link.
+func (l Link) transfer(b float64) float64 {
+	if l.CacheBytes > 0 && b <= float64(l.CacheBytes) {
+		return b * l.CacheBeta
+	}
+	return b * l.Beta
+}
 
 // Model is the cost model of a machine: its links within a node and
 // between nodes, and Gamma, the seconds per byte a rank spends reducing a
@@ -56,6 +71,8 @@ func (m Model) Validate() error {
 	}{
 		{"intra.alpha_s", m.Intra.Alpha}, {"intra.beta_s_per_byte", m.Intra.Beta},
 		{"inter.alpha_s", m.Inter.Alpha}, {"inter.beta_s_per_byte", m.Inter.Beta},
+		{"intra.cache_beta_s_per_byte", m.Intra.CacheBeta}, {"inter.cache_beta_s_per_byte", m.Inter.CacheBeta},
+		{"intra.cache_bytes", float64(m.Intra.CacheBytes)}, {"inter.cache_bytes", float64(m.Inter.CacheBytes)},
 		{"gamma_s_per_byte", m.Gamma},
 	} {
 		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {

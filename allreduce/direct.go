@@ -103,5 +103,5 @@ func directCost(m Model, s Shape, b float64) float64 {
 		return 0
 	}
 	part := b * float64(n-1) / float64(n)
-	return 3*m.Intra.Alpha + part*(m.Gamma+m.Intra.Beta)
+	return 3*m.Intra.Alpha + part*m.Gamma + float64(n-1)*m.Intra.transfer(b/float64(n))
 }

@@ -156,7 +156,7 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 			if st.reduce {
 				got += st.bytes * m.Gamma
 			}
-			next[v] = math.Max(clock[v]+st.bytes*l.Beta, got)
+			next[v] = math.Max(clock[v]+l.transfer(st.bytes), got)
 		}
 		clock, next = next, clock
 	}

@@ -293,7 +293,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	}
 	top := m.link(s)
 	alpha := func(l Link) float64 { return l.Alpha }
-	beta := func(l Link) float64 { return c * l.Beta }
+	beta := func(l Link) float64 { return l.transfer(c) }
 	// Each further segment: on two ranks (one edge per tree) 4 latencies,
 	// 4 transfers and 2 reductions; otherwise 6, 7 and 4, half of the
 	// transfers on each kind of link when the trees span nodes.
@@ -301,11 +301,11 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	if n == 2 {
 		ka, kb, kg = 4, 4, 2
 	}
-	segBeta := top.Beta
+	segTransfer := top.transfer(c)
 	if s.Nodes > 1 {
-		segBeta = (m.Intra.Beta + m.Inter.Beta) / 2
+		segTransfer = (m.Intra.transfer(c) + m.Inter.transfer(c)) / 2
 	}
 	return 2*top.Alpha + 2*levels(alpha) + ka*(segs-1)*top.Alpha +
-		c*top.Beta + 3*levels(beta) + kb*(segs-1)*c*segBeta +
+		top.transfer(c) + 3*levels(beta) + kb*(segs-1)*segTransfer +
 		c*m.Gamma*(2*float64(d)+1+kg*(segs-1))
 }

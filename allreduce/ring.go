@@ -178,8 +178,8 @@ func ringCost(m Model, s Shape, b float64) float64 {
 	if s.Nodes <= 1 {
 		return float64(n-1) * (2*m.Intra.time(c) + c*m.Gamma)
 	}
-	return ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c)+c*m.Gamma, m.Inter.time(c)+c*m.Gamma, math.Max(c*m.Inter.Beta, c*m.Gamma)) +
-		ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c), m.Inter.time(c), c*m.Inter.Beta)
+	return ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c)+c*m.Gamma, m.Inter.time(c)+c*m.Gamma, math.Max(m.Inter.transfer(c), c*m.Gamma)) +
+		ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c), m.Inter.time(c), m.Inter.transfer(c))
 }
 
 // ringPhaseCost is the time of one phase of the ring, steps steps on

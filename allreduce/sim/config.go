@@ -19,6 +19,20 @@ const DefaultTimeout = 30 * time.Second
 type Link struct {
 	Alpha float64 // seconds per message (latency)
 	Beta  float64 // seconds per byte (inverse bandwidth)
+	// CacheBeta, where CacheBytes > 0, is the seconds per byte of
+	// messages of at most CacheBytes bytes instead of Beta (memory that
+	// fits the caches, as allreduce.Link's cache regime).
+	CacheBeta  float64
+	CacheBytes int
+}
+
+// transfer is the time a message of n bytes occupies the sender's egress
+// port at factor f: n·Beta·f, or n·CacheBeta·f in the cache regime.
+func (l Link) transfer(n int, f float64) float64 {
+	if l.CacheBytes > 0 && n <= l.CacheBytes {
+		return float64(n) * l.CacheBeta * f
+	}
+	return float64(n) * l.Beta * f
 }
 
 // SlowLink makes the directed link From → To slower: Alpha and Beta of
@@ -81,6 +95,8 @@ func (c Config) validate() error {
 	}{
 		{"Config.Intra.Alpha", c.Intra.Alpha}, {"Config.Intra.Beta", c.Intra.Beta},
 		{"Config.Inter.Alpha", c.Inter.Alpha}, {"Config.Inter.Beta", c.Inter.Beta},
+		{"Config.Intra.CacheBeta", c.Intra.CacheBeta}, {"Config.Inter.CacheBeta", c.Inter.CacheBeta},
+		{"Config.Intra.CacheBytes", float64(c.Intra.CacheBytes)}, {"Config.Inter.CacheBytes", float64(c.Inter.CacheBytes)},
 		{"Config.Gamma", c.Gamma},
 	} {
 		if !finiteNonNeg(l.x) {

@@ -273,10 +273,10 @@ func checkRecv(n int, sink transport.Sink) error {
 // caller holds tmu.
 func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, error) {
 	w := c.world
-	alpha, beta := w.cost(c.rank, to)
+	l, f := w.cost(c.rank, to)
 	start := max(t, c.egressFree)
-	tx := float64(len(p)) * beta
-	m := message{h: h, n: len(p), arrival: start + alpha + tx}
+	tx := l.transfer(len(p), f)
+	m := message{h: h, n: len(p), arrival: start + l.Alpha*f + tx}
 	if w.arena.contains(p) {
 		m.virtual = true
 	} else if len(p) > 0 {

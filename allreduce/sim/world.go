@@ -198,13 +198,14 @@ func (w *World) Kill(rank int, cause error) {
 // node is the node index of rank r.
 func (w *World) node(r int) int { return r / w.localSize }
 
-// cost is the per-message and per-byte cost of a message from → to.
-func (w *World) cost(from, to int) (alpha, beta float64) {
-	l := w.cfg.Inter
+// cost is the link of a message from → to and the factor its α and β
+// are multiplied by.
+func (w *World) cost(from, to int) (l Link, f float64) {
+	l = w.cfg.Inter
 	if w.node(from) == w.node(to) {
 		l = w.cfg.Intra
 	}
-	f := 1.0
+	f = 1.0
 	if w.slowRank >= 0 && (from == w.slowRank || to == w.slowRank) {
 		f *= w.cfg.SlowFactor
 	}
@@ -213,7 +214,7 @@ func (w *World) cost(from, to int) (alpha, beta float64) {
 			f *= g
 		}
 	}
-	return l.Alpha * f, l.Beta * f
+	return l, f
 }
 
 func (w *World) noteFailure(rank int) {

@@ -143,10 +143,20 @@ func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit link
 				red = fmt.Sprintf("%.2f", reduced[j]*1e6)
 			}
 		}
-		fmt.Fprintf(&b, "%13d %12.2f %12.2f %12s\n", n, perStep[i]*1e6, (l.Alpha+float64(n)*l.Beta)*1e6, red)
+		fit := l.Alpha + float64(n)*l.Beta
+		if l.CacheBytes > 0 && n <= l.CacheBytes {
+			fit = l.Alpha + float64(n)*l.CacheBeta
+		}
+		fmt.Fprintf(&b, "%13d %12.2f %12.2f %12s\n", n, perStep[i]*1e6, fit*1e6, red)
 	}
 	fmt.Fprintf(&b, "# alpha = %.3f us: median of (time - size*beta) over %s\n", l.Alpha*1e6, sizeRange(fit.alphaSizes))
 	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): median of (time - smallest time) / (size - smallest size) over %s\n", l.Beta*1e9, rateText(l.Beta), sizeRange(fit.betaSizes))
+	if l.CacheBytes > 0 {
+		fmt.Fprintf(&b, "# cache regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
+			allreducetest.FormatBytes(l.CacheBytes), l.CacheBeta*1e9, rateText(l.CacheBeta), sizeRange(fit.cacheSizes))
+	} else {
+		b.WriteString("# cache regime: none (no mid-sized message moved 1.5x faster per byte than the large ones)\n")
+	}
 	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
 		gamma*1e9, rateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, rateText(kernel))
 	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")

@@ -20,6 +20,7 @@ type linkFit struct {
 	link       allreduce.Link
 	alphaSizes []int
 	betaSizes  []int
+	cacheSizes []int // the sizes the cache regime was fitted on (none: no such regime)
 }
 
 // fitLink fits the cost model's link, t(b) = α + b·β, to the one-way
@@ -90,7 +91,39 @@ func fitLink(bytes []int, secs []float64) linkFit {
 	for _, i := range big {
 		f.betaSizes = append(f.betaSizes, bytes[i])
 	}
+	f.fitCache(bytes, secs)
 	return f
+}
+
+// cacheSpeedup is how much faster per byte than the large messages the
+// mid-sized ones must move to count as a regime of their own.
+const cacheSpeedup = 1.5
+
+// fitCache fits the cache regime (allreduce.Link's CacheBeta and
+// CacheBytes): the mid-sized messages (between the α and β regimes),
+// from the smallest up, whose time per byte beyond α is at most
+// 1/cacheSpeedup of β; CacheBytes is the largest of them and CacheBeta
+// the median of their times per byte. In process they are the messages
+// that fit the caches; none qualify on a link whose per-byte cost does not
+// depend on the size.
+func (f *linkFit) fitCache(bytes []int, secs []float64) {
+	var per []float64
+	for i, b := range bytes {
+		if b <= alphaRegime || b >= betaRegime {
+			continue
+		}
+		x := (secs[i] - f.link.Alpha) / float64(b)
+		if x*cacheSpeedup > f.link.Beta {
+			break
+		}
+		per = append(per, max(x, 0))
+		f.cacheSizes = append(f.cacheSizes, b)
+	}
+	if len(per) == 0 {
+		return
+	}
+	f.link.CacheBeta = median(per)
+	f.link.CacheBytes = f.cacheSizes[len(f.cacheSizes)-1]
 }
 
 // medianOf is the median of xs without reordering them.

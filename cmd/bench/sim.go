@@ -16,8 +16,8 @@ func simConfig(cfg *config) sim.Config {
 	return sim.Config{
 		Ranks:      cfg.ranks,
 		LocalSize:  cfg.localSize,
-		Intra:      sim.Link{Alpha: m.Intra.Alpha, Beta: m.Intra.Beta},
-		Inter:      sim.Link{Alpha: m.Inter.Alpha, Beta: m.Inter.Beta},
+		Intra:      simLink(m.Intra),
+		Inter:      simLink(m.Inter),
 		Gamma:      m.Gamma,
 		SlowRank:   -1,
 		TimingOnly: cfg.virtualBytes() > 0,
@@ -120,4 +120,9 @@ func (t *simTally) combine(ctx context.Context, c *sim.Conn, times []float64, wr
 		}
 	}
 	return nil
+}
+
+// simLink is the simulator's link for a link of the cost model.
+func simLink(l allreduce.Link) sim.Link {
+	return sim.Link{Alpha: l.Alpha, Beta: l.Beta, CacheBeta: l.CacheBeta, CacheBytes: l.CacheBytes}
 }
