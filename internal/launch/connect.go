@@ -61,6 +61,10 @@ type Options struct {
 	WireProtection tcp.WireProtection
 	// RunID overrides the run id (default: RunID(Getenv)).
 	RunID string
+	// Transport is TCP (or "", the default), Shm (every rank on this
+	// host, over shared memory) or Auto (shm when the ranks find that they
+	// all share this host's kernel and network namespace, else tcp).
+	Transport string
 	// Env is this rank; nil reads it with rendezvous.FromEnv(Getenv).
 	Env *rendezvous.Env
 	// Getenv reads the environment (default os.Getenv).
@@ -74,20 +78,40 @@ type Options struct {
 const insecureWarning = "ringddp: WARNING: rank %d runs WITHOUT a secret (-insecure / RINGDDP_INSECURE=1): " +
 	"anyone who can reach this job's ports can join it and read or change what it sends; use it only on a network you trust\n"
 
-// Conn is one rank's endpoint of a multi-process job: a *tcp.Conn (its
-// methods, Exchange and Abort included, are promoted, so the allreduce
-// package uses the fused ring step and tells peers on failure) that also
-// owns the job's store client — on rank 0, the store server itself — and
-// closes it with the endpoint.
+// Conn is one rank's endpoint of a multi-process job: a *tcp.Conn or a
+// *shm.Conn (Options.Transport; its methods, Exchange and Abort included,
+// are promoted, so the allreduce package uses the fused ring step and
+// tells peers on failure) that also owns the job's store client — on
+// rank 0, the store server itself — and closes it with the endpoint.
 type Conn struct {
-	*tcp.Conn
+	Endpoint
 	store     *rendezvous.TCPStore
 	storeOnce sync.Once
 }
 
+// Endpoint is what a multi-process transport's endpoint offers: *tcp.Conn
+// and *shm.Conn.
+type Endpoint interface {
+	transport.Conn
+	transport.Exchanger
+	transport.Aborter
+	NodeName() string
+	LocalRank() int
+	LocalSize() int
+}
+
+// WireProtection is the tcp endpoint's frame protection; over shm, which
+// has no wire, tcp.WireNone.
+func (c *Conn) WireProtection() tcp.WireProtection {
+	if tc, ok := c.Endpoint.(*tcp.Conn); ok {
+		return tc.WireProtection()
+	}
+	return tcp.WireNone
+}
+
 // Close closes the endpoint (peers see this rank leave), then the store.
 func (c *Conn) Close() error {
-	err := c.Conn.Close()
+	err := c.Endpoint.Close()
 	c.closeStore()
 	return err
 }
@@ -95,7 +119,7 @@ func (c *Conn) Close() error {
 // Abort fails the endpoint with cause (peers get it in their errors), then
 // closes the store.
 func (c *Conn) Abort(cause error) {
-	c.Conn.Abort(cause)
+	c.Endpoint.Abort(cause)
 	c.closeStore()
 }
 
@@ -203,14 +227,20 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	}
 	cfg.Spin = spin
 	cfg.WireProtection = wire
-	c, err := tcp.Dial(ctx, cfg)
+	var c Endpoint
+	useShm, err := chooseShm(ctx, opts.Transport, store, env, runID)
+	if err == nil && useShm {
+		c, err = dialShm(ctx, cfg)
+	} else if err == nil {
+		c, err = tcp.Dial(ctx, cfg)
+	}
 	if err != nil {
 		if store != nil {
 			_ = store.Close()
 		}
 		return nil, env, fmt.Errorf("launch: %w", err)
 	}
-	return &Conn{Conn: c, store: store}, env, nil
+	return &Conn{Endpoint: c, store: store}, env, nil
 }
 
 // ShareCores sets GOMAXPROCS to this rank's share of the host's cores,

@@ -26,10 +26,16 @@ import (
 const (
 	Inproc = "inproc" // every rank a goroutine of this process
 	TCP    = "tcp"    // one rank per process, on this host or several
+	Shm    = "shm"    // one rank per process, all on this host, over shared memory
+	Auto   = "auto"   // one rank per process: shm when all share this host, else tcp
 )
 
 // transportNames are the -transport values, sorted.
-var transportNames = []string{Inproc, TCP}
+var transportNames = []string{Auto, Inproc, Shm, TCP}
+
+// multiProcess reports whether -transport name runs one rank per process
+// (launched like tcp).
+func multiProcess(name string) bool { return name == TCP || name == Shm || name == Auto }
 
 // DefaultInprocTimeout is -timeout 0 for in-process ranks. Over tcp it is
 // DefaultTimeout (30 s, as gloo). In-process ranks share this process's
@@ -87,7 +93,10 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 		return nil, fmt.Errorf("-timeout %v: must not be negative", f.Timeout)
 	}
 	t := &Transport{Name: f.Name, Timeout: f.Timeout, Ranks: ranks}
-	if f.Name != TCP {
+	if f.Name == Shm && (given["wire-protection"] || f.Nnodes > 1) {
+		return nil, errors.New("-transport shm runs every rank on this host, without a wire: no -wire-protection, -nnodes 1 (use -transport tcp or auto across hosts)")
+	}
+	if !multiProcess(f.Name) {
 		for _, name := range []string{"nnodes", "node-rank", "master", "insecure", "wire-protection"} {
 			if given[name] {
 				return nil, fmt.Errorf("-%s applies to -transport tcp only", name)
@@ -179,7 +188,7 @@ func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, e
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, t.MP.Env.WorldSize)
 	}
 	env := t.MP.Env
-	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, WireProtection: t.WireProtection, Env: &env})
+	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, WireProtection: t.WireProtection, Env: &env, Transport: t.Name})
 	if err != nil {
 		return nil, err
 	}

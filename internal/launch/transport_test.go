@@ -57,7 +57,8 @@ func TestTransportFlagsResolve(t *testing.T) {
 		args []string
 		want string
 	}{
-		{none, []string{"-transport", "shm"}, `-transport "shm": unknown transport (valid: inproc, tcp)`},
+		{none, []string{"-transport", "nccl"}, `-transport "nccl": unknown transport (valid: auto, inproc, shm, tcp)`},
+		{none, []string{"-transport", "shm", "-wire-protection", "mac"}, `-transport shm runs every rank on this host`},
 		{none, []string{"-timeout", "-1s"}, "-timeout -1s: must not be negative"},
 		{none, []string{"-nnodes", "2"}, "-nnodes applies to -transport tcp only"},
 		{none, []string{"-insecure"}, "-insecure applies to -transport tcp only"},
@@ -87,7 +88,7 @@ func TestTransportFlagsHelp(t *testing.T) {
 	var help bytes.Buffer
 	fs.SetOutput(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"-transport string", "transport: inproc, tcp (default \"inproc\")",
+	for _, want := range []string{"-transport string", "transport: auto, inproc, shm, tcp (default \"inproc\")",
 		"(default 60s in process, 30s over tcp)", "-nnodes", "-node-rank", "-master", "-insecure"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())

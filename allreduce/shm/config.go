@@ -1,0 +1,179 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/untrusted"
+)
+
+// Defaults of Config.
+const (
+	DefaultRunID            = "default"
+	DefaultSlots            = 8
+	DefaultSlotSize         = 256 << 10
+	DefaultTimeout          = 30 * time.Second
+	DefaultConnectTimeout   = 5 * time.Minute
+	DefaultHandshakeTimeout = 2 * time.Second
+	DefaultMaxMessage       = 1 << 30
+	// DefaultSpin is Config.Spin's default: how long a waiting call polls
+	// its rings (yielding the core between polls) before it sleeps on the
+	// futex.
+	DefaultSpin = 200 * time.Microsecond
+)
+
+// Bounds of the ring geometry and of a rank's file.
+const (
+	minSlots    = 2
+	maxSlots    = 1024
+	minSlotSize = 4 << 10
+	maxSlotSize = 16 << 20
+	// MaxRegion bounds one rank's shared file: (Size-1) rings of Slots ×
+	// SlotSize bytes, plus headers.
+	MaxRegion = 4 << 30
+	maxRunID  = 255
+	// maxPayload bounds any length read from shared memory.
+	maxPayload = 1 << 40
+)
+
+// Config describes one rank of a shared-memory world. Every rank must use
+// the same Size, RunID, Secret (or Insecure), Slots and SlotSize.
+type Config struct {
+	Rank int // this rank, 0..Size-1
+	Size int // number of ranks, all on this host
+	// Store is where ranks publish their Unix socket names (a
+	// rendezvous.TCPStore across processes, a MemStore in one). Unused
+	// when Size is 1.
+	Store rendezvous.Store
+	// RunID namespaces the store keys; at most 255 printable bytes.
+	// Default "default".
+	RunID string
+	// Secret authenticates every Unix-socket connection before any shared
+	// memory changes hands (HMAC-SHA256 challenge-response, the dialing
+	// rank proving it first). Required when Size > 1 unless Insecure; it
+	// must pass rendezvous.CheckSecret.
+	Secret []byte
+	// Insecure runs without a secret: an explicit opt-out. Any process of
+	// this host's network namespace can then join the world and map its
+	// rings.
+	Insecure bool
+
+	// Slots is the number of slots of each directed ring (default 8) and
+	// SlotSize the payload bytes of each slot, a multiple of 4 KiB
+	// (default 256 KiB). Each rank's file holds Size-1 rings, so the world
+	// holds Size·(Size-1)·Slots·SlotSize bytes of shared memory, allocated
+	// up front.
+	Slots    int
+	SlotSize int
+
+	// Timeout fails a call that sees no progress for this long with a
+	// *transport.TimeoutError. Default 30 s.
+	Timeout time.Duration
+	// ConnectTimeout bounds Dial. Default 5 min.
+	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds each connection's handshake. Default 2 s.
+	HandshakeTimeout time.Duration
+	// MaxMessage is the largest message, in bytes. Default 1 GiB.
+	MaxMessage int64
+	// Spin is how long a waiting call polls before sleeping on the futex;
+	// negative sleeps at once. Default DefaultSpin.
+	Spin time.Duration
+
+	// LocalRank is this rank's index on the host (default Rank: every
+	// rank of a shm world is on this host).
+	LocalRank int
+	// Node names this host for topology-aware algorithms. Default: the
+	// host name.
+	Node string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size {
+		return c, fmt.Errorf("shm: rank %d of %d: %w", c.Rank, c.Size, transport.ErrInvalid)
+	}
+	if c.RunID == "" {
+		c.RunID = DefaultRunID
+	}
+	if len(c.RunID) > maxRunID || untrusted.Printable([]byte(c.RunID)) != c.RunID {
+		return c, fmt.Errorf("shm: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
+	}
+	if c.Size > 1 {
+		if c.Store == nil {
+			return c, fmt.Errorf("shm: %w: no rendezvous store for %d ranks", transport.ErrInvalid, c.Size)
+		}
+		if !c.Insecure {
+			if len(c.Secret) == 0 {
+				return c, fmt.Errorf("shm: %w: empty secret (set one, e.g. from RINGDDP_SECRET, or opt out with Config.Insecure)", transport.ErrInvalid)
+			}
+			if err := rendezvous.CheckSecret(c.Secret); err != nil {
+				return c, fmt.Errorf("shm: %w: %w", transport.ErrInvalid, err)
+			}
+		}
+	}
+	if c.Insecure {
+		c.Secret = nil
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.SlotSize == 0 {
+		c.SlotSize = DefaultSlotSize
+	}
+	if c.Slots < minSlots || c.Slots > maxSlots {
+		return c, fmt.Errorf("shm: %w: %d slots per ring (want %d..%d)", transport.ErrInvalid, c.Slots, minSlots, maxSlots)
+	}
+	if c.SlotSize < minSlotSize || c.SlotSize > maxSlotSize || c.SlotSize%minSlotSize != 0 {
+		return c, fmt.Errorf("shm: %w: slot size %d (want a multiple of 4 KiB, %d..%d)", transport.ErrInvalid, c.SlotSize, minSlotSize, maxSlotSize)
+	}
+	if sz := regionSize(c.Size, c.Slots, c.SlotSize); sz > MaxRegion {
+		return c, fmt.Errorf("shm: %w: %d ranks × %d slots × %d bytes need %d bytes of shared memory per rank (at most %d): use fewer or smaller slots",
+			transport.ErrInvalid, c.Size, c.Slots, c.SlotSize, sz, int64(MaxRegion))
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxMessage <= 0 {
+		c.MaxMessage = DefaultMaxMessage
+	}
+	if c.MaxMessage > maxPayload {
+		return c, fmt.Errorf("shm: %w: MaxMessage %d exceeds %d", transport.ErrInvalid, c.MaxMessage, int64(maxPayload))
+	}
+	if c.Spin == 0 {
+		c.Spin = DefaultSpin
+	}
+	if c.LocalRank == 0 {
+		c.LocalRank = c.Rank
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+	return c, nil
+}
+
+// ConfigFromEnv is the Config of the rank env describes (see
+// rendezvous.FromEnv), rendezvousing through store. Adjust the result
+// (RunID, Timeout, ...) before Dial.
+func ConfigFromEnv(env rendezvous.Env, store rendezvous.Store) Config {
+	return Config{
+		Rank:      env.Rank,
+		Size:      env.WorldSize,
+		Store:     store,
+		Secret:    env.Secret,
+		LocalRank: env.LocalRank,
+		Node:      env.Node,
+	}
+}
+
+// addrKey is the store key under which rank publishes its socket name.
+func addrKey(runID string, rank int) string {
+	return fmt.Sprintf("ringddp/shm/%s/addr/%d", runID, rank)
+}

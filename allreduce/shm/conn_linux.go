@@ -1,0 +1,321 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Conn is one rank's endpoint of a shared-memory world: a link with each
+// other rank, made of the ring into this rank (in this rank's file) and
+// the ring out of it (in the peer's). It implements transport.Conn,
+// transport.Exchanger and transport.Aborter; NodeName, LocalRank and
+// LocalSize place it (every rank of the world is on this host).
+type Conn struct {
+	cfg        Config
+	rank, size int
+	own        *region  // this rank's file; nil in a world of one
+	bell       doorbell // this rank's doorbell, in own
+	links      []*link  // by peer; nil at this rank
+	self       *selfLink
+
+	dead     chan struct{} // closed by Close or Abort
+	isDead   atomic.Bool
+	deadOnce sync.Once
+	cause    error
+	watchers sync.WaitGroup
+
+	refs refs // the mappings stay until Close and the last call are done
+}
+
+var (
+	_ transport.Conn      = (*Conn)(nil)
+	_ transport.Exchanger = (*Conn)(nil)
+	_ transport.Aborter   = (*Conn)(nil)
+)
+
+func newConn(cfg Config) *Conn {
+	c := &Conn{
+		cfg:   cfg,
+		rank:  cfg.Rank,
+		size:  cfg.Size,
+		links: make([]*link, cfg.Size),
+		dead:  make(chan struct{}),
+	}
+	c.self = newSelfLink(c)
+	return c
+}
+
+// Rank is this endpoint's rank.
+func (c *Conn) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Conn) Size() int { return c.size }
+
+// NodeName names this host (Config.Node: the host name unless set).
+func (c *Conn) NodeName() string { return c.cfg.Node }
+
+// LocalRank is this rank's index on the host.
+func (c *Conn) LocalRank() int { return c.cfg.LocalRank }
+
+// LocalSize is the number of ranks on this host: all of them.
+func (c *Conn) LocalSize() int { return c.size }
+
+func (c *Conn) deadErr() error {
+	if errors.Is(c.cause, transport.ErrClosed) {
+		return fmt.Errorf("shm rank %d: %w", c.rank, transport.ErrClosed)
+	}
+	return fmt.Errorf("shm rank %d aborted: %w", c.rank, c.cause)
+}
+
+// link returns the link to peer, or nil for this rank itself.
+func (c *Conn) link(peer int) (*link, error) {
+	if peer < 0 || peer >= c.size {
+		return nil, fmt.Errorf("shm rank %d: peer %d: %w (world size %d)", c.rank, peer, transport.ErrInvalid, c.size)
+	}
+	if c.isDead.Load() {
+		return nil, c.deadErr()
+	}
+	if peer == c.rank {
+		return nil, nil
+	}
+	return c.links[peer], nil
+}
+
+func (c *Conn) checkLen(n int) error {
+	if n < 0 || int64(n) > c.cfg.MaxMessage {
+		return fmt.Errorf("shm rank %d: message of %d bytes: %w (MaxMessage is %d)", c.rank, n, transport.ErrInvalid, c.cfg.MaxMessage)
+	}
+	return nil
+}
+
+// enter starts a call that may touch the mappings; false once closed.
+func (c *Conn) enter() bool { return c.refs.acquire() }
+
+func (c *Conn) leave() { c.refs.release() }
+
+// Send copies p into the ring to rank to, slot by slot, and returns once
+// the last piece is in the ring (not once the peer has read it).
+func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
+	l, err := c.link(to)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(len(p)); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l == nil {
+		c.self.post(h, p)
+		return c.self.waitSend(ctx)
+	}
+	if !c.enter() {
+		return c.deadErr()
+	}
+	defer c.leave()
+	if err := l.check(); err != nil {
+		return err
+	}
+	s := sendOp{l: l, h: h, p: p}
+	return c.drive(ctx, "send", to, &s, nil)
+}
+
+// Recv hands the next message from rank from to sink straight out of the
+// ring's slots, one slot-sized piece at a time.
+func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
+	l, err := c.link(from)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if l == nil {
+		return c.self.recv(ctx, h, n, sink)
+	}
+	if !c.enter() {
+		return c.deadErr()
+	}
+	defer c.leave()
+	if err := l.err(); err != nil {
+		return err
+	}
+	r := recvOp{l: l, h: h, n: n, sink: sink}
+	return c.drive(ctx, "recv", from, nil, &r)
+}
+
+// Exchange sends sp to rank to while receiving from rank from, on the
+// caller's goroutine: it fills free slots of one ring and drains full
+// slots of the other, alternately, and sleeps only when neither can move.
+func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	lt, err := c.link(to)
+	if err != nil {
+		return err
+	}
+	lf, err := c.link(from)
+	if err != nil {
+		return err
+	}
+	if err := c.checkLen(len(sp)); err != nil {
+		return err
+	}
+	if err := c.checkLen(n); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case lt == nil:
+		// To itself: offer the message, receive, then wait for whoever
+		// takes it (this call, when from is this rank too).
+		c.self.post(sh, sp)
+		var rerr error
+		if lf == nil {
+			rerr = c.self.recv(ctx, rh, n, sink)
+		} else {
+			rerr = c.Recv(ctx, from, rh, n, sink)
+		}
+		serr := c.self.waitSend(ctx)
+		if rerr != nil {
+			return rerr
+		}
+		return serr
+	case lf == nil:
+		if err := c.Send(ctx, to, sh, sp); err != nil {
+			return err
+		}
+		return c.self.recv(ctx, rh, n, sink)
+	}
+	if !c.enter() {
+		return c.deadErr()
+	}
+	defer c.leave()
+	if err := lt.check(); err != nil {
+		return err
+	}
+	if err := lf.err(); err != nil {
+		return err
+	}
+	s := sendOp{l: lt, h: sh, p: sp}
+	r := recvOp{l: lf, h: rh, n: n, sink: sink}
+	return c.drive(ctx, "exchange", from, &s, &r)
+}
+
+// Close ends this endpoint: it records a goodbye in its status block,
+// wakes every peer and its own pending calls (they fail with
+// transport.ErrClosed; peers' calls involving this rank with a
+// *transport.PeerError), closes its sockets and unmaps its rings once the
+// last pending call has returned.
+func (c *Conn) Close() error {
+	c.shutdown(transport.ErrClosed, true)
+	return nil
+}
+
+// Abort marks this rank failed with cause: peers' calls involving it fail
+// with a *transport.PeerError carrying an *AbortError with the cause, and
+// this endpoint closes.
+func (c *Conn) Abort(cause error) {
+	if cause == nil {
+		cause = errors.New("aborted")
+	}
+	c.shutdown(cause, true)
+}
+
+func (c *Conn) shutdown(cause error, tell bool) {
+	c.deadOnce.Do(func() {
+		c.cause = cause
+		c.isDead.Store(true)
+		close(c.dead)
+		if c.own != nil {
+			if tell {
+				state := uint32(stateAborted)
+				if errors.Is(cause, transport.ErrClosed) {
+					state = stateClosed
+				}
+				c.own.setStatus(state, cause)
+			}
+			for _, l := range c.links {
+				if l != nil && tell {
+					l.peerBell.force()
+				}
+			}
+			c.bell.force()
+		}
+		for _, l := range c.links {
+			if l != nil {
+				_ = l.sock.Close()
+			}
+		}
+		c.watchers.Wait()
+		c.refs.close(c.unmap)
+	})
+}
+
+// unmap releases every mapping; run once, after the last call.
+func (c *Conn) unmap() {
+	for _, l := range c.links {
+		if l != nil {
+			l.reg.unmap()
+		}
+	}
+	if c.own != nil {
+		c.own.unmap()
+	}
+}
+
+// kill drops every socket without a status, as a crashed process would.
+// For tests.
+func (c *Conn) kill() { c.shutdown(errors.New("killed"), false) }
+
+// refs counts the calls using the mappings: release after close runs fin
+// once no call is left.
+type refs struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	fin    func()
+}
+
+func (r *refs) acquire() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.n++
+	return true
+}
+
+func (r *refs) release() {
+	r.mu.Lock()
+	r.n--
+	fin := r.closed && r.n == 0
+	f := r.fin
+	r.mu.Unlock()
+	if fin && f != nil {
+		f()
+	}
+}
+
+func (r *refs) close(fin func()) {
+	r.mu.Lock()
+	r.closed = true
+	now := r.n == 0
+	r.fin = fin
+	r.mu.Unlock()
+	if now {
+		fin()
+	}
+}

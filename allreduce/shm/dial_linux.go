@@ -1,0 +1,417 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
+)
+
+// Dial joins the shared-memory world cfg describes and returns this
+// rank's endpoint once it has a link with every other rank.
+//
+// Steps: (1) create this rank's file (createRegion: a sealed memfd with
+// the rings into this rank, allocated up front); (2) listen on an
+// abstract Unix socket with a random name (no file in the file system;
+// the name dies with the socket) and publish the name in cfg.Store;
+// (3) dial every lower rank and accept every higher one; on each
+// connection run the handshake (handshake.go), the dialer proving the
+// secret first; (4) once both sides are authenticated, pass each side's
+// file descriptor over the socket (SCM_RIGHTS, listener first), check and
+// map the peer's file (mapPeerRegion), and confirm with one byte each
+// way; (5) close the listener and every file descriptor: from then on
+// this process holds only the mappings and one connected socket per peer,
+// which a watcher goroutine reads to learn the moment the peer's process
+// is gone.
+func Dial(ctx context.Context, cfg Config) (*Conn, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := newConn(cfg)
+	if cfg.Size == 1 {
+		return c, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	own, fd, err := createRegion(&c.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("shm rank %d of %d: %w", cfg.Rank, cfg.Size, err)
+	}
+	defer unix.Close(fd)
+	c.own, c.bell = own, own.bell()
+	fail := func(err error) (*Conn, error) {
+		err = fmt.Errorf("shm rank %d of %d: %w", cfg.Rank, cfg.Size, err)
+		c.Abort(err)
+		return nil, err
+	}
+	name, err := socketName(cfg.RunID, cfg.Rank)
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return fail(fmt.Errorf("listening on the abstract socket %q: %w", name, err))
+	}
+	if err := cfg.Store.Set(ctx, addrKey(cfg.RunID, cfg.Rank), []byte(name)); err != nil {
+		_ = ln.Close()
+		return fail(fmt.Errorf("publishing the socket name: %w", err))
+	}
+	mctx, mcancel := context.WithCancel(ctx)
+	m := &mesh{
+		c: c, fd: fd, ln: ln, ctx: mctx, cancel: mcancel,
+		p: hsParams{secret: cfg.Secret, mode: modeHMAC, size: cfg.Size, rank: cfg.Rank,
+			slots: cfg.Slots, slotLen: cfg.SlotSize, runID: cfg.RunID},
+		admitted: make([]bool, cfg.Size),
+		inflight: make(map[*net.UnixConn]struct{}),
+		est:      make(chan *link, cfg.Size),
+		fatal:    make(chan error, 1),
+	}
+	if cfg.Insecure {
+		m.p.mode = modeInsecure
+	}
+	m.wg.Add(1)
+	go m.acceptLoop()
+	for q := 0; q < cfg.Rank; q++ {
+		m.wg.Add(1)
+		go m.dialPeer(q)
+	}
+	err = m.wait(ctx)
+	m.stop()
+	if err != nil {
+		return fail(err)
+	}
+	for _, l := range c.links {
+		if l != nil {
+			if err := l.check(); err != nil {
+				return fail(fmt.Errorf("rank %d failed while the world was forming: %w", l.peer, err))
+			}
+		}
+	}
+	return c, nil
+}
+
+// socketName is a fresh abstract socket name ("@" is the leading NUL):
+// the run id's hash, the rank and 64 random bits, so that no one can
+// claim it in advance. Whoever can list this network namespace's sockets
+// (/proc/net/unix) can see and connect to it, hence the handshake.
+func socketName(runID string, rank int) (string, error) {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	h := sha256.Sum256([]byte(runID))
+	return fmt.Sprintf("@ringddp/shm/%s/%d/%s", hex.EncodeToString(h[:6]), rank, hex.EncodeToString(rnd[:])), nil
+}
+
+const (
+	socketPrefix = "@ringddp/shm/"
+	// maxPending bounds the accepted connections that have not yet
+	// authenticated; a newcomer beyond it drops the oldest.
+	maxPending = 64
+)
+
+// mesh is the state of one Dial.
+type mesh struct {
+	c      *Conn
+	fd     int // this rank's file, passed to every peer
+	ln     *net.UnixListener
+	ctx    context.Context
+	cancel context.CancelFunc
+	p      hsParams
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	admitted []bool
+	pending  []*net.UnixConn // accepted, not yet authenticated, oldest first
+	inflight map[*net.UnixConn]struct{}
+	stopped  bool
+	turned   int    // connections turned away
+	lastWhy  string // the latest reason
+
+	est   chan *link
+	fatal chan error
+}
+
+func (m *mesh) fail(err error) {
+	select {
+	case m.fatal <- err:
+	default:
+	}
+}
+
+func (m *mesh) track(uc *net.UnixConn, pend bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return false
+	}
+	m.inflight[uc] = struct{}{}
+	if pend {
+		m.pending = append(m.pending, uc)
+		if len(m.pending) > maxPending {
+			_ = m.pending[0].Close() // its handshake fails
+			m.pending = m.pending[1:]
+		}
+	}
+	return true
+}
+
+func (m *mesh) authenticated(uc *net.UnixConn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, p := range m.pending {
+		if p == uc {
+			m.pending = append(m.pending[:i], m.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+func (m *mesh) untrack(uc *net.UnixConn) {
+	m.authenticated(uc)
+	m.mu.Lock()
+	delete(m.inflight, uc)
+	m.mu.Unlock()
+}
+
+func (m *mesh) turnAway(why error) {
+	m.mu.Lock()
+	m.turned++
+	m.lastWhy = why.Error()
+	m.mu.Unlock()
+}
+
+func (m *mesh) deadline() time.Time {
+	d := time.Now().Add(m.c.cfg.HandshakeTimeout)
+	if dl, ok := m.ctx.Deadline(); ok && dl.Before(d) {
+		return dl
+	}
+	return d
+}
+
+// wait collects links until every peer has one.
+func (m *mesh) wait(ctx context.Context) error {
+	c := m.c
+	for got := 0; got < c.size-1; {
+		select {
+		case l := <-m.est:
+			c.links[l.peer] = l
+			l.start()
+			got++
+		case err := <-m.fatal:
+			return err
+		case <-ctx.Done():
+			var missing []string
+			for q, l := range c.links {
+				if l == nil && q != c.rank {
+					missing = append(missing, strconv.Itoa(q))
+				}
+			}
+			msg := fmt.Sprintf("no link with rank(s) %s after %v: %v", strings.Join(missing, ", "), c.cfg.ConnectTimeout, ctx.Err())
+			m.mu.Lock()
+			if m.turned > 0 {
+				msg += fmt.Sprintf("; turned away %d connection(s), the latest because: %s", m.turned, m.lastWhy)
+			}
+			m.mu.Unlock()
+			return errors.New(msg)
+		}
+	}
+	return nil
+}
+
+// stop ends the listener, the dialers and the handshakes under way, and
+// drops links that formed too late.
+func (m *mesh) stop() {
+	m.cancel()
+	_ = m.ln.Close()
+	m.mu.Lock()
+	m.stopped = true
+	for uc := range m.inflight {
+		_ = uc.Close()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	for {
+		select {
+		case l := <-m.est:
+			_ = l.sock.Close()
+			l.reg.unmap()
+		default:
+			return
+		}
+	}
+}
+
+func (m *mesh) acceptLoop() {
+	defer m.wg.Done()
+	for {
+		uc, err := m.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || m.ctx.Err() != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // out of descriptors, ...
+			continue
+		}
+		if !m.track(uc, true) {
+			_ = uc.Close()
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			l, err := m.acceptOne(uc)
+			m.untrack(uc)
+			if err != nil {
+				_ = uc.Close()
+				m.turnAway(err)
+				return
+			}
+			m.est <- l
+		}()
+	}
+}
+
+// acceptOne authenticates a dialer, then passes this rank's file first and
+// maps the dialer's.
+func (m *mesh) acceptOne(uc *net.UnixConn) (*link, error) {
+	_ = uc.SetDeadline(m.deadline())
+	from, err := listenHandshake(uc, &m.p, m.admit)
+	if err != nil {
+		return nil, err
+	}
+	m.authenticated(uc)
+	l, err := m.exchangeFiles(uc, from, true)
+	if err != nil {
+		m.release(from)
+		return nil, err
+	}
+	return l, nil
+}
+
+func (m *mesh) admit(from int) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.admitted[from] {
+		return fmt.Sprintf("duplicate rank %d: rank %d already has a link with a process claiming rank %d", from, m.p.rank, from)
+	}
+	m.admitted[from] = true
+	return ""
+}
+
+func (m *mesh) release(from int) {
+	m.mu.Lock()
+	m.admitted[from] = false
+	m.mu.Unlock()
+}
+
+// exchangeFiles passes this rank's file and receives the peer's (the
+// listener sends first), maps the peer's, and confirms with one byte each
+// way, so that both ends know both mappings exist.
+func (m *mesh) exchangeFiles(uc *net.UnixConn, peer int, listener bool) (*link, error) {
+	var fd int
+	var err error
+	if listener {
+		if err = sendFD(uc, m.fd); err == nil {
+			fd, err = recvFD(uc, peer)
+		}
+	} else {
+		if fd, err = recvFD(uc, peer); err == nil {
+			if err = sendFD(uc, m.fd); err != nil {
+				_ = unix.Close(fd)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	reg, err := mapPeerRegion(fd, &m.c.cfg, peer)
+	if err != nil {
+		return nil, err
+	}
+	var b [1]byte
+	if _, err = uc.Write([]byte{'M'}); err == nil {
+		_, err = uc.Read(b[:])
+	}
+	if err == nil && b[0] != 'M' {
+		err = fmt.Errorf("%w: rank %d confirmed with %q", ErrProtocol, peer, b[:])
+	}
+	if err != nil {
+		reg.unmap()
+		return nil, fmt.Errorf("confirming the mappings with rank %d: %w", peer, err)
+	}
+	_ = uc.SetDeadline(time.Time{})
+	return newLink(m.c, peer, reg, uc), nil
+}
+
+func (m *mesh) dialPeer(q int) {
+	defer m.wg.Done()
+	cfg := &m.c.cfg
+	v, err := cfg.Store.Get(m.ctx, addrKey(cfg.RunID, q))
+	if err != nil {
+		if m.ctx.Err() == nil || errors.Is(err, context.DeadlineExceeded) {
+			m.fail(fmt.Errorf("looking up rank %d's socket: %w", q, err))
+		}
+		return
+	}
+	name := string(v)
+	if !strings.HasPrefix(name, socketPrefix) || len(name) > 107 {
+		m.fail(fmt.Errorf("rank %d published a malformed socket name %q", q, untrusted.Printable(v)))
+		return
+	}
+	const firstBackoff = 5 * time.Millisecond
+	backoff := firstBackoff
+	var d net.Dialer
+	for {
+		nc, err := d.DialContext(m.ctx, "unix", name)
+		if err == nil {
+			uc := nc.(*net.UnixConn)
+			if !m.track(uc, false) {
+				_ = uc.Close()
+				return
+			}
+			_ = uc.SetDeadline(m.deadline())
+			var l *link
+			err = dialHandshake(uc, &m.p, q)
+			if err == nil {
+				l, err = m.exchangeFiles(uc, q, false)
+			}
+			m.untrack(uc)
+			if err == nil {
+				m.est <- l
+				return
+			}
+			_ = uc.Close()
+			if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
+				m.fail(fmt.Errorf("rank %d: %w", q, err))
+				return
+			}
+			backoff = firstBackoff
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			if errors.Is(m.ctx.Err(), context.DeadlineExceeded) {
+				m.fail(fmt.Errorf("could not reach rank %d within %v (last error: %v)", q, cfg.ConnectTimeout, err))
+			}
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

@@ -1,0 +1,296 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/shm"
+)
+
+// rankModeVar makes the test binary, re-executed by a multi-process test,
+// run as one rank of its job instead of running the tests: "matrix" or
+// "loop".
+const rankModeVar = "RINGDDP_SHM_TEST_MODE"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(rankModeVar) {
+	case "":
+		os.Exit(m.Run())
+	case "matrix":
+		exitWith(matrixRank())
+	case "loop":
+		exitWith(loopRank())
+	}
+	fmt.Fprintln(os.Stderr, "unknown", rankModeVar)
+	os.Exit(2)
+}
+
+func exitWith(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// dialFromEnv joins the job the environment describes over shm.
+func dialFromEnv(ctx context.Context) (*shm.Conn, *rendezvous.TCPStore, error) {
+	env, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := shm.ConfigFromEnv(env, store)
+	cfg.Timeout = 20 * time.Second
+	conn, err := shm.Dial(ctx, cfg)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return conn, store, nil
+}
+
+// matrixRank is one rank of the multi-process matrix: every algorithm shm
+// can run, AllReduce of awkward lengths with every op on float32 and
+// int64, compared bit for bit with the sequential reference.
+func matrixRank() error {
+	ctx := context.Background()
+	conn, store, err := dialFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	n := conn.Size()
+	algos := allreducetest.AlgorithmsFor(conn)
+	lengths := []int{0, 1, n - 1, n + 1, 1000, 70000, 1<<18 + 3}
+	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
+	for _, algo := range algos {
+		g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(algo))
+		if err != nil {
+			return err
+		}
+		for _, length := range lengths {
+			for _, op := range ops {
+				if err := matrixCellRank[float32](ctx, g, n, length, op); err != nil {
+					return fmt.Errorf("%v: %w", algo, err)
+				}
+				if op == allreduce.Avg {
+					continue
+				}
+				if err := matrixCellRank[int64](ctx, g, n, length, op); err != nil {
+					return fmt.Errorf("%v: %w", algo, err)
+				}
+			}
+		}
+		if err := allreduce.Barrier(ctx, g); err != nil {
+			return err
+		}
+	}
+	_ = conn.Close()
+	fmt.Printf("rank %d: %d algorithms ok: %v\n", conn.Rank(), len(algos), algos)
+	return nil
+}
+
+func matrixCellRank[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, n, length int, op allreduce.ReduceOp) error {
+	inputs := make([][]T, n)
+	for r := range inputs {
+		inputs[r] = allreducetest.Input[T](uint64(length)+uint64(op), r, length, op)
+	}
+	buf := append([]T(nil), inputs[g.Rank()]...)
+	if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
+		return err
+	}
+	if err := allreducetest.DiffBits("result", buf, allreducetest.Reduce(inputs, op)); err != nil {
+		return fmt.Errorf("rank %d, %d elements, %v: %w", g.Rank(), length, op, err)
+	}
+	return nil
+}
+
+// loopRank all-reduces 4 MiB over and over until it fails, printing
+// "ready" after the first, and exits non-zero with the error.
+func loopRank() error {
+	ctx := context.Background()
+	conn, store, err := dialFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(allreduce.Ring))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	buf := make([]float32, 1<<20)
+	for i := 0; ; i++ {
+		if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
+			return err
+		}
+		if i == 0 {
+			fmt.Println("ready")
+		}
+	}
+}
+
+// startRanks starts n copies of this test binary as the ranks of one job
+// (RANK, WORLD_SIZE, MASTER_*, the secret, and mode).
+func startRanks(t *testing.T, n int, mode string) ([]*exec.Cmd, []*syncBuf) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*syncBuf, n)
+	for r := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"RINGDDP_SECRET=multi-process shm test secret 0123456789", rankModeVar+"="+mode, "GOMAXPROCS=1")
+		outs[r] = new(syncBuf)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	return cmds, outs
+}
+
+// TestMatrixAcrossProcesses: the reduced AllReduce matrix, every
+// algorithm shm can run, over 2, 3, 4 and 5 processes.
+func TestMatrixAcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	for _, n := range []int{2, 3, 4, 5} {
+		cmds, outs := startRanks(t, n, "matrix")
+		for r, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
+			}
+		}
+		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+	}
+}
+
+// TestKill9AcrossProcesses: kill -9 of rank 2 of 4 in the middle of a
+// stream of all-reduces: every survivor exits non-zero within a second,
+// naming rank 2; no process is left, and nothing is left in /dev/shm.
+func TestKill9AcrossProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	trials := 5
+	if allreducetest.Soak() {
+		trials = 20
+	}
+	before := devShm(t)
+	const n, victim = 4, 2
+	for trial := range trials {
+		cmds, outs := startRanks(t, n, "loop")
+		deadline := time.Now().Add(30 * time.Second)
+		for r := range n {
+			for !strings.Contains(outs[r].String(), "ready") {
+				if time.Now().After(deadline) {
+					for _, c := range cmds {
+						_ = c.Process.Kill()
+						_ = c.Wait()
+					}
+					t.Fatalf("trial %d: rank %d never got ready: %s", trial, r, outs[r])
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		time.Sleep(time.Duration(trial%5) * 7 * time.Millisecond)
+		killed := time.Now()
+		if err := cmds[victim].Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmds[victim].Wait()
+		for r, cmd := range cmds {
+			if r == victim {
+				continue
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				err = <-done
+				t.Errorf("trial %d: rank %d still running 10 s after the kill", trial, r)
+			}
+			el := time.Since(killed)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("trial %d: rank %d exited with %v, want status 1", trial, r, err)
+			}
+			if !strings.Contains(outs[r].String(), "rank 2 failed") {
+				t.Errorf("trial %d: rank %d's error does not name rank 2: %s", trial, r, outs[r])
+			}
+			if el > time.Second {
+				t.Errorf("trial %d: rank %d exited %v after the kill, want within a second", trial, r, el)
+			}
+			if trial == 0 {
+				t.Logf("rank %d exited %v after the kill: %s", r, el, strings.TrimSpace(lastLine(outs[r].String())))
+			}
+		}
+		for _, cmd := range cmds {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", cmd.Process.Pid)); err == nil {
+				t.Errorf("trial %d: process %d still exists", trial, cmd.Process.Pid)
+			}
+		}
+	}
+	if after := devShm(t); after != before {
+		t.Errorf("/dev/shm changed: %q before, %q after", before, after)
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// syncBuf is a bytes.Buffer safe for a process's writes and our reads.
+type syncBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
