@@ -121,3 +121,28 @@ func TestCostMatchesSimulator(t *testing.T) {
 		}
 	}
 }
+
+// Auto, the model's argmin, runs the fastest simulated algorithm (within
+// 2%, where two algorithms' formulas are that close) at every size, on a
+// simulated cluster of 64 ranks on 8 nodes whose intra-node links are 10
+// times the inter-node ones.
+func TestAutoIsFastestSimulated(t *testing.T) {
+	m := allreduce.Model{
+		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 125e9},
+		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 12.5e9},
+		Gamma: 1 / 8e9,
+	}
+	const n, local = 64, 8
+	for _, bytes := range []int{1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20} {
+		auto := simulate(t, m, n, local, allreduce.Auto, bytes)
+		best, bestT := allreduce.Auto, auto
+		for _, p := range allreduce.Predict(m, allreduce.NodesShape(n, local), bytes) {
+			if got := simulate(t, m, n, local, p.Algorithm, bytes); got < bestT {
+				best, bestT = p.Algorithm, got
+			}
+		}
+		if auto > 1.02*bestT {
+			t.Errorf("%d bytes: Auto (%v) simulated %.1f µs, %v %.1f µs", bytes, allreduce.Choose(m, allreduce.NodesShape(n, local), bytes), auto*1e6, best, bestT*1e6)
+		}
+	}
+}
