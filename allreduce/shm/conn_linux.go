@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ringddp/ringddp/allreduce/internal/selflink"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -23,7 +24,7 @@ type Conn struct {
 	own        *region  // this rank's file; nil in a world of one
 	bell       doorbell // this rank's doorbell, in own
 	links      []*link  // by peer; nil at this rank
-	self       *selfLink
+	self       *selflink.Link
 
 	dead     chan struct{} // closed by Close or Abort
 	isDead   atomic.Bool
@@ -48,7 +49,7 @@ func newConn(cfg Config) *Conn {
 		links: make([]*link, cfg.Size),
 		dead:  make(chan struct{}),
 	}
-	c.self = newSelfLink(c)
+	c.self = selflink.New(selflink.Owner{Rank: cfg.Rank, Timeout: cfg.Timeout, Dead: c.dead, DeadErr: c.deadErr, Piece: cfg.SlotSize})
 	return c
 }
 
@@ -114,8 +115,8 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 		return err
 	}
 	if l == nil {
-		c.self.post(h, p)
-		return c.self.waitSend(ctx)
+		c.self.Post(h, p)
+		return c.self.WaitSend(ctx)
 	}
 	if !c.enter() {
 		return c.deadErr()
@@ -142,7 +143,7 @@ func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, si
 		return err
 	}
 	if l == nil {
-		return c.self.recv(ctx, h, n, sink)
+		return c.self.Recv(ctx, h, n, sink)
 	}
 	if !c.enter() {
 		return c.deadErr()
@@ -180,14 +181,14 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	case lt == nil:
 		// To itself: offer the message, receive, then wait for whoever
 		// takes it (this call, when from is this rank too).
-		c.self.post(sh, sp)
+		c.self.Post(sh, sp)
 		var rerr error
 		if lf == nil {
-			rerr = c.self.recv(ctx, rh, n, sink)
+			rerr = c.self.Recv(ctx, rh, n, sink)
 		} else {
 			rerr = c.Recv(ctx, from, rh, n, sink)
 		}
-		serr := c.self.waitSend(ctx)
+		serr := c.self.WaitSend(ctx)
 		if rerr != nil {
 			return rerr
 		}
@@ -196,7 +197,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 		if err := c.Send(ctx, to, sh, sp); err != nil {
 			return err
 		}
-		return c.self.recv(ctx, rh, n, sink)
+		return c.self.Recv(ctx, rh, n, sink)
 	}
 	if !c.enter() {
 		return c.deadErr()

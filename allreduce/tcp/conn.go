@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/selflink"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -19,7 +20,7 @@ type Conn struct {
 	rank, size           int
 	localRank, localSize int
 	links                []*link // by peer; nil at this rank
-	self                 *selfLink
+	self                 *selflink.Link
 
 	dead     chan struct{} // closed by Close, Abort or a failed Dial
 	deadOnce sync.Once
@@ -44,7 +45,7 @@ func newConn(cfg Config) *Conn {
 		dead:       make(chan struct{}),
 		setupFails: make(chan *link, cfg.Size),
 	}
-	c.self = newSelfLink(c)
+	c.self = selflink.New(selflink.Owner{Rank: cfg.Rank, Timeout: cfg.Timeout, Dead: c.dead, DeadErr: c.deadErr, Piece: pieceSize})
 	return c
 }
 
@@ -127,8 +128,8 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 		return err
 	}
 	if l == nil {
-		c.self.post(h, p)
-		return c.self.waitSend(ctx)
+		c.self.Post(h, p)
+		return c.self.WaitSend(ctx)
 	}
 	if len(p) <= directWriteMax {
 		return l.sendErr(ctx, l.writeData(h, p))
@@ -157,7 +158,7 @@ func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, si
 		return err
 	}
 	if l == nil {
-		return c.self.recv(ctx, h, n, sink)
+		return c.self.Recv(ctx, h, n, sink)
 	}
 	return l.recv(ctx, h, n, sink)
 }
@@ -189,14 +190,14 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	direct := lt != nil && len(sp) <= directWriteMax
 	switch {
 	case lt == nil:
-		c.self.post(sh, sp)
+		c.self.Post(sh, sp)
 	case direct:
 		serr = lt.sendErr(ctx, lt.writeData(sh, sp))
 	default:
 		lt.startSend(sh, sp)
 	}
 	if lf == nil {
-		rerr = c.self.recv(ctx, rh, n, sink)
+		rerr = c.self.Recv(ctx, rh, n, sink)
 	} else {
 		rerr = lf.recv(ctx, rh, n, sink)
 	}
@@ -205,7 +206,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	// cost the peer the abort frame that tells it why this rank failed.
 	switch {
 	case lt == nil:
-		serr = c.self.waitSend(ctx)
+		serr = c.self.WaitSend(ctx)
 	case !direct:
 		serr = lt.waitSend(ctx)
 	}
