@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/allreduce/transport/transporttest"
 )
@@ -33,32 +34,15 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// sink collects received bytes.
-type sink struct{ got []byte }
+// The fixtures of tests that block on a call, shared with package sim's
+// tests.
+var (
+	goErr = transporthelp.Go
+	wait  = transporthelp.Wait
+	hdr   = transporthelp.Header
+)
 
-func (s *sink) Consume(off int, p []byte) { s.got = append(s.got[:off], p...) }
-
-func hdr(step uint32) transport.Header {
-	return transport.Header{Group: 1, Seq: 2, Kind: 1, DType: 1, Op: 1, Root: -1, Count: 4, Step: step}
-}
-
-// goErr runs fn on its own goroutine.
-func goErr(fn func() error) <-chan error {
-	ch := make(chan error, 1)
-	go func() { ch <- fn() }()
-	return ch
-}
-
-func wait(t *testing.T, ch <-chan error, d time.Duration) error {
-	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(d):
-		t.Fatalf("still blocked after %v", d)
-		return nil
-	}
-}
+type sink = transporthelp.Sink
 
 func TestNewWorldInvalid(t *testing.T) {
 	for _, n := range []int{0, -1} {
@@ -126,7 +110,7 @@ func TestFaultCut(t *testing.T) {
 		sent := goErr(func() error { return conns[l[0]].Send(ctx, l[1], hdr(1), []byte{5, 6, 7, 8}) })
 		require.NoError(t, wait(t, goErr(func() error { return conns[l[1]].Recv(ctx, l[0], hdr(1), 4, s) }), 2*time.Second), "link %v", l)
 		require.NoError(t, wait(t, sent, 2*time.Second))
-		require.Equal(t, []byte{5, 6, 7, 8}, s.got)
+		require.Equal(t, []byte{5, 6, 7, 8}, s.Got)
 	}
 }
 
@@ -144,7 +128,7 @@ func TestFaultDrop(t *testing.T) {
 	sent := goErr(func() error { return conns[0].Send(ctx, 1, hdr(1), []byte{9, 9, 9, 9}) })
 	require.NoError(t, wait(t, goErr(func() error { return conns[1].Recv(ctx, 0, hdr(1), 4, s) }), 2*time.Second))
 	require.NoError(t, wait(t, sent, 2*time.Second))
-	require.Equal(t, []byte{9, 9, 9, 9}, s.got)
+	require.Equal(t, []byte{9, 9, 9, 9}, s.Got)
 }
 
 func TestFaultErr(t *testing.T) {
@@ -177,7 +161,7 @@ func TestFaultDelay(t *testing.T) {
 	require.NoError(t, wait(t, goErr(func() error { return conns[1].Recv(ctx, 0, hdr(0), 8, s) }), 2*time.Second))
 	require.NoError(t, wait(t, sent, 2*time.Second))
 	require.GreaterOrEqual(t, time.Since(start), delay)
-	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8}, s.got)
+	require.Equal(t, []byte{1, 2, 3, 4, 5, 6, 7, 8}, s.Got)
 
 	// A delayed send honours its context.
 	require.NoError(t, w.SetFault(0, 1, inproc.Fault{Delay: time.Hour}))
@@ -228,5 +212,5 @@ func TestExchangeRecvFailureRetracts(t *testing.T) {
 	sent := goErr(func() error { return conns[0].Send(ctx, 1, hdr(1), []byte{7, 7, 7, 7}) })
 	require.NoError(t, wait(t, goErr(func() error { return conns[1].Recv(ctx, 0, hdr(1), 4, s) }), 2*time.Second))
 	require.NoError(t, wait(t, sent, 2*time.Second))
-	require.Equal(t, []byte{7, 7, 7, 7}, s.got)
+	require.Equal(t, []byte{7, 7, 7, 7}, s.Got)
 }

@@ -5,21 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // Conn is one rank's endpoint in a World. It implements transport.Conn,
 // transport.Exchanger and transport.Aborter (and transport.PeerMemory).
 type Conn struct {
-	world    *World
-	rank     int
-	dead     chan struct{} // closed by Close or Abort
-	deadOnce sync.Once
-	cause    error // why dead was closed; written before the close
+	world *World
+	rank  int
+	end   *lifecycle.End // Close or Abort
 
 	// PeerMemory state.
 	views        [][]byte
@@ -77,17 +75,10 @@ func (c *Conn) Close() error {
 
 // Abort marks this rank failed with cause; peers blocked on it fail at once
 // with a transport.PeerError carrying cause.
-func (c *Conn) Abort(cause error) {
-	if cause == nil {
-		cause = errors.New("aborted")
-	}
-	c.kill(cause)
-}
+func (c *Conn) Abort(cause error) { c.kill(lifecycle.AbortCause(cause)) }
 
 func (c *Conn) kill(cause error) {
-	c.deadOnce.Do(func() {
-		c.cause = cause
-		close(c.dead)
+	c.end.Finish(cause, nil, func() {
 		c.world.noteFailure(c.rank)
 		if !errors.Is(cause, transport.ErrClosed) {
 			c.world.noteAbort(c.rank)
@@ -100,22 +91,15 @@ func (c *Conn) check(peer int) error {
 		return fmt.Errorf("inproc: rank %d: %w (world size %d)", peer, transport.ErrInvalid, c.world.size)
 	}
 	select {
-	case <-c.dead:
-		return c.deadErr()
+	case <-c.end.Dead():
+		return c.end.Err()
 	default:
 		return nil
 	}
 }
 
-func (c *Conn) deadErr() error {
-	if errors.Is(c.cause, transport.ErrClosed) {
-		return fmt.Errorf("inproc rank %d: %w", c.rank, transport.ErrClosed)
-	}
-	return fmt.Errorf("inproc rank %d aborted: %w", c.rank, c.cause)
-}
-
 func (c *Conn) peerErr(peer int) error {
-	return &transport.PeerError{Peer: peer, Err: c.world.conns[peer].cause}
+	return &transport.PeerError{Peer: peer, Err: c.world.conns[peer].end.Cause()}
 }
 
 func cutErr(from, to int) error {
@@ -200,9 +184,9 @@ func (c *Conn) alive(ctx context.Context, l *link, peer int) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.dead:
-		return c.deadErr()
-	case <-c.world.conns[peer].dead:
+	case <-c.end.Dead():
+		return c.end.Err()
+	case <-c.world.conns[peer].end.Dead():
 		return c.peerErr(peer)
 	case <-l.cut:
 		return cutErr(c.rank, peer)
@@ -229,14 +213,14 @@ func (c *Conn) awaitDone(ctx context.Context, l *link, to int) error {
 func (c *Conn) park(ctx context.Context, l *link, peer int, want uint32, wake chan struct{}, t *time.Timer, what string) error {
 	t.Reset(c.world.timeout)
 	defer t.Stop()
-	dead := c.world.conns[peer].dead
+	dead := c.world.conns[peer].end.Dead()
 	for l.state.Load() != want {
 		select {
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.dead:
-			return c.deadErr()
+		case <-c.end.Dead():
+			return c.end.Err()
 		case <-dead:
 			if l.state.Load() == want {
 				return nil
@@ -260,7 +244,7 @@ func (c *Conn) park(ctx context.Context, l *link, peer int, want uint32, wake ch
 func (c *Conn) abortedErr() error {
 	r := c.world.firstAborted()
 	if r == c.rank {
-		return c.deadErr()
+		return c.end.Err()
 	}
 	return c.peerErr(r)
 }
@@ -317,10 +301,10 @@ func (c *Conn) withdrawn(ctx context.Context, l *link, from int, what string) er
 	defer t.Stop()
 	for l.state.Load() != statePosted {
 		select {
-		case <-c.world.conns[from].dead:
+		case <-c.world.conns[from].end.Dead():
 			return c.peerErr(from)
-		case <-c.dead:
-			return c.deadErr()
+		case <-c.end.Dead():
+			return c.end.Err()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
@@ -341,7 +325,7 @@ func (c *Conn) sleep(ctx context.Context, t *time.Timer, d time.Duration) error 
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.dead:
-		return c.deadErr()
+	case <-c.end.Dead():
+		return c.end.Err()
 	}
 }

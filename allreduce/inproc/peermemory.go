@@ -114,9 +114,9 @@ func (c *Conn) awaitStage(ctx context.Context, q int, peer *Conn) error {
 		case <-c.wake:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.dead:
-			return c.deadErr()
-		case <-peer.dead:
+		case <-c.end.Dead():
+			return c.end.Err()
+		case <-peer.end.Dead():
 			if peer.stage.Load() >= c.arrivals {
 				return nil
 			}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -94,7 +95,7 @@ func NewWorld(n int, opts ...Option) (*World, error) {
 	}
 	w.conns = make([]*Conn, n)
 	for r := range w.conns {
-		w.conns[r] = &Conn{world: w, rank: r, dead: make(chan struct{}), wake: make(chan struct{}, 1)}
+		w.conns[r] = &Conn{world: w, rank: r, end: lifecycle.New("inproc", r), wake: make(chan struct{}, 1)}
 	}
 	return w, nil
 }

@@ -5,20 +5,20 @@ import (
 	"os"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
-	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // Defaults of Config.
 const (
-	DefaultRunID            = "default"
+	DefaultRunID            = mpconn.DefaultRunID
 	DefaultSlots            = 8
 	DefaultSlotSize         = 256 << 10
-	DefaultTimeout          = 30 * time.Second
-	DefaultConnectTimeout   = 5 * time.Minute
-	DefaultHandshakeTimeout = 2 * time.Second
-	DefaultMaxMessage       = 1 << 30
+	DefaultTimeout          = mpconn.DefaultTimeout
+	DefaultConnectTimeout   = mpconn.DefaultConnectTimeout
+	DefaultHandshakeTimeout = mpconn.DefaultHandshakeTimeout
+	DefaultMaxMessage       = mpconn.DefaultMaxMessage
 	// DefaultSpin is Config.Spin's default: how long a waiting call polls
 	// its rings (yielding the core between polls) before it sleeps on the
 	// futex.
@@ -34,7 +34,7 @@ const (
 	// MaxRegion bounds one rank's shared file: (Size-1) rings of Slots ×
 	// SlotSize bytes, plus headers.
 	MaxRegion = 4 << 30
-	maxRunID  = 255
+	maxRunID  = mpconn.MaxRunID // the answer has room for this much
 	// maxPayload bounds any length read from shared memory.
 	maxPayload = 1 << 40
 )
@@ -91,27 +91,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size {
-		return c, fmt.Errorf("shm: rank %d of %d: %w", c.Rank, c.Size, transport.ErrInvalid)
-	}
-	if c.RunID == "" {
-		c.RunID = DefaultRunID
-	}
-	if len(c.RunID) > maxRunID || untrusted.Printable([]byte(c.RunID)) != c.RunID {
-		return c, fmt.Errorf("shm: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
-	}
-	if c.Size > 1 {
-		if c.Store == nil {
-			return c, fmt.Errorf("shm: %w: no rendezvous store for %d ranks", transport.ErrInvalid, c.Size)
-		}
-		if !c.Insecure {
-			if len(c.Secret) == 0 {
-				return c, fmt.Errorf("shm: %w: empty secret (set one, e.g. from RINGDDP_SECRET, or opt out with Config.Insecure)", transport.ErrInvalid)
-			}
-			if err := rendezvous.CheckSecret(c.Secret); err != nil {
-				return c, fmt.Errorf("shm: %w: %w", transport.ErrInvalid, err)
-			}
-		}
+	if err := mpconn.CheckJob("shm", c.Rank, c.Size, &c.RunID, c.Store, c.Secret, c.Insecure); err != nil {
+		return c, err
 	}
 	if c.Insecure {
 		c.Secret = nil
@@ -132,20 +113,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("shm: %w: %d ranks × %d slots × %d bytes need %d bytes of shared memory per rank (at most %d): use fewer or smaller slots",
 			transport.ErrInvalid, c.Size, c.Slots, c.SlotSize, sz, int64(MaxRegion))
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.MaxMessage <= 0 {
-		c.MaxMessage = DefaultMaxMessage
-	}
-	if c.MaxMessage > maxPayload {
-		return c, fmt.Errorf("shm: %w: MaxMessage %d exceeds %d", transport.ErrInvalid, c.MaxMessage, int64(maxPayload))
+	if err := mpconn.DefaultLimits("shm", &c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.MaxMessage, maxPayload); err != nil {
+		return c, err
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin

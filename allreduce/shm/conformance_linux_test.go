@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/shm"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -34,32 +33,12 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// shmHugeLen is the large length of the shm matrix: 1 MiB of float32,
-// many slots per message.
-const shmHugeLen = 1<<18 + 3
-
-func shmHuge(coll allreduce.Kind, _ allreduce.Algorithm, n int) ([]allreduce.ReduceOp, []allreduce.DType) {
-	if n != 3 || testing.Short() {
-		return nil, nil
-	}
-	op := allreduce.Sum
-	if coll == allreduce.KindAllGather || coll == allreduce.KindBroadcast {
-		op = 0
-	}
-	return []allreduce.ReduceOp{op}, []allreduce.DType{allreduce.Float32}
-}
-
-// TestCollectivesOverShm is the collective matrix, reduced as for tcp:
-// ranks 1..5, {Sum, Max} × {float32, int64}, every AllReduce algorithm
-// shm can run, every collective once at 2^18+3 elements on 3 ranks.
+// TestCollectivesOverShm is the collective matrix, reduced as for tcp
+// (allreducetest.ReducedMatrix): ranks 1..5, {Sum, Max} × {float32,
+// int64}, every AllReduce algorithm shm can run, every collective once at
+// 2^18+3 elements on 3 ranks.
 func TestCollectivesOverShm(t *testing.T) {
-	allreducetest.Matrix(t, allreducetest.MatrixConfig{
-		Connect: shmConnect,
-		Ranks:   []int{1, 2, 3, 4, 5},
-		Ops:     []allreduce.ReduceOp{allreduce.Sum, allreduce.Max},
-		DTypes:  []allreduce.DType{allreduce.Float32, allreduce.Int64},
-		Huge:    shmHuge,
-		HugeLen: shmHugeLen,
-		Timeout: 2 * time.Minute,
-	})
+	cfg := allreducetest.ReducedMatrix(shmConnect)
+	cfg.Timeout = 2 * time.Minute
+	allreducetest.Matrix(t, cfg)
 }

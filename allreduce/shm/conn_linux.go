@@ -5,11 +5,10 @@ package shm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 
-	"github.com/ringddp/ringddp/allreduce/internal/selflink"
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -23,13 +22,10 @@ type Conn struct {
 	rank, size int
 	own        *region  // this rank's file; nil in a world of one
 	bell       doorbell // this rank's doorbell, in own
-	links      []*link  // by peer; nil at this rank
-	self       *selflink.Link
+	// core: the links by peer (nil at this rank), the self link, the
+	// checks of every call; its End is ended by Close or Abort.
+	core mpconn.Core[*link]
 
-	dead     chan struct{} // closed by Close or Abort
-	isDead   atomic.Bool
-	deadOnce sync.Once
-	cause    error
 	watchers sync.WaitGroup
 
 	refs refs // the mappings stay until Close and the last call are done
@@ -42,15 +38,12 @@ var (
 )
 
 func newConn(cfg Config) *Conn {
-	c := &Conn{
-		cfg:   cfg,
-		rank:  cfg.Rank,
-		size:  cfg.Size,
-		links: make([]*link, cfg.Size),
-		dead:  make(chan struct{}),
+	return &Conn{
+		cfg:  cfg,
+		rank: cfg.Rank,
+		size: cfg.Size,
+		core: mpconn.NewCore[*link]("shm", cfg.Rank, cfg.Size, cfg.MaxMessage, cfg.Timeout, cfg.SlotSize),
 	}
-	c.self = selflink.New(selflink.Owner{Rank: cfg.Rank, Timeout: cfg.Timeout, Dead: c.dead, DeadErr: c.deadErr, Piece: cfg.SlotSize})
-	return c
 }
 
 // Rank is this endpoint's rank.
@@ -68,34 +61,6 @@ func (c *Conn) LocalRank() int { return c.cfg.LocalRank }
 // LocalSize is the number of ranks on this host: all of them.
 func (c *Conn) LocalSize() int { return c.size }
 
-func (c *Conn) deadErr() error {
-	if errors.Is(c.cause, transport.ErrClosed) {
-		return fmt.Errorf("shm rank %d: %w", c.rank, transport.ErrClosed)
-	}
-	return fmt.Errorf("shm rank %d aborted: %w", c.rank, c.cause)
-}
-
-// link returns the link to peer, or nil for this rank itself.
-func (c *Conn) link(peer int) (*link, error) {
-	if peer < 0 || peer >= c.size {
-		return nil, fmt.Errorf("shm rank %d: peer %d: %w (world size %d)", c.rank, peer, transport.ErrInvalid, c.size)
-	}
-	if c.isDead.Load() {
-		return nil, c.deadErr()
-	}
-	if peer == c.rank {
-		return nil, nil
-	}
-	return c.links[peer], nil
-}
-
-func (c *Conn) checkLen(n int) error {
-	if n < 0 || int64(n) > c.cfg.MaxMessage {
-		return fmt.Errorf("shm rank %d: message of %d bytes: %w (MaxMessage is %d)", c.rank, n, transport.ErrInvalid, c.cfg.MaxMessage)
-	}
-	return nil
-}
-
 // enter starts a call that may touch the mappings; false once closed.
 func (c *Conn) enter() bool { return c.refs.acquire() }
 
@@ -104,22 +69,15 @@ func (c *Conn) leave() { c.refs.release() }
 // Send copies p into the ring to rank to, slot by slot, and returns once
 // the last piece is in the ring (not once the peer has read it).
 func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
-	l, err := c.link(to)
+	l, err := c.core.SendLink(ctx, to, len(p))
 	if err != nil {
 		return err
 	}
-	if err := c.checkLen(len(p)); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if l == nil {
-		c.self.Post(h, p)
-		return c.self.WaitSend(ctx)
+		return c.core.SendSelf(ctx, h, p)
 	}
 	if !c.enter() {
-		return c.deadErr()
+		return c.core.End.Err()
 	}
 	defer c.leave()
 	if err := l.check(); err != nil {
@@ -132,21 +90,15 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 // Recv hands the next message from rank from to sink straight out of the
 // ring's slots, one slot-sized piece at a time.
 func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
-	l, err := c.link(from)
+	l, err := c.core.RecvLink(ctx, from, n)
 	if err != nil {
 		return err
 	}
-	if err := c.checkLen(n); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if l == nil {
-		return c.self.Recv(ctx, h, n, sink)
+		return c.core.Self.Recv(ctx, h, n, sink)
 	}
 	if !c.enter() {
-		return c.deadErr()
+		return c.core.End.Err()
 	}
 	defer c.leave()
 	if err := l.err(); err != nil {
@@ -160,35 +112,22 @@ func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, si
 // caller's goroutine: it fills free slots of one ring and drains full
 // slots of the other, alternately, and sleeps only when neither can move.
 func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
-	lt, err := c.link(to)
+	lt, lf, err := c.core.ExchangeLinks(ctx, to, len(sp), from, n)
 	if err != nil {
-		return err
-	}
-	lf, err := c.link(from)
-	if err != nil {
-		return err
-	}
-	if err := c.checkLen(len(sp)); err != nil {
-		return err
-	}
-	if err := c.checkLen(n); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
 		return err
 	}
 	switch {
 	case lt == nil:
 		// To itself: offer the message, receive, then wait for whoever
 		// takes it (this call, when from is this rank too).
-		c.self.Post(sh, sp)
+		c.core.Self.Post(sh, sp)
 		var rerr error
 		if lf == nil {
-			rerr = c.self.Recv(ctx, rh, n, sink)
+			rerr = c.core.Self.Recv(ctx, rh, n, sink)
 		} else {
 			rerr = c.Recv(ctx, from, rh, n, sink)
 		}
-		serr := c.self.WaitSend(ctx)
+		serr := c.core.Self.WaitSend(ctx)
 		if rerr != nil {
 			return rerr
 		}
@@ -197,10 +136,10 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 		if err := c.Send(ctx, to, sh, sp); err != nil {
 			return err
 		}
-		return c.self.Recv(ctx, rh, n, sink)
+		return c.core.Self.Recv(ctx, rh, n, sink)
 	}
 	if !c.enter() {
-		return c.deadErr()
+		return c.core.End.Err()
 	}
 	defer c.leave()
 	if err := lt.check(); err != nil {
@@ -227,18 +166,10 @@ func (c *Conn) Close() error {
 // Abort marks this rank failed with cause: peers' calls involving it fail
 // with a *transport.PeerError carrying an *AbortError with the cause, and
 // this endpoint closes.
-func (c *Conn) Abort(cause error) {
-	if cause == nil {
-		cause = errors.New("aborted")
-	}
-	c.shutdown(cause, true)
-}
+func (c *Conn) Abort(cause error) { c.shutdown(lifecycle.AbortCause(cause), true) }
 
 func (c *Conn) shutdown(cause error, tell bool) {
-	c.deadOnce.Do(func() {
-		c.cause = cause
-		c.isDead.Store(true)
-		close(c.dead)
+	c.core.End.Finish(cause, nil, func() {
 		if c.own != nil {
 			if tell {
 				state := uint32(stateAborted)
@@ -247,14 +178,14 @@ func (c *Conn) shutdown(cause error, tell bool) {
 				}
 				c.own.setStatus(state, cause)
 			}
-			for _, l := range c.links {
+			for _, l := range c.core.Links {
 				if l != nil && tell {
 					l.peerBell.force()
 				}
 			}
 			c.bell.force()
 		}
-		for _, l := range c.links {
+		for _, l := range c.core.Links {
 			if l != nil {
 				_ = l.sock.Close()
 			}
@@ -266,7 +197,7 @@ func (c *Conn) shutdown(cause error, tell bool) {
 
 // unmap releases every mapping; run once, after the last call.
 func (c *Conn) unmap() {
-	for _, l := range c.links {
+	for _, l := range c.core.Links {
 		if l != nil {
 			l.reg.unmap()
 		}

@@ -10,13 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
@@ -70,31 +69,21 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		_ = ln.Close()
 		return fail(fmt.Errorf("publishing the socket name: %w", err))
 	}
-	mctx, mcancel := context.WithCancel(ctx)
 	m := &mesh{
-		c: c, fd: fd, ln: ln, ctx: mctx, cancel: mcancel,
+		Setup: mpconn.NewSetup[*net.UnixConn](ctx, cfg.Size),
+		c:     c, fd: fd, ln: ln,
 		p: hsParams{secret: cfg.Secret, mode: modeHMAC, size: cfg.Size, rank: cfg.Rank,
 			slots: cfg.Slots, slotLen: cfg.SlotSize, runID: cfg.RunID},
-		admitted: make([]bool, cfg.Size),
-		inflight: make(map[*net.UnixConn]struct{}),
-		est:      make(chan *link, cfg.Size),
-		fatal:    make(chan error, 1),
+		est: make(chan *link, cfg.Size),
 	}
 	if cfg.Insecure {
 		m.p.mode = modeInsecure
 	}
-	m.wg.Add(1)
-	go m.acceptLoop()
-	for q := 0; q < cfg.Rank; q++ {
-		m.wg.Add(1)
-		go m.dialPeer(q)
-	}
-	err = m.wait(ctx)
-	m.stop()
+	err = m.Form(cfg.Rank, m.acceptLoop, m.dialPeer, func() error { return m.wait(ctx) }, m.stop)
 	if err != nil {
 		return fail(err)
 	}
-	for _, l := range c.links {
+	for _, l := range c.core.Links {
 		if l != nil {
 			if err := l.check(); err != nil {
 				return fail(fmt.Errorf("rank %d failed while the world was forming: %w", l.peer, err))
@@ -124,42 +113,29 @@ const (
 	maxPending = 64
 )
 
-// mesh is the state of one Dial.
+// mesh is the state of one Dial. Its Setup tracks the handshakes under
+// way (closed by stop) and the admitted ranks, and its mutex guards
+// pending, turned and lastWhy too.
 type mesh struct {
-	c      *Conn
-	fd     int // this rank's file, passed to every peer
-	ln     *net.UnixListener
-	ctx    context.Context
-	cancel context.CancelFunc
-	p      hsParams
-	wg     sync.WaitGroup
+	*mpconn.Setup[*net.UnixConn]
+	c  *Conn
+	fd int // this rank's file, passed to every peer
+	ln *net.UnixListener
+	p  hsParams
 
-	mu       sync.Mutex
-	admitted []bool
-	pending  []*net.UnixConn // accepted, not yet authenticated, oldest first
-	inflight map[*net.UnixConn]struct{}
-	stopped  bool
-	turned   int    // connections turned away
-	lastWhy  string // the latest reason
+	pending []*net.UnixConn // accepted, not yet authenticated, oldest first
+	turned  int             // connections turned away
+	lastWhy string          // the latest reason
 
-	est   chan *link
-	fatal chan error
-}
-
-func (m *mesh) fail(err error) {
-	select {
-	case m.fatal <- err:
-	default:
-	}
+	est chan *link
 }
 
 func (m *mesh) track(uc *net.UnixConn, pend bool) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
+	m.Lock()
+	defer m.Unlock()
+	if !m.TrackLocked(uc) {
 		return false
 	}
-	m.inflight[uc] = struct{}{}
 	if pend {
 		m.pending = append(m.pending, uc)
 		if len(m.pending) > maxPending {
@@ -171,8 +147,8 @@ func (m *mesh) track(uc *net.UnixConn, pend bool) bool {
 }
 
 func (m *mesh) authenticated(uc *net.UnixConn) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Lock()
+	defer m.Unlock()
 	for i, p := range m.pending {
 		if p == uc {
 			m.pending = append(m.pending[:i], m.pending[i+1:]...)
@@ -183,85 +159,50 @@ func (m *mesh) authenticated(uc *net.UnixConn) {
 
 func (m *mesh) untrack(uc *net.UnixConn) {
 	m.authenticated(uc)
-	m.mu.Lock()
-	delete(m.inflight, uc)
-	m.mu.Unlock()
+	m.Untrack(uc)
 }
 
 func (m *mesh) turnAway(why error) {
-	m.mu.Lock()
+	m.Lock()
 	m.turned++
 	m.lastWhy = why.Error()
-	m.mu.Unlock()
+	m.Unlock()
 }
 
-func (m *mesh) deadline() time.Time {
-	d := time.Now().Add(m.c.cfg.HandshakeTimeout)
-	if dl, ok := m.ctx.Deadline(); ok && dl.Before(d) {
-		return dl
-	}
-	return d
-}
+func (m *mesh) deadline() time.Time { return m.HandshakeDeadline(m.c.cfg.HandshakeTimeout) }
 
 // wait collects links until every peer has one.
 func (m *mesh) wait(ctx context.Context) error {
 	c := m.c
-	for got := 0; got < c.size-1; {
-		select {
-		case l := <-m.est:
-			c.links[l.peer] = l
-			l.start()
-			got++
-		case err := <-m.fatal:
-			return err
-		case <-ctx.Done():
-			var missing []string
-			for q, l := range c.links {
-				if l == nil && q != c.rank {
-					missing = append(missing, strconv.Itoa(q))
-				}
-			}
-			msg := fmt.Sprintf("no link with rank(s) %s after %v: %v", strings.Join(missing, ", "), c.cfg.ConnectTimeout, ctx.Err())
-			m.mu.Lock()
-			if m.turned > 0 {
-				msg += fmt.Sprintf("; turned away %d connection(s), the latest because: %s", m.turned, m.lastWhy)
-			}
-			m.mu.Unlock()
-			return errors.New(msg)
+	return mpconn.Gather(ctx, c.size-1, m.est, func(l *link) {
+		c.core.Links[l.peer] = l
+		l.start()
+	}, m.Fatal(), nil, func() error {
+		msg := fmt.Sprintf("no link with rank(s) %s after %v: %v", mpconn.Missing(c.core.Links, c.rank), c.cfg.ConnectTimeout, ctx.Err())
+		m.Lock()
+		if m.turned > 0 {
+			msg += fmt.Sprintf("; turned away %d connection(s), the latest because: %s", m.turned, m.lastWhy)
 		}
-	}
-	return nil
+		m.Unlock()
+		return errors.New(msg)
+	})
 }
 
 // stop ends the listener, the dialers and the handshakes under way, and
 // drops links that formed too late.
 func (m *mesh) stop() {
-	m.cancel()
-	_ = m.ln.Close()
-	m.mu.Lock()
-	m.stopped = true
-	for uc := range m.inflight {
-		_ = uc.Close()
-	}
-	m.mu.Unlock()
-	m.wg.Wait()
-	for {
-		select {
-		case l := <-m.est:
-			_ = l.sock.Close()
-			l.reg.unmap()
-		default:
-			return
-		}
-	}
+	m.Stop(m.ln)
+	mpconn.Drain(m.est, func(l *link) {
+		_ = l.sock.Close()
+		l.reg.unmap()
+	})
 }
 
 func (m *mesh) acceptLoop() {
-	defer m.wg.Done()
 	for {
 		uc, err := m.ln.AcceptUnix()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || m.ctx.Err() != nil {
+			if errors.Is(err, net.ErrClosed) || m.Ctx.Err() != nil {
 				return
 			}
 			time.Sleep(10 * time.Millisecond) // out of descriptors, ...
@@ -271,9 +212,9 @@ func (m *mesh) acceptLoop() {
 			_ = uc.Close()
 			return
 		}
-		m.wg.Add(1)
+		m.WG.Add(1)
 		go func() {
-			defer m.wg.Done()
+			defer m.WG.Done()
 			l, err := m.acceptOne(uc)
 			m.untrack(uc)
 			if err != nil {
@@ -297,26 +238,17 @@ func (m *mesh) acceptOne(uc *net.UnixConn) (*link, error) {
 	m.authenticated(uc)
 	l, err := m.exchangeFiles(uc, from, true)
 	if err != nil {
-		m.release(from)
+		m.Release(from)
 		return nil, err
 	}
 	return l, nil
 }
 
 func (m *mesh) admit(from int) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.admitted[from] {
+	if !m.Claim(from) {
 		return fmt.Sprintf("duplicate rank %d: rank %d already has a link with a process claiming rank %d", from, m.p.rank, from)
 	}
-	m.admitted[from] = true
 	return ""
-}
-
-func (m *mesh) release(from int) {
-	m.mu.Lock()
-	m.admitted[from] = false
-	m.mu.Unlock()
 }
 
 // exchangeFiles passes this rank's file and receives the peer's (the
@@ -359,59 +291,46 @@ func (m *mesh) exchangeFiles(uc *net.UnixConn, peer int, listener bool) (*link, 
 }
 
 func (m *mesh) dialPeer(q int) {
-	defer m.wg.Done()
 	cfg := &m.c.cfg
-	v, err := cfg.Store.Get(m.ctx, addrKey(cfg.RunID, q))
-	if err != nil {
-		if m.ctx.Err() == nil || errors.Is(err, context.DeadlineExceeded) {
-			m.fail(fmt.Errorf("looking up rank %d's socket: %w", q, err))
-		}
+	v, ok := m.LookUp(cfg.Store, addrKey(cfg.RunID, q), q, "socket")
+	if !ok {
 		return
 	}
 	name := string(v)
 	if !strings.HasPrefix(name, socketPrefix) || len(name) > 107 {
-		m.fail(fmt.Errorf("rank %d published a malformed socket name %q", q, untrusted.Printable(v)))
+		m.Fail(fmt.Errorf("rank %d published a malformed socket name %q", q, untrusted.Printable(v)))
 		return
 	}
-	const firstBackoff = 5 * time.Millisecond
-	backoff := firstBackoff
 	var d net.Dialer
-	for {
-		nc, err := d.DialContext(m.ctx, "unix", name)
-		if err == nil {
-			uc := nc.(*net.UnixConn)
-			if !m.track(uc, false) {
-				_ = uc.Close()
-				return
-			}
-			_ = uc.SetDeadline(m.deadline())
-			var l *link
-			err = dialHandshake(uc, &m.p, q)
-			if err == nil {
-				l, err = m.exchangeFiles(uc, q, false)
-			}
-			m.untrack(uc)
-			if err == nil {
-				m.est <- l
-				return
-			}
+	ctxErr, last := mpconn.Redial(m.Ctx, 5*time.Millisecond, func() (done, reset bool, err error) {
+		nc, err := d.DialContext(m.Ctx, "unix", name)
+		if err != nil {
+			return false, false, err
+		}
+		uc := nc.(*net.UnixConn)
+		if !m.track(uc, false) {
 			_ = uc.Close()
-			if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
-				m.fail(fmt.Errorf("rank %d: %w", q, err))
-				return
-			}
-			backoff = firstBackoff
+			return true, false, nil
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-m.ctx.Done():
-			t.Stop()
-			if errors.Is(m.ctx.Err(), context.DeadlineExceeded) {
-				m.fail(fmt.Errorf("could not reach rank %d within %v (last error: %v)", q, cfg.ConnectTimeout, err))
-			}
-			return
-		case <-t.C:
+		_ = uc.SetDeadline(m.deadline())
+		var l *link
+		err = dialHandshake(uc, &m.p, q)
+		if err == nil {
+			l, err = m.exchangeFiles(uc, q, false)
 		}
-		backoff = min(2*backoff, time.Second)
+		m.untrack(uc)
+		if err == nil {
+			m.est <- l
+			return true, false, nil
+		}
+		_ = uc.Close()
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrProtocol) {
+			m.Fail(fmt.Errorf("rank %d: %w", q, err))
+			return true, false, nil
+		}
+		return false, true, err
+	})
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		m.Fail(fmt.Errorf("could not reach rank %d within %v (last error: %v)", q, cfg.ConnectTimeout, last))
 	}
 }

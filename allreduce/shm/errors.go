@@ -3,7 +3,7 @@ package shm
 import (
 	"errors"
 
-	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
 
 // Errors of the package, for errors.Is.
@@ -29,25 +29,9 @@ var (
 // errPeerClosed: the peer closed its endpoint (its goodbye status).
 var errPeerClosed = errors.New("closed its endpoint")
 
-// AbortError is the cause a peer recorded when it aborted. It unwraps to
-// transport.ErrMismatch when the peer aborted over a collective mismatch,
-// and then also to the *transport.MismatchError it carried.
-type AbortError struct {
-	Rank     int                      // the rank that aborted
-	Cause    string                   // its cause, as text
-	Mismatch bool                     // the cause was a collective mismatch
-	Detail   *transport.MismatchError // the mismatch, when the cause was one
-}
-
-func (e *AbortError) Error() string { return "aborted: " + e.Cause }
-
-// Is makes errors.Is(err, transport.ErrMismatch) hold for a mismatch abort.
-func (e *AbortError) Is(target error) bool { return e.Mismatch && target == transport.ErrMismatch }
-
-// Unwrap exposes the mismatch the abort carried, if any.
-func (e *AbortError) Unwrap() error {
-	if e.Detail == nil {
-		return nil
-	}
-	return e.Detail
-}
+// AbortError is the cause a peer recorded in its status block when it
+// aborted: its Rank, its Cause as text, and whether it was a collective
+// Mismatch (then errors.Is(err, transport.ErrMismatch) holds, and Detail,
+// when the block carried the mismatch record, is the
+// *transport.MismatchError). It is the same type as tcp.AbortError.
+type AbortError = mpconn.AbortError

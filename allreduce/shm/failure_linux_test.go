@@ -173,31 +173,8 @@ func TestStrangerGetsNoDescriptor(t *testing.T) {
 func TestKillMidAllReduce(t *testing.T) {
 	const n, victim = 4, 2
 	conns := shmConnsWith(t, n, func(c *shm.Config) { c.Timeout = 20 * time.Second })
-	ctx, cancel := ctxT(60 * time.Second)
-	defer cancel()
-	var killedAt time.Time
-	var mu sync.Mutex
-	returned := make([]time.Duration, n)
-	errs := allreducetest.RunRanks(allreducetest.Conns(conns), func(g *allreduce.Group) error {
-		r := g.Rank()
-		buf := make([]float32, 1<<20)
-		for i := 0; ; i++ {
-			if r == victim && i == 3 {
-				time.Sleep(5 * time.Millisecond)
-				mu.Lock()
-				killedAt = time.Now()
-				mu.Unlock()
-				shm.Kill(conns[victim])
-				return nil
-			}
-			if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
-				mu.Lock()
-				returned[r] = time.Since(killedAt)
-				mu.Unlock()
-				return err
-			}
-		}
-	}, allreduce.WithAlgorithm(allreduce.Ring))
+	errs, returned := allreducetest.KillMidAllReduce(allreducetest.Conns(conns), victim, func() { shm.Kill(conns[victim]) },
+		allreduce.WithAlgorithm(allreduce.Ring))
 	for r, err := range errs {
 		if r == victim {
 			continue

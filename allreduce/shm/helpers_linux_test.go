@@ -4,11 +4,11 @@ package shm_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/shm"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -22,41 +22,17 @@ var secret = []byte("shm transport test secret 0123")
 func shmConnsWith(tb testing.TB, n int, mod func(*shm.Config)) []*shm.Conn {
 	tb.Helper()
 	store := rendezvous.NewMemStore()
-	conns := make([]*shm.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := shm.Config{
-				Rank: r, Size: n, Store: store, Secret: secret,
-				Slots: 4, SlotSize: 64 << 10,
-				Timeout: 8 * time.Second, ConnectTimeout: 20 * time.Second,
-			}
-			if mod != nil {
-				mod(&cfg)
-			}
-			conns[r], errs[r] = shm.Dial(context.Background(), cfg)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			for _, c := range conns {
-				if c != nil {
-					c.Close()
-				}
-			}
-			tb.Fatalf("rank %d: %v", r, err)
+	return transporthelp.DialAll(tb, n, func(ctx context.Context, r int) (*shm.Conn, error) {
+		cfg := shm.Config{
+			Rank: r, Size: n, Store: store, Secret: secret,
+			Slots: 4, SlotSize: 64 << 10,
+			Timeout: 8 * time.Second, ConnectTimeout: 20 * time.Second,
 		}
-	}
-	tb.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
+		if mod != nil {
+			mod(&cfg)
 		}
+		return shm.Dial(ctx, cfg)
 	})
-	return conns
 }
 
 func shmConns(tb testing.TB, n int) []*shm.Conn { return shmConnsWith(tb, n, nil) }

@@ -95,7 +95,7 @@ func (l *link) start() {
 			}
 		}
 		l.gone.Store(true)
-		if !c.isDead.Load() && c.enter() {
+		if !c.core.End.Ended() && c.enter() {
 			c.bell.force()
 			c.leave()
 		}

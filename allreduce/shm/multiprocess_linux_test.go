@@ -3,22 +3,20 @@
 package shm_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/shm"
 )
@@ -33,20 +31,12 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "matrix":
-		exitWith(matrixRank())
+		transporthelp.ExitWith(matrixRank())
 	case "loop":
-		exitWith(loopRank())
+		transporthelp.ExitWith(loopRank())
 	}
 	fmt.Fprintln(os.Stderr, "unknown", rankModeVar)
 	os.Exit(2)
-}
-
-func exitWith(err error) {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
 }
 
 // dialFromEnv joins the job the environment describes over shm.
@@ -80,48 +70,13 @@ func matrixRank() error {
 	}
 	defer store.Close()
 	n := conn.Size()
-	algos := allreducetest.AlgorithmsFor(conn)
-	lengths := []int{0, 1, n - 1, n + 1, 1000, 70000, 1<<18 + 3}
-	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
-	for _, algo := range algos {
-		g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(algo))
-		if err != nil {
-			return err
-		}
-		for _, length := range lengths {
-			for _, op := range ops {
-				if err := matrixCellRank[float32](ctx, g, n, length, op); err != nil {
-					return fmt.Errorf("%v: %w", algo, err)
-				}
-				if op == allreduce.Avg {
-					continue
-				}
-				if err := matrixCellRank[int64](ctx, g, n, length, op); err != nil {
-					return fmt.Errorf("%v: %w", algo, err)
-				}
-			}
-		}
-		if err := allreduce.Barrier(ctx, g); err != nil {
-			return err
-		}
+	algos, err := allreducetest.RankMatrix(ctx, conn, []int{0, 1, n - 1, n + 1, 1000, 70000, 1<<18 + 3},
+		func(g *allreduce.Group) error { return allreduce.Barrier(ctx, g) })
+	if err != nil {
+		return err
 	}
 	_ = conn.Close()
 	fmt.Printf("rank %d: %d algorithms ok: %v\n", conn.Rank(), len(algos), algos)
-	return nil
-}
-
-func matrixCellRank[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, n, length int, op allreduce.ReduceOp) error {
-	inputs := make([][]T, n)
-	for r := range inputs {
-		inputs[r] = allreducetest.Input[T](uint64(length)+uint64(op), r, length, op)
-	}
-	buf := append([]T(nil), inputs[g.Rank()]...)
-	if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
-		return err
-	}
-	if err := allreducetest.DiffBits("result", buf, allreducetest.Reduce(inputs, op)); err != nil {
-		return fmt.Errorf("rank %d, %d elements, %v: %w", g.Rank(), length, op, err)
-	}
 	return nil
 }
 
@@ -151,31 +106,12 @@ func loopRank() error {
 }
 
 // startRanks starts n copies of this test binary as the ranks of one job
-// (RANK, WORLD_SIZE, MASTER_*, the secret, and mode).
-func startRanks(t *testing.T, n int, mode string) ([]*exec.Cmd, []*syncBuf) {
+// on this host, in mode.
+func startRanks(t *testing.T, n int, mode string) ([]*exec.Cmd, []*transporthelp.SyncBuf) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*syncBuf, n)
-	for r := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"RINGDDP_SECRET=multi-process shm test secret 0123456789", rankModeVar+"="+mode, "GOMAXPROCS=1")
-		outs[r] = new(syncBuf)
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	return cmds, outs
+	return transporthelp.StartRanks(t, n, func(r int) []string {
+		return []string{"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n), rankModeVar + "=" + mode, "GOMAXPROCS=1"}
+	})
 }
 
 // TestMatrixAcrossProcesses: the reduced AllReduce matrix, every
@@ -275,22 +211,4 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-// syncBuf is a bytes.Buffer safe for a process's writes and our reads.
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -107,8 +107,8 @@ func (c *Conn) drive(ctx context.Context, what string, peer int, s *sendOp, r *r
 // checkCall reports why a call cannot go on: the endpoint closed or
 // aborted, the context ended, or a link failed.
 func (c *Conn) checkCall(ctx context.Context, l1, l2 *link) error {
-	if c.isDead.Load() {
-		return c.deadErr()
+	if c.core.End.Ended() {
+		return c.core.End.Err()
 	}
 	if err := ctx.Err(); err != nil {
 		return err

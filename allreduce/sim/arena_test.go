@@ -101,7 +101,7 @@ func TestVirtualPayload(t *testing.T) {
 	require.NoError(t, w.Conn(0).Send(bg, 1, hdr(3), []byte{4, 5, 6}))
 	s := &sink{}
 	require.NoError(t, w.Conn(1).Recv(bg, 0, hdr(3), 3, s))
-	require.Equal(t, []byte{4, 5, 6}, s.got)
+	require.Equal(t, []byte{4, 5, 6}, s.Got)
 	// A virtual message checks its length like any other.
 	require.NoError(t, w.Conn(0).Send(bg, 1, hdr(4), p[:16]))
 	require.Error(t, w.Conn(1).Recv(bg, 0, hdr(4), 8, &sink{}))

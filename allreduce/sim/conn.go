@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -38,9 +39,7 @@ type Conn struct {
 	deadlock error // set with the rank unblocked when the world deadlocked
 	wake     chan struct{}
 
-	dead     chan struct{} // closed by Close or Abort
-	deadOnce sync.Once
-	cause    error // why dead was closed; written before
+	end *lifecycle.End // Close or Abort
 
 	timer *time.Timer // the real-time timeout of a blocking call
 }
@@ -118,20 +117,14 @@ func (c *Conn) Close() error {
 // Abort marks this rank failed with cause: every rank's blocked call, and
 // every later call on this rank or to it, fails at once (a peer sees a
 // transport.PeerError carrying cause).
-func (c *Conn) Abort(cause error) {
-	if cause == nil {
-		cause = errors.New("aborted")
-	}
-	c.kill(cause)
-}
+func (c *Conn) Abort(cause error) { c.kill(lifecycle.AbortCause(cause)) }
 
 func (c *Conn) kill(cause error) {
-	c.deadOnce.Do(func() {
-		c.cause = cause
-		w := c.world
+	w := c.world
+	zero := false
+	c.end.Finish(cause, func() {
 		c.mu.Lock()
 		c.closed = true
-		zero := false
 		if !c.blocked {
 			zero = w.running.Add(-1) == 0
 		}
@@ -140,7 +133,7 @@ func (c *Conn) kill(cause error) {
 			delete(c.in, from)
 		}
 		c.mu.Unlock()
-		close(c.dead)
+	}, func() {
 		w.noteFailure(c.rank)
 		if !errors.Is(cause, transport.ErrClosed) {
 			w.noteAbort(c.rank)
@@ -151,18 +144,11 @@ func (c *Conn) kill(cause error) {
 	})
 }
 
-func (c *Conn) deadErr() error {
-	if errors.Is(c.cause, transport.ErrClosed) {
-		return fmt.Errorf("sim rank %d: %w", c.rank, transport.ErrClosed)
-	}
-	return fmt.Errorf("sim rank %d aborted: %w", c.rank, c.cause)
-}
-
 // abortedErr is the error of a call cut short because a rank aborted.
 func (c *Conn) abortedErr() error {
 	r := int(c.world.abortedRank.Load())
 	if r == c.rank {
-		return c.deadErr()
+		return c.end.Err()
 	}
 	return c.world.peerErr(r)
 }
@@ -176,8 +162,8 @@ func (c *Conn) enter(peers ...int) error {
 		}
 	}
 	select {
-	case <-c.dead:
-		return c.deadErr()
+	case <-c.end.Dead():
+		return c.end.Err()
 	default:
 	}
 	c.mu.Lock()
@@ -412,9 +398,9 @@ func (c *Conn) next(ctx context.Context, from int, h transport.Header, n int) (m
 			c.mu.Unlock()
 		case <-ctx.Done():
 			return message{}, c.leave(ctx.Err())
-		case <-c.dead:
-			return message{}, c.leave(c.deadErr())
-		case <-peer.dead:
+		case <-c.end.Dead():
+			return message{}, c.leave(c.end.Err())
+		case <-peer.end.Dead():
 			if m, ok := c.popAndLeave(from); ok {
 				return m, nil
 			}
@@ -535,8 +521,8 @@ func (c *Conn) awaitAlign(ctx context.Context, g *alignGen) error {
 			}
 		case <-ctx.Done():
 			return c.leave(ctx.Err())
-		case <-c.dead:
-			return c.leave(c.deadErr())
+		case <-c.end.Dead():
+			return c.leave(c.end.Err())
 		case <-w.failed:
 			select {
 			case <-g.done:

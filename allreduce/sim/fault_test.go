@@ -97,7 +97,7 @@ func TestMismatchBothSides(t *testing.T) {
 	var mm *transport.MismatchError
 	require.ErrorAs(t, err, &mm)
 	require.Equal(t, transport.MismatchError{Rank: 1, Peer: 0, Local: rh, LocalBytes: 8, Remote: sh, RemoteBytes: 16}, *mm)
-	require.Empty(t, s.got)
+	require.Empty(t, s.Got)
 	err = wait(t, blocked, 10*time.Second)
 	require.ErrorAs(t, err, &mm)
 	require.Equal(t, transport.MismatchError{Rank: 0, Peer: 1, Local: sh, LocalBytes: 16, Remote: rh, RemoteBytes: 8}, *mm)

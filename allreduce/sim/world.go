@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -110,7 +111,7 @@ func NewWorld(cfg Config) (*World, error) {
 			in:       map[int]*fifo{},
 			waitFrom: waitNone,
 			wake:     make(chan struct{}, 1),
-			dead:     make(chan struct{}),
+			end:      lifecycle.New("sim", r),
 			timer:    t,
 		}
 	}
@@ -333,7 +334,7 @@ func (w *World) checkDeadlock() {
 // peerErr is the error of a call that cannot go on because rank r
 // closed or aborted.
 func (w *World) peerErr(r int) error {
-	cause := w.conns[r].cause
+	cause := w.conns[r].end.Cause()
 	if cause == nil {
 		cause = errors.New("failed")
 	}

@@ -5,34 +5,19 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
-// AbortError is the cause a peer sent when it aborted. It unwraps to
-// transport.ErrMismatch when the peer aborted over a collective mismatch,
-// and then also to the *transport.MismatchError it carried, so the ranks
-// and calls of the mismatch survive the trip over the network: a rank that
-// receives it can tell whether its own call is one of the two.
-type AbortError struct {
-	Rank     int                      // the rank that aborted
-	Cause    string                   // its cause, as text
-	Mismatch bool                     // the cause was a collective mismatch
-	Detail   *transport.MismatchError // the mismatch, when the cause was one
-}
-
-func (e *AbortError) Error() string { return "aborted: " + e.Cause }
-
-// Is makes errors.Is(err, transport.ErrMismatch) hold for a mismatch abort.
-func (e *AbortError) Is(target error) bool { return e.Mismatch && target == transport.ErrMismatch }
-
-// Unwrap exposes the mismatch the abort carried, if any.
-func (e *AbortError) Unwrap() error {
-	if e.Detail == nil {
-		return nil
-	}
-	return e.Detail
-}
+// AbortError is the cause a peer sent in its abort frame when it aborted:
+// its Rank, its Cause as text, and whether it was a collective Mismatch
+// (then errors.Is(err, transport.ErrMismatch) holds, and Detail, when the
+// frame carried the mismatch record, is the *transport.MismatchError, so
+// the ranks and calls of the mismatch survive the trip over the network:
+// a rank that receives it can tell whether its own call is one of the
+// two). It is the same type as shm.AbortError.
+type AbortError = mpconn.AbortError
 
 // mismatchRecordLen is the size of the mismatch record that starts a
 // mismatch abort's payload (big-endian):

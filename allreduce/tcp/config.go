@@ -8,8 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/untrusted"
-
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -17,13 +16,13 @@ import (
 // Defaults of Config.
 const (
 	DefaultListenAddr     = "127.0.0.1:0"
-	DefaultRunID          = "default"
-	DefaultTimeout        = 30 * time.Second // as gloo
-	DefaultConnectTimeout = 5 * time.Minute
-	DefaultMaxMessage     = 1 << 30
+	DefaultRunID          = mpconn.DefaultRunID
+	DefaultTimeout        = mpconn.DefaultTimeout // 30 s, as gloo
+	DefaultConnectTimeout = mpconn.DefaultConnectTimeout
+	DefaultMaxMessage     = mpconn.DefaultMaxMessage
 	DefaultSocketBuffer   = 4 << 20
 	// DefaultHandshakeTimeout is the default of Config.HandshakeTimeout.
-	DefaultHandshakeTimeout = 2 * time.Second
+	DefaultHandshakeTimeout = mpconn.DefaultHandshakeTimeout
 )
 
 // Config describes one rank of a TCP mesh.
@@ -104,30 +103,11 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Size < 1 || c.Rank < 0 || c.Rank >= c.Size {
-		return c, fmt.Errorf("tcp: rank %d of %d: %w", c.Rank, c.Size, transport.ErrInvalid)
-	}
-	if c.RunID == "" {
-		c.RunID = DefaultRunID
-	}
 	if c.Node == "" {
 		c.Node, _ = os.Hostname()
 	}
-	if len(c.RunID) > maxRunID || untrusted.Printable([]byte(c.RunID)) != c.RunID {
-		return c, fmt.Errorf("tcp: run id %q: %w (want at most %d printable bytes)", c.RunID, transport.ErrInvalid, maxRunID)
-	}
-	if c.Size > 1 {
-		if c.Store == nil {
-			return c, fmt.Errorf("tcp: %w: no rendezvous store for %d ranks", transport.ErrInvalid, c.Size)
-		}
-		if len(c.Secret) == 0 && !c.Insecure {
-			return c, fmt.Errorf("tcp: %w: empty secret (set one, e.g. from RINGDDP_SECRET, or opt out with Config.Insecure)", transport.ErrInvalid)
-		}
-		if !c.Insecure {
-			if err := rendezvous.CheckSecret(c.Secret); err != nil {
-				return c, fmt.Errorf("tcp: %w: %w", transport.ErrInvalid, err)
-			}
-		}
+	if err := mpconn.CheckJob("tcp", c.Rank, c.Size, &c.RunID, c.Store, c.Secret, c.Insecure); err != nil {
+		return c, err
 	}
 	if err := c.checkWireProtection(); err != nil {
 		return c, err
@@ -135,20 +115,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ListenAddr == "" {
 		c.ListenAddr = DefaultListenAddr
 	}
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.MaxMessage <= 0 {
-		c.MaxMessage = DefaultMaxMessage
-	}
-	if c.MaxMessage > maxPayload {
-		return c, fmt.Errorf("tcp: %w: MaxMessage %d exceeds %d", transport.ErrInvalid, c.MaxMessage, int64(maxPayload))
+	if err := mpconn.DefaultLimits("tcp", &c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.MaxMessage, maxPayload); err != nil {
+		return c, err
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/allreduce/transport/transporttest"
@@ -19,17 +20,7 @@ func TestConformance(t *testing.T) {
 	}{{"poll", 0}, {"park", -1}, {"poll-long", time.Minute}} {
 		t.Run(mode.name, func(t *testing.T) {
 			transporttest.Run(t, func(t *testing.T, n int) []transport.Conn {
-				conns := tcpConnsWith(t, n, 5*time.Second, func(c *tcp.Config) { c.Spin = mode.spin })
-				out := make([]transport.Conn, n)
-				for r, c := range conns {
-					out[r] = c
-				}
-				t.Cleanup(func() {
-					for _, c := range conns {
-						c.Close()
-					}
-				})
-				return out
+				return allreducetest.Conns(tcpConnsWith(t, n, 5*time.Second, func(c *tcp.Config) { c.Spin = mode.spin }))
 			})
 		})
 	}

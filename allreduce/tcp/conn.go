@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce/internal/selflink"
+	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -19,15 +19,13 @@ type Conn struct {
 	cfg                  Config
 	rank, size           int
 	localRank, localSize int
-	links                []*link // by peer; nil at this rank
-	self                 *selflink.Link
-
-	dead     chan struct{} // closed by Close, Abort or a failed Dial
-	deadOnce sync.Once
-	cause    error
+	// core: the links by peer (nil at this rank), the self link, the
+	// checks of every call; its End is ended by Close, Abort or a failed
+	// Dial.
+	core mpconn.Core[*link]
 
 	ready      atomic.Bool // Dial has returned the Conn
-	setupFails chan *link  // links that failed while Dial was running
+	setupFails chan error  // why links failed while Dial was running
 }
 
 var (
@@ -41,11 +39,10 @@ func newConn(cfg Config) *Conn {
 		cfg:        cfg,
 		rank:       cfg.Rank,
 		size:       cfg.Size,
-		links:      make([]*link, cfg.Size),
-		dead:       make(chan struct{}),
-		setupFails: make(chan *link, cfg.Size),
+		core:       mpconn.NewCore[*link]("tcp", cfg.Rank, cfg.Size, cfg.MaxMessage, cfg.Timeout, pieceSize),
+		setupFails: make(chan error, cfg.Size),
 	}
-	c.self = selflink.New(selflink.Owner{Rank: cfg.Rank, Timeout: cfg.Timeout, Dead: c.dead, DeadErr: c.deadErr, Piece: pieceSize})
+	c.core.Usable = (*link).usable
 	return c
 }
 
@@ -72,64 +69,31 @@ func (c *Conn) LocalSize() int { return c.localSize }
 func (c *Conn) linkFailed(l *link) {
 	if !c.ready.Load() {
 		select {
-		case c.setupFails <- l:
+		case c.setupFails <- fmt.Errorf("rank %d failed while the mesh was forming: %w", l.peer, l.err()):
 		default:
 		}
 	}
 }
 
-func (c *Conn) deadErr() error {
-	if errors.Is(c.cause, transport.ErrClosed) {
-		return fmt.Errorf("tcp rank %d: %w", c.rank, transport.ErrClosed)
-	}
-	return fmt.Errorf("tcp rank %d aborted: %w", c.rank, c.cause)
-}
-
-// link returns the healthy link to peer, or nil for this rank itself.
-func (c *Conn) link(peer int) (*link, error) {
-	if peer < 0 || peer >= c.size {
-		return nil, fmt.Errorf("tcp rank %d: peer %d: %w (world size %d)", c.rank, peer, transport.ErrInvalid, c.size)
-	}
-	select {
-	case <-c.dead:
-		return nil, c.deadErr()
-	default:
-	}
-	if peer == c.rank {
-		return nil, nil
-	}
-	l := c.links[peer]
+// usable says why l can take no more calls: it failed.
+func (l *link) usable() error {
 	select {
 	case <-l.failed:
-		return nil, l.err()
+		return l.err()
 	default:
+		return nil
 	}
-	return l, nil
-}
-
-func (c *Conn) checkLen(n int) error {
-	if n < 0 || int64(n) > c.cfg.MaxMessage {
-		return fmt.Errorf("tcp rank %d: message of %d bytes: %w (MaxMessage is %d)", c.rank, n, transport.ErrInvalid, c.cfg.MaxMessage)
-	}
-	return nil
 }
 
 // Send writes p to rank to under h and returns once p is on its way (in
 // the socket), not once the peer has received it.
 func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
-	l, err := c.link(to)
+	l, err := c.core.SendLink(ctx, to, len(p))
 	if err != nil {
 		return err
 	}
-	if err := c.checkLen(len(p)); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if l == nil {
-		c.self.Post(h, p)
-		return c.self.WaitSend(ctx)
+		return c.core.SendSelf(ctx, h, p)
 	}
 	if len(p) <= directWriteMax {
 		return l.sendErr(ctx, l.writeData(h, p))
@@ -147,18 +111,12 @@ const directWriteMax = 4 << 10
 // Recv reads the next message from rank from, which must carry h and n
 // bytes, into sink in pieces of at most 256 KiB.
 func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
-	l, err := c.link(from)
+	l, err := c.core.RecvLink(ctx, from, n)
 	if err != nil {
 		return err
 	}
-	if err := c.checkLen(n); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if l == nil {
-		return c.self.Recv(ctx, h, n, sink)
+		return c.core.Self.Recv(ctx, h, n, sink)
 	}
 	return l.recv(ctx, h, n, sink)
 }
@@ -166,21 +124,8 @@ func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, si
 // Exchange sends sp to rank to (on the link's writer goroutine) while
 // receiving from rank from (on the caller's), and waits for both.
 func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
-	lt, err := c.link(to)
+	lt, lf, err := c.core.ExchangeLinks(ctx, to, len(sp), from, n)
 	if err != nil {
-		return err
-	}
-	lf, err := c.link(from)
-	if err != nil {
-		return err
-	}
-	if err := c.checkLen(len(sp)); err != nil {
-		return err
-	}
-	if err := c.checkLen(n); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if lf != nil {
@@ -190,14 +135,14 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	direct := lt != nil && len(sp) <= directWriteMax
 	switch {
 	case lt == nil:
-		c.self.Post(sh, sp)
+		c.core.Self.Post(sh, sp)
 	case direct:
 		serr = lt.sendErr(ctx, lt.writeData(sh, sp))
 	default:
 		lt.startSend(sh, sp)
 	}
 	if lf == nil {
-		rerr = c.self.Recv(ctx, rh, n, sink)
+		rerr = c.core.Self.Recv(ctx, rh, n, sink)
 	} else {
 		rerr = lf.recv(ctx, rh, n, sink)
 	}
@@ -206,7 +151,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	// cost the peer the abort frame that tells it why this rank failed.
 	switch {
 	case lt == nil:
-		serr = c.self.WaitSend(ctx)
+		serr = c.core.Self.WaitSend(ctx)
 	case !direct:
 		serr = lt.waitSend(ctx)
 	}
@@ -229,24 +174,17 @@ func (c *Conn) Close() error {
 // with the cause's text (its calls involving this rank fail with a
 // *transport.PeerError carrying an *AbortError), and this endpoint closes.
 // It returns once every peer has acknowledged, or after a second.
-func (c *Conn) Abort(cause error) {
-	if cause == nil {
-		cause = errors.New("aborted")
-	}
-	c.shutdown(cause)
-}
+func (c *Conn) Abort(cause error) { c.shutdown(lifecycle.AbortCause(cause)) }
 
 func (c *Conn) shutdown(cause error) {
-	c.deadOnce.Do(func() {
-		c.cause = cause
-		close(c.dead)
+	c.core.End.Finish(cause, nil, func() {
 		typ, flags := byte(typeGoodbye), byte(0)
 		var text []byte
 		if !errors.Is(cause, transport.ErrClosed) {
 			typ = typeAbort
 			flags, text = abortPayload(cause)
 		}
-		for _, l := range c.links {
+		for _, l := range c.core.Links {
 			if l != nil {
 				l.shutdown(typ, flags, text)
 			}
@@ -256,7 +194,7 @@ func (c *Conn) shutdown(cause error) {
 		// this rank for alive.
 		t := time.NewTimer(ackWait)
 		defer t.Stop()
-		for _, l := range c.links {
+		for _, l := range c.core.Links {
 			if l == nil {
 				continue
 			}
@@ -272,10 +210,8 @@ func (c *Conn) shutdown(cause error) {
 // kill drops every connection without a word, as a crashed process would.
 // For tests.
 func (c *Conn) kill() {
-	c.deadOnce.Do(func() {
-		c.cause = errors.New("killed")
-		close(c.dead)
-		for _, l := range c.links {
+	c.core.End.Finish(errors.New("killed"), nil, func() {
+		for _, l := range c.core.Links {
 			if l != nil {
 				l.kill()
 			}

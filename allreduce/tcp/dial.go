@@ -10,10 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ringddp/ringddp/internal/untrusted"
+
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
 
 // maxPendingHandshakes bounds the connections a listening rank holds
@@ -73,35 +74,23 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		_ = ln.Close()
 		return nil, fmt.Errorf("tcp rank %d: publishing address %s: %w", cfg.Rank, adv, err)
 	}
-	mctx, mcancel := context.WithCancel(ctx)
 	m := &mesh{
-		c:      c,
-		ln:     ln,
-		ctx:    mctx,
-		cancel: mcancel,
+		Setup: mpconn.NewSetup[*net.TCPConn](ctx, cfg.Size),
+		c:     c,
+		ln:    ln,
 		p: handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID,
 			wire: wireCode(cfg.WireProtection)},
-		admitted:    make([]bool, cfg.Size),
-		inflight:    make(map[net.Conn]struct{}),
 		away:        turnedAway{hosts: make(map[string]int)},
 		established: make(chan established, cfg.Size),
-		fatal:       make(chan error, 1),
 	}
-	m.wg.Add(1)
-	go m.acceptLoop()
-	for q := 0; q < cfg.Rank; q++ {
-		m.wg.Add(1)
-		go m.dialPeer(q)
-	}
-	err = m.wait(ctx)
-	m.stop()
+	err = m.Form(cfg.Rank, m.acceptLoop, m.dialPeer, func() error { return m.wait(ctx) }, m.stop)
 	if err != nil {
 		err = fmt.Errorf("tcp rank %d of %d: %w", cfg.Rank, cfg.Size, err)
 		c.Abort(err)
 		return nil, err
 	}
 	c.ready.Store(true)
-	for _, l := range c.links {
+	for _, l := range c.core.Links {
 		if l == nil {
 			continue
 		}
@@ -116,7 +105,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	c.localRank, c.localSize = cfg.LocalRank, cfg.LocalSize
 	if cfg.LocalSize == 0 {
 		c.localRank, c.localSize = 0, 1
-		for _, l := range c.links {
+		for _, l := range c.core.Links {
 			if l != nil && l.local {
 				c.localSize++
 				if l.peer < c.rank {
@@ -156,27 +145,22 @@ type established struct {
 	key  wireKey
 }
 
-// mesh is the state of one Dial.
+// mesh is the state of one Dial. Its Setup tracks the handshakes under
+// way (closed by stop) and the admitted ranks, and its mutex guards the
+// stages and away too.
 type mesh struct {
-	c      *Conn
-	ln     net.Listener
-	ctx    context.Context
-	cancel context.CancelFunc
-	p      handshakeParams
-	wg     sync.WaitGroup
+	*mpconn.Setup[*net.TCPConn]
+	c  *Conn
+	ln net.Listener
+	p  handshakeParams
 
-	mu       sync.Mutex
-	admitted []bool
-	inflight map[net.Conn]struct{} // handshakes under way, closed by stop
 	// quiet and spoken hold the accepted connections that have not proved
 	// the secret yet, oldest first (*pending): quiet those without a
 	// well-formed hello so far, spoken those with one.
 	quiet, spoken list.List
-	stopped       bool
 	away          turnedAway
 
 	established chan established
-	fatal       chan error
 }
 
 // pending is an accepted connection until it proves the secret.
@@ -187,38 +171,14 @@ type pending struct {
 	dropped bool // closed to make room for a newer connection
 }
 
-func (m *mesh) fail(err error) {
-	select {
-	case m.fatal <- err:
-	default:
-	}
-}
-
-func (m *mesh) track(nc net.Conn) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return false
-	}
-	m.inflight[nc] = struct{}{}
-	return true
-}
-
-func (m *mesh) untrack(nc net.Conn) {
-	m.mu.Lock()
-	delete(m.inflight, nc)
-	m.mu.Unlock()
-}
-
 // pend registers an accepted connection in the first stage, dropping that
 // stage's oldest connection if it is full; false once the mesh stopped.
 func (m *mesh) pend(nc *net.TCPConn) (*pending, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
+	m.Lock()
+	defer m.Unlock()
+	if !m.TrackLocked(nc) {
 		return nil, false
 	}
-	m.inflight[nc] = struct{}{}
 	pc := &pending{nc: nc}
 	m.enterLocked(pc, &m.quiet)
 	return pc, true
@@ -239,8 +199,8 @@ func (m *mesh) enterLocked(pc *pending, l *list.List) {
 
 // spoke moves pc to the second stage (a well-formed hello arrived).
 func (m *mesh) spoke(pc *pending) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Lock()
+	defer m.Unlock()
 	if pc.on == &m.quiet {
 		m.enterLocked(pc, &m.spoken)
 	}
@@ -249,8 +209,8 @@ func (m *mesh) spoke(pc *pending) {
 // authenticated takes pc off the stages, where it could be dropped; false
 // if it was dropped already.
 func (m *mesh) authenticated(pc *pending) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Lock()
+	defer m.Unlock()
 	if pc.dropped {
 		return false
 	}
@@ -264,23 +224,19 @@ func (m *mesh) authenticated(pc *pending) bool {
 // finish forgets pc; it reports whether pc was dropped and whether the
 // mesh has stopped (its connections closed by stop are not turned away).
 func (m *mesh) finish(pc *pending) (dropped, stopped bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.Lock()
+	defer m.Unlock()
 	if pc.on != nil {
 		pc.on.Remove(pc.el)
 		pc.on, pc.el = nil, nil
 	}
-	delete(m.inflight, pc.nc)
-	return pc.dropped, m.stopped
+	m.UntrackLocked(pc.nc)
+	return pc.dropped, m.StoppedLocked()
 }
 
 // handshakeDeadline is when a handshake starting now must be over.
 func (m *mesh) handshakeDeadline() time.Time {
-	d := time.Now().Add(m.c.cfg.HandshakeTimeout)
-	if dl, ok := m.ctx.Deadline(); ok && dl.Before(d) {
-		return dl
-	}
-	return d
+	return m.HandshakeDeadline(m.c.cfg.HandshakeTimeout)
 }
 
 func tune(nc *net.TCPConn, buf int) {
@@ -294,35 +250,19 @@ func tune(nc *net.TCPConn, buf int) {
 // wait collects connections until every peer is connected.
 func (m *mesh) wait(ctx context.Context) error {
 	c := m.c
-	for got := 0; got < c.size-1; {
-		select {
-		case e := <-m.established:
-			l := newLink(c, e.peer, e.nc, e.key)
-			c.links[e.peer] = l
-			l.start()
-			got++
-		case err := <-m.fatal:
-			return err
-		case l := <-c.setupFails:
-			return fmt.Errorf("rank %d failed while the mesh was forming: %w", l.peer, l.err())
-		case <-ctx.Done():
-			return m.timeoutErr(ctx)
-		}
-	}
-	return nil
+	return mpconn.Gather(ctx, c.size-1, m.established, func(e established) {
+		l := newLink(c, e.peer, e.nc, e.key)
+		c.core.Links[e.peer] = l
+		l.start()
+	}, m.Fatal(), c.setupFails, func() error { return m.timeoutErr(ctx) })
 }
 
 func (m *mesh) timeoutErr(ctx context.Context) error {
-	var missing []string
-	for q, l := range m.c.links {
-		if l == nil && q != m.c.rank {
-			missing = append(missing, strconv.Itoa(q))
-		}
-	}
-	msg := fmt.Sprintf("no connection with rank(s) %s after %v: %v", strings.Join(missing, ", "), m.c.cfg.ConnectTimeout, ctx.Err())
-	m.mu.Lock()
+	missing := mpconn.Missing(m.c.core.Links, m.c.rank)
+	msg := fmt.Sprintf("no connection with rank(s) %s after %v: %v", missing, m.c.cfg.ConnectTimeout, ctx.Err())
+	m.Lock()
 	away := m.away.String(m.c.cfg.HandshakeTimeout)
-	m.mu.Unlock()
+	m.Unlock()
 	if away != "" {
 		msg += "; " + away
 	}
@@ -332,89 +272,60 @@ func (m *mesh) timeoutErr(ctx context.Context) error {
 // stop ends the listener, the dialers and the handshakes under way, and
 // closes connections that arrived too late.
 func (m *mesh) stop() {
-	m.cancel()
-	_ = m.ln.Close()
-	m.mu.Lock()
-	m.stopped = true
-	for nc := range m.inflight {
-		_ = nc.Close()
-	}
-	m.mu.Unlock()
-	m.wg.Wait()
-	for {
-		select {
-		case e := <-m.established:
-			_ = e.nc.Close()
-		default:
-			return
-		}
-	}
+	m.Stop(m.ln)
+	mpconn.Drain(m.established, func(e established) { _ = e.nc.Close() })
 }
 
 func (m *mesh) dialPeer(q int) {
-	defer m.wg.Done()
 	cfg := &m.c.cfg
-	v, err := cfg.Store.Get(m.ctx, addrKey(cfg.RunID, q))
-	if err != nil {
-		if m.ctx.Err() == nil || errors.Is(err, context.DeadlineExceeded) {
-			m.fail(fmt.Errorf("looking up rank %d's address: %w", q, err))
-		}
+	v, ok := m.LookUp(cfg.Store, addrKey(cfg.RunID, q), q, "address")
+	if !ok {
 		return
 	}
 	addr := string(v)
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		m.fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
+		m.Fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
 		return
 	}
-	const firstBackoff = 10 * time.Millisecond
-	backoff := firstBackoff
 	var d net.Dialer
-	for {
-		nc, err := d.DialContext(m.ctx, "tcp", addr)
-		if err == nil {
-			tc := nc.(*net.TCPConn)
-			if !m.track(tc) {
-				_ = tc.Close()
-				return
-			}
-			tune(tc, cfg.SocketBuffer)
-			_ = tc.SetDeadline(m.handshakeDeadline())
-			key, fatal, herr := dialHandshake(tc, &m.p, q)
-			m.untrack(tc)
-			if herr == nil {
-				_ = tc.SetDeadline(time.Time{})
-				m.established <- established{peer: q, nc: tc, key: key}
-				return
-			}
+	ctxErr, last := mpconn.Redial(m.Ctx, 10*time.Millisecond, func() (done, reset bool, err error) {
+		nc, err := d.DialContext(m.Ctx, "tcp", addr)
+		if err != nil {
+			return false, false, err
+		}
+		tc := nc.(*net.TCPConn)
+		if !m.Track(tc) {
 			_ = tc.Close()
-			if fatal {
-				m.fail(fmt.Errorf("rank %d at %s: %w", q, addr, herr))
-				return
-			}
-			// The listener is up but this connection broke (dropped while
-			// strangers flooded it, or too slow): retry soon.
-			err, backoff = herr, firstBackoff
+			return true, false, nil
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-m.ctx.Done():
-			t.Stop()
-			if errors.Is(m.ctx.Err(), context.DeadlineExceeded) {
-				m.fail(fmt.Errorf("could not connect to rank %d at %s within %v (last error: %v)", q, addr, cfg.ConnectTimeout, err))
-			}
-			return
-		case <-t.C:
+		tune(tc, cfg.SocketBuffer)
+		_ = tc.SetDeadline(m.handshakeDeadline())
+		key, fatal, herr := dialHandshake(tc, &m.p, q)
+		m.Untrack(tc)
+		if herr == nil {
+			_ = tc.SetDeadline(time.Time{})
+			m.established <- established{peer: q, nc: tc, key: key}
+			return true, false, nil
 		}
-		backoff = min(2*backoff, time.Second)
+		_ = tc.Close()
+		if fatal {
+			m.Fail(fmt.Errorf("rank %d at %s: %w", q, addr, herr))
+			return true, false, nil
+		}
+		// The listener is up but this connection broke (dropped while
+		// strangers flooded it, or too slow): retry soon.
+		return false, true, herr
+	})
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		m.Fail(fmt.Errorf("could not connect to rank %d at %s within %v (last error: %v)", q, addr, cfg.ConnectTimeout, last))
 	}
 }
 
 func (m *mesh) acceptLoop() {
-	defer m.wg.Done()
 	for {
 		nc, err := m.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || m.ctx.Err() != nil {
+			if errors.Is(err, net.ErrClosed) || m.Ctx.Err() != nil {
 				return
 			}
 			time.Sleep(10 * time.Millisecond) // out of file descriptors, ...
@@ -425,9 +336,9 @@ func (m *mesh) acceptLoop() {
 			_ = nc.Close()
 			return
 		}
-		m.wg.Add(1)
+		m.WG.Add(1)
 		go func() {
-			defer m.wg.Done()
+			defer m.WG.Done()
 			m.acceptOne(pc)
 		}()
 	}
@@ -440,7 +351,7 @@ func (m *mesh) acceptOne(pc *pending) {
 		spoke:         func() { m.spoke(pc) },
 		authenticated: func() bool { return m.authenticated(pc) },
 		admit:         m.admit,
-		release:       m.release,
+		release:       m.Release,
 	})
 	dropped, stopped := m.finish(pc)
 	if res.out == acceptOK {
@@ -451,7 +362,7 @@ func (m *mesh) acceptOne(pc *pending) {
 	}
 	_ = nc.Close()
 	if res.out == acceptFatal {
-		m.fail(fmt.Errorf("connection from %v: %w", nc.RemoteAddr(), err))
+		m.Fail(fmt.Errorf("connection from %v: %w", nc.RemoteAddr(), err))
 		return
 	}
 	if stopped {
@@ -473,29 +384,20 @@ func (m *mesh) acceptOne(pc *pending) {
 	if res.out == acceptNote {
 		note = fmt.Sprintf("%v (claiming rank %d): %v", nc.RemoteAddr(), res.from, err)
 	}
-	m.mu.Lock()
+	m.Lock()
 	m.away.add(nc.RemoteAddr(), kind, note)
-	m.mu.Unlock()
+	m.Unlock()
 }
 
 // admit registers an authenticated dialer's rank, or says why it cannot join.
 func (m *mesh) admit(from int) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	switch {
 	case from <= m.p.rank || from >= m.p.size:
 		return fmt.Sprintf("rank %d dialed rank %d, which accepts only ranks %d..%d (higher ranks dial lower ones)", from, m.p.rank, m.p.rank+1, m.p.size-1)
-	case m.admitted[from]:
+	case !m.Claim(from):
 		return fmt.Sprintf("duplicate rank %d: rank %d already has a connection from a process claiming rank %d", from, m.p.rank, from)
 	}
-	m.admitted[from] = true
 	return ""
-}
-
-func (m *mesh) release(from int) {
-	m.mu.Lock()
-	m.admitted[from] = false
-	m.mu.Unlock()
 }
 
 // Why a listening rank turned a connection away.

@@ -180,7 +180,7 @@ func rawPeer(t *testing.T, maxMessage int64) (*Conn, net.Conn) {
 	}
 	c := newConn(cfg)
 	l := newLink(c, 1, nc.(*net.TCPConn), wireKey{})
-	c.links[1] = l
+	c.core.Links[1] = l
 	c.ready.Store(true)
 	l.start()
 	t.Cleanup(func() {

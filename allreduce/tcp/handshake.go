@@ -11,6 +11,8 @@ import (
 	"net"
 
 	"github.com/ringddp/ringddp/internal/untrusted"
+
+	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
 
 // The handshake on every data connection, protocol version 3. The higher
@@ -77,7 +79,7 @@ const (
 	prefixLen    = 8
 	nonceLen     = 32
 	macLen       = sha256.Size
-	maxRunID     = 255
+	maxRunID     = mpconn.MaxRunID // the hello carries its length in a byte
 	maxReasonLen = 512
 	helloNonce   = prefixLen + 13 // where nonceD starts in the hello
 	helloFixed   = helloNonce + nonceLen + 1

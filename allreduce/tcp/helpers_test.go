@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -42,41 +43,17 @@ func dialConfigs(cfgs []Config) ([]*Conn, []error) {
 }
 
 // dialMesh makes n connected ranks over loopback; mod adjusts each config.
+// They are closed at cleanup.
 func dialMesh(t testing.TB, n int, mod func(*Config)) []*Conn {
 	t.Helper()
 	store := rendezvous.NewMemStore()
-	cfgs := make([]Config, n)
-	for r := range cfgs {
-		cfgs[r] = testConfig(r, n, store)
+	return transporthelp.DialAll(t, n, func(ctx context.Context, r int) (*Conn, error) {
+		cfg := testConfig(r, n, store)
 		if mod != nil {
-			mod(&cfgs[r])
+			mod(&cfg)
 		}
-	}
-	conns, errs := dialConfigs(cfgs)
-	for r, err := range errs {
-		if err != nil {
-			for _, c := range conns {
-				if c != nil {
-					c.Close()
-				}
-			}
-			t.Fatalf("rank %d: Dial: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
+		return Dial(ctx, cfg)
 	})
-	return conns
-}
-
-func asTransport(conns []*Conn) []transport.Conn {
-	out := make([]transport.Conn, len(conns))
-	for i, c := range conns {
-		out[i] = c
-	}
-	return out
 }
 
 // bufSink copies into dst and records the piece boundaries.

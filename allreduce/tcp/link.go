@@ -214,7 +214,7 @@ func (l *link) writeLoop() {
 	for {
 		select {
 		case <-l.wreq:
-		case <-l.c.dead:
+		case <-l.c.core.End.Dead():
 			return
 		}
 		err := l.writeData(l.sh, l.sp)
@@ -368,7 +368,7 @@ func (l *link) waitSend(ctx context.Context) error {
 		// A peer that closes right after reading this frame fails the
 		// link; the send still succeeded (finishSend sees that too).
 		return l.finishSend(ctx)
-	case <-l.c.dead:
+	case <-l.c.core.End.Dead():
 		return l.finishSend(ctx)
 	case <-ctx.Done():
 		return l.cancelSend(ctx.Err())
@@ -391,8 +391,8 @@ func (l *link) finishSend(ctx context.Context) error {
 	select {
 	case err := <-l.wdone:
 		select {
-		case <-l.c.dead:
-			return l.c.deadErr()
+		case <-l.c.core.End.Dead():
+			return l.c.core.End.Err()
 		default:
 		}
 		return l.sendErr(ctx, err)
@@ -410,8 +410,8 @@ func (l *link) sendErr(ctx context.Context, err error) error {
 		return err
 	}
 	select {
-	case <-l.c.dead:
-		return l.c.deadErr()
+	case <-l.c.core.End.Dead():
+		return l.c.core.End.Err()
 	default:
 	}
 	if cerr := ctx.Err(); cerr != nil {
@@ -442,8 +442,8 @@ func (l *link) cancelSend(reason error) error {
 	case <-l.wexit:
 	}
 	select {
-	case <-l.c.dead:
-		return l.c.deadErr()
+	case <-l.c.core.End.Dead():
+		return l.c.core.End.Err()
 	default:
 	}
 	if reason != nil {
@@ -685,7 +685,7 @@ func (l *link) deliver(f *frame) bool {
 	case w = <-l.want:
 	case <-l.failed:
 		return l.discard(f.length)
-	case <-l.c.dead:
+	case <-l.c.core.End.Dead():
 		return l.discard(f.length)
 	}
 	select {
@@ -733,7 +733,7 @@ func (l *link) deliver(f *frame) bool {
 			case p.buf = <-l.free:
 			case <-l.failed:
 				return l.discard(f.length - off)
-			case <-l.c.dead:
+			case <-l.c.core.End.Dead():
 				return l.discard(f.length - off)
 			}
 			if err := l.readRecord(p.buf[:n]); err != nil {
@@ -856,15 +856,15 @@ func (l *link) receive(ctx context.Context, w want, sink transport.Sink) error {
 			case p = <-l.pieces:
 			default:
 				select {
-				case <-l.c.dead: // this endpoint closing explains it better
-					return l.c.deadErr()
+				case <-l.c.core.End.Dead(): // this endpoint closing explains it better
+					return l.c.core.End.Err()
 				default:
 				}
 				l.nack()
 				return l.err()
 			}
-		case <-l.c.dead:
-			return l.c.deadErr()
+		case <-l.c.core.End.Dead():
+			return l.c.core.End.Err()
 		case <-ctx.Done():
 			l.fail(fmt.Errorf("link to rank %d broken: a receive was abandoned: %w", l.peer, ctx.Err()))
 			return ctx.Err()

@@ -1,13 +1,10 @@
 package tcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/tcp"
 )
@@ -30,22 +28,14 @@ const rankMatrixVar = "RINGDDP_TCP_TEST_MATRIX"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(rankMatrixVar) != "" {
-		if err := matrixRank(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		transporthelp.ExitWith(matrixRank())
 	}
 	if v := os.Getenv(rankTrialsVar); v != "" {
 		trials, err := strconv.Atoi(v)
 		if err == nil {
 			err = mismatchTrialsRank(trials)
 		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		transporthelp.ExitWith(err)
 	}
 	os.Exit(m.Run())
 }
@@ -136,7 +126,7 @@ func TestMismatchAcrossProcesses(t *testing.T) {
 		trials = 2500
 	}
 	const n = 4
-	outs, errs := runRankProcesses(t, n, func(r int) []string {
+	outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
 		return []string{rankTrialsVar + "=" + strconv.Itoa(trials), "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=4"}
 	})
 	for r, err := range errs {
@@ -179,28 +169,10 @@ func matrixRank() error {
 	if err != nil {
 		return err
 	}
-	algos := allreducetest.AlgorithmsFor(conn)
 	n := env.WorldSize
-	lengths := []int{0, 1, n - 1, n + 1, 1000, 70000}
-	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
-	for _, algo := range algos {
-		g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(algo))
-		if err != nil {
-			return err
-		}
-		for _, length := range lengths {
-			for _, op := range ops {
-				if err := matrixCellRank[float32](ctx, g, n, length, op); err != nil {
-					return fmt.Errorf("%v: %w", algo, err)
-				}
-				if op == allreduce.Avg {
-					continue
-				}
-				if err := matrixCellRank[int64](ctx, g, n, length, op); err != nil {
-					return fmt.Errorf("%v: %w", algo, err)
-				}
-			}
-		}
+	algos, err := allreducetest.RankMatrix(ctx, conn, []int{0, 1, n - 1, n + 1, 1000, 70000}, nil)
+	if err != nil {
+		return err
 	}
 	g, err := allreduce.NewGroup(conn)
 	if err != nil {
@@ -218,22 +190,6 @@ func matrixRank() error {
 	return nil
 }
 
-func matrixCellRank[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, n, length int, op allreduce.ReduceOp) error {
-	inputs := make([][]T, n)
-	for r := range inputs {
-		inputs[r] = allreducetest.Input[T](uint64(length)+uint64(op), r, length, op)
-	}
-	buf := append([]T(nil), inputs[g.Rank()]...)
-	if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
-		return err
-	}
-	want := allreducetest.Reduce(inputs, op)
-	if err := allreducetest.DiffBits("result", buf, want); err != nil {
-		return fmt.Errorf("rank %d, %d elements, %v: %w", g.Rank(), length, op, err)
-	}
-	return nil
-}
-
 // The reduced matrix over separate processes for every algorithm tcp can
 // run: 3 processes as nodes of 2 and 1, 5 as 2, 2, 1 (RINGDDP_NODE), so
 // the topology algorithms meet uneven nodes over real sockets.
@@ -242,7 +198,7 @@ func TestAlgorithmsAcrossProcesses(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	for _, n := range []int{3, 5} {
-		outs, errs := runRankProcesses(t, n, func(r int) []string {
+		outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
 			return []string{rankMatrixVar + "=1", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
 				"RINGDDP_NODE=node" + strconv.Itoa(r/2)}
 		})
@@ -256,36 +212,4 @@ func TestAlgorithmsAcrossProcesses(t *testing.T) {
 			t.Errorf("%d processes: not every algorithm ran: %s", n, outs[0])
 		}
 	}
-}
-
-// runRankProcesses runs n copies of this test binary as the ranks of one
-// job on loopback (RANK, WORLD_SIZE, MASTER_*, the secret, plus env(r)),
-// waits for them, and returns each one's combined output and exit error.
-func runRankProcesses(t *testing.T, n int, env func(r int) []string) ([]*bytes.Buffer, []error) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "RINGDDP_SECRET=multi-process test secret 0123456789")
-		cmd.Env = append(cmd.Env, env(r)...)
-		outs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	errs := make([]error, n)
-	for r, cmd := range cmds {
-		errs[r] = cmd.Wait()
-	}
-	return outs, errs
 }

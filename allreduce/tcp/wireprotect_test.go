@@ -146,7 +146,7 @@ func protectedPeer(t testing.TB, mode WireProtection, key wireKey) (*Conn, *net.
 	}
 	c := newConn(cfg)
 	l := newLink(c, 1, nc.(*net.TCPConn), key)
-	c.links[1] = l
+	c.core.Links[1] = l
 	c.ready.Store(true)
 	l.start()
 	t.Cleanup(func() {

@@ -15,6 +15,7 @@ var forbidden = map[string][]string{
 	"allreduce/inproc":    {"allreduce", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/sim":       {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce/shm":       {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 	"optim":               {"allreduce", "ddp", "zero", "models", "datasets"},
 	"models":              {"allreduce", "ddp", "zero", "optim", "datasets"},
