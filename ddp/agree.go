@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -28,6 +29,12 @@ const agreementValues = 2
 type Agreement struct {
 	Loss float64 // the loss (the node given to Backward) averaged over ranks
 	Stop bool    // whether any rank's vote was true
+	// With WithArrivalStamps, after a synchronised Run: Stamped is true,
+	// Last is the rank that handed in its last bucket last (the lowest
+	// such rank on a tie) and Lag how long after the rank before it.
+	Stamped bool
+	Last    int
+	Lag     time.Duration
 }
 
 // WithAgreement makes every synchronised Run also agree over all ranks on
@@ -76,7 +83,21 @@ func (d *DDP[T]) settleAgreement() error {
 		}
 	}
 	d.agreed = Agreement{Loss: float64(d.extras[0]), Stop: d.extras[1] > 0}
+	if d.syncing && d.arrivals != nil {
+		d.settleStamps()
+	}
 	return nil
+}
+
+// collectiveName names a bucket's collective of bytes for the Observer.
+func (d *DDP[T]) collectiveName(bytes int) string {
+	switch {
+	case d.cfg.collectiveName != "":
+		return d.cfg.collectiveName
+	case d.reduce != nil:
+		return "custom"
+	}
+	return "allreduce " + d.group.AlgorithmFor(bytes).String()
 }
 
 // reduceBucket communicates bucket [lo, hi) of the gradient arena: the
@@ -155,10 +176,19 @@ func (d *DDP[T]) ringWithExtras(ctx context.Context, lo, hi int) error {
 	d.counts[n-1] += len(d.extras)
 	buf := d.commArena[lo:]
 	mine := buf[own : own+d.counts[rank]]
+	po, _ := d.cfg.observer.(PhaseObserver)
+	began := time.Now()
 	if err := allreduce.ReduceScatterV(ctx, g, mine, buf, d.counts, allreduce.Avg); err != nil {
 		return err
 	}
-	return allreduce.AllGatherV(ctx, g, buf, mine, d.counts)
+	scattered := time.Now()
+	err := allreduce.AllGatherV(ctx, g, buf, mine, d.counts)
+	if po != nil {
+		last := len(d.buckets) - 1
+		po.BucketPhase(last, "reduce-scatter", began, scattered)
+		po.BucketPhase(last, "all-gather", scattered, time.Now())
+	}
+	return err
 }
 
 // scalarValue reads a scalar node value.

@@ -32,8 +32,11 @@ type config struct {
 	firstBucketBytes int
 	bucketBytes      int
 	checkEvery       int
-	collective       any         // BucketCollective[T] or nil
-	vote             func() bool // WithAgreement's stop vote; nil without it
+	collective       any          // BucketCollective[T] or nil
+	vote             func() bool  // WithAgreement's stop vote; nil without it
+	stampNow         func() int64 // WithArrivalStamps' clock; nil without it
+	observer         Observer
+	collectiveName   string
 }
 
 // BucketCollective communicates one complete bucket, the element range
@@ -75,7 +78,8 @@ type DDP[T Float] struct {
 	commArena []T
 	extras    []T // commArena's tail: nothing without WithAgreement
 	agreed    Agreement
-	counts    []int // scratch: the last bucket's chunk layout (ringWithExtras)
+	counts    []int   // scratch: the last bucket's chunk layout (ringWithExtras)
+	arrivals  []int64 // the last Run's arrival stamps by rank (WithArrivalStamps)
 
 	// Per step. The hooks run on the machine's goroutine; the bucket
 	// channels hand complete buckets to the communication goroutine.
@@ -91,6 +95,7 @@ type DDP[T Float] struct {
 	// hooksAfterFirst counts the gradients that arrived after that.
 	firstHandedOff  bool
 	hooksAfterFirst int
+	firstHook       time.Time // when the step's first gradient arrived
 
 	statsMu sync.Mutex
 	last    StepStats
@@ -99,7 +104,12 @@ type DDP[T Float] struct {
 
 // StepStats is the time breakdown of the last Run and Step.
 type StepStats struct {
-	Compute   time.Duration // vm.RunAll: forward and backward
+	Start   time.Time     // when RunAll began
+	Compute time.Duration // vm.RunAll: forward and backward
+	// Forward is the part of Compute before the first gradient arrived:
+	// the forward pass and the start of the backward pass to the first
+	// parameter's gradient (Compute without synchronised gradients).
+	Forward   time.Duration
 	CommWait  time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
 	Optimizer time.Duration // the optimizer step
 	// FirstBucketStart is when the first bucket's all-reduce began,
@@ -168,6 +178,9 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	extra := 0
 	if cfg.vote != nil {
 		extra = agreementValues
+		if cfg.stampNow != nil {
+			extra += stampSlots * group.Size()
+		}
 	}
 	d.commArena = make([]T, total+extra)
 	d.gradArena = d.commArena[:total:total]
@@ -191,6 +204,9 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 		d.ready[b] = make(chan struct{}, 1)
 	}
 	d.arrived = make([]bool, len(params))
+	if cfg.vote != nil && cfg.stampNow != nil {
+		d.arrivals = make([]int64, group.Size())
+	}
 	id := uint64(uintptr(unsafe.Pointer(d)))
 	err = graphlock.Do(func() error {
 		d.tapped = make(G.Nodes, len(params))
@@ -322,7 +338,12 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		runErr = d.settleAgreement()
 	}
 	d.accumulating = !d.syncing
+	stats.Start = start
 	stats.Compute = computed.Sub(start)
+	stats.Forward = stats.Compute
+	if !d.firstHook.IsZero() {
+		stats.Forward = d.firstHook.Sub(start)
+	}
 	stats.HooksAfterFirstBucket = d.hooksAfterFirst
 	stats.CommWait = waited.Sub(computed)
 	d.statsMu.Lock()
@@ -340,6 +361,7 @@ func (d *DDP[T]) beginStep() {
 	d.agreed = Agreement{}
 	d.order = d.order[:0]
 	d.firstHandedOff, d.hooksAfterFirst = false, 0
+	d.firstHook = time.Time{}
 	for b, r := range d.buckets {
 		d.remaining[b] = r.params
 		select {
@@ -361,6 +383,9 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 		return fmt.Errorf("ddp: gradient of parameter %d (%s) arrived twice in one step", i, d.params[i].Name())
 	}
 	d.arrived[i] = true
+	if len(d.order) == 0 {
+		d.firstHook = time.Now()
+	}
 	s := d.slots[i]
 	dst := d.gradArena[s.offset : s.offset+s.size]
 	if err := accumulateInto(dst, v, d.accumulating); err != nil {
@@ -385,6 +410,14 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 					d.hookErr = err
 					return err
 				}
+				if d.arrivals != nil {
+					d.writeStamp() // the moment this rank hands in its last bucket
+				}
+			}
+			if o := d.cfg.observer; o != nil {
+				var z T
+				r := d.buckets[s.bucket]
+				o.BucketReady(s.bucket, (r.hi-r.lo)*int(unsafe.Sizeof(z)), time.Now())
 			}
 			d.ready[s.bucket] <- struct{}{} // capacity 1, sent once per step: never blocks
 			d.firstHandedOff = true
@@ -425,7 +458,13 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 		} else {
 			err = d.reduceBucket(ctx, r.lo, r.hi)
 		}
-		stats.Comm += time.Since(began)
+		ended := time.Now()
+		stats.Comm += ended.Sub(began)
+		if o := d.cfg.observer; o != nil {
+			var z T
+			bytes := (r.hi - r.lo) * int(unsafe.Sizeof(z))
+			o.BucketReduced(b, bytes, d.collectiveName(bytes), began, ended, err)
+		}
 		if err != nil {
 			done <- fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
 			return

@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 
@@ -88,7 +89,7 @@ func Wrap[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nod
 		return nil, fmt.Errorf("zero: nil optimizer")
 	}
 	z := &ZeRO1[T]{opt: opt, group: group}
-	opts = append(opts, ddp.WithBucketCollective[T](z.reduceScatterBucket))
+	opts = append(opts, ddp.WithBucketCollective[T](z.reduceScatterBucket), ddp.WithCollectiveName("reduce-scatter"))
 	d, err := ddp.Wrap[T](ctx, group, params, opts...)
 	if err != nil {
 		return nil, err
@@ -199,13 +200,26 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 	if z.group.Size() == 1 {
 		return nil
 	}
+	obs, _ := z.d.Observer().(GatherObserver)
 	for b, r := range z.buckets {
 		p := z.pieces[b]
-		if err := allreduce.AllGather(ctx, z.group, params[r[0]:r[1]], params[p.Lo:p.Hi]); err != nil {
+		began := time.Now()
+		err := allreduce.AllGather(ctx, z.group, params[r[0]:r[1]], params[p.Lo:p.Hi])
+		if obs != nil {
+			var e T
+			obs.ParamsGathered(b, (r[1]-r[0])*int(unsafe.Sizeof(e)), began, time.Now(), err)
+		}
+		if err != nil {
 			return fmt.Errorf("zero: all-gather of the parameters of bucket %d: %w", b, err)
 		}
 	}
 	return nil
+}
+
+// GatherObserver is a ddp.Observer (ddp.WithObserver) that is also told
+// of Step's all-gather of each bucket's parameters.
+type GatherObserver interface {
+	ParamsGathered(b, bytes int, start, end time.Time, err error)
 }
 
 // pack moves this rank's pieces of the parameter arena a to a[:shard], in

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
@@ -18,6 +19,8 @@ import (
 //	startup:RANK:RESTART     rank RANK exits with status 3 before training
 //	tear:STEP:RESTART        rank 0 cuts the checkpoint written at STEP to half its size
 //	                         (both names: a write torn by a crash), then kills itself
+//	slow:RANK:MS             rank RANK sleeps MS milliseconds after each of its steps
+//	                         (a straggler), in every attempt
 //
 // RESTART is the attempt (RINGDDP_RESTART: 0 first) the fault happens in,
 // or * for every attempt.
@@ -48,6 +51,14 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
 					if s.GlobalStep == step {
 						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					}
+				}
+			case p[0] == "slow" && len(p) == 3 && p[1] == strconv.Itoa(rank):
+				ms, _ := strconv.Atoi(p[2])
+				slow := rank
+				cfg.OnRankStep = func(r int, _ trainer.StepInfo) {
+					if r == slow { // in-process, every rank calls it
+						time.Sleep(time.Duration(ms) * time.Millisecond)
 					}
 				}
 			case p[0] == "tear" && len(p) == 3 && rank == 0 && now(p[2]):

@@ -65,7 +65,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		maxRestarts = fs.Int("max-restarts", 0, "with -transport tcp on one host: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint)")
 		minRanks    = fs.Int("min-ranks", 0, "with -max-restarts: the fewest ranks a restart may run on when a rank cannot be restarted (fails at start-up); the global batch is kept (default: -ranks, never fewer)")
 		maxSteps    = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
-		out         = fs.String("out", "", "write metrics.csv and loss_accuracy.png into this directory")
+		out         = fs.String("out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
+		traceOut    = fs.String("trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
@@ -221,7 +222,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
 		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
 		Checkpoint: *checkpoint, CheckpointEvery: *ckEvery, CheckpointKeep: *ckKeep,
-		Resume: *resume, MaxSteps: *maxSteps,
+		Resume: *resume, MaxSteps: *maxSteps, Trace: *traceOut,
 		Connect: o.connect,
 	}
 	if err := o.cfg.Validate(); err != nil {

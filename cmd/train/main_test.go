@@ -200,7 +200,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-max-steps", "-3"}, "-max-steps -3"},
 		{[]string{"-hidden", "16,x"}, `-hidden "16,x"`},
 		{[]string{"-model", "cnn", "-hidden", "16"}, "-hidden applies to -model mlp only"},
-		{[]string{"-transport", "shm"}, `-transport "shm": unknown transport (valid: inproc, tcp)`},
+		{[]string{"-transport", "pigeon"}, `-transport "pigeon": unknown transport (valid: auto, inproc, shm, tcp)`},
 		{[]string{"-ranks", "x"}, `invalid value "x" for flag -ranks`},
 		{[]string{"-nosuch"}, "flag provided but not defined: -nosuch"},
 		{[]string{"extra"}, `unexpected argument "extra"`},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -23,37 +24,53 @@ import (
 
 // The files -out writes.
 const (
-	metricsFile = "metrics.csv"
-	plotFile    = "loss_accuracy.png"
+	metricsFile   = "metrics.csv"
+	plotFile      = "loss_accuracy.png"
+	breakdownFile = "step_time.png"
 )
+
+// stepLoss is one step's training loss (averaged over ranks) at x, the
+// epochs done (fractional).
+type stepLoss struct{ x, loss float64 }
 
 // printEpoch writes an epoch's line: losses, accuracy, throughput, the
 // step-time breakdown (comm wait is the communication the backward pass
 // did not hide), all communication and the share of it that overlapped,
-// optimizer state and bytes sent. A partial epoch (a -max-steps stop inside
+// optimizer state and bytes sent, and the slowest rank (the one most
+// often last to hand in its gradients). A partial epoch (a -max-steps stop inside
 // it) says how far it got.
 func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
 	head := fmt.Sprintf("epoch %d/%d", m.Epoch, epochs)
 	if m.Partial {
 		head += fmt.Sprintf(" (partial: step %d/%d)", m.StepInEpoch, m.StepsPerEpoch)
 	}
-	fmt.Fprintf(w, "%s  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  comm %.2fs (%.0f%% overlapped)  opt state %s/rank, %s sent/step\n",
+	fmt.Fprintf(w, "%s  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  comm %.2fs (%.0f%% overlapped)  opt state %s/rank, %s sent/step",
 		head, m.TrainLoss, 100*m.TestAccuracy, m.TestLoss, m.SamplesPerSec, m.EpochSeconds, m.EvalSeconds,
 		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds,
 		m.CommSeconds, 100*m.CommOverlap(),
 		humanBytes(m.OptStateBytesPerRank), humanBytes(m.CommBytesPerStep))
+	if m.Ranks > 1 && m.SlowestRank >= 0 {
+		fmt.Fprintf(w, "  slowest rank %d: last in %.0f%% of steps, median %.1f ms behind",
+			m.SlowestRank, 100*m.SlowestRankShare, m.SlowestRankLagMs)
+	}
+	fmt.Fprintln(w)
 }
 
-// writeOutputs (re)writes metrics.csv and the plot for the epochs so far,
-// each atomically.
-func writeOutputs(dir string, epochs []trainer.EpochMetrics) error {
+// writeOutputs (re)writes metrics.csv and the plots for the epochs and
+// steps so far, each atomically.
+func writeOutputs(dir string, epochs []trainer.EpochMetrics, losses []stepLoss) error {
 	if err := safetensors.AtomicWriteFile(filepath.Join(dir, metricsFile), func(w io.Writer) error {
 		return writeCSV(w, epochs)
 	}); err != nil {
 		return err
 	}
-	return safetensors.AtomicWriteFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
-		return writePlot(w, epochs)
+	if err := safetensors.AtomicWriteFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
+		return writePlot(w, epochs, losses)
+	}); err != nil {
+		return err
+	}
+	return safetensors.AtomicWriteFile(filepath.Join(dir, breakdownFile), func(w io.Writer) error {
+		return writeBreakdown(w, epochs)
 	})
 }
 
@@ -105,9 +122,11 @@ func epochX(m trainer.EpochMetrics) float64 {
 	return float64(m.Epoch-1) + float64(m.StepInEpoch)/float64(m.StepsPerEpoch)
 }
 
-// writePlot draws two panels, the losses and the test accuracy per epoch,
-// as a PNG.
-func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
+// writePlot draws two panels as a PNG: the losses (the training loss of
+// every step, faint, and smoothed; the test loss per epoch) and the test
+// accuracy per epoch. Without step losses the training loss is drawn per
+// epoch.
+func writePlot(w io.Writer, epochs []trainer.EpochMetrics, losses []stepLoss) error {
 	train := make(plotter.XYs, len(epochs))
 	test := make(plotter.XYs, len(epochs))
 	acc := make(plotter.XYs, len(epochs))
@@ -126,7 +145,11 @@ func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
 	lossPlot.X.Label.Text = "epoch"
 	lossPlot.Y.Label.Text = "cross-entropy"
 	lossPlot.Y.Min = 0
-	if err := addLine(lossPlot, "train loss", train, blue); err != nil {
+	if len(losses) > 0 {
+		if err := addStepLosses(lossPlot, losses, blue); err != nil {
+			return err
+		}
+	} else if err := addLine(lossPlot, "train loss", train, blue); err != nil {
 		return err
 	}
 	if err := addLine(lossPlot, "test loss", test, orange); err != nil {
@@ -147,6 +170,9 @@ func writePlot(w io.Writer, epochs []trainer.EpochMetrics) error {
 		p.X.Tick.Marker = epochTicks{}
 		if n := len(epochs); n > 0 {
 			p.X.Min, p.X.Max = epochX(epochs[0])-0.25, epochX(epochs[n-1])+0.25
+		}
+		if len(losses) > 0 {
+			p.X.Min = min(p.X.Min, math.Floor(losses[0].x))
 		}
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
 	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/trace"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
@@ -47,10 +48,13 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		// Rank 0's stdout is the job's report. Ctrl-C is forwarded to the
 		// ranks, which stop after the same step (and write the checkpoint)
 		// as in-process ranks do.
+		var err error
 		if o.maxRestarts > 0 {
-			return o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
+			err = o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
+		} else {
+			err = o.tr.Launch(ctx, args, env.ranks, stdout)
 		}
-		return o.tr.Launch(ctx, args, env.ranks, stdout)
+		return mergeTrace(o, err)
 	}
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	// Under an elastic launcher, rank 0 reports its progress on the status
@@ -80,6 +84,7 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 	prog := chooseProgress(stdout, o.json, o.quiet)
 	text := !o.json
 	var all []trainer.EpochMetrics
+	var losses []stepLoss // every step's loss, for the plot
 	var outErr error
 	start := time.Now()
 	cfg := o.cfg
@@ -91,6 +96,9 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		status.Started(p.GlobalStep)
 	}
 	cfg.OnStep = func(s trainer.StepInfo) {
+		if o.out != "" {
+			losses = append(losses, stepLoss{x: float64(s.GlobalStep) / float64(max(1, s.StepsPerEpoch)), loss: s.Loss})
+		}
 		prog.step(s)
 		status.Stepped(s.GlobalStep)
 	}
@@ -107,7 +115,7 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 			printEpoch(stdout, m, cfg.Epochs)
 		}
 		if o.out != "" && outErr == nil {
-			outErr = writeOutputs(o.out, all)
+			outErr = writeOutputs(o.out, all, losses)
 		}
 	}
 	if text && !o.quiet && o.tr.HoldsRank0() {
@@ -181,7 +189,10 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
 	}
 	if o.out != "" {
-		fmt.Fprintf(w, "metrics: %s, plot: %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile))
+		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
+	}
+	if o.cfg.Trace != "" {
+		fmt.Fprintf(w, "trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.cfg.Trace)
 	}
 }
 
@@ -194,4 +205,25 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// mergeTrace, in a tcp job's launcher with -trace, merges the rank files
+// its ranks wrote (trace.RankFile, each on rank 0's clock) into the
+// -trace file, whether the job failed (launchErr) or not: the timeline of
+// a failed job shows where each rank stopped. Ranks of other hosts write
+// on their hosts, so a multi-host launcher merges what it finds and says
+// what is missing.
+func mergeTrace(o *options, launchErr error) error {
+	if o.cfg.Trace == "" {
+		return launchErr
+	}
+	err := trace.MergeRanks(o.cfg.Trace, o.tr.Ranks)
+	switch {
+	case err == nil:
+	case launchErr != nil || o.tr.MP.Nnodes > 1:
+		fmt.Fprintf(os.Stderr, "-trace: %v\n", err)
+	default:
+		return fmt.Errorf("-trace: %w", err)
+	}
+	return launchErr
 }

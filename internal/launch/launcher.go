@@ -238,6 +238,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		env = append(env, cfg.Env...)
 		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = env
+		p := &proc{rank: rank, cmd: cmd}
 		prefix := fmt.Sprintf("[rank %d] ", rank)
 		var flush []*lineWriter
 		if rank == 0 && !cfg.PrefixRank0 {
@@ -251,7 +252,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 			lw := &lineWriter{dst: out, prefix: prefix}
 			cmd.Stdout, flush = lw, append(flush, lw)
 		}
-		lw := &lineWriter{dst: errOut, prefix: prefix}
+		lw := &lineWriter{dst: errOut, prefix: prefix, tap: p.lastLine}
 		cmd.Stderr, flush = lw, append(flush, lw)
 		if rank == 0 && storeLn != nil {
 			// Rank 0 serves the store on the socket bound here, so no
@@ -276,7 +277,6 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 			storeLn.Close()
 			storeLn = nil
 		}
-		p := &proc{rank: rank, cmd: cmd}
 		j.procs = append(j.procs, p)
 		go func() {
 			err := cmd.Wait()
@@ -391,6 +391,8 @@ type proc struct {
 	rank int
 	cmd  *exec.Cmd
 	done bool
+	mu   sync.Mutex // guards rec.lastErr, written by the stderr forwarder
+	rec  rankRecord // what the launcher saw of it (rootcause.go)
 }
 
 type exit struct {
@@ -424,6 +426,7 @@ type job struct {
 func (j *job) fail(e *ExitError) {
 	if j.first == nil {
 		j.first, j.failedAt = e, time.Now()
+		j.snapshotStates()
 	}
 }
 
@@ -446,6 +449,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		case e := <-j.exits:
 			running--
 			e.p.done = true
+			e.p.exited(j.stopping || j.signaled != nil)
 			if e.err == nil || j.stopping {
 				continue
 			}
@@ -477,6 +481,9 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		}
 	}
 	if j.first != nil {
+		if rc := j.rootCause(); rc != nil {
+			return fmt.Errorf("launch: %w", rc)
+		}
 		return fmt.Errorf("launch: %w", j.first)
 	}
 	if err := ctx.Err(); err != nil {
@@ -496,6 +503,9 @@ func (j *job) stop(msg string) {
 	j.stopping = true
 	fmt.Fprintln(j.errOut, msg)
 	j.signal(syscall.SIGTERM)
+	// A stopped rank (SIGSTOP, ^Z, a debugger) handles SIGTERM only once
+	// continued: continue it so that it ends now, not after Grace.
+	j.signal(syscall.SIGCONT)
 }
 
 // signal sends s to every running rank's process group.
@@ -529,6 +539,7 @@ const maxLine = 1 << 20
 type lineWriter struct {
 	dst    io.Writer
 	prefix string
+	tap    func(line []byte) // if set, sees every whole line (without the prefix)
 	mu     sync.Mutex
 	buf    []byte
 	cont   bool // buf continues a line already partly written
@@ -562,6 +573,9 @@ func (l *lineWriter) emit(whole bool) {
 	}
 	line = append(line, l.buf...)
 	_, _ = l.dst.Write(line) // a failing destination must not stop the rank
+	if whole && !l.cont && l.tap != nil {
+		l.tap(l.buf)
+	}
 	l.buf = l.buf[:0]
 	l.cont = !whole
 }

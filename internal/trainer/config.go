@@ -82,6 +82,13 @@ type Config struct {
 	// OnRankStep is called on every rank's goroutine after each of its
 	// steps, with the rank (per-rank monitoring, fault injection in tests).
 	OnRankStep func(rank int, s StepInfo)
+
+	// Trace, when set, is where the run's timeline goes: a Chrome
+	// trace-event file (internal/trace) with every rank's steps, buckets,
+	// collectives, evaluation and checkpoints. A process that holds only
+	// some ranks (a rank process under a launcher) writes
+	// trace.RankFile(Trace, its lowest rank) for the launcher to merge.
+	Trace string
 }
 
 // DefaultConfig is the MLP on real MNIST over 4 in-process ranks: 3

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // figures is what one rank contributes to an epoch's metrics: its test
@@ -51,6 +52,7 @@ func (w *worker[T]) endEpoch(p, resumeAt position, st epochStats, partial bool) 
 		return EpochMetrics{}, "", err
 	}
 	evalTime := time.Since(evalStart)
+	w.rec.BeginAt(trace.Compute, "eval", "evaluation", evalStart).Int("epoch", int64(p.epoch+1)).End()
 	path, err := w.checkpoint(resumeAt)
 	if err != nil {
 		return EpochMetrics{}, "", err
@@ -60,7 +62,10 @@ func (w *worker[T]) endEpoch(p, resumeAt position, st epochStats, partial bool) 
 		compute: st.compute.Seconds(), commWait: st.commWait.Seconds(), comm: st.comm.Seconds(), optimizer: st.optimizer.Seconds(),
 	}.values()
 	all := make([]float64, figureCount*w.g.Size())
-	if err := allreduce.AllGather(w.comm, w.g, all, mine[:]); err != nil {
+	sp := w.rec.Begin(trace.Comm, "collective", "epoch figures").Str("collective", "allgather").Int("bytes", int64(8*len(all)))
+	err = allreduce.AllGather(w.comm, w.g, all, mine[:])
+	sp.End()
+	if err != nil {
 		return EpochMetrics{}, "", fmt.Errorf("trainer: combining epoch %d's figures: %w", p.epoch+1, err)
 	}
 	return w.epochMetrics(p, st, combineFigures(all), evalTime, partial), path, nil

@@ -12,8 +12,8 @@ import (
 // after epoch of steps (trainEpoch), each closed by endEpoch and reported,
 // until the last epoch, MaxSteps (its partial epoch closed and reported
 // too) or an agreed stop (a checkpoint, no report).
-func runRank[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train, test *datasets.Dataset, ck *checkpoint) (*Result, error) {
-	w, err := newWorker[T](ctx, cfg, g, train, test)
+func runRank[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train, test *datasets.Dataset, ck *checkpoint, env rankEnv) (*Result, error) {
+	w, err := newWorker[T](ctx, cfg, g, train, test, env)
 	if err != nil {
 		return nil, err
 	}

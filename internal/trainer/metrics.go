@@ -65,6 +65,15 @@ type EpochMetrics struct {
 	CommSeconds      float64 `json:"comm_seconds"`      // all communication, overlapped or not
 	OptimizerSeconds float64 `json:"optimizer_seconds"`
 
+	// The straggler: the rank that most often handed in its last gradient
+	// bucket last (-1 with one rank), the fraction of the epoch's steps in
+	// which it did, and its median lag behind the rank before it in those
+	// steps (ddp.WithArrivalStamps; clocks of ranks in other processes
+	// aligned to rank 0's at start).
+	SlowestRank      int     `json:"slowest_rank"`
+	SlowestRankShare float64 `json:"slowest_rank_share"`
+	SlowestRankLagMs float64 `json:"slowest_rank_lag_ms"`
+
 	OptStateBytesPerRank int64 `json:"opt_state_bytes_per_rank"`
 	CommBytesPerStep     int64 `json:"comm_bytes_per_step"`
 	Ranks                int   `json:"ranks"`

@@ -1,6 +1,10 @@
 package trainer
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ringddp/ringddp/internal/trace"
+)
 
 // position is where training stands.
 type position struct {
@@ -30,6 +34,7 @@ func (w *worker[T]) checkpoint(p position) (string, error) {
 	if w.cfg.Checkpoint == "" {
 		return "", nil
 	}
+	defer w.rec.Begin(trace.Compute, "checkpoint", "checkpoint").Int("global_step", p.global).End()
 	st, err := w.rep.GatherOptimizerState(w.comm, 0)
 	if err != nil {
 		return "", fmt.Errorf("trainer: gathering the optimizer state: %w", err)

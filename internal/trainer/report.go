@@ -42,6 +42,10 @@ func (w *worker[T]) epochMetrics(p position, st epochStats, f figures, evalTime 
 		m.TestAccuracy = f.correct / f.count
 		m.TestLoss = f.lossSum / f.count
 	}
+	m.SlowestRank, m.SlowestRankShare, m.SlowestRankLagMs = -1, 0, 0
+	if r, share, lag := st.slow.slowest(); r >= 0 {
+		m.SlowestRank, m.SlowestRankShare, m.SlowestRankLagMs = r, share, float64(lag)/1e6
+	}
 	if st.wall > 0 {
 		m.SamplesPerSec = float64(st.steps*cfg.GlobalBatch) / st.wall.Seconds()
 	}

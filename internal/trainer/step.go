@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // epochStats is one rank's account of the steps it ran in an epoch.
@@ -16,6 +17,7 @@ type epochStats struct {
 	// it, and Step's own, such as ZeRO-1's all-gather); all communication,
 	// hidden or not; the optimizer.
 	compute, commWait, comm, optimizer time.Duration
+	slow                               stragglers
 }
 
 // add accounts for one step: Run's statistics, then Step's time in the
@@ -84,6 +86,7 @@ func (w *worker[T]) periodic(p position) bool {
 // and whether any rank voted to stop.
 func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
 	s := p.step
+	stepStart := time.Now()
 	if err := fill(w.train, w.sampler.Batch(s, w.perRank), w.x, w.y); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: %w", err)
 	}
@@ -94,11 +97,39 @@ func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
 	if err := w.rep.Step(w.comm); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
 	}
+	ended := time.Now()
 	opt := w.rep.LastOptimizerTime()
-	st.add(w.d.LastStats(), opt, max(0, time.Since(began)-opt))
+	run := w.d.LastStats()
+	st.add(run, opt, max(0, ended.Sub(began)-opt))
 	agreed := w.d.Agreed()
+	st.slow.add(agreed, w.g.Size())
+	if w.rec != nil {
+		w.traceStep(*p, stepStart, began, ended, run, opt, agreed)
+	}
 	p.step, p.global = s+1, p.global+1
 	p.lossSum += agreed.Loss
 	p.lossSteps++
 	return agreed, nil
+}
+
+// traceStep puts the step at p (before it advanced) on the timeline: the
+// step from stepStart to ended, inside it forward, backward, the wait for
+// the buckets after the backward pass and the optimizer (Step began at
+// began; its time beyond the optimizer is ZeRO-1's all-gather, recorded by
+// the observer).
+func (w *worker[T]) traceStep(p position, stepStart, began, ended time.Time, run ddp.StepStats, opt time.Duration, a ddp.Agreement) {
+	r := w.rec
+	sp := r.BeginAt(trace.Compute, "step", "step", stepStart).Int("step", p.global+1).With(trace.Float("loss", a.Loss))
+	if a.Stamped {
+		sp = sp.Int("last_rank", int64(a.Last)).With(trace.Float("last_rank_lag_ms", float64(a.Lag)/1e6))
+	}
+	sp.EndAt(ended)
+	fwdEnd := run.Start.Add(run.Forward)
+	computed := run.Start.Add(run.Compute)
+	r.BeginAt(trace.Compute, "step", "forward", run.Start).EndAt(fwdEnd)
+	r.BeginAt(trace.Compute, "step", "backward", fwdEnd).Int("buckets", int64(run.Buckets)).EndAt(computed)
+	if run.CommWait > 0 {
+		r.BeginAt(trace.Compute, "step", "wait for buckets", computed).EndAt(computed.Add(run.CommWait))
+	}
+	r.BeginAt(trace.Compute, "step", "optimizer", began).EndAt(began.Add(opt))
 }

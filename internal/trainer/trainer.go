@@ -71,6 +71,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // Float is the element type a run trains in.
@@ -105,10 +106,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.DType == Float64 {
-		return runRanks[float64](ctx, cfg, train, test, ck, conns)
+	// Before any group uses the endpoints: ranks in other processes put
+	// their straggler stamps and timelines on rank 0's clock.
+	clk, err := syncClocks(ctx, conns)
+	if err != nil {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return nil, err
 	}
-	return runRanks[float32](ctx, cfg, train, test, ck, conns)
+	if cfg.DType == Float64 {
+		return runRanks[float64](ctx, cfg, train, test, ck, conns, clk)
+	}
+	return runRanks[float32](ctx, cfg, train, test, ck, conns, clk)
 }
 
 func loadData(ctx context.Context, cfg Config) (train, test *datasets.Dataset, err error) {
@@ -161,7 +171,7 @@ func connect(ctx context.Context, cfg Config) ([]transport.Conn, error) {
 
 // runRanks drives every endpoint on its own goroutine and returns rank 0's
 // result (or the first endpoint's, if this process does not hold rank 0).
-func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Dataset, ck *checkpoint, conns []transport.Conn) (*Result, error) {
+func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Dataset, ck *checkpoint, conns []transport.Conn, clk clocks) (*Result, error) {
 	groups := make([]*allreduce.Group, len(conns))
 	for i, c := range conns {
 		g, err := allreduce.NewGroup(c)
@@ -178,6 +188,13 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 	}
 	results := make([]*Result, len(conns))
 	errs := make([]error, len(conns))
+	recs := make([]*trace.Recorder, len(conns))
+	if cfg.Trace != "" {
+		for i, g := range groups {
+			recs[i] = trace.NewRecorder(g.Rank())
+			recs[i].SetOffset(clk.offset[i])
+		}
+	}
 	done := make(chan struct{})
 	for i, g := range groups {
 		go func() {
@@ -188,7 +205,7 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 					g.Abort(errs[i])
 				}
 			}()
-			results[i], errs[i] = runRank[T](ctx, cfg, g, train, test, ck)
+			results[i], errs[i] = runRank[T](ctx, cfg, g, train, test, ck, rankEnv{rec: recs[i], offset: clk.offset[i]})
 			if errs[i] != nil && !errors.Is(errs[i], context.Canceled) && !errors.Is(errs[i], context.DeadlineExceeded) {
 				g.Abort(fmt.Errorf("rank %d failed: %w", g.Rank(), errs[i]))
 			}
@@ -201,12 +218,22 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 		_ = g.Close()
 	}
 	lead := 0
+	ranks := make([]int, len(groups))
 	for i, g := range groups {
 		if g.Rank() == 0 {
 			lead = i
 		}
+		ranks[i] = g.Rank()
 	}
-	return results[lead], rootCause(errs, groups)
+	err := rootCause(errs, groups)
+	if cfg.Trace != "" {
+		// Written on failure too: the timeline shows where a rank stopped.
+		path := traceFile(cfg.Trace, ranks, conns[0].Size())
+		if werr := trace.WriteFile(path, recs...); werr != nil && err == nil {
+			err = fmt.Errorf("trainer: %w", werr)
+		}
+	}
+	return results[lead], err
 }
 
 // rootCause picks the error to report: the first one that is not merely a

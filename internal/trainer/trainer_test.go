@@ -423,7 +423,7 @@ func TestEvalLeavesArenaAlone(t *testing.T) {
 					return
 				}
 				defer g.Close()
-				w, err := newWorker[float32](context.Background(), cfg, g, cfg.Train, cfg.Test)
+				w, err := newWorker[float32](context.Background(), cfg, g, cfg.Train, cfg.Test, rankEnv{})
 				if err != nil {
 					errs <- err
 					return

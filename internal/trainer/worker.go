@@ -12,6 +12,7 @@ import (
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/ddp"
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/internal/trace"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
 )
@@ -33,6 +34,7 @@ type worker[T Float] struct {
 	perRank int
 	steps   int // per epoch
 	eval    *evaluator[T]
+	rec     *trace.Recorder // the timeline; nil: none
 }
 
 func newModel(g *G.ExprGraph, cfg Config, dt tensor.Dtype, features, classes int) (models.Model, error) {
@@ -79,8 +81,8 @@ func fill[T Float](ds *datasets.Dataset, idx []int, x, y []T) error {
 
 // newWorker builds rank g.Rank()'s sampler, model replica, training graph
 // and evaluator. The replica votes to stop once ctx is done.
-func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train, test *datasets.Dataset) (*worker[T], error) {
-	w := &worker[T]{cfg: cfg, g: g, comm: context.WithoutCancel(ctx), train: train, test: test}
+func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train, test *datasets.Dataset, env rankEnv) (*worker[T], error) {
+	w := &worker[T]{cfg: cfg, g: g, comm: context.WithoutCancel(ctx), train: train, test: test, rec: env.rec}
 	n := g.Size()
 	w.perRank = cfg.GlobalBatch / n
 	if cfg.GlobalBatch%n != 0 {
@@ -110,7 +112,7 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	if w.rep, err = newReplica(w.comm, cfg, g, w.params, opt, func() bool { return ctx.Err() != nil }); err != nil {
+	if w.rep, err = newReplica(w.comm, cfg, g, w.params, opt, func() bool { return ctx.Err() != nil }, env); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	w.d = w.rep.DDP()
