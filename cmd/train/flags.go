@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
@@ -70,6 +71,8 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
 		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
+		algo        = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
+		profile     = fs.String("profile", os.Getenv(allreduce.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+allreduce.ProfileEnv+"; none: allreduce.DefaultModel)")
 		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 		tf          launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
@@ -216,6 +219,10 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		}
 	}
 
+	groupOpts, err := groupOptions(*algo, *profile)
+	if err != nil {
+		return nil, err
+	}
 	o.cfg = trainer.Config{
 		Ranks: *ranks, Model: *model, Hidden: widths, DType: *dtype,
 		Epochs: *epochs, GlobalBatch: *batch, EvalBatch: *evalBatch,
@@ -223,7 +230,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
 		Checkpoint: *checkpoint, CheckpointEvery: *ckEvery, CheckpointKeep: *ckKeep,
 		Resume: *resume, MaxSteps: *maxSteps, Trace: *traceOut,
-		Connect: o.connect,
+		Connect: o.connect, GroupOptions: groupOpts,
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
@@ -277,4 +284,24 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// groupOptions are the communicator options -algo and -profile ask for.
+func groupOptions(algo, profile string) ([]allreduce.GroupOption, error) {
+	var opts []allreduce.GroupOption
+	if algo != "" {
+		a, err := allreduce.ParseAlgorithm(algo)
+		if err != nil {
+			return nil, fmt.Errorf("-algo: %w", err)
+		}
+		opts = append(opts, allreduce.WithAlgorithm(a))
+	}
+	if profile != "" {
+		p, err := allreduce.ReadProfile(profile)
+		if err != nil {
+			return nil, fmt.Errorf("-profile: %w", err)
+		}
+		opts = append(opts, allreduce.WithModel(p.Model))
+	}
+	return opts, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 )
@@ -52,6 +53,10 @@ type Config struct {
 	// MNIST. Train and Test, when both set, are used instead.
 	DataDir     string
 	Train, Test *datasets.Dataset
+
+	// GroupOptions configure every rank's communicator (the AllReduce
+	// algorithm, the cost model Auto chooses by).
+	GroupOptions []allreduce.GroupOption
 
 	Checkpoint string // where rank 0 writes checkpoints ("" none): after every epoch and on stopping early
 	// CheckpointEvery also writes one whenever the global step count is a

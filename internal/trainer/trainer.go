@@ -174,7 +174,7 @@ func connect(ctx context.Context, cfg Config) ([]transport.Conn, error) {
 func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Dataset, ck *checkpoint, conns []transport.Conn, clk clocks) (*Result, error) {
 	groups := make([]*allreduce.Group, len(conns))
 	for i, c := range conns {
-		g, err := allreduce.NewGroup(c)
+		g, err := allreduce.NewGroup(c, cfg.GroupOptions...)
 		if err != nil {
 			for _, g := range groups[:i] {
 				_ = g.Close()
