@@ -24,7 +24,9 @@ import (
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
 //     the sweep (-min, -max, -factor; medians over -iters), printed as the
 //     usual table with each algorithm's predicted time beside it, and
-//     stored as the profile's measurements.
+//     stored as the profile's measurements;
+//  4. the model refitted to those measurements (refit.go): the profile's
+//     model.
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
 // and writes the profile. The groups keep allreduce.DefaultModel (only
@@ -64,12 +66,25 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		}
 	}
 
+	// calibRounds sweeps, each timing every algorithm at every size; each
+	// cell is the median of its rounds, so that one round's noise (a
+	// neighbour's burst on a shared host) does not decide a choice.
+	var rounds [][]row
+	for range calibRounds {
+		quiet := newPrinter(cfg, io.Discard)
+		if err := sweepAll(ctx, cfg, eps, quiet); err != nil {
+			return err
+		}
+		rounds = append(rounds, quiet.rows)
+	}
 	p := newPrinter(cfg, w)
 	if err := p.header(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if err := sweepAll(ctx, cfg, eps, p); err != nil {
-		return err
+	for _, r := range medianRows(rounds) {
+		if err := p.row(r); err != nil {
+			return fmt.Errorf("writing the report: %w", err)
+		}
 	}
 	if err := p.footer(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
@@ -80,16 +95,21 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	if !holds0 {
 		return nil
 	}
-	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: *cfg.model}
+	samples := refitSamples(p.rows)
+	refit, factors, before, after := refitModel(*cfg.model, samples)
+	if err := printAccuracy(w, p.rows); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	if err := printRefit(w, factors, before, after, refit, samples); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
 	for _, r := range p.rows {
 		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6})
 	}
 	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
-	}
-	if err := printAccuracy(w, p.rows); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
 	}
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
 		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
@@ -204,4 +224,41 @@ func printAccuracy(w io.Writer, rows []row) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// calibRounds is how many times -calibrate sweeps every algorithm.
+const calibRounds = 3
+
+// medianRows merges rounds of the same sweep (the same rows in the same
+// order): each row takes the median of its rounds' times, with its
+// bandwidths and measured/predicted ratio recomputed from it, and the
+// most wrong elements any round saw.
+func medianRows(rounds [][]row) []row {
+	if len(rounds) == 0 {
+		return nil
+	}
+	out := make([]row, len(rounds[0]))
+	for i, r := range rounds[0] {
+		times := make([]float64, 0, len(rounds))
+		for _, rs := range rounds {
+			if i < len(rs) {
+				times = append(times, rs[i].TimeUS)
+				if rs[i].Wrong != nil && (r.Wrong == nil || *rs[i].Wrong > *r.Wrong) {
+					r.Wrong = rs[i].Wrong
+				}
+			}
+		}
+		t := median(times)
+		if r.TimeUS > 0 {
+			f := r.TimeUS / t
+			r.AlgBW, r.BusBW = r.AlgBW*f, r.BusBW*f
+		}
+		r.TimeUS = t
+		if r.PredUS != nil && *r.PredUS > 0 {
+			ratio := t / *r.PredUS
+			r.Ratio = &ratio
+		}
+		out[i] = r
+	}
+	return out
 }

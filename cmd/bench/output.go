@@ -36,6 +36,9 @@ type row struct {
 	Pick   string   `json:"pick,omitempty"`
 	PredUS *float64 `json:"pred_us,omitempty"`
 	Ratio  *float64 `json:"ratio,omitempty"`
+	// shape is the group's shape the prediction was made for (with a
+	// model, for all-reduce), for -calibrate's refit.
+	shape allreduce.Shape
 
 	redop   string
 	root    int

@@ -51,7 +51,7 @@ func predictRow(cfg *config, g *allreduce.Group, shape allreduce.Shape, r *row) 
 		return
 	}
 	ran := g.AlgorithmFor(r.Bytes)
-	r.Pick = ran.String()
+	r.Pick, r.shape = ran.String(), shape
 	for _, p := range allreduce.Predict(m, shape, r.Bytes) {
 		if p.Algorithm != ran {
 			continue
