@@ -83,23 +83,18 @@ func (m Model) Validate() error {
 }
 
 // DefaultModel is the model a Group uses when none is given (WithModel):
-// for ranks that share memory, this project's in-process transport as
-// measured on a 2-core VM (`cmd/bench -calibrate -transport inproc`); for
-// the others, its tcp transport over loopback on the same VM
-// (`-transport tcp`). Calibrate on the machine at hand for better choices.
+// for ranks that share memory, this project's in-process transport, and
+// for the others its tcp transport over loopback, both as `cmd/bench
+// -calibrate -ranks 4` measured them on a 2-core VM (the profiles in
+// testdata/profiles, rounded). Calibrate on the machine at hand for
+// better choices.
 func DefaultModel(peerMemory bool) Model {
 	if peerMemory {
-		return Model{
-			Intra: Link{Alpha: 2e-6, Beta: 1 / 6e9},
-			Inter: Link{Alpha: 2e-6, Beta: 1 / 6e9},
-			Gamma: 1 / 8e9,
-		}
+		l := Link{Alpha: 3e-6, Beta: 1 / 8e9}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 9e9}
 	}
-	return Model{
-		Intra: Link{Alpha: 30e-6, Beta: 1 / 1.2e9},
-		Inter: Link{Alpha: 30e-6, Beta: 1 / 1.2e9},
-		Gamma: 1 / 8e9,
-	}
+	l := Link{Alpha: 18e-6, Beta: 1 / 1.2e9, CacheBeta: 1 / 1.8e9, CacheBytes: 512 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 4.5e9}
 }
 
 // WithModel sets the cost model Auto chooses by (DefaultModel otherwise).

@@ -24,11 +24,14 @@ type Profile struct {
 	Measurements []Measurement `json:"measurements,omitempty"`
 }
 
-// Measurement is the measured median time of one algorithm at one size.
+// Measurement is the measured median time of one algorithm at one size,
+// and the fastest of the rounds it is the median of (0: not recorded),
+// which says how far the noise reached.
 type Measurement struct {
-	Algorithm string  `json:"algorithm"`
-	Bytes     int     `json:"bytes"`
-	Seconds   float64 `json:"seconds"`
+	Algorithm  string  `json:"algorithm"`
+	Bytes      int     `json:"bytes"`
+	Seconds    float64 `json:"seconds"`
+	MinSeconds float64 `json:"min_seconds,omitempty"`
 }
 
 // ProfileVersion is the version of the profile format this package reads
@@ -59,7 +62,7 @@ func ReadProfile(path string) (Profile, error) {
 		if _, err := ParseAlgorithm(m.Algorithm); err != nil {
 			return Profile{}, fmt.Errorf("cost profile %s: measurement: %w", path, err)
 		}
-		if m.Bytes < 0 || !(m.Seconds >= 0) {
+		if m.Bytes < 0 || !(m.Seconds >= 0) || !(m.MinSeconds >= 0) || m.MinSeconds > m.Seconds {
 			return Profile{}, fmt.Errorf("cost profile %s: measurement of %s at %d bytes: %v s is not a time", path, m.Algorithm, m.Bytes, m.Seconds)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,7 +107,7 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
 	for _, r := range p.rows {
-		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6})
+		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6})
 	}
 	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
@@ -248,6 +249,7 @@ func medianRows(rounds [][]row) []row {
 				}
 			}
 		}
+		r.minUS = slices.Min(times)
 		t := median(times)
 		if r.TimeUS > 0 {
 			f := r.TimeUS / t

@@ -11,9 +11,11 @@ import (
 
 // The simulator's default links when no profile gives them (README.md):
 // a 100 Gb/s NIC with 5 µs per message between nodes, links within a node
-// ten times as fast with 1 µs per message. Gamma defaults to
-// allreduce.DefaultModel's, a CPU's reduce rate.
+// ten times as fast with 1 µs per message, and reductions at 64 Gb/s
+// (8 GB/s: one CPU core's vector adds, as this library reduces on the
+// host).
 const (
+	defaultGammaGbps    = 64
 	defaultInterGbps    = 100
 	intraOverInter      = 10
 	defaultInterAlphaUS = 5
@@ -42,7 +44,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
 	fs.Float64Var(&f.alphaUS, "alpha-us", 0, fmt.Sprintf("latency per message between nodes in µs (the model's inter-node α); default the profile's, else %d with -transport sim", defaultInterAlphaUS))
 	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
-	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else allreduce.DefaultModel's (%.0f Gb/s)", 8/allreduce.DefaultModel(false).Gamma/1e9))
+	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and allreduce.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/allreduce.DefaultModel(false).Gamma/1e9))
 }
 
 // resolve works out the run's model: the profile's (-profile, else
@@ -121,7 +123,7 @@ func simDefaultModel(given map[string]bool, f *modelFlags) allreduce.Model {
 	return allreduce.Model{
 		Intra: allreduce.Link{Alpha: defaultIntraAlphaUS * 1e-6, Beta: betaOfGbps(intraOverInter * inter)},
 		Inter: allreduce.Link{Alpha: defaultInterAlphaUS * 1e-6, Beta: betaOfGbps(inter)},
-		Gamma: allreduce.DefaultModel(false).Gamma,
+		Gamma: betaOfGbps(defaultGammaGbps),
 	}
 }
 

@@ -39,6 +39,8 @@ type row struct {
 	// shape is the group's shape the prediction was made for (with a
 	// model, for all-reduce), for -calibrate's refit.
 	shape allreduce.Shape
+	// minUS is, for -calibrate's rows, the fastest round's time.
+	minUS float64
 
 	redop   string
 	root    int
