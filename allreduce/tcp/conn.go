@@ -191,11 +191,16 @@ func (c *Conn) shutdown(cause error) {
 		}
 		// Wait (briefly) for every peer to acknowledge by closing its side,
 		// which it does on reading the frame: then no peer can still take
-		// this rank for alive.
+		// this rank for alive. Not for a peer whose silence is the cause
+		// (it timed out: stopped, or hung), which would not answer either.
+		var silent *transport.TimeoutError
+		if !errors.As(cause, &silent) {
+			silent = nil
+		}
 		t := time.NewTimer(ackWait)
 		defer t.Stop()
 		for _, l := range c.core.Links {
-			if l == nil {
+			if l == nil || silent != nil && l.peer == silent.Peer {
 				continue
 			}
 			select {
