@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // benchmark runs the sweeps of cfg (one per algorithm) and writes the
@@ -25,7 +26,11 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 	case cfg.explain:
 		return explain(cfg, w)
 	case cfg.tr.Launcher(): // -transport tcp, not under a launcher: be one
-		return cfg.tr.Launch(ctx, cfg.args, cfg.rankCmd, w)
+		err := cfg.tr.Launch(ctx, cfg.args, cfg.rankCmd, w)
+		if cfg.timeline != nil && err == nil {
+			err = trace.MergeRanks(cfg.timeline.path, cfg.ranks)
+		}
+		return err
 	}
 	eps, err := openEndpoints(ctx, cfg)
 	if err != nil {
@@ -52,6 +57,9 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 	}
 	if err := p.footer(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
+	}
+	if err := cfg.timeline.write(cfg.mp != nil); err != nil {
+		return err
 	}
 	if cfg.plot != "" && cfg.tr.HoldsRank0() {
 		if err := writePlotFile(cfg, cfg.plot, p.rows); err != nil {

@@ -72,6 +72,7 @@ type config struct {
 	modelFrom string                // where model came from, for the reports
 	explain   bool                  // -explain: print the cost model's predictions and picks, run nothing
 	plot      string                // -plot: the PNG to draw
+	timeline  *timeline             // -trace: the collectives' timeline (nil: none)
 	calibrate string                // -calibrate: the profile to write
 	calibMax  int                   // -calib-max: the ring exchange's largest message
 	dtype     allreduce.DType

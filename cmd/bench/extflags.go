@@ -39,6 +39,7 @@ type extFlags struct {
 	model     modelFlags
 	explain   bool
 	plot      string
+	trace     string
 	calibrate string
 	calibMax  string
 }
@@ -52,6 +53,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 	f.model.register(fs)
 	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing")
 	fs.StringVar(&f.plot, "plot", "", "after the run, draw busbw and time against size, one line per algorithm, into this PNG file (with -transport tcp, rank 0's process writes it)")
+	fs.StringVar(&f.trace, "trace", "", "write every rank's collectives (each call: algorithm, bytes, iteration) as a Chrome trace-event timeline to this file (chrome://tracing, ui.perfetto.dev), a track per rank; multi-process ranks' clocks aligned to rank 0's")
 	fs.StringVar(&f.calibrate, "calibrate", "", "measure this machine's cost model over -transport inproc or tcp (a ring exchange among all the ranks for α and β, the same with a reducing sink for γ), time every runnable algorithm over the sweep, and write the profile to this JSON file")
 	fs.StringVar(&f.calibMax, "calib-max", "64M", "with -calibrate: the ring exchange's largest message (from 8 B, doubling)")
 }
@@ -63,6 +65,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 func (f *extFlags) resolve(cfg *config, given map[string]bool) error {
 	sim := cfg.transport == simTransport
 	cfg.explain, cfg.plot, cfg.calibrate = f.explain, f.plot, f.calibrate
+	cfg.timeline = newTimeline(f.trace)
 	if err := f.resolveNodes(cfg, given); err != nil {
 		return err
 	}

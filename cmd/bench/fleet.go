@@ -58,6 +58,10 @@ func openEndpoints(ctx context.Context, cfg *config) (*endpoints, error) {
 		return nil, fmt.Errorf("-transport %s: endpoint %T, want a *launch.Conn", cfg.transport, conns[0])
 	}
 	e.tcp = c
+	if err := cfg.timeline.syncClock(ctx, c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return e, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/sim"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // poison fills output-only buffers before the checked iteration, so that an
@@ -86,6 +87,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		clk = simClock{simConn}
 	}
 	esz := cfg.dtype.Size()
+	rec := cfg.timeline.recorder(rank)
 	for _, size := range cfg.sizes() {
 		count := cfg.count(size)
 		lo, hi := allreduce.ChunkBounds(count, n, rank)
@@ -101,7 +103,10 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 				return err
 			}
 			t0 := clk.now()
-			if err := s.exec(ctx, count, lo, hi); err != nil {
+			span := rec.Begin(trace.Comm, "collective", cfg.op.name).Str("algo", sw.algo.String()).Int("bytes", int64(count*esz)).Int("iter", int64(i))
+			err := s.exec(ctx, count, lo, hi)
+			span.End()
+			if err != nil {
 				return err
 			}
 			if d := clk.now() - t0; i >= cfg.warmup {
