@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +16,8 @@ import (
 )
 
 // Elastic training: -max-restarts and -min-ranks make a tcp job's launcher
-// restart it after a failure (launch.Elastic) from the newest valid
+// (every node's, with -nnodes; -rejoin-timeout) restart it after a
+// failure (launch.Elastic) from the newest valid
 // checkpoint of -checkpoint's series (trainer.NewestCheckpoint), which
 // -checkpoint-every and -checkpoint-keep write; -resume latest does the
 // same choice for restart loops outside this command (docs/elastic.md).
@@ -61,37 +63,46 @@ func elasticFlags(tr *launch.Transport, maxRestarts, minRanks int, given map[str
 	case !tr.MP.Launcher && getenv(launch.EnvRestart) == "":
 		return 0, 0, fmt.Errorf("-max-restarts is for this command's own launcher, but this process is a rank of a %s-style job: "+
 			"restart that job with its own tools and -resume latest (docs/elastic.md)", tr.MP.Env.Launcher)
-	case tr.MP.Nnodes > 1:
-		return 0, 0, fmt.Errorf("-max-restarts works on one host only, not -nnodes %d: run each node's launcher in a restart loop with -resume latest instead (docs/elastic.md)", tr.MP.Nnodes)
 	}
 	if !given["min-ranks"] {
 		minRanks = tr.Ranks
 	}
 	if minRanks < 1 || minRanks > tr.Ranks {
-		return 0, 0, fmt.Errorf("-min-ranks %d: want 1..%d (-ranks)", minRanks, tr.Ranks)
+		what := "-ranks"
+		if tr.MP.Nnodes > 1 {
+			what = "-nnodes × -ranks"
+		}
+		return 0, 0, fmt.Errorf("-min-ranks %d: want 1..%d (%s)", minRanks, tr.Ranks, what)
 	}
 	return maxRestarts, minRanks, nil
 }
 
-// keepBatch is the world size of a restart that may run on lo..hi ranks:
-// the largest that divides the global batch, so that every rank takes
-// batch/ranks examples and the global batch is unchanged.
-func keepBatch(batch, lo, hi int) (int, error) {
-	for n := hi; n >= lo; n-- {
+// keepBatch is the world size of a restart that may run on lo..hi ranks,
+// a multiple of unit (the ranks per node; 1 on one host): the largest
+// that divides the global batch, so that every rank takes batch/ranks
+// examples and the global batch is unchanged.
+func keepBatch(batch, lo, hi, unit int) (int, error) {
+	unit = max(unit, 1)
+	for n := hi - hi%unit; n >= lo && n > 0; n -= unit {
 		if batch%n == 0 {
 			return n, nil
 		}
+	}
+	if unit > 1 {
+		return 0, fmt.Errorf("the global batch %d cannot be kept on %d..%d ranks in whole nodes of %d: none of those world sizes divides it (give -batch a multiple of the world sizes -min-ranks allows)", batch, lo, hi, unit)
 	}
 	return 0, fmt.Errorf("the global batch %d cannot be kept on %d..%d ranks: none of them divides it (give -batch a multiple of the world sizes -min-ranks allows)", batch, lo, hi)
 }
 
 // checkShrink reports a -min-ranks under which no smaller world keeps the
-// global batch, before any training is done.
-func checkShrink(batch, minRanks, ranks int) error {
-	if minRanks == 0 || minRanks >= ranks {
+// global batch, before any training is done: ranks is the world size,
+// unit the ranks per node (a multi-host job loses whole nodes).
+func checkShrink(batch, minRanks, ranks, unit int) error {
+	unit = max(unit, 1)
+	if minRanks == 0 || minRanks > ranks-unit {
 		return nil
 	}
-	if _, err := keepBatch(batch, minRanks, ranks-1); err != nil {
+	if _, err := keepBatch(batch, minRanks, ranks-unit, unit); err != nil {
 		return fmt.Errorf("-min-ranks %d: %w", minRanks, err)
 	}
 	return nil
@@ -101,8 +112,9 @@ func checkShrink(batch, minRanks, ranks int) error {
 // line; restarts are reported on the launcher's stdout.
 func (o *options) elastic(args []string) *launch.Elastic {
 	return &launch.Elastic{
-		MaxRestarts: o.maxRestarts,
-		MinRanks:    o.minRanks,
+		MaxRestarts:   o.maxRestarts,
+		MinRanks:      o.minRanks,
+		RejoinTimeout: o.rejoinTimeout,
 		Prepare: func(_ context.Context, a launch.Attempt) (launch.Resume, error) {
 			return o.prepareRestart(args, a)
 		},
@@ -113,8 +125,33 @@ func (o *options) elastic(args []string) *launch.Elastic {
 // prepareRestart is the command line of restart a: args resuming from the
 // newest valid checkpoint (the job's own -resume, or the start, when there
 // is none yet) on as many ranks as a allows that keep the global batch.
+//
+// With several nodes, node 0 chooses (a.Leader nil) and every node's
+// command line gets -ranks (per node), -nnodes and -node-rank for the
+// restart. The other nodes follow node 0's choice (a.Leader): they resume
+// from the checkpoint of the name node 0 chose in their own -checkpoint
+// directory — the same file when -checkpoint names one shared file on
+// every node, as it must (docs/elastic.md) — and do not look for one
+// themselves: they may see the shared directory later than node 0.
 func (o *options) prepareRestart(args []string, a launch.Attempt) (launch.Resume, error) {
-	ranks, err := keepBatch(o.cfg.GlobalBatch, a.MinRanks, a.MaxRanks)
+	next := slices.Clone(args)
+	nodeArgs := func(r launch.Resume) []string {
+		if a.RanksPerNode == 0 {
+			return append(next, "-ranks", strconv.Itoa(r.Ranks))
+		}
+		return append(next, "-ranks", strconv.Itoa(a.RanksPerNode), "-nnodes", strconv.Itoa(r.Ranks/a.RanksPerNode),
+			"-node-rank", strconv.Itoa(a.NodeRank))
+	}
+	if a.Leader != nil {
+		r := *a.Leader
+		if r.Found {
+			r.From = filepath.Join(filepath.Dir(o.cfg.Checkpoint), filepath.Base(r.From))
+			next = append(next, "-resume", r.From)
+		}
+		r.Args = nodeArgs(r)
+		return r, nil
+	}
+	ranks, err := keepBatch(o.cfg.GlobalBatch, a.MinRanks, a.MaxRanks, a.RanksPerNode)
 	if err != nil {
 		return launch.Resume{}, err
 	}
@@ -123,15 +160,14 @@ func (o *options) prepareRestart(args []string, a launch.Attempt) (launch.Resume
 		return launch.Resume{}, err
 	}
 	r := launch.Resume{Ranks: ranks, Notes: skippedNotes(found)}
-	next := slices.Clone(args)
 	switch {
 	case found.Path != "":
 		next = append(next, "-resume", found.Path) // the last -resume given wins
-		r.Step, r.From = found.Info.GlobalStep, found.Path
+		r.Step, r.From, r.Found = found.Info.GlobalStep, found.Path, true
 	case o.resumed != nil:
 		r.Step, r.From = o.resumed.GlobalStep, o.cfg.Resume
 	}
-	r.Args = append(next, "-ranks", strconv.Itoa(ranks))
+	r.Args = nodeArgs(r)
 	return r, nil
 }
 
@@ -154,6 +190,18 @@ type restartRecord struct {
 	// null when it failed before one.
 	TrainingAgainSeconds *float64 `json:"training_again_seconds"`
 	TrainingAgainUnix    *float64 `json:"training_again_unix,omitempty"`
+	// With several nodes: the failed rank's node (its -node-rank at the
+	// start), the node counts before and after, and the nodes dropped.
+	FailedNode    *int          `json:"failed_node,omitempty"`
+	PreviousNodes int           `json:"previous_nodes,omitempty"`
+	Nodes         int           `json:"nodes,omitempty"`
+	DroppedNodes  []droppedNode `json:"dropped_nodes,omitempty"`
+}
+
+// droppedNode is a node left out of a restart, in -json output.
+type droppedNode struct {
+	Node   int    `json:"node"`
+	Reason string `json:"reason"`
 }
 
 func newRestartRecord(r launch.Restart) restartRecord {
@@ -162,6 +210,13 @@ func newRestartRecord(r launch.Restart) restartRecord {
 		Restart: r.Number, FailedRank: f.Exit.Rank, FailedPid: f.Exit.Pid, Reason: f.Exit.Reason(),
 		FailedAtStep: f.Step, AtStartup: f.AtStartup, PreviousRanks: f.Ranks, Ranks: r.Resume.Ranks,
 		ResumedFromStep: r.Resume.Step, Checkpoint: r.Resume.From, StepsLost: r.StepsLost, Skipped: r.Resume.Notes,
+	}
+	if f.Nodes > 1 {
+		node := f.Node
+		rec.FailedNode, rec.PreviousNodes, rec.Nodes = &node, f.Nodes, r.Nodes
+		for _, d := range r.Dropped {
+			rec.DroppedNodes = append(rec.DroppedNodes, droppedNode{Node: d.Node, Reason: d.Reason})
+		}
 	}
 	if !r.TrainingAgainAt.IsZero() {
 		s := r.TrainingAgain.Seconds()
@@ -188,13 +243,20 @@ func printRestart(w io.Writer, r launch.Restart, jsonOut bool) {
 	} else {
 		b.WriteString("started again from the beginning (no checkpoint yet)")
 	}
-	fmt.Fprintf(&b, " on %d ranks, %d steps lost, ", rec.Ranks, rec.StepsLost)
+	fmt.Fprintf(&b, " on %d ranks", rec.Ranks)
+	if rec.Nodes > 0 {
+		fmt.Fprintf(&b, " (%d nodes)", rec.Nodes)
+	}
+	fmt.Fprintf(&b, ", %d steps lost, ", rec.StepsLost)
 	if rec.TrainingAgainSeconds != nil {
 		fmt.Fprintf(&b, "training again %.2fs after the failure", *rec.TrainingAgainSeconds)
 	} else {
 		b.WriteString("but it failed before training again")
 	}
 	fmt.Fprintln(w, b.String())
+	for _, d := range rec.DroppedNodes {
+		fmt.Fprintf(w, "  node %d dropped: %s\n", d.Node, d.Reason)
+	}
 	for _, n := range rec.Skipped {
 		fmt.Fprintf(w, "  %s\n", n)
 	}

@@ -248,6 +248,13 @@ func TestElasticFlags(t *testing.T) {
 		{[]string{"-checkpoint-every", "5"}, "-checkpoint-every and -checkpoint-keep need -checkpoint"},
 		{[]string{"-checkpoint-every", "-5", "-checkpoint", ck}, "-checkpoint-every -5"},
 		{[]string{"-resume", "latest"}, "-resume latest needs -checkpoint"},
+		{[]string{"-transport", "tcp", "-max-restarts", "1", "-checkpoint", ck, "-rejoin-timeout", "5s"}, "-rejoin-timeout applies with -max-restarts and -nnodes > 1 only"},
+		{[]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-master", "127.0.0.1:1", "-insecure", "-max-restarts", "1", "-checkpoint", ck, "-rejoin-timeout", "0s"},
+			"-rejoin-timeout 0s: must be positive"},
+		{[]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "3", "-master", "127.0.0.1:1", "-insecure", "-batch", "18", "-max-restarts", "1", "-checkpoint", ck, "-min-ranks", "3"},
+			"-min-ranks 3: the global batch 18 cannot be kept on 3..4 ranks in whole nodes of 2"},
+		{[]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-master", "127.0.0.1:1", "-insecure", "-max-restarts", "1", "-checkpoint", ck, "-min-ranks", "5"},
+			"-min-ranks 5: want 1..4 (-nnodes × -ranks)"},
 	}
 	for _, c := range cases {
 		_, err := runTrain(t, append([]string{"-data", data}, c.args...)...)

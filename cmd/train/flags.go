@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -31,9 +32,10 @@ type options struct {
 	resumed    *trainer.CheckpointInfo // the -resume checkpoint's record
 	exportData string                  // -export-data: write the bundled MNIST here instead of training
 
-	maxRestarts int      // -max-restarts: restarts of a failed tcp job (its launcher's)
-	minRanks    int      // -min-ranks: the fewest ranks a restart may run on
-	resumeNotes []string // what -resume latest skipped, and what it chose
+	maxRestarts   int           // -max-restarts: restarts of a failed tcp job (its launcher's)
+	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
+	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
+	resumeNotes   []string      // what -resume latest skipped, and what it chose
 }
 
 // parseFlags parses args. It returns nil, nil after printing the usage for
@@ -44,37 +46,38 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
 	var (
-		ranks       = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc; processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		model       = fs.String("model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
-		hidden      = fs.String("hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
-		dtype       = fs.String("dtype", def.DType, "element type: float32 or float64")
-		epochs      = fs.Int("epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
-		batch       = fs.Int("batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
-		evalBatch   = fs.Int("eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
-		optName     = fs.String("optim", def.Optim, "optimizer: sgd, adam or adamw")
-		lr          = fs.Float64("lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
-		momentum    = fs.Float64("momentum", 0, "SGD momentum (default 0.9 for sgd)")
-		weightDecay = fs.Float64("weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
-		bucketMB    = fs.Float64("bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
-		seed        = fs.Int64("seed", def.Seed, "seed of the model initialisation and the data order")
-		data        = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
-		exportData  = fs.String("export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
-		checkpoint  = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
-		resume      = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
-		ckEvery     = fs.Int64("checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
-		ckKeep      = fs.Int("checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
-		maxRestarts = fs.Int("max-restarts", 0, "with -transport tcp on one host: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint)")
-		minRanks    = fs.Int("min-ranks", 0, "with -max-restarts: the fewest ranks a restart may run on when a rank cannot be restarted (fails at start-up); the global batch is kept (default: -ranks, never fewer)")
-		maxSteps    = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
-		out         = fs.String("out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
-		traceOut    = fs.String("trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
-		jsonOut     = fs.Bool("json", false, "print one JSON object per epoch instead of text")
-		quiet       = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
-		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
-		algo        = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
-		profile     = fs.String("profile", os.Getenv(allreduce.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+allreduce.ProfileEnv+"; none: allreduce.DefaultModel)")
-		zero1       = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
-		tf          launch.TransportFlags // -transport, -timeout and the multi-process flags
+		ranks         = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc; processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
+		model         = fs.String("model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
+		hidden        = fs.String("hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
+		dtype         = fs.String("dtype", def.DType, "element type: float32 or float64")
+		epochs        = fs.Int("epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
+		batch         = fs.Int("batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
+		evalBatch     = fs.Int("eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
+		optName       = fs.String("optim", def.Optim, "optimizer: sgd, adam or adamw")
+		lr            = fs.Float64("lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
+		momentum      = fs.Float64("momentum", 0, "SGD momentum (default 0.9 for sgd)")
+		weightDecay   = fs.Float64("weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
+		bucketMB      = fs.Float64("bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
+		seed          = fs.Int64("seed", def.Seed, "seed of the model initialisation and the data order")
+		data          = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
+		exportData    = fs.String("export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
+		checkpoint    = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
+		resume        = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
+		ckEvery       = fs.Int64("checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
+		ckKeep        = fs.Int("checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
+		maxRestarts   = fs.Int("max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
+		minRanks      = fs.Int("min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
+		rejoinTimeout = fs.Duration("rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
+		maxSteps      = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
+		out           = fs.String("out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
+		traceOut      = fs.String("trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
+		jsonOut       = fs.Bool("json", false, "print one JSON object per epoch instead of text")
+		quiet         = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
+		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
+		algo          = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
+		profile       = fs.String("profile", os.Getenv(allreduce.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+allreduce.ProfileEnv+"; none: allreduce.DefaultModel)")
+		zero1         = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+		tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
 	tf.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -154,6 +157,13 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, *maxRestarts, *minRanks, given, *checkpoint, os.Getenv); err != nil {
 		return nil, err
 	}
+	switch {
+	case given["rejoin-timeout"] && (o.maxRestarts == 0 || o.tr.MP == nil || (o.tr.Launcher() && o.tr.MP.Nnodes < 2)):
+		return nil, errors.New("-rejoin-timeout applies with -max-restarts and -nnodes > 1 only")
+	case *rejoinTimeout <= 0:
+		return nil, fmt.Errorf("-rejoin-timeout %v: must be positive", *rejoinTimeout)
+	}
+	o.rejoinTimeout = *rejoinTimeout
 
 	switch *optName {
 	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
@@ -207,7 +217,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-hidden applies to -model mlp only")
 	}
 	if o.tr.Launcher() { // the ranks of a restart may be fewer already
-		if err := checkShrink(*batch, o.minRanks, *ranks); err != nil {
+		if err := checkShrink(*batch, o.minRanks, *ranks, perNode(o.tr)); err != nil {
 			return nil, err
 		}
 	}
@@ -304,4 +314,13 @@ func groupOptions(algo, profile string) ([]allreduce.GroupOption, error) {
 		opts = append(opts, allreduce.WithModel(p.Model))
 	}
 	return opts, nil
+}
+
+// perNode is the unit a multi-host job's world grows and shrinks by: the
+// ranks per node; 1 on one host.
+func perNode(tr *launch.Transport) int {
+	if tr.MP == nil || tr.MP.Nnodes < 2 {
+		return 1
+	}
+	return tr.MP.LocalRanks
 }

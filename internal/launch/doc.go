@@ -44,14 +44,20 @@
 // Linux the ranks are killed if the launcher dies.
 //
 // Restarts (Elastic, elastic.go): with Config.Elastic.MaxRestarts > 0 a
-// job on one host that loses a rank is stopped and started again, with a
-// fresh store port, secret and run id and RINGDDP_RESTART set, on the
-// world size and arguments Elastic.Prepare returns (cmd/train: from the
-// newest valid checkpoint, on fewer ranks when the failed one failed at
-// start-up); every restart is reported (Elastic.OnRestart), and when no
-// restart is left the error, a *RestartsExhaustedError, names every
-// failure. The launcher learns how far training got from a pipe every
-// rank inherits (RINGDDP_STATUS_FD, status.go).
+// job that loses a rank is stopped and started again, with a fresh store
+// port and run id and RINGDDP_RESTART set, on the world size and arguments
+// Elastic.Prepare returns (cmd/train: from the newest valid checkpoint, on
+// fewer ranks when the failed one failed at start-up); every restart is
+// reported (Elastic.OnRestart), and when no restart is left the error, a
+// *RestartsExhaustedError, names every failure. The launcher learns how
+// far training got from a pipe every rank inherits (RINGDDP_STATUS_FD,
+// status.go). With several nodes (nodes.go) the launchers agree on every
+// attempt through a store node 0's launcher hosts at -master (rank 0's
+// store moves to a port node 0's launcher binds per attempt): a node
+// whose rank fails tells the others, which stop theirs; node 0 waits
+// Elastic.RejoinTimeout for the nodes to come back, drops those that do
+// not (whole nodes, down to Elastic.MinRanks), chooses the checkpoint and
+// world size, and publishes the plan every node starts its ranks by.
 //
 // A rank (Connect) connects the job's store — rank 0 hosts it at
 // MASTER_ADDR:MASTER_PORT, and keeps it open until its Conn is closed —

@@ -25,12 +25,19 @@ import (
 // bounded by MaxRestarts: a rank that fails at start-up over and over ends
 // the job once they are spent, with an error naming every failure.
 //
-// Only a job on one host restarts; with several nodes each launcher would
-// have to agree through a rendezvous of launchers, which does not exist
-// yet (docs/elastic.md says what remains).
+// With several nodes (Config.Nnodes > 1) every node's launcher takes part
+// in each restart through a rendezvous of launchers that node 0's launcher
+// hosts (nodes.go): node 0 chooses the checkpoint and the world size, the
+// nodes that come back within RejoinTimeout are renumbered, and a node
+// whose rank fails tells the others, so that all stop and restart
+// together.
 
-// DefaultBackoff is Elastic.Backoff's default.
-const DefaultBackoff = 500 * time.Millisecond
+// Defaults of Elastic.
+const (
+	DefaultBackoff       = 500 * time.Millisecond
+	DefaultRejoinTimeout = 30 * time.Second
+	DefaultJoinTimeout   = 5 * time.Minute
+)
 
 // Elastic configures the restarts of a failed job.
 type Elastic struct {
@@ -54,6 +61,15 @@ type Elastic struct {
 	// Backoff. Default DefaultBackoff. Restarts after a failure in
 	// training are immediate.
 	Backoff time.Duration
+	// RejoinTimeout, with several nodes, is how long node 0's launcher
+	// waits, after an attempt has ended on its node, for the other nodes'
+	// launchers to come back; a node that has not is dropped (if MinRanks
+	// allows). Default DefaultRejoinTimeout.
+	RejoinTimeout time.Duration
+	// JoinTimeout, with several nodes, is how long node 0's launcher waits
+	// for every node's launcher to join before the first attempt, and the
+	// others for node 0's. Default DefaultJoinTimeout.
+	JoinTimeout time.Duration
 }
 
 // check validates e for cfg and fills in its defaults.
@@ -63,38 +79,51 @@ func (e *Elastic) check(cfg Config) error {
 		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
 	case e.MaxRestarts == 0:
 		return nil
-	case cfg.Nnodes > 1:
-		return fmt.Errorf("launch: restarting a failed job (max restarts %d) works on one host only, not %d nodes: "+
-			"run every node's launcher in a restart loop with -resume latest instead (docs/elastic.md)", e.MaxRestarts, cfg.Nnodes)
-	case e.MinRanks < 0 || e.MinRanks > cfg.Ranks:
-		return fmt.Errorf("launch: min ranks %d: want 1..%d (the ranks the job starts with)", e.MinRanks, cfg.Ranks)
+	case e.MinRanks < 0 || e.MinRanks > cfg.Nnodes*cfg.Ranks:
+		return fmt.Errorf("launch: min ranks %d: want 1..%d (the ranks the job starts with)", e.MinRanks, cfg.Nnodes*cfg.Ranks)
 	case e.Prepare == nil:
 		return errors.New("launch: restarts need Elastic.Prepare")
+	case cfg.Nnodes > 1 && cfg.Master == "":
+		return fmt.Errorf("launch: %d nodes restarting together need the master's host:port, where node 0's launcher hosts their rendezvous", cfg.Nnodes)
+	case e.RejoinTimeout < 0 || e.JoinTimeout < 0:
+		return errors.New("launch: negative rejoin or join timeout")
 	}
 	if e.MinRanks == 0 {
-		e.MinRanks = cfg.Ranks
+		e.MinRanks = cfg.Nnodes * cfg.Ranks
 	}
 	if e.Backoff <= 0 {
 		e.Backoff = DefaultBackoff
+	}
+	if e.RejoinTimeout == 0 {
+		e.RejoinTimeout = DefaultRejoinTimeout
+	}
+	if e.JoinTimeout == 0 {
+		e.JoinTimeout = DefaultJoinTimeout
 	}
 	return nil
 }
 
 // Failure is what ended one attempt: its first rank to fail.
 type Failure struct {
-	Attempt   int        // 0 for the first start
-	Ranks     int        // the attempt's world size
-	Exit      *ExitError // the rank, its pid and how it ended
-	StartStep int64      // the global step the attempt started at (-1: not reported)
-	Step      int64      // the last global step reported done (-1: none reported)
-	AtStartup bool       // before the attempt's first step
-	At        time.Time  // when the launcher saw it
+	Attempt int        // 0 for the first start
+	Ranks   int        // the attempt's world size
+	Exit    *ExitError // the rank, its pid and how it ended
+	// Node is the failed rank's node: its -node-rank when the job started
+	// (0 on one host); Nodes is the attempt's node count (0 on one host).
+	Node, Nodes int
+	StartStep   int64     // the global step the attempt started at (-1: not reported)
+	Step        int64     // the last global step reported done (-1: none reported)
+	AtStartup   bool      // before the attempt's first step
+	At          time.Time // when the launcher saw it
 }
 
 // String says which rank failed, how and where: "rank 1 (pid 42) was
 // killed by signal killed at step 57".
 func (f Failure) String() string {
 	s := f.Exit.Error()
+	if f.Nodes > 1 {
+		s += " on node " + strconv.Itoa(f.Node)
+	}
 	switch {
 	case f.AtStartup:
 		s += " at start-up"
@@ -114,6 +143,16 @@ type Attempt struct {
 	// MinRanks allows).
 	MaxRanks int
 	Failure  Failure
+
+	// With several nodes: Prepare's world size must be a multiple of
+	// RanksPerNode (0 on one host), and Prepare is called on every node.
+	// On node 0 Leader is nil and Prepare chooses; on the others Leader is
+	// node 0's choice (Ranks, Step, From, Found, Notes), which Prepare
+	// follows with this node's arguments, and NodeRank is this node's rank
+	// in the restart.
+	RanksPerNode int
+	NodeRank     int
+	Leader       *Resume
 }
 
 // Resume is Elastic.Prepare's answer: how the restart runs.
@@ -123,6 +162,10 @@ type Resume struct {
 	Env   []string // if not nil, replaces Config.Env from this restart on
 	Step  int64    // the global step it resumes from (for the report)
 	From  string   // the checkpoint it resumes from ("" none)
+	// Found says that From was chosen for this restart (the newest valid
+	// checkpoint), as opposed to the job's own -resume, which every
+	// node's command line has already.
+	Found bool
 	// Notes are reported with the restart (checkpoints skipped, ...).
 	Notes []string
 }
@@ -137,6 +180,17 @@ type Restart struct {
 	// first step; zero when it ended before one.
 	TrainingAgain   time.Duration
 	TrainingAgainAt time.Time
+	// With several nodes: the restart's node count and the nodes (by
+	// their -node-rank at the start) dropped from the job at this restart,
+	// each with the reason.
+	Nodes   int
+	Dropped []DroppedNode
+}
+
+// DroppedNode is a node left out of a restart.
+type DroppedNode struct {
+	Node   int    // its -node-rank when the job started
+	Reason string // "did not come back within 30s", "failed at start-up", ...
 }
 
 // RestartsExhaustedError is an elastic job's failure once no restart is
@@ -167,6 +221,9 @@ func (e *RestartsExhaustedError) Unwrap() []error {
 // runElastic runs the job, restarting it after failures as cfg.Elastic
 // says.
 func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) error {
+	if cfg.Nnodes > 1 {
+		return runNodes(ctx, cfg, w, sigs)
+	}
 	e := cfg.Elastic
 	a := attempt{ranks: cfg.Ranks, args: cfg.Args}
 	var failures []Failure
@@ -208,7 +265,7 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 			return err // done, or stopped by a signal or ctx: nothing to restart
 		}
 		start, last, trainedAt := prog.snapshot()
-		f := Failure{Attempt: n, Ranks: a.ranks, Exit: j.first, StartStep: start, Step: last,
+		f := Failure{Attempt: n, Ranks: a.ranks, Exit: j.culprit(), StartStep: start, Step: last,
 			AtStartup: trainedAt.IsZero(), At: j.failedAt}
 		failures = append(failures, f)
 		if n >= e.MaxRestarts {

@@ -69,6 +69,9 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
+	if e.State == nil && e.Pid > 0 { // another node's rank, as its launcher reported it
+		return fmt.Sprintf("rank %d (pid %d) %v", e.Rank, e.Pid, e.Err)
+	}
 	if e.State == nil {
 		return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
 	}
@@ -182,6 +185,16 @@ type attempt struct {
 	env    []string // added to cfg.Env (RINGDDP_RESTART)
 	getenv func(string) string
 	status *os.File // the write end of the status pipe every rank inherits (nil: none)
+
+	// Several nodes restarting together (nodes.go): this attempt's node
+	// count and this node's rank in it, rank 0's store (host:port, in
+	// place of cfg.Master) and, on node 0, its bound socket for rank 0
+	// (owned by the attempt: closed once handed over).
+	nnodes, nodeRank int
+	master           string
+	storeLn          *os.File
+	onFail           func(*ExitError) // job.onFail
+	stopReq          <-chan string    // job.stopReq
 }
 
 // outputs are the launcher's stdout and stderr, shared by every rank's
@@ -203,9 +216,18 @@ func newOutputs(cfg Config) outputs {
 // failure.
 func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	cfg.Ranks = a.ranks
+	if a.master != "" {
+		cfg.Nnodes, cfg.NodeRank, cfg.Master = a.nnodes, a.nodeRank, a.master
+	}
 	vars, storeLn, err := jobVars(cfg, a.getenv)
 	if err != nil {
+		if a.storeLn != nil {
+			a.storeLn.Close()
+		}
 		return nil, err
+	}
+	if a.storeLn != nil {
+		storeLn = a.storeLn
 	}
 	defer func() {
 		if storeLn != nil {
@@ -222,7 +244,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	}
 
 	out, errOut := w.out, w.errOut
-	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks)}
+	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
@@ -407,9 +429,10 @@ type job struct {
 	procs  []*proc
 	exits  chan exit
 
-	first    *ExitError // the first failure
-	failedAt time.Time  // when it was seen
-	stopping bool       // the ranks were told to stop
+	sent     map[os.Signal]bool // the signals the launcher has sent its ranks
+	first    *ExitError         // the first failure
+	failedAt time.Time          // when it was seen
+	stopping bool               // the ranks were told to stop
 	// signaled is the last signal forwarded to the ranks: they stop on
 	// their own, so a non-zero exit no longer stops the others; after is
 	// the first such exit.
@@ -420,6 +443,13 @@ type job struct {
 	// the status pipe (elastic.go); wait then calls onProgress.
 	progress   <-chan struct{}
 	onProgress func()
+
+	// Several nodes (nodes.go): onFail, if set, is called with this node's
+	// first failure as it happens; a message on stopReq (another node's
+	// failure) stops the ranks, and stoppedAt says when it came.
+	onFail    func(*ExitError)
+	stopReq   <-chan string
+	stoppedAt time.Time
 }
 
 // fail records a rank's failure; the first one stops the job.
@@ -427,6 +457,9 @@ func (j *job) fail(e *ExitError) {
 	if j.first == nil {
 		j.first, j.failedAt = e, time.Now()
 		j.snapshotStates()
+		if j.onFail != nil {
+			j.onFail(e)
+		}
 	}
 }
 
@@ -449,7 +482,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		case e := <-j.exits:
 			running--
 			e.p.done = true
-			e.p.exited(j.stopping || j.signaled != nil)
+			e.p.exited(j.sentSignal)
 			if e.err == nil || j.stopping {
 				continue
 			}
@@ -478,6 +511,12 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.signal(syscall.SIGKILL)
 		case <-j.progress:
 			j.onProgress()
+		case msg := <-j.stopReq:
+			j.stopReq = nil
+			if j.first == nil && !j.stopping && j.signaled == nil {
+				j.stoppedAt = time.Now()
+				j.stop(msg)
+			}
 		}
 	}
 	if j.first != nil {
@@ -508,8 +547,15 @@ func (j *job) stop(msg string) {
 	j.signal(syscall.SIGCONT)
 }
 
+// sentSignal says whether the launcher has sent its ranks signal s.
+func (j *job) sentSignal(s os.Signal) bool { return j.sent[s] }
+
 // signal sends s to every running rank's process group.
 func (j *job) signal(s os.Signal) {
+	if j.sent == nil {
+		j.sent = map[os.Signal]bool{}
+	}
+	j.sent[s] = true
 	for _, p := range j.procs {
 		if !p.done {
 			signalProc(p.cmd.Process, s)

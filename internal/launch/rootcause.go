@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -181,15 +182,51 @@ func (j *job) snapshotStates() {
 	}
 }
 
-// exited records how p ended; signaled says whether the launcher had
-// signalled the ranks by then.
-func (p *proc) exited(signaled bool) {
+// exited records how p ended; sent says whether the launcher had sent
+// the ranks a signal by then. A rank killed by a signal the launcher had
+// not sent (a SIGKILL from the OOM killer or a user, while the launcher
+// had only sent SIGTERM on stopping the job) died of its own cause, even
+// if it is reaped after another rank's failure started the stop.
+func (p *proc) exited(sent func(os.Signal) bool) {
 	p.rec.exitedAt = time.Now()
-	if st := p.cmd.ProcessState; st != nil && !signaled {
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if st := p.cmd.ProcessState; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() && !sent(ws.Signal()) {
 			p.rec.ownSignal = true
 		}
 	}
+}
+
+// culprit is the exit to blame for a failed attempt once every rank has
+// exited: a rank killed by a signal the launcher did not send, else the
+// first failure if it is its own, else another failed rank whose last
+// error is not a consequence of a peer's, else the first failure. The
+// first rank to exit is often a consequence: its peer's death cut its
+// connection before the launcher reaped the peer.
+func (j *job) culprit() *ExitError {
+	exitOf := func(p *proc) *ExitError {
+		return &ExitError{Rank: p.rank, Pid: p.cmd.Process.Pid, State: p.cmd.ProcessState}
+	}
+	for _, p := range j.procs {
+		if p.rec.ownSignal && p.cmd.ProcessState != nil {
+			return exitOf(p)
+		}
+	}
+	if j.first == nil || !j.consequence(j.first) {
+		return j.first
+	}
+	for _, p := range j.procs {
+		st := p.cmd.ProcessState
+		if p.rank == j.first.Rank || st == nil || st.Success() {
+			continue
+		}
+		p.mu.Lock()
+		own := p.rec.lastErr != "" && !consequenceRE.MatchString(p.rec.lastErr)
+		p.mu.Unlock()
+		if own {
+			return exitOf(p)
+		}
+	}
+	return j.first
 }
 
 // lastLine keeps the last line a rank wrote to stderr.

@@ -30,8 +30,15 @@ func Main(m *testing.M, name string, main func()) {
 }
 
 // RankCommand is the command a launcher runs as each rank: this test
-// binary, running no tests, with the job's arguments passed to Main.
+// binary, running no tests, with the job's arguments passed to Main. (The
+// binary is found with os.Executable, not os.Args[0], which Main
+// replaces: a launcher started by a test as a process of its own, as a
+// node of a multi-node job, starts its ranks with it too.)
 func RankCommand(args []string) (path string, argv, env []string, err error) {
 	b, err := json.Marshal(args)
-	return os.Args[0], []string{"-test.run=^$"}, []string{argsVar + "=" + string(b)}, err
+	if err != nil {
+		return "", nil, nil, err
+	}
+	path, err = os.Executable()
+	return path, []string{"-test.run=^$"}, []string{argsVar + "=" + string(b)}, err
 }
