@@ -88,6 +88,11 @@ type Config struct {
 	// Node names this host for topology-aware algorithms. Default: the
 	// host name.
 	Node string
+	// WorldSize bounds the ranks that a peer's abort record may name
+	// (the mismatch that made it abort). Default Size; a world whose shm
+	// ranks are some of a larger job's (package mixed) sets the job's
+	// size, since its ranks abort with the job's rank numbers.
+	WorldSize int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -124,6 +129,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Node == "" {
 		c.Node, _ = os.Hostname()
+	}
+	if c.WorldSize < c.Size {
+		c.WorldSize = c.Size
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
@@ -29,6 +30,8 @@ type Conn struct {
 	watchers sync.WaitGroup
 
 	refs refs // the mappings stay until Close and the last call are done
+
+	polls int // steps a waiting call polls before it yields (pollsFor)
 }
 
 var (
@@ -39,10 +42,11 @@ var (
 
 func newConn(cfg Config) *Conn {
 	return &Conn{
-		cfg:  cfg,
-		rank: cfg.Rank,
-		size: cfg.Size,
-		core: mpconn.NewCore[*link]("shm", cfg.Rank, cfg.Size, cfg.MaxMessage, cfg.Timeout, cfg.SlotSize),
+		cfg:   cfg,
+		rank:  cfg.Rank,
+		size:  cfg.Size,
+		core:  mpconn.NewCore[*link]("shm", cfg.Rank, cfg.Size, cfg.MaxMessage, cfg.Timeout, cfg.SlotSize),
+		polls: pollsFor(cfg.Size),
 	}
 }
 
@@ -211,43 +215,40 @@ func (c *Conn) unmap() {
 // For tests.
 func (c *Conn) kill() { c.shutdown(errors.New("killed"), false) }
 
-// refs counts the calls using the mappings: release after close runs fin
-// once no call is left.
+// refs counts the calls using the mappings: once closed, the last call
+// to leave (or close itself, if none is in) runs fin, once. Lock-free:
+// every call enters and leaves, so this is on the path of every message.
 type refs struct {
-	mu     sync.Mutex
-	n      int
-	closed bool
-	fin    func()
+	state atomic.Int64 // calls in, plus refsClosed once closed
+	fin   func()       // set before refsClosed is
+	ran   atomic.Bool
 }
 
+const refsClosed = 1 << 62
+
 func (r *refs) acquire() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
+	if r.state.Add(1)&refsClosed != 0 {
+		r.release()
 		return false
 	}
-	r.n++
 	return true
 }
 
 func (r *refs) release() {
-	r.mu.Lock()
-	r.n--
-	fin := r.closed && r.n == 0
-	f := r.fin
-	r.mu.Unlock()
-	if fin && f != nil {
-		f()
+	if r.state.Add(-1) == refsClosed {
+		r.finish()
 	}
 }
 
 func (r *refs) close(fin func()) {
-	r.mu.Lock()
-	r.closed = true
-	now := r.n == 0
 	r.fin = fin
-	r.mu.Unlock()
-	if now {
-		fin()
+	if r.state.Add(refsClosed) == refsClosed {
+		r.finish()
+	}
+}
+
+func (r *refs) finish() {
+	if r.ran.CompareAndSwap(false, true) {
+		r.fin()
 	}
 }

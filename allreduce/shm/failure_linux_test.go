@@ -33,13 +33,14 @@ func TestCorruptSlot(t *testing.T) {
 	}{
 		{"flipped-bit", func(h []byte) { h[20] ^= 1 }},
 		{"checksum", func(h []byte) { h[125] ^= 0xff }},
+		{"reserved-byte", func(h []byte) { h[100] = 1 }}, // outside the checksum: checked to be 0
 		{"huge-piece-recrc", func(h []byte) {
 			binary.LittleEndian.PutUint32(h[64:], 1<<31)
-			binary.LittleEndian.PutUint32(h[124:], crc(h[:124]))
+			binary.LittleEndian.PutUint32(h[124:], crc(h[:68]))
 		}},
 		{"wrong-seq-recrc", func(h []byte) {
 			binary.LittleEndian.PutUint64(h[8:], 7)
-			binary.LittleEndian.PutUint32(h[124:], crc(h[:124]))
+			binary.LittleEndian.PutUint32(h[124:], crc(h[:68]))
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -26,6 +26,11 @@ type link struct {
 
 	gone atomic.Bool // the socket closed or failed
 
+	// inHdr is where a receive copies each slot header of the ring in
+	// before it checks it (one receive per link at a time; a field, so
+	// that no receive allocates).
+	inHdr [slotHeaderLen]byte
+
 	failed  atomic.Bool
 	failMu  sync.Mutex
 	failErr error
@@ -41,6 +46,7 @@ type ringEnd struct {
 	nslots     uint64
 	cap        int    // payload bytes per slot
 	local      uint64 // this side's count: head for the producer, tail for the consumer
+	seen       uint64 // the producer's latest reading of tail: local-seen slots may be in use
 }
 
 func newRingEnd(r *region, ring int) ringEnd {
@@ -163,7 +169,7 @@ func (l *link) check() error {
 }
 
 func (l *link) status() error {
-	if err := l.reg.peerStatus(l.peer, l.c.size); err != nil {
+	if err := l.reg.peerStatus(l.peer, l.c.cfg.WorldSize); err != nil {
 		return &transport.PeerError{Peer: l.peer, Err: err}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/mixed"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -62,8 +63,10 @@ type Options struct {
 	// RunID overrides the run id (default: RunID(Getenv)).
 	RunID string
 	// Transport is TCP (or "", the default), Shm (every rank on this
-	// host, over shared memory) or Auto (shm when the ranks find that they
-	// all share this host's kernel and network namespace, else tcp).
+	// host, over shared memory) or Auto: shm when the ranks find that they
+	// all share this host's kernel and network namespace (and
+	// RINGDDP_NODE, when set), tcp when no two do, else shm among each
+	// host's ranks and tcp between hosts (package mixed).
 	Transport string
 	// Env is this rank; nil reads it with rendezvous.FromEnv(Getenv).
 	Env *rendezvous.Env
@@ -78,8 +81,8 @@ type Options struct {
 const insecureWarning = "ringddp: WARNING: rank %d runs WITHOUT a secret (-insecure / RINGDDP_INSECURE=1): " +
 	"anyone who can reach this job's ports can join it and read or change what it sends; use it only on a network you trust\n"
 
-// Conn is one rank's endpoint of a multi-process job: a *tcp.Conn or a
-// *shm.Conn (Options.Transport; its methods, Exchange and Abort included,
+// Conn is one rank's endpoint of a multi-process job: a *tcp.Conn, a
+// *shm.Conn or a *mixed.Conn (Options.Transport; its methods, Exchange and Abort included,
 // are promoted, so the allreduce package uses the fused ring step and
 // tells peers on failure) that also owns the job's store client — on
 // rank 0, the store server itself — and closes it with the endpoint.
@@ -89,8 +92,8 @@ type Conn struct {
 	storeOnce sync.Once
 }
 
-// Endpoint is what a multi-process transport's endpoint offers: *tcp.Conn
-// and *shm.Conn.
+// Endpoint is what a multi-process transport's endpoint offers: *tcp.Conn,
+// *shm.Conn and *mixed.Conn.
 type Endpoint interface {
 	transport.Conn
 	transport.Exchanger
@@ -100,10 +103,14 @@ type Endpoint interface {
 	LocalSize() int
 }
 
-// WireProtection is the tcp endpoint's frame protection; over shm, which
-// has no wire, tcp.WireNone.
+// WireProtection is the tcp endpoint's frame protection (a mixed
+// endpoint's between hosts); over shm, which has no wire, tcp.WireNone.
 func (c *Conn) WireProtection() tcp.WireProtection {
-	if tc, ok := c.Endpoint.(*tcp.Conn); ok {
+	var e transport.Conn = c.Endpoint
+	if mc, ok := e.(*mixed.Conn); ok {
+		e = mc.World()
+	}
+	if tc, ok := e.(*tcp.Conn); ok {
 		return tc.WireProtection()
 	}
 	return tcp.WireNone
@@ -228,11 +235,16 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	cfg.Spin = spin
 	cfg.WireProtection = wire
 	var c Endpoint
-	useShm, err := chooseShm(ctx, opts.Transport, store, env, runID)
-	if err == nil && useShm {
-		c, err = dialShm(ctx, cfg)
-	} else if err == nil {
-		c, err = tcp.Dial(ctx, cfg)
+	kind, hosts, err := chooseTransport(ctx, opts.Transport, store, env, runID)
+	if err == nil {
+		switch kind {
+		case dialShm:
+			c, err = connectShm(ctx, cfg)
+		case dialMixed:
+			c, err = connectMixed(ctx, cfg, hosts)
+		default:
+			c, err = tcp.Dial(ctx, cfg)
+		}
 	}
 	if err != nil {
 		if store != nil {

@@ -27,7 +27,7 @@ const (
 	Inproc = "inproc" // every rank a goroutine of this process
 	TCP    = "tcp"    // one rank per process, on this host or several
 	Shm    = "shm"    // one rank per process, all on this host, over shared memory
-	Auto   = "auto"   // one rank per process: shm when all share this host, else tcp
+	Auto   = "auto"   // one rank per process: shm when all share this host, tcp when none do, else shm within hosts and tcp between (package mixed)
 )
 
 // transportNames are the -transport values, sorted.
