@@ -676,15 +676,22 @@ func (s *StoreServer) handle(c net.Conn, req request) bool {
 			n, s.cfg.MaxInFlightBytes, taken))
 		return false
 	}
-	defer s.release(n)
 	// Both buffers are within the reservation; the value's becomes the
-	// stored value, uncopied.
+	// stored value, uncopied. The reservation ends once the body is in,
+	// before the request is served and answered: a client that has its
+	// answer must find the budget free again (its next request, or
+	// another client's, would otherwise be refused while this goroutine
+	// has yet to run its release), and what the body became is counted as
+	// stored bytes (Set) or is a key of at most MaxKeyLen (Get, Add).
 	keyb := make([]byte, req.keyLen)
-	if _, err := io.ReadFull(c, keyb); err != nil {
-		return false
-	}
 	val := make([]byte, req.valLen)
-	if _, err := io.ReadFull(c, val); err != nil {
+	_, kerr := io.ReadFull(c, keyb)
+	var verr error
+	if kerr == nil {
+		_, verr = io.ReadFull(c, val)
+	}
+	s.release(n)
+	if kerr != nil || verr != nil {
 		return false
 	}
 	key := string(keyb)
