@@ -263,17 +263,24 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 	if j.signaled != nil {
 		rep.Signal = j.signaled.String()
 	}
+	// The failure this node reports: its culprit, which is a rank killed
+	// by a signal the launcher did not send even when another node's stop
+	// request came first (then this node has no first failure of its own).
+	fail := j.culprit()
 	switch {
-	case j.first != nil && j.signaled == nil:
-		select {
-		case <-seqDone:
-		case <-time.After(10 * time.Second):
+	case fail != nil && j.signaled == nil:
+		var s int64
+		if fail == j.first { // its stop sequence number is being taken (onFail)
+			select {
+			case <-seqDone:
+			case <-time.After(10 * time.Second):
+			}
+			seqMu.Lock()
+			s = seq
+			seqMu.Unlock()
 		}
-		seqMu.Lock()
-		s := seq
-		seqMu.Unlock()
-		rep.Fail = &wireFailure{Rank: j.first.Rank, Pid: j.first.Pid, Reason: j.first.Reason(),
-			Consequence: j.consequence(j.first), Seq: s}
+		rep.Fail = &wireFailure{Rank: fail.Rank, Pid: fail.Pid, Reason: fail.Reason(),
+			Consequence: j.consequence(fail), Seq: s}
 	case err == nil && j.stoppedAt.IsZero():
 		rep.OK = true
 	}

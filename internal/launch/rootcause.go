@@ -197,11 +197,13 @@ func (p *proc) exited(sent func(os.Signal) bool) {
 }
 
 // culprit is the exit to blame for a failed attempt once every rank has
-// exited: a rank killed by a signal the launcher did not send, else the
-// first failure if it is its own, else another failed rank whose last
-// error is not a consequence of a peer's, else the first failure. The
-// first rank to exit is often a consequence: its peer's death cut its
-// connection before the launcher reaped the peer.
+// exited: a rank killed by a signal the launcher did not send (even one
+// reaped after the launcher began stopping the job, when it has no first
+// failure), else the first failure if it is its own, else another failed
+// rank whose last error is not a consequence of a peer's, else the first
+// failure (nil if there is none). The first rank to exit is often a
+// consequence: its peer's death cut its connection before the launcher
+// reaped the peer.
 func (j *job) culprit() *ExitError {
 	exitOf := func(p *proc) *ExitError {
 		return &ExitError{Rank: p.rank, Pid: p.cmd.Process.Pid, State: p.cmd.ProcessState}
