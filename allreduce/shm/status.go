@@ -122,7 +122,12 @@ func encodeMismatch(b []byte, mm *transport.MismatchError) {
 	encodeTHeader(b[24+theaderLen:], mm.Remote)
 }
 
+// decodeMismatch parses a mismatch record of a status block copied out of
+// shared memory, naming ranks of a world of size.
 func decodeMismatch(b []byte, size int) (*transport.MismatchError, error) {
+	if len(b) < mismatchRecordLen {
+		return nil, fmt.Errorf("%w: %d-byte mismatch record", ErrCorrupt, len(b))
+	}
 	rank, peer := binary.LittleEndian.Uint32(b[0:]), binary.LittleEndian.Uint32(b[4:])
 	if rank >= uint32(size) || peer >= uint32(size) {
 		return nil, fmt.Errorf("%w: mismatch record names ranks %d and %d of %d", ErrCorrupt, rank, peer, size)

@@ -1,0 +1,54 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"testing"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
+
+// Whatever a peer (or anything else that can write the mapping) leaves in
+// a slot header, decoding it never panics; what decodes re-encodes to a
+// header that decodes the same. The fuzzer's input also gets a valid
+// checksum half the time, so that it reaches the checks behind it.
+func FuzzDecodeSlot(f *testing.F) {
+	valid := make([]byte, slotHeaderLen)
+	encodeSlot(valid, 7, transport.Header{Group: 1, Seq: 2, Kind: 1, DType: 1, Op: 1, Root: -1, Count: 1000, Step: 3}, 4000, 256, 1024)
+	f.Add(valid, false)
+	f.Add(make([]byte, slotHeaderLen), true)
+	f.Add([]byte{1, 2, 3}, false)
+	f.Fuzz(func(t *testing.T, b []byte, fixCRC bool) {
+		if fixCRC && len(b) >= slotHeaderLen {
+			binary.LittleEndian.PutUint32(b[124:], crc32.Checksum(b[:slotFieldsLen], castagnoli))
+		}
+		var s slotHeader
+		err := decodeSlot(b, &s, 1<<20)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		again := make([]byte, slotHeaderLen)
+		encodeSlot(again, s.seq, s.h, s.total, s.off, s.piece)
+		var s2 slotHeader
+		if err := decodeSlot(again, &s2, 1<<20); err != nil || s2 != s {
+			t.Fatalf("re-encoded %+v decodes to %+v, %v", s, s2, err)
+		}
+	})
+}
+
+// Status and nack blocks from a peer: decoding never panics, whatever the
+// bytes, state word and rank numbers.
+func FuzzDecodeStatus(f *testing.F) {
+	f.Add(make([]byte, statusLen), uint32(stateAborted), 1, 4)
+	f.Add(make([]byte, nackLen), uint32(1), 0, 2)
+	f.Add([]byte{0xff}, uint32(9), -1, 0)
+	f.Fuzz(func(t *testing.T, b []byte, state uint32, peer, size int) {
+		_ = decodeStatus(b, state, peer, size)
+		_, _ = decodeMismatch(b, size)
+		_, _ = decodeNack(b, peer, size)
+	})
+}
