@@ -137,3 +137,31 @@ func KillMidAllReduce(conns []transport.Conn, victim int, kill func(), opts ...a
 	}, opts...)
 	return errs, returned
 }
+
+// CrossProcessLengths are the AllReduce lengths a multi-process rank's
+// matrix (RankMatrix) runs on n ranks: empty, one element, around n, and
+// sizes that take several slots, frames or ring chunks per message.
+func CrossProcessLengths(n int) []int {
+	return []int{0, 1, n - 1, n + 1, 1000, 70000, ReducedHugeLen}
+}
+
+// LoopRing is a rank of a job that a test kills: it all-reduces 4 MiB of
+// float32 with the ring over and over on a group over conn, printing
+// "ready" on stdout after the first, until a call fails, and returns that
+// error.
+func LoopRing(ctx context.Context, conn transport.Conn) error {
+	g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(allreduce.Ring))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	buf := make([]float32, 1<<20)
+	for i := 0; ; i++ {
+		if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
+			return err
+		}
+		if i == 0 {
+			fmt.Println("ready")
+		}
+	}
+}

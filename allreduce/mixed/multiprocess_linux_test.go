@@ -75,8 +75,7 @@ func matrixRank() error {
 		return err
 	}
 	defer store.Close()
-	n := conn.Size()
-	algos, err := allreducetest.RankMatrix(ctx, conn, []int{0, 1, n - 1, n + 1, 1000, 70000, 1<<18 + 3},
+	algos, err := allreducetest.RankMatrix(ctx, conn, allreducetest.CrossProcessLengths(conn.Size()),
 		func(g *allreduce.Group) error { return allreduce.Barrier(ctx, g) })
 	if err != nil {
 		return err
@@ -86,8 +85,7 @@ func matrixRank() error {
 	return nil
 }
 
-// loopRank all-reduces 4 MiB with the ring until it fails, printing
-// "ready" after the first.
+// loopRank is a rank of the job a test kills (allreducetest.LoopRing).
 func loopRank() error {
 	ctx := context.Background()
 	conn, store, err := dialFromEnv(ctx)
@@ -95,20 +93,7 @@ func loopRank() error {
 		return err
 	}
 	defer store.Close()
-	g, err := allreduce.NewGroup(conn, allreduce.WithAlgorithm(allreduce.Ring))
-	if err != nil {
-		return err
-	}
-	defer g.Close()
-	buf := make([]float32, 1<<20)
-	for i := 0; ; i++ {
-		if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
-			return err
-		}
-		if i == 0 {
-			fmt.Println("ready")
-		}
-	}
+	return allreducetest.LoopRing(ctx, conn)
 }
 
 func startRanks(t *testing.T, hosts []string, mode string) ([]*exec.Cmd, []*transporthelp.SyncBuf) {

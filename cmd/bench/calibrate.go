@@ -212,6 +212,14 @@ func printAccuracy(w io.Writer, rows []row) error {
 	}
 	var b strings.Builder
 	b.WriteString("# measured / predicted, per algorithm over the sizes: median [min, max], sizes within 25%\n")
+	writeRatios(&b, order, ratios)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeRatios writes one line per algorithm (in order) of its measured /
+// predicted ratios over the sizes: median, range, and how many within 25%.
+func writeRatios(b *strings.Builder, order []string, ratios map[string][]float64) {
 	for _, a := range order {
 		rs := ratios[a]
 		lo, hi, within := rs[0], rs[0], 0
@@ -221,10 +229,8 @@ func printAccuracy(w io.Writer, rows []row) error {
 				within++
 			}
 		}
-		fmt.Fprintf(&b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, medianOf(rs), lo, hi, within, len(rs))
+		fmt.Fprintf(b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, medianOf(rs), lo, hi, within, len(rs))
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // calibRounds is how many times -calibrate sweeps every algorithm.

@@ -11,8 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/ringddp/ringddp/internal/plotpng"
 	"github.com/ringddp/ringddp/internal/safetensors"
 )
 
@@ -100,15 +100,7 @@ func writePlot(cfg *config, w io.Writer, rows []row) error {
 	}
 	tm.Y.Min, tm.Y.Max = tlo/1.5, thi*1.5
 
-	img := vgimg.New(8*vg.Inch, 9*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
-		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
-	canvases := plot.Align([][]*plot.Plot{{bw}, {tm}}, tiles, dc)
-	bw.Draw(canvases[0][0])
-	tm.Draw(canvases[1][0])
-	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return plotpng.WriteColumn(w, 8*vg.Inch, 9*vg.Inch, bw, tm)
 }
 
 // addLine adds one algorithm's line with its points and legend entry.

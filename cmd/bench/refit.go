@@ -130,29 +130,20 @@ func printRefit(w io.Writer, f refitFactors, before, after float64, m allreduce.
 	}
 	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s)\n", m.Gamma*1e9, rateText(m.Gamma))
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
-	var order []allreduce.Algorithm
-	ratios := map[allreduce.Algorithm][]float64{}
+	var order []string
+	ratios := map[string][]float64{}
 	for _, s := range samples {
 		for _, p := range allreduce.Predict(m, s.shape, s.bytes) {
 			if p.Algorithm == s.algo && p.Seconds > 0 {
-				if _, ok := ratios[s.algo]; !ok {
-					order = append(order, s.algo)
+				name := s.algo.String()
+				if _, ok := ratios[name]; !ok {
+					order = append(order, name)
 				}
-				ratios[s.algo] = append(ratios[s.algo], s.seconds/p.Seconds)
+				ratios[name] = append(ratios[name], s.seconds/p.Seconds)
 			}
 		}
 	}
-	for _, a := range order {
-		rs := ratios[a]
-		lo, hi, within := rs[0], rs[0], 0
-		for _, x := range rs {
-			lo, hi = min(lo, x), max(hi, x)
-			if x >= 0.75 && x <= 1.25 {
-				within++
-			}
-		}
-		fmt.Fprintf(&b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, medianOf(rs), lo, hi, within, len(rs))
-	}
+	writeRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -16,8 +16,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/ringddp/ringddp/internal/plotpng"
 	"github.com/ringddp/ringddp/internal/safetensors"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
@@ -176,15 +176,7 @@ func writePlot(w io.Writer, epochs []trainer.EpochMetrics, losses []stepLoss) er
 		}
 	}
 
-	img := vgimg.New(7*vg.Inch, 7*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: 4 * vg.Millimeter,
-		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
-	canvases := plot.Align([][]*plot.Plot{{lossPlot}, {accPlot}}, tiles, dc)
-	lossPlot.Draw(canvases[0][0])
-	accPlot.Draw(canvases[1][0])
-	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return plotpng.WriteColumn(w, 7*vg.Inch, 7*vg.Inch, lossPlot, accPlot)
 }
 
 func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.Color) error {

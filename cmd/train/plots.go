@@ -9,9 +9,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/ringddp/ringddp/internal/plotpng"
 	"github.com/ringddp/ringddp/internal/trainer"
 )
 
@@ -113,8 +112,5 @@ func writeBreakdown(w io.Writer, epochs []trainer.EpochMetrics) error {
 	}
 	p.Legend.Top = true
 	p.NominalX(labels...)
-	img := vgimg.New(7*vg.Inch, 4*vg.Inch)
-	p.Draw(draw.New(img))
-	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return plotpng.WriteColumn(w, 7*vg.Inch, 4*vg.Inch, p)
 }
