@@ -126,7 +126,18 @@ func callError(rank int, call transport.Header, err error) error {
 			rank, describeHeader(call),
 			mm.Rank, describeHeader(mm.Local), mm.Peer, describeHeader(mm.Remote), mm.Rank, viaText(via, mm.Rank), err)
 	}
+	var se *StalledError
+	if errors.As(err, &se) && se.Missing >= 0 && sameCall(se.Waits[len(se.Waits)-1].Call, call) {
+		return fmt.Errorf("allreduce: rank %d: %w", rank, err) // the stall names the call
+	}
 	return fmt.Errorf("allreduce: rank %d, %s: %w", rank, describeHeader(call), err)
+}
+
+// sameCall reports whether two headers are of the same collective (any
+// message of it).
+func sameCall(a, b transport.Header) bool {
+	a.Step, b.Step = 0, 0
+	return a == b
 }
 
 // relays lists the ranks whose failures err passed through, outermost

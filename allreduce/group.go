@@ -338,7 +338,8 @@ func (g *Group) run(ctx context.Context, ticket, seq uint64, c *call, w *Work) e
 		g.running = call{}
 	}
 	if err != nil {
-		err = callError(g.worldRank, c.header(g.id, seq), err)
+		h := c.header(g.id, seq)
+		err = callError(g.worldRank, h, g.blameStall(ctx, h, err))
 	}
 	if w != nil {
 		w.finish(err)

@@ -175,3 +175,20 @@ func (s *subConn) Abort(cause error) {
 		a.Abort(cause)
 	}
 }
+
+// NoteStall passes this rank's stall notice (in world ranks) to the root
+// transport, if it carries notices.
+func (s *subConn) NoteStall(st transport.Stall) {
+	if n, ok := s.root.(stallNotifier); ok {
+		n.NoteStall(st)
+	}
+}
+
+// PeerStall returns the root transport's last notice from world rank
+// rank.
+func (s *subConn) PeerStall(rank int) (transport.Stall, bool) {
+	if n, ok := s.root.(stallNotifier); ok {
+		return n.PeerStall(rank)
+	}
+	return transport.Stall{}, false
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
+	"github.com/ringddp/ringddp/allreduce/internal/stallnotes"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -56,6 +57,8 @@ type World struct {
 	aborted     chan struct{}
 	abortOnce   sync.Once
 	abortedRank atomic.Int64 // that rank, or -1
+
+	stalls *stallnotes.Register // every rank's stall notice, shared by all
 }
 
 func (w *World) noteAbort(rank int) {
@@ -83,7 +86,7 @@ func NewWorld(n int, opts ...Option) (*World, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("inproc: world size %d: %w (need at least 1 rank)", n, transport.ErrInvalid)
 	}
-	w := &World{size: n, timeout: DefaultTimeout, failed: make(chan struct{}), aborted: make(chan struct{})}
+	w := &World{size: n, timeout: DefaultTimeout, failed: make(chan struct{}), aborted: make(chan struct{}), stalls: stallnotes.New(n)}
 	w.failedRank.Store(-1)
 	w.abortedRank.Store(-1)
 	for _, o := range opts {

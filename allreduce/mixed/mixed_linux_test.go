@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
@@ -53,12 +54,18 @@ func hostsOf(l layout, n int) []string {
 // sockets), as is the tcp mesh of all. Closed at cleanup.
 func dialLayout(tb testing.TB, l layout, n int) []*mixed.Conn {
 	tb.Helper()
+	return dialLayoutTimeout(tb, l, n, 8*time.Second)
+}
+
+// dialLayoutTimeout is dialLayout with the transports' timeout.
+func dialLayoutTimeout(tb testing.TB, l layout, n int, timeout time.Duration) []*mixed.Conn {
+	tb.Helper()
 	store := rendezvous.NewMemStore()
 	hosts := hostsOf(l, n)
 	return transporthelp.DialAll(tb, n, func(ctx context.Context, r int) (*mixed.Conn, error) {
 		return mixed.Dial(ctx, mixed.Config{
 			World: tcp.Config{Rank: r, Size: n, Store: store, Secret: secret, Node: hosts[r],
-				Timeout: 8 * time.Second, ConnectTimeout: 20 * time.Second},
+				Timeout: timeout, ConnectTimeout: 20 * time.Second},
 			Hosts: hosts,
 			Shm:   shm.Config{Slots: 4, SlotSize: 64 << 10},
 		})
@@ -193,6 +200,23 @@ func TestTimeoutNamesWorldRank(t *testing.T) {
 	var te *transport.TimeoutError
 	if !errors.As(err, &te) || te.Peer != 2 {
 		t.Errorf("%v, want a timeout naming rank 2", err)
+	}
+}
+
+// TestMissingRank: a rank that never calls the collective the others are
+// in is named, with the call, in every other rank's error, whether the
+// ranks that wait for it share its host (shm) or not (tcp): the stall
+// notices travel over the world endpoint.
+func TestMissingRank(t *testing.T) {
+	const timeout = time.Second
+	for _, l := range []layout{blocks, interleaved} {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			conns := dialLayoutTimeout(t, l, 4, timeout)
+			if err := allreducetest.MissingRank(allreducetest.Conns(conns), 1, 1<<16, timeout, allreduce.WithAlgorithm(allreduce.Ring)); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
 

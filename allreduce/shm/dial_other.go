@@ -26,6 +26,9 @@ func (c *Conn) LocalSize() int   { return c.size }
 func (c *Conn) Close() error     { return nil }
 func (c *Conn) Abort(error)      {}
 
+func (c *Conn) NoteStall(transport.Stall)             {}
+func (c *Conn) PeerStall(int) (transport.Stall, bool) { return transport.Stall{}, false }
+
 func (c *Conn) Send(context.Context, int, transport.Header, []byte) error { return ErrUnsupported }
 func (c *Conn) Recv(context.Context, int, transport.Header, int, transport.Sink) error {
 	return ErrUnsupported

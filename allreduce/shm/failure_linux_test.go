@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -247,4 +248,23 @@ func devShm(t *testing.T) string {
 		names = append(names, e.Name())
 	}
 	return strings.Join(names, ",")
+}
+
+// TestMissingRank: a rank that never calls the collective the others are
+// in is named, with the call, in every other rank's error: the stall
+// notices go through the files' stall blocks.
+func TestMissingRank(t *testing.T) {
+	const timeout = time.Second
+	for _, tc := range []struct {
+		n, missing int
+		algo       allreduce.Algorithm
+	}{{4, 1, allreduce.Ring}, {3, 2, allreduce.Tree}} {
+		t.Run(fmt.Sprintf("n=%d/missing=%d/%v", tc.n, tc.missing, tc.algo), func(t *testing.T) {
+			t.Parallel()
+			conns := shmConnsWith(t, tc.n, func(c *shm.Config) { c.Timeout = timeout })
+			if err := allreducetest.MissingRank(allreducetest.Conns(conns), tc.missing, 1<<16, timeout, allreduce.WithAlgorithm(tc.algo)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 }

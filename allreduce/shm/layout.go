@@ -9,6 +9,7 @@ package shm
 //	          magic "RDSM" u32 | version u32 | N u32 | r u32 | S u32 | C u32
 //	64      doorbell: seq u32 (futex word) | sleepers u32
 //	128     status block (statusLen bytes), written once by r: see status.go
+//	2048    stall block (stallBlockLen bytes), written once by r: see stall.go
 //	4096    ring controls, one per peer p ≠ r in rank order (ctlLen each):
 //	          +0   head u64: slots published by p (written by p only)
 //	          +64  tail u64: slots consumed by r (written by r only)

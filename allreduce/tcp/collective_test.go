@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +105,25 @@ func TestKillMidAllReduce(t *testing.T) {
 			t.Errorf("rank %d failed %v after the kill", r, returned[r])
 		}
 		t.Logf("rank %d after %v: %v", r, returned[r], err)
+	}
+}
+
+// TestMissingRank: a rank that never calls the collective the others are
+// in is named, with the call, in every other rank's error, whichever rank
+// gives up first; for the ring, the doubling and the tree, and on odd and
+// even worlds.
+func TestMissingRank(t *testing.T) {
+	const timeout = time.Second
+	for _, tc := range []struct {
+		n, missing int
+		algo       allreduce.Algorithm
+	}{{4, 1, allreduce.Ring}, {5, 3, allreduce.Ring}, {4, 2, allreduce.Doubling}, {3, 0, allreduce.Tree}} {
+		t.Run(fmt.Sprintf("n=%d/missing=%d/%v", tc.n, tc.missing, tc.algo), func(t *testing.T) {
+			t.Parallel()
+			conns := tcpConns(t, tc.n, timeout)
+			if err := allreducetest.MissingRank(allreducetest.Conns(conns), tc.missing, 1<<16, timeout, allreduce.WithAlgorithm(tc.algo)); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
+	"github.com/ringddp/ringddp/allreduce/internal/stallnotes"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -24,8 +26,9 @@ type Conn struct {
 	// Dial.
 	core mpconn.Core[*link]
 
-	ready      atomic.Bool // Dial has returned the Conn
-	setupFails chan error  // why links failed while Dial was running
+	stalls     *stallnotes.Register // the stall notices peers sent
+	ready      atomic.Bool          // Dial has returned the Conn
+	setupFails chan error           // why links failed while Dial was running
 }
 
 var (
@@ -41,6 +44,7 @@ func newConn(cfg Config) *Conn {
 		size:       cfg.Size,
 		core:       mpconn.NewCore[*link]("tcp", cfg.Rank, cfg.Size, cfg.MaxMessage, cfg.Timeout, pieceSize),
 		setupFails: make(chan error, cfg.Size),
+		stalls:     stallnotes.New(cfg.Size),
 	}
 	c.core.Usable = (*link).usable
 	return c
@@ -193,14 +197,11 @@ func (c *Conn) shutdown(cause error) {
 		// which it does on reading the frame: then no peer can still take
 		// this rank for alive. Not for a peer whose silence is the cause
 		// (it timed out: stopped, or hung), which would not answer either.
-		var silent *transport.TimeoutError
-		if !errors.As(cause, &silent) {
-			silent = nil
-		}
+		silent := silentRanks(cause)
 		t := time.NewTimer(ackWait)
 		defer t.Stop()
 		for _, l := range c.core.Links {
-			if l == nil || silent != nil && l.peer == silent.Peer {
+			if l == nil || slices.Contains(silent, l.peer) {
 				continue
 			}
 			select {
@@ -210,6 +211,28 @@ func (c *Conn) shutdown(cause error) {
 			}
 		}
 	})
+}
+
+// silenter is an abort cause that names ranks which stopped answering
+// (allreduce.StalledError: the rank at the end of a chain of waits).
+type silenter interface {
+	error
+	SilentRanks() []int
+}
+
+// silentRanks are the ranks whose silence cause reports: the peer its
+// timeout waited for, and the ranks a stall names.
+func silentRanks(cause error) []int {
+	var out []int
+	var te *transport.TimeoutError
+	if errors.As(cause, &te) {
+		out = append(out, te.Peer)
+	}
+	var s silenter
+	if errors.As(cause, &s) {
+		out = append(out, s.SilentRanks()...)
+	}
+	return out
 }
 
 // kill drops every connection without a word, as a crashed process would.

@@ -23,6 +23,7 @@ func seedFrames() [][]byte {
 		{typ: typeNack, h: transport.Header{Seq: 9}, length: nackLen},
 		{typ: typeAbort, flags: flagMismatch, length: 17},
 		{typ: typeGoodbye},
+		{typ: typeStall, h: transport.Header{Seq: 4, Kind: 1, Count: 10}, length: stallLen},
 	} {
 		b := make([]byte, headerLen)
 		encodeHeader(b, &f)
@@ -60,6 +61,32 @@ func FuzzDecodeHeader(f *testing.F) {
 		encodeHeader(out, &fr)
 		if !bytes.Equal(out, b[:headerLen]) {
 			t.Fatalf("round trip:\n in %x\nout %x", b[:headerLen], out)
+		}
+	})
+}
+
+// FuzzDecodeStall: no stall payload panics the decoder, and what it
+// accepts passes the notice's checks and encodes back to the same bytes.
+func FuzzDecodeStall(f *testing.F) {
+	var b [stallLen]byte
+	encodeStall(b[:], &transport.Stall{Rank: 1, Peer: 2, What: "recv", After: time.Second})
+	f.Add(b[:], 1, 4)
+	f.Add(make([]byte, stallLen), 0, 1)
+	f.Fuzz(func(t *testing.T, b []byte, peer, size int) {
+		if size < 1 || size > 1<<20 || peer < 0 || peer >= size {
+			return
+		}
+		s, err := decodeStall(peer, size, transport.Header{}, b)
+		if err != nil {
+			return
+		}
+		if err := s.Check(peer, size); err != nil {
+			t.Fatalf("accepted %+v: %v", s, err)
+		}
+		var out [stallLen]byte
+		encodeStall(out[:], &s)
+		if !bytes.Equal(out[:], b) {
+			t.Fatalf("round trip:\n in %x\nout %x", b, out)
 		}
 	})
 }

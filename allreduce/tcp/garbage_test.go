@@ -218,6 +218,11 @@ func TestGarbageFrames(t *testing.T) {
 		{"truncated header", enc(frame{typ: typeData, h: hdr(0, 0), length: 8})[:30], 8, "connection lost"},
 		{"oversized abort", badAbort, 8, "protocol error"},
 		{"nack with garbage inside", append(nack, make([]byte, nackLen)...), 8, "protocol error"},
+		{"stall notice naming rank 7 of 2", append(enc(frame{typ: typeStall, h: hdr(0, 0), length: stallLen}),
+			0, 0, 0, 7, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1), 8, "protocol error in stall notice"},
+		{"stall notice of unknown kind", append(enc(frame{typ: typeStall, h: hdr(0, 0), length: stallLen}),
+			0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1), 8, "protocol error in stall notice"},
+		{"stall frame of 17 bytes", append(enc(frame{typ: typeStall, h: hdr(0, 0), length: 17}), make([]byte, 17)...), 8, "protocol error"},
 		{"unknown type", func() []byte {
 			b := enc(frame{typ: typeData, h: hdr(0, 0)})
 			b[4] = 99

@@ -613,6 +613,18 @@ func (l *link) readLoop() {
 			l.fail(l.peerErr(ae))
 			// Acknowledge: the peer's Abort waits for this end to close.
 			_ = l.nc.CloseWrite()
+		case typeStall:
+			var b [stallLen + tagLen]byte
+			if err := l.readRecord(b[:stallLen]); err != nil {
+				l.recordFailed(err)
+				return
+			}
+			s, err := decodeStall(l.peer, l.c.size, f.h, b[:stallLen])
+			if err != nil {
+				l.fail(l.peerErr(fmt.Errorf("protocol error in stall notice: %w", err)))
+				return
+			}
+			l.c.stalls.Record(s)
 		case typeGoodbye:
 			l.fail(l.peerErr(errPeerClosed))
 			_ = l.nc.CloseWrite() // acknowledge, as for an abort

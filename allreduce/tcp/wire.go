@@ -14,7 +14,7 @@ import (
 //
 //	off size  field
 //	 0   4    magic "RDDF"
-//	 4   1    type: 1 data, 2 nack, 3 abort, 4 goodbye
+//	 4   1    type: 1 data, 2 nack, 3 abort, 4 goodbye, 5 stall
 //	 5   1    flags (abort: 1 = the cause is a collective mismatch)
 //	 6   2    reserved, 0
 //	 8   4    header.Group
@@ -42,6 +42,9 @@ import (
 //     its side in acknowledgement.
 //   - goodbye: header fields 0, no payload: the sender closed its endpoint.
 //     Acknowledged the same way.
+//   - stall: the sender's stall notice (transport.Stall; stall.go): the
+//     header of the collective it waited in; payload 16 bytes. Fails
+//     nothing: the receiver keeps it for its group to read.
 //
 // Under wire protection (Config.WireProtection, wireprotect.go) each frame
 // is a sequence of records, each a body and a 16-byte AES-256-GCM tag:
@@ -69,6 +72,7 @@ const (
 	typeNack    = 2
 	typeAbort   = 3
 	typeGoodbye = 4
+	typeStall   = 5
 
 	flagMismatch = 1
 
@@ -156,6 +160,10 @@ func decodeHeaderMagic(b []byte, f *frame, magic uint32) error {
 	case typeGoodbye:
 		if l != 0 {
 			return fmt.Errorf("%w: goodbye length %d", errFrame, l)
+		}
+	case typeStall:
+		if l != stallLen {
+			return fmt.Errorf("%w: stall length %d", errFrame, l)
 		}
 	default:
 		return fmt.Errorf("%w: type %d", errFrame, f.typ)

@@ -101,6 +101,10 @@ type Endpoint interface {
 	NodeName() string
 	LocalRank() int
 	LocalSize() int
+	// The stall notices (allreduce's stallNotifier), promoted so that a
+	// rank that gives up names the rank at the end of the waits.
+	NoteStall(s transport.Stall)
+	PeerStall(rank int) (transport.Stall, bool)
 }
 
 // WireProtection is the tcp endpoint's frame protection (a mixed

@@ -247,12 +247,11 @@ func TestKillRankMidAllReduce(t *testing.T) {
 }
 
 // A rank that stops responding (SIGSTOP: alive, connections open) makes
-// the others fail once the transport timeout passes without progress. The
-// survivor waiting on it names it. A survivor waiting on another survivor
-// (in the ring, rank 0 receives from rank 2, which waits on rank 1) stops
-// making progress at the same moment, so its own timeout may fire before
-// the other's abort, naming rank 1, reaches it: it then reports that
-// timeout.
+// the others fail once the transport timeout passes without progress,
+// and every survivor names it and the call it never completed, whichever
+// survivor gave up first: a survivor waiting on another survivor (in the
+// ring, rank 0 receives from rank 2, which waits on rank 1) follows the
+// stall notices to rank 1.
 func TestStalledRank(t *testing.T) {
 	t.Parallel()
 	const n, timeout = 3, 2 * time.Second
@@ -272,25 +271,19 @@ func TestStalledRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	named := 0
 	for _, p := range []*rankProc{procs[0], procs[2]} {
 		p.waitExit(t, timeout+10*time.Second)
 		msg := p.stderr.String()
-		// Its last progress may predate the stop a little.
-		if took := p.at.Sub(stopped); took < timeout/2 || took > timeout+5*time.Second {
-			t.Errorf("rank %d failed %v after rank 1 stalled, want about %v (at most %v)", p.rank, took, timeout, timeout+5*time.Second)
+		// Its last progress may predate the stop a little; it listens
+		// for its peers' stall notices for up to half a second after its
+		// timeout (and a loaded machine may add some).
+		if took := p.at.Sub(stopped); took < timeout/2 || took > timeout+2*time.Second {
+			t.Errorf("rank %d failed %v after rank 1 stalled, want about %v (at most %v)", p.rank, took, timeout, timeout+2*time.Second)
 		}
-		namesStalled := strings.Contains(msg, "with rank 1") || strings.Contains(msg, "rank 1 failed")
-		if namesStalled {
-			named++
-		}
-		if p.exitCode() != 1 || !namesStalled && !strings.Contains(msg, "no progress for "+timeout.String()) {
-			t.Errorf("rank %d: exit %d, want 1 and an error naming rank 1, or its own timeout:\n%s", p.rank, p.exitCode(), msg)
+		if p.exitCode() != 1 || !regexp.MustCompile(`rank 1 never completed #\d+ AllReduce`).MatchString(msg) {
+			t.Errorf("rank %d: exit %d, want 1 and an error naming rank 1 and its call:\n%s", p.rank, p.exitCode(), msg)
 		}
 		t.Logf("rank %d after %v: %s", p.rank, p.at.Sub(stopped).Round(time.Millisecond), strings.TrimSpace(msg))
-	}
-	if named == 0 {
-		t.Error("no survivor named the stalled rank 1")
 	}
 }
 
