@@ -56,5 +56,8 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, ranks launch.
 	}
 	cfg.rankCmd = ranks
 	cfg.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
+	if _, err := cfg.tr.Bind(); err != nil {
+		return err
+	}
 	return benchmark(ctx, cfg, stdout)
 }

@@ -57,6 +57,9 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		return mergeTrace(o, err)
 	}
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
+	if _, err := o.tr.Bind(); err != nil {
+		return err
+	}
 	// Under an elastic launcher, rank 0 reports its progress on the status
 	// pipe: where a failure lost it, when a restart trains again.
 	status, err := launch.OpenStatus(os.Getenv)

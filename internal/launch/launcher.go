@@ -242,6 +242,10 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		// small-message latency on a busy host (see docs/multiprocess.md).
 		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(coreShare(cfg.Ranks)))
 	}
+	if _, ok := os.LookupEnv(EnvBind); !ok {
+		// Each rank pinned to its share of them, as mpirun binds to cores.
+		vars = append(vars, EnvBind+"=core")
+	}
 
 	out, errOut := w.out, w.errOut
 	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}

@@ -166,6 +166,18 @@ func (t *Transport) ShareCores() int {
 	return ShareCores(t.MP.Env, os.Getenv)
 }
 
+// Bind pins this process, when it is one of several ranks on the host, to
+// its share of the processors as RINGDDP_BIND says (see the function
+// Bind), and returns the processors, nil when it left the process alone.
+// Call it once, early, after ShareCores. In process and in the launcher
+// it does nothing.
+func (t *Transport) Bind() ([]int, error) {
+	if t.MP == nil || t.MP.Launcher {
+		return nil, nil
+	}
+	return Bind(t.MP.Env, os.Getenv)
+}
+
 // Connect returns this process's endpoints of a world of ranks ranks: all
 // of them in process (a fresh in-process world), this process's rank over
 // tcp (Connect), where ranks must be the job's world size. Callers name
