@@ -6,8 +6,9 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
-// Direct all-reduce, for ranks that share an address space
-// (transport.PeerMemory): every rank exposes its buffer, then
+// Direct all-reduce, for ranks that can read one another's buffers
+// (transport.PeerMemory: in process, the buffers themselves; over shm,
+// copies in the ranks' shared files): every rank exposes its buffer, then
 //
 //   - two-shot (large buffers): rank r reduces chunk r over all N buffers in
 //     rank order, in one fused pass, into its own buffer; barrier; rank r
@@ -41,7 +42,24 @@ func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call
 	if g.size == 1 {
 		return nil
 	}
-	pm := g.conn.(transport.PeerMemory) // checked by NewGroup or Auto
+	pm, limit, _ := PeerMemoryOf(g.conn) // checked by NewGroup or Auto
+	esize := c.dt.Size()
+	seg := max(min(limit, len(c.buf))/esize, 1) * esize
+	part := *c
+	for off, step := 0, uint32(0); off < len(c.buf); off, step = off+seg, step+1 {
+		part.buf = c.buf[off:min(off+seg, len(c.buf))]
+		part.count = len(part.buf) / c.dt.Size()
+		sh := h
+		sh.Step = step // each segment's exposure its own header
+		if err := g.directSegment(ctx, pm, sh, &part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// directSegment is the direct all-reduce of c.buf, one exposure.
+func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h transport.Header, c *call) error {
 	views, err := pm.Expose(ctx, h, c.buf)
 	if err != nil {
 		return err
@@ -60,20 +78,22 @@ func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call
 		copy(c.buf, out)
 		return nil
 	}
+	// The reduced chunk goes into this rank's view, which peers read:
+	// the caller's buffer itself in process, a copy of it where the
+	// transport lends copies (shm).
 	lo, hi := g.chunkBytes(c, g.rank)
-	reduceViews(c, c.buf[lo:hi], views, lo, g.scratchBytes(block))
+	own := views[g.rank]
+	reduceViews(c, own[lo:hi], views, lo, g.scratchBytes(block))
 	if c.op == Avg {
-		divideBytes(c.dt, c.buf[lo:hi], g.size)
+		divideBytes(c.dt, own[lo:hi], g.size)
 	}
 	if err := pm.Arrive(ctx); err != nil {
 		_ = pm.Release(ctx)
 		return err
 	}
 	for q := range views {
-		if q != g.rank {
-			qlo, qhi := g.chunkBytes(c, q)
-			copy(c.buf[qlo:qhi], views[q][qlo:qhi])
-		}
+		qlo, qhi := g.chunkBytes(c, q)
+		copy(c.buf[qlo:qhi], views[q][qlo:qhi]) // its own chunk too: a no-op in process
 	}
 	return pm.Release(ctx)
 }

@@ -117,9 +117,8 @@ func (g *Group) AlgorithmFor(bytes int) Algorithm {
 	if sh != nil {
 		s = *sh
 	} else {
-		_, shared := g.conn.(transport.PeerMemory)
 		s = FlatShape(g.size)
-		s.PeerMemory = shared
+		s.PeerMemory = sharesMemory(g.conn)
 	}
 	return Choose(g.model, s, classBytes(sizeClass(bytes)))
 }
@@ -147,8 +146,7 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		o(g)
 	}
 	if !g.modelSet {
-		_, shared := conn.(transport.PeerMemory)
-		g.model = DefaultModel(shared)
+		g.model = DefaultModel(sharesMemory(conn))
 	} else if err := g.model.Validate(); err != nil {
 		return nil, err
 	}

@@ -162,8 +162,8 @@ func (g *Group) checkAlgorithm() error {
 	if !ok {
 		return fmt.Errorf("%w: unknown algorithm %v (want one of %s)", ErrInvalid, g.algorithm, AlgorithmNames())
 	}
-	if _, shared := g.conn.(transport.PeerMemory); s.needs&needsPeerMemory != 0 && !shared {
-		return fmt.Errorf("%w: algorithm %s needs a transport whose ranks share memory (%T does not)", ErrInvalid, s.name, g.conn)
+	if _, _, shared := PeerMemoryOf(g.conn); s.needs&needsPeerMemory != 0 && !shared {
+		return fmt.Errorf("%w: algorithm %s needs a transport whose ranks can read one another's buffers (%T cannot)", ErrInvalid, s.name, g.conn)
 	}
 	if s.needs&needsTopology != 0 && g.node == "" {
 		return fmt.Errorf("%w: algorithm %s needs to know which node each rank runs on (use inproc.WithLocalSize, tcp, or allreduce.WithNode)", ErrInvalid, s.name)
@@ -210,7 +210,7 @@ func (g *Group) costShape(ctx context.Context) (Shape, error) {
 	if known != nil {
 		return *known, nil
 	}
-	_, shared := g.conn.(transport.PeerMemory)
+	shared := sharesMemory(g.conn)
 	s := FlatShape(g.size)
 	if g.node != "" {
 		topo, err := g.learnTopology(ctx)

@@ -32,6 +32,8 @@ type Conn struct {
 	refs refs // the mappings stay until Close and the last call are done
 
 	polls int // steps a waiting call polls before it yields (pollsFor)
+
+	ex exposure // PeerMemory's state (expose_linux.go)
 }
 
 var (

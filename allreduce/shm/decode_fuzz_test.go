@@ -82,3 +82,34 @@ func FuzzDecodeStall(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeExpose: whatever a peer leaves in an exposure buffer's
+// header, decoding never panics, what decodes has a length within the
+// buffer, and encodes back to the same fields. Half the inputs get a
+// valid checksum.
+func FuzzDecodeExpose(f *testing.F) {
+	b := make([]byte, exposeHeaderLen)
+	encodeExposeFields(b, transport.Header{Seq: 3, Kind: 1, Count: 2}, 8)
+	f.Add(b, false)
+	f.Add(make([]byte, exposeHeaderLen), true)
+	f.Fuzz(func(t *testing.T, b []byte, fixCRC bool) {
+		if fixCRC && len(b) >= exposeHeaderLen {
+			binary.LittleEndian.PutUint32(b[48:], crc32.Checksum(b[8:48], castagnoli))
+		}
+		h, n, err := decodeExposeFields(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if n < 0 || n > exposeCap {
+			t.Fatalf("accepted length %d", n)
+		}
+		out := make([]byte, exposeHeaderLen)
+		encodeExposeFields(out, h, n)
+		if string(out[8:56]) != string(b[8:56]) {
+			t.Fatalf("round trip:\n in %x\nout %x", b[8:56], out[8:56])
+		}
+	})
+}

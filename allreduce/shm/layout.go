@@ -16,6 +16,9 @@ package shm
 //	          +128 nack block (nackLen), written once by r: see status.go
 //	slots   S slots per ring, ring i's slot k at slots + (i·S + k)·(slotHeaderLen + C):
 //	          a slotHeaderLen-byte header (slot.go), then C payload bytes
+//	expose  the exposure area (expose.go), page-aligned after the slots:
+//	          a 64-byte control line, then two exposure buffers of
+//	          exposeHeaderLen + exposeCap bytes each
 //
 // Rank r waits on its own doorbell for anything: peers ring it after
 // publishing into a ring into r, after consuming from a ring out of r (in
@@ -25,7 +28,7 @@ package shm
 // consistent atomics on both sides).
 const (
 	fileMagic   = 0x4d534452 // "RDSM"
-	fileVersion = 1
+	fileVersion = 2
 
 	bellOff    = 64
 	statusOff  = 128
@@ -44,6 +47,7 @@ type regionLayout struct {
 	size, slots, slotSize int
 	slotsOff              int64 // where the first ring's slots start
 	stride                int64 // bytes per slot, header included
+	exposeOff             int64 // where the exposure area starts
 	total                 int64 // the file's size
 }
 
@@ -52,7 +56,8 @@ func layoutOf(size, slots, slotSize int) regionLayout {
 	rings := int64(max(size-1, 0))
 	l.slotsOff = controlOff + roundUp(rings*ctlLen, pageSize)
 	l.stride = slotHeaderLen + int64(slotSize)
-	l.total = roundUp(l.slotsOff+rings*int64(slots)*l.stride, pageSize)
+	l.exposeOff = roundUp(l.slotsOff+rings*int64(slots)*l.stride, pageSize)
+	l.total = roundUp(l.exposeOff+exposeAreaLen, pageSize)
 	return l
 }
 

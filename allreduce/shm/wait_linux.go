@@ -41,25 +41,9 @@ func pollsFor(size int) int {
 }
 
 // drive runs a send, a receive or both until done: it steps them while
-// they move; when neither moves it polls (ownCorePolls steps, when every
-// rank has a core), then checks the call's links, the endpoint, the
-// context and the timeout, and yields the core between steps for
-// Config.Spin (to this process's goroutines and to other processes in
-// turn), then sleeps on this rank's doorbell (futex.go), for at most
-// maxSleep at a time, until a peer rings it.
+// they move, and waits (waiter) while neither does.
 func (c *Conn) drive(ctx context.Context, what string, peer int, s *sendOp, r *recvOp) error {
-	var (
-		idleSince, spinUntil, now time.Time
-		armed, lastChance         bool
-		snap                      uint32
-		polls, idle               int
-	)
-	disarm := func() {
-		if armed {
-			c.bell.disarm()
-			armed = false
-		}
-	}
+	w := c.newWaiter(what, peer)
 	for {
 		prog, done, err := false, true, error(nil)
 		if s != nil {
@@ -73,17 +57,11 @@ func (c *Conn) drive(ctx context.Context, what string, peer int, s *sendOp, r *r
 			prog, done = prog || p, done && r.done
 		}
 		if err != nil || done {
-			disarm()
+			w.stop()
 			return err
 		}
 		if prog {
-			disarm()
-			idleSince = time.Time{}
-			polls, idle = 0, 0
-			continue
-		}
-		if polls < c.polls {
-			polls++
+			w.moved()
 			continue
 		}
 		// Only the unfinished halves' links matter: a send that is in
@@ -95,52 +73,104 @@ func (c *Conn) drive(ctx context.Context, what string, peer int, s *sendOp, r *r
 		if r != nil && !r.done {
 			l2 = r.l
 		}
-		if err := c.checkCall(ctx, l1, l2); err != nil {
-			// A peer publishes before it records a status or exits: step
-			// once more, so that what it sent first is delivered first.
-			if !lastChance {
-				lastChance = true
-				continue
-			}
-			disarm()
+		if err := w.idle(ctx, l1, l2); err != nil {
 			return err
 		}
-		lastChance = false
-		idle++
-		if idleSince.IsZero() || armed || idle%clockEvery == 0 {
-			now = time.Now()
-		}
-		if idleSince.IsZero() {
-			idleSince, spinUntil = now, now.Add(c.cfg.Spin)
-		}
-		waited := now.Sub(idleSince)
-		if waited >= c.cfg.Timeout {
-			disarm()
-			return &transport.TimeoutError{Peer: peer, What: what, After: c.cfg.Timeout.String()}
-		}
-		switch {
-		case armed:
-			d := min(maxSleep, c.cfg.Timeout-waited)
-			if dl, ok := ctx.Deadline(); ok {
-				d = min(d, time.Until(dl))
-			}
-			c.bell.sleep(snap, d)
-			disarm()
-		case now.Before(spinUntil):
-			// Alternately to this process's goroutines and to other
-			// processes: yielding the core every time measured slower
-			// with more ranks than cores (8.3 against 5.6 µs per 8-byte
-			// all-reduce, 4 processes on 2 cores), never is far slower.
-			if idle%2 == 0 {
-				runtime.Gosched()
-			} else {
-				_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-			}
-		default:
-			snap = c.bell.arm() // then step once more before sleeping
-			armed = true
-		}
 	}
+}
+
+// waiter is how a call waits for a peer while nothing moves: it polls
+// (ownCorePolls steps, when every rank has a core), then checks the
+// call's links, the endpoint, the context and the timeout, and yields the
+// core between steps for Config.Spin (to this process's goroutines and to
+// other processes in turn), then sleeps on this rank's doorbell
+// (futex.go), for at most maxSleep at a time, until a peer rings it. The
+// caller steps once between calls to idle and calls moved when a step
+// made progress.
+type waiter struct {
+	c                         *Conn
+	what                      string // the call, for its timeout error
+	peer                      int    // the peer it waits for, for its timeout error
+	idleSince, spinUntil, now time.Time
+	armed, lastChance         bool
+	snap                      uint32
+	polls, idles              int
+}
+
+func (c *Conn) newWaiter(what string, peer int) waiter {
+	return waiter{c: c, what: what, peer: peer}
+}
+
+// stop ends the wait (the call is done or failed).
+func (w *waiter) stop() {
+	if w.armed {
+		w.c.bell.disarm()
+		w.armed = false
+	}
+}
+
+// moved restarts the wait after progress.
+func (w *waiter) moved() {
+	w.stop()
+	w.idleSince = time.Time{}
+	w.polls, w.idles = 0, 0
+}
+
+// idle waits a little after a step that moved nothing, or fails the call
+// (then it has stopped): the links l1 and l2 (either may be nil) failed,
+// the endpoint ended, ctx ended or the timeout passed.
+func (w *waiter) idle(ctx context.Context, l1, l2 *link) error {
+	c := w.c
+	if w.polls < c.polls {
+		w.polls++
+		return nil
+	}
+	if err := c.checkCall(ctx, l1, l2); err != nil {
+		// A peer publishes before it records a status or exits: step
+		// once more, so that what it sent first is delivered first.
+		if !w.lastChance {
+			w.lastChance = true
+			return nil
+		}
+		w.stop()
+		return err
+	}
+	w.lastChance = false
+	w.idles++
+	if w.idleSince.IsZero() || w.armed || w.idles%clockEvery == 0 {
+		w.now = time.Now()
+	}
+	if w.idleSince.IsZero() {
+		w.idleSince, w.spinUntil = w.now, w.now.Add(c.cfg.Spin)
+	}
+	waited := w.now.Sub(w.idleSince)
+	if waited >= c.cfg.Timeout {
+		w.stop()
+		return &transport.TimeoutError{Peer: w.peer, What: w.what, After: c.cfg.Timeout.String()}
+	}
+	switch {
+	case w.armed:
+		d := min(maxSleep, c.cfg.Timeout-waited)
+		if dl, ok := ctx.Deadline(); ok {
+			d = min(d, time.Until(dl))
+		}
+		c.bell.sleep(w.snap, d)
+		w.stop()
+	case w.now.Before(w.spinUntil):
+		// Alternately to this process's goroutines and to other
+		// processes: yielding the core every time measured slower
+		// with more ranks than cores (8.3 against 5.6 µs per 8-byte
+		// all-reduce, 4 processes on 2 cores), never is far slower.
+		if w.idles%2 == 0 {
+			runtime.Gosched()
+		} else {
+			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		}
+	default:
+		w.snap = c.bell.arm() // then step once more before sleeping
+		w.armed = true
+	}
+	return nil
 }
 
 // checkCall reports why a call cannot go on: the endpoint closed or

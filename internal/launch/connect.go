@@ -279,3 +279,13 @@ func ShareCores(env rendezvous.Env, getenv func(string) string) int {
 // coreShare is one rank's share of this process's processors when ranks
 // of a host share them: GOMAXPROCS / ranks, at least 1.
 func coreShare(ranks int) int { return max(1, runtime.GOMAXPROCS(0)/ranks) }
+
+// PeerMemory is the endpoint's transport.PeerMemory (shm lends copies of
+// small buffers for the direct algorithms), or nil (tcp, mixed): the
+// allreduce package finds it here (allreduce.PeerMemoryOf).
+func (c *Conn) PeerMemory() transport.PeerMemory {
+	if pm, ok := c.Endpoint.(transport.PeerMemory); ok {
+		return pm
+	}
+	return nil
+}
