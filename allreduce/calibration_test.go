@@ -3,6 +3,7 @@ package allreduce_test
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -14,15 +15,18 @@ import (
 // 2-core VM), Auto's pick for every measured size is compared with the
 // fastest algorithm measured there (medians of three rounds).
 //
-// The goal is a pick never more than 10% slower. Measured (see the
-// closing note of the cost-model issue): shm's worst pick is 1.13× the
-// fastest, inproc's 1.34× (direct at 32 KiB and 1 MiB) and tcp's 1.95×
-// (halving-doubling at 128–256 KiB, where the ring runs faster on
-// loopback than the model says: its messages stay below the socket
-// buffers), with 4 ranks sharing 2 cores making two runs of one
-// algorithm differ by up to 15%. So the test holds what is measured, and
-// fails on a regression: no pick more than 2× the fastest, and picks on
-// average within 25% of the fastest over the sizes.
+// The goal is a pick never more than 10% slower. Measured with the
+// models refitted to these measurements (cmd/bench's refit: three regimes
+// of message size, Ports), see docs/scaling.md: shm's picks are on
+// average 1.03× the fastest, the worst 1.13× (Tree at 64 MiB); inproc's
+// 1.06×, the worst 1.34× (direct at 32 KiB, whose measured time there is
+// above its own at 64 KiB); tcp's 1.06×, the worst 1.23× (halving-doubling
+// at 256–512 KiB, where the ring measured 20% faster in this data and 10%
+// slower in a later run). Four ranks sharing 2 cores make two runs of one
+// algorithm differ by 15% and more. So the test holds what is achieved,
+// with a small margin, and fails on a regression: no pick more than 1.4×
+// the fastest, and picks on average within 8% of the fastest over the
+// sizes.
 func TestAutoOnCalibrationData(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "profiles", "*.json"))
 	if err != nil {
@@ -51,8 +55,14 @@ func TestAutoOnCalibrationData(t *testing.T) {
 				}
 				measured[m.Bytes][a] = m.Seconds
 			}
-			sum := 0.0
-			for bytes, times := range measured {
+			sum, worst := 0.0, 0.0
+			var sizes []int
+			for bytes := range measured {
+				sizes = append(sizes, bytes)
+			}
+			slices.Sort(sizes)
+			for _, bytes := range sizes {
+				times := measured[bytes]
 				pick := allreduce.Choose(p.Model, shape, bytes)
 				best, bestT := pick, math.Inf(1)
 				for a, s := range times {
@@ -66,11 +76,15 @@ func TestAutoOnCalibrationData(t *testing.T) {
 					continue
 				}
 				sum += got / bestT
-				if got > 2*bestT {
+				worst = max(worst, got/bestT)
+				t.Logf("%9d B: Auto picks %-12v %9.1f µs, fastest %-12v %9.1f µs: %.2f×", bytes, pick, got*1e6, best, bestT*1e6, got/bestT)
+				if got > 1.4*bestT {
 					t.Errorf("%d bytes: Auto picks %v, measured %.1f µs, %.1f× %v's %.1f µs", bytes, pick, got*1e6, got/bestT, best, bestT*1e6)
 				}
 			}
-			if mean := sum / float64(len(measured)); mean > 1.25 {
+			mean := sum / float64(len(measured))
+			t.Logf("%s: Auto's picks are on average %.3f× the fastest, the worst %.2f×", p.Transport, mean, worst)
+			if mean > 1.08 {
 				t.Errorf("Auto's picks are on average %.2f× the fastest algorithm's time", mean)
 			}
 		})

@@ -16,8 +16,10 @@ import (
 //
 // The link model, per message of b bytes over a link l = (α, β):
 //
-//	a send occupies the sender's link from its start for b·β seconds
-//	(one message at a time), and the message arrives at start + α + b·β;
+//	a send occupies the sender for b·β seconds from its start (one
+//	message at a time; with Model.Ports ≥ 1 it occupies one of the
+//	sender's ports instead, and the sender goes on), and the message
+//	arrives at start + α + b·β (β of the regime b falls in: Link);
 //	a receive ends at max(its start, the arrival), plus b·γ when it
 //	reduces the payload into a buffer (a plain copy costs nothing more);
 //	an exchange (send to one rank while receiving from another) ends when
@@ -30,16 +32,24 @@ import (
 // several nodes.
 
 // Link is the cost of messages over one kind of link: Alpha seconds per
-// message plus Beta seconds per byte. Where CacheBytes is set, messages
-// of at most that many bytes cost CacheBeta per byte instead: memory
-// moves several times faster while a message fits the caches, which is
-// what in-process and loopback transports are made of (cmd/bench
-// -calibrate fits both regimes; the simulator's links have one).
+// message plus Beta seconds per byte, in up to three regimes of message
+// size. Where CacheBytes is set, messages of at most that many bytes cost
+// CacheBeta per byte instead: memory moves several times faster while a
+// message fits the caches, which is what in-process and loopback
+// transports are made of. Where SmallBytes is set too (SmallBytes ≤
+// CacheBytes, or alone), messages of at most SmallBytes bytes cost
+// SmallBeta per byte: on loopback tcp a message that fits the socket
+// buffers is written in one go and read as it lands, and costs little
+// beyond its latency. cmd/bench -calibrate fits the regimes that the
+// measurements show; a zero size means no such regime (profiles written
+// before a regime existed read as having none).
 type Link struct {
 	Alpha      float64 `json:"alpha_s"`
 	Beta       float64 `json:"beta_s_per_byte"`
 	CacheBeta  float64 `json:"cache_beta_s_per_byte,omitempty"`
 	CacheBytes int     `json:"cache_bytes,omitempty"`
+	SmallBeta  float64 `json:"small_beta_s_per_byte,omitempty"`
+	SmallBytes int     `json:"small_bytes,omitempty"`
 }
 
 // time is the time of one message of b bytes.
@@ -48,19 +58,51 @@ func (l Link) time(b float64) float64 { return l.Alpha + l.transfer(b) }
 // transfer is the per-byte part of a message of b bytes: the time it
 // occupies the sender's link.
 func (l Link) transfer(b float64) float64 {
-	if l.CacheBytes > 0 && b <= float64(l.CacheBytes) {
+	switch {
+	case l.SmallBytes > 0 && b <= float64(l.SmallBytes):
+		return b * l.SmallBeta
+	case l.CacheBytes > 0 && b <= float64(l.CacheBytes):
 		return b * l.CacheBeta
 	}
 	return b * l.Beta
 }
 
 // Model is the cost model of a machine: its links within a node and
-// between nodes, and Gamma, the seconds per byte a rank spends reducing a
-// received payload into its buffer.
+// between nodes, Gamma, the seconds per byte a rank spends reducing a
+// received payload into its buffer, and Ports, how a rank's sends
+// overlap.
+//
+// Ports is how many messages a rank can have on the wire at once, to
+// distinct peers, while it goes on with its work (its egress ports):
+//
+//   - 0 (unset, and every profile written before it existed): the rank
+//     is busy for each message it sends, b·β, so its sends are
+//     serialised with each other and with the receives and reductions
+//     that follow them in its program (the link model above).
+//   - k ≥ 1: a send is handed to the first of the rank's k ports to be
+//     free and the rank goes on at once; the port carries the message
+//     for b·β (it arrives at start + α + b·β as before), one message at a
+//     time per port and per link (ordered pair of ranks). 1 is a single
+//     NIC that moves data by DMA; N−1 is a connection per peer with a
+//     writer of its own, as the tcp transport has (on loopback a
+//     message that fits the socket buffers leaves the sender at once).
+//
+// It matters to schedules in which a rank sends to several peers in turn,
+// or sends without receiving in the same step: Tree (an interior rank
+// sends to its parent and its children), whose formula follows it; and
+// the binomial Reduce and Broadcast inside hierarchical, torus and mesh
+// and the fold of doubling and halving-doubling on a number of ranks that
+// is not a power of two, whose formulas count each send as Ports 0 does
+// (an upper bound, within 11% of the simulator in
+// TestCostMatchesSimulator). Ring, doubling and halving-doubling exchange
+// one message each way per step and take the same time whatever Ports is.
+// A profile fits it to its algorithms' measured times (cmd/bench
+// -calibrate).
 type Model struct {
 	Intra Link    `json:"intra"`
 	Inter Link    `json:"inter"`
 	Gamma float64 `json:"gamma_s_per_byte"`
+	Ports int     `json:"ports,omitempty"`
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -73,11 +115,16 @@ func (m Model) Validate() error {
 		{"inter.alpha_s", m.Inter.Alpha}, {"inter.beta_s_per_byte", m.Inter.Beta},
 		{"intra.cache_beta_s_per_byte", m.Intra.CacheBeta}, {"inter.cache_beta_s_per_byte", m.Inter.CacheBeta},
 		{"intra.cache_bytes", float64(m.Intra.CacheBytes)}, {"inter.cache_bytes", float64(m.Inter.CacheBytes)},
+		{"intra.small_beta_s_per_byte", m.Intra.SmallBeta}, {"inter.small_beta_s_per_byte", m.Inter.SmallBeta},
+		{"intra.small_bytes", float64(m.Intra.SmallBytes)}, {"inter.small_bytes", float64(m.Inter.SmallBytes)},
 		{"gamma_s_per_byte", m.Gamma},
 	} {
 		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {
 			return fmt.Errorf("%w: cost model %s = %v: must be a finite number ≥ 0", ErrInvalid, p.name, p.v)
 		}
+	}
+	if m.Ports < 0 {
+		return fmt.Errorf("%w: cost model ports = %d: must be ≥ 0", ErrInvalid, m.Ports)
 	}
 	return nil
 }
@@ -183,6 +230,17 @@ func Predict(m Model, s Shape, bytes int) []Prediction {
 		out = append(out, Prediction{a, sp.cost(m, s, float64(max(bytes, 0)))})
 	}
 	return out
+}
+
+// PredictAlgorithm is algorithm a's predicted time for an AllReduce of
+// the given bytes on a group of shape s under model m, as Predict gives
+// it; ok is false when a cannot run there (or is Auto).
+func PredictAlgorithm(m Model, s Shape, a Algorithm, bytes int) (seconds float64, ok bool) {
+	sp, known := a.spec()
+	if !known || a == Auto || !sp.runsOn(s) {
+		return 0, false
+	}
+	return sp.cost(m, s, float64(max(bytes, 0))), true
 }
 
 // Choose is Auto's pick for an AllReduce of the given bytes on a group of

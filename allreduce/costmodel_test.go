@@ -1,6 +1,7 @@
 package allreduce_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -125,6 +126,8 @@ func TestProfileFiles(t *testing.T) {
 		"garbage":   "not json",
 		"version":   `{"version": 9, "model": {}}`,
 		"negative":  `{"version": 1, "model": {"intra": {"alpha_s": -1}}}`,
+		"ports":     `{"version": 1, "model": {"ports": -1}}`,
+		"small":     `{"version": 1, "model": {"inter": {"small_bytes": -8}}}`,
 		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
 		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,
 	} {
@@ -134,6 +137,60 @@ func TestProfileFiles(t *testing.T) {
 		}
 		if _, err := allreduce.ReadProfile(bad); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%s: ReadProfile error %v, want one naming the file", name, err)
+		}
+	}
+}
+
+// A profile written before Ports and the small-message regime existed
+// reads as the model it was: Ports 0 (a send holds its rank) and no small
+// regime, so its predictions are the ones it made then; a profile with
+// them reads them back.
+func TestProfileCompatibility(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.json")
+	body := `{"version": 1, "transport": "tcp", "ranks": 4, "model": {
+		"intra": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "cache_beta_s_per_byte": 5e-10, "cache_bytes": 524288},
+		"inter": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "cache_beta_s_per_byte": 5e-10, "cache_bytes": 524288},
+		"gamma_s_per_byte": 2e-10}}`
+	if err := os.WriteFile(old, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := allreduce.ReadProfile(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := allreduce.Link{Alpha: 1e-5, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 512 << 10}
+	if want := (allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10}); p.Model != want {
+		t.Fatalf("old profile read as %+v, want %+v", p.Model, want)
+	}
+	m := p.Model
+	m.Ports = 3
+	m.Intra.SmallBeta, m.Intra.SmallBytes = 1e-10, 32<<10
+	path := filepath.Join(dir, "new.json")
+	if err := allreduce.WriteProfile(path, allreduce.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := allreduce.ReadProfile(path); err != nil || got.Model != m {
+		t.Fatalf("read back %+v (%v), wrote %+v", got.Model, err, m)
+	}
+	// The small regime costs its own β; Ports 0 and 1 give Tree on two
+	// ranks (one link each way) the same time, more ports never more.
+	small, _ := allreduce.PredictAlgorithm(m, allreduce.FlatShape(4), allreduce.Ring, 16<<10)
+	m2 := m
+	m2.Intra.SmallBytes = 0
+	cached, _ := allreduce.PredictAlgorithm(m2, allreduce.FlatShape(4), allreduce.Ring, 16<<10)
+	if !(small < cached) {
+		t.Errorf("ring at 16 KiB: %v s with the small regime, %v s without", small, cached)
+	}
+	for _, n := range []int{2, 4, 7, 16} {
+		prev := math.Inf(1)
+		for ports := 0; ports <= n; ports++ {
+			m.Ports = ports
+			tree, ok := allreduce.PredictAlgorithm(m, allreduce.FlatShape(n), allreduce.Tree, 4<<20)
+			if !ok || tree > prev*(1+1e-12) {
+				t.Errorf("n=%d: Tree %v s with %d ports, %v s with one fewer", n, tree, ports, prev)
+			}
+			prev = tree
 		}
 	}
 }

@@ -259,16 +259,47 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 	}
 }
 
-// treeCost is Tree's predicted time for S segments of c bytes per half
-// and trees of depth D = ⌈log2 N⌉. Its rounds interleave two trees, two
-// children each, and a rank's sends in one round wait for its receives of
-// the round before, so its critical path has no simple closed form; this
-// one was fitted to the simulator's times of the schedule (α, β and γ
-// each alone, N = 2..64, S = 1..8): the agreement step and 2D+1 message
-// latencies, 3D+1 segment transfers and 2D+1 segment reductions for the
-// first segment, and about 6 latencies, 7 transfers and 4 reductions for
-// each further one. TestCostMatchesSimulator bounds its error (looser
-// than the other algorithms': the terms overlap in the pipeline).
+// treeCost is Tree's predicted time.
+//
+// Steps and bytes on the wire, for M bytes on N ranks, each half in S
+// segments of c = M/(2S) bytes (c ≤ 256 KiB): the agreement step (a
+// 0-byte message to the right neighbour), then 8(S + ⌈log2 N⌉) rounds, in
+// each of which a rank sends at most one segment and receives at most
+// one. Up, each non-root rank of a tree sends each segment of its tree's
+// half to its parent once (the parent reduces it); down, each sends it to
+// each of its children once. So every tree edge carries M/2 once each
+// way, the group puts 2(N−1)·M bytes on the wire (the ring's total), and
+// a rank sends at most 2M bytes (an interior rank: M/2 up and M down in
+// its interior tree, M/2 up in the other), to at most 4 peers.
+//
+// Its rounds interleave two trees, two children each, and a rank's round
+// waits for its rounds before, so the critical path has no simple closed
+// form: like pairStepsCost, treeCost follows every rank's clock through
+// the schedule's rounds under the link model; per round, for a rank that
+// sends a segment to p and receives one from q:
+//
+//	send:    start = its clock (Ports 0), or the latest of its clock,
+//	         its first free port and its link to p (Ports ≥ 1);
+//	         arrival at p = start + α + c·β; the rank is free again at
+//	         start + c·β (Ports 0: the send holds it) or at start (the
+//	         port carries the segment)
+//	receive: max(its clock, q's arrival) + c·γ on the way up (reducing),
+//	         + 0 on the way down (copying)
+//
+// and its clock becomes the later of the two, α and β those of the link
+// between the two ranks (intra- or inter-node). This is what the
+// simulator does with the same schedule, to rounding
+// (TestCostMatchesSimulator); O(N·(S + log N)).
+//
+// What it comes to (α, β, γ each alone; N = 4…64): the first segment
+// costs about (2⌈log2 N⌉ + 2) α, (3⌈log2 N⌉ + 1) c·β and (2⌈log2 N⌉ + 1) c·γ
+// with Ports 0; with Ports ≥ 2, whose sends to a parent and a child
+// travel at once, (2⌈log2 N⌉ + 1) c·β. Each further segment (one per
+// tree) adds 5 to 7 α, 5 to 7 c·β and 4 c·γ, whatever Ports is: the
+// pipeline's throughput is set by the rounds' order (an interior rank
+// takes its two children's segments of one tree before it sends its own
+// of the other, which its parent there takes before its own children's),
+// not by the sender's port.
 func treeCost(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
@@ -278,34 +309,114 @@ func treeCost(m Model, s Shape, b float64) float64 {
 		return agreeCost(m, s)
 	}
 	half := b / 2
-	segs := math.Max(1, math.Ceil(half/treeSegmentBytes))
-	c := half / segs
-	// On several nodes the lowest levels of the trees (ranks less than a
-	// node apart) are intra-node, the top ones inter-node; the segments'
-	// throughput is the inter-node link's.
-	d := log2ceil(n)
-	dIntra := d
-	if s.Nodes > 1 {
-		dIntra = min(d, log2ceil(s.LocalSize+1)-1)
+	segs := int(math.Max(1, math.Ceil(half/treeSegmentBytes)))
+	c := half / float64(segs)
+	top := bits.Len(uint(n - 1))
+	periods := segs + top
+	nodes := make([][2]treeNode, n)
+	clock := make([]float64, n)
+	for r := range nodes {
+		nodes[r] = [2]treeNode{dtreeNode(n, r, 0), dtreeNode(n, r, 1)}
+		clock[r] = m.between(s, mod(r-1, n), r).Alpha // the agreement step
 	}
-	levels := func(f func(Link) float64) float64 {
-		return float64(dIntra)*f(m.Intra) + float64(d-dIntra)*f(m.Inter)
+	// Ports ≥ 1: each rank's ports and its links (by peer; a rank has at
+	// most 6 tree links) are busy until these times.
+	type linkBusy struct {
+		peer int
+		free float64
 	}
-	top := m.link(s)
-	alpha := func(l Link) float64 { return l.Alpha }
-	beta := func(l Link) float64 { return l.transfer(c) }
-	// Each further segment: on two ranks (one edge per tree) 4 latencies,
-	// 4 transfers and 2 reductions; otherwise 6, 7 and 4, half of the
-	// transfers on each kind of link when the trees span nodes.
-	ka, kb, kg := 6.0, 7.0, 4.0
-	if n == 2 {
-		ka, kb, kg = 4, 4, 2
+	ports := m.Ports
+	var portFree [][]float64
+	var linkFree [][]linkBusy
+	if ports > 0 {
+		portFree, linkFree = make([][]float64, n), make([][]linkBusy, n)
+		for r := range portFree {
+			portFree[r] = make([]float64, ports)
+		}
 	}
-	segTransfer := top.transfer(c)
-	if s.Nodes > 1 {
-		segTransfer = (m.Intra.transfer(c) + m.Inter.transfer(c)) / 2
+	arrival := make([]float64, n) // of the segment rank r sends this round
+	sent := make([]float64, n)    // when rank r is free of its send
+	to, from := make([]int, n), make([]int, n)
+	for phase := 0; phase < 2; phase++ {
+		for q := 0; q < periods; q++ {
+			for slot := 0; slot < 4; slot++ {
+				t, j := slot>>1, slot&1
+				any := false
+				for r := range nodes {
+					nd := &nodes[r][t]
+					to[r], from[r] = -1, -1
+					if phase == 0 {
+						if k := q - nd.level; nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+							to[r] = nd.parent
+						}
+						if k := q - nd.childLevel[j]; nd.child[j] >= 0 && k >= 0 && k < segs {
+							from[r] = nd.child[j]
+						}
+					} else {
+						if k := q - (top - nd.parentLevel); nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+							from[r] = nd.parent
+						}
+						if k := q - (top - nd.level); nd.child[j] >= 0 && k >= 0 && k < segs {
+							to[r] = nd.child[j]
+						}
+					}
+					if p := to[r]; p >= 0 {
+						any = true
+						l := m.between(s, r, p)
+						tx := l.transfer(c)
+						start := clock[r]
+						if ports > 0 {
+							port := 0
+							for i, x := range portFree[r] {
+								if x < portFree[r][port] {
+									port = i
+								}
+							}
+							li := -1
+							for i, lb := range linkFree[r] {
+								if lb.peer == p {
+									li = i
+								}
+							}
+							if li < 0 {
+								li = len(linkFree[r])
+								linkFree[r] = append(linkFree[r], linkBusy{p, 0})
+							}
+							start = math.Max(start, math.Max(portFree[r][port], linkFree[r][li].free))
+							portFree[r][port], linkFree[r][li].free = start+tx, start+tx
+							sent[r] = start
+						} else {
+							sent[r] = start + tx
+						}
+						arrival[r] = start + l.Alpha + tx
+					}
+				}
+				if !any {
+					continue
+				}
+				for r := range nodes {
+					if to[r] < 0 && from[r] < 0 {
+						continue
+					}
+					end := 0.0
+					if to[r] >= 0 {
+						end = sent[r]
+					}
+					if p := from[r]; p >= 0 {
+						got := math.Max(clock[r], arrival[p])
+						if phase == 0 {
+							got += c * m.Gamma
+						}
+						end = math.Max(end, got)
+					}
+					clock[r] = end
+				}
+			}
+		}
 	}
-	return 2*top.Alpha + 2*levels(alpha) + ka*(segs-1)*top.Alpha +
-		top.transfer(c) + 3*levels(beta) + kb*(segs-1)*segTransfer +
-		c*m.Gamma*(2*float64(d)+1+kg*(segs-1))
+	end := 0.0
+	for _, x := range clock {
+		end = math.Max(end, x)
+	}
+	return end
 }

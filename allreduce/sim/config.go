@@ -24,12 +24,22 @@ type Link struct {
 	// fits the caches, as allreduce.Link's cache regime).
 	CacheBeta  float64
 	CacheBytes int
+	// SmallBeta, where SmallBytes > 0, is the seconds per byte of
+	// messages of at most SmallBytes bytes, before the cache regime (as
+	// allreduce.Link's small-message regime: loopback messages that fit
+	// the socket buffers).
+	SmallBeta  float64
+	SmallBytes int
 }
 
 // transfer is the time a message of n bytes occupies the sender's egress
-// port at factor f: n·Beta·f, or n·CacheBeta·f in the cache regime.
+// port at factor f: n·Beta·f, or n·SmallBeta·f or n·CacheBeta·f in the
+// small-message or cache regime.
 func (l Link) transfer(n int, f float64) float64 {
-	if l.CacheBytes > 0 && n <= l.CacheBytes {
+	switch {
+	case l.SmallBytes > 0 && n <= l.SmallBytes:
+		return float64(n) * l.SmallBeta * f
+	case l.CacheBytes > 0 && n <= l.CacheBytes:
 		return float64(n) * l.CacheBeta * f
 	}
 	return float64(n) * l.Beta * f
@@ -56,6 +66,16 @@ type Config struct {
 	// Gamma is the cost in seconds per byte of reducing a received
 	// message (a receive into a sink that is not a transport.Placer).
 	Gamma float64
+	// Ports is how many messages a rank can have on the wire at once, to
+	// distinct peers, with the rank going on while they travel (its
+	// egress ports: NICs with DMA, or connections each with a writer and
+	// a socket buffer). 0, the default, is a rank that sends one message
+	// at a time and is itself busy for each message's n·β; k ≥ 1 is a
+	// rank whose send is handed to the first of its k ports to be free
+	// (and waits only for that), each port carrying one message at a time
+	// and each link (ordered pair of ranks) one message at a time. See
+	// the package documentation's link model.
+	Ports int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -89,6 +109,9 @@ func (c Config) validate() error {
 	if c.LocalSize < 0 {
 		return invalid("Config.LocalSize is %d (need 0 or more)", c.LocalSize)
 	}
+	if c.Ports < 0 {
+		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)
+	}
 	for _, l := range []struct {
 		name string
 		x    float64
@@ -97,6 +120,8 @@ func (c Config) validate() error {
 		{"Config.Inter.Alpha", c.Inter.Alpha}, {"Config.Inter.Beta", c.Inter.Beta},
 		{"Config.Intra.CacheBeta", c.Intra.CacheBeta}, {"Config.Inter.CacheBeta", c.Inter.CacheBeta},
 		{"Config.Intra.CacheBytes", float64(c.Intra.CacheBytes)}, {"Config.Inter.CacheBytes", float64(c.Inter.CacheBytes)},
+		{"Config.Intra.SmallBeta", c.Intra.SmallBeta}, {"Config.Inter.SmallBeta", c.Inter.SmallBeta},
+		{"Config.Intra.SmallBytes", float64(c.Intra.SmallBytes)}, {"Config.Inter.SmallBytes", float64(c.Inter.SmallBytes)},
 		{"Config.Gamma", c.Gamma},
 	} {
 		if !finiteNonNeg(l.x) {

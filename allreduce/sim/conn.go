@@ -22,10 +22,14 @@ type Conn struct {
 	rank  int
 	node  int
 
-	// The virtual clock and the time the egress port is free again.
+	// The virtual clock and the time the egress port is free again;
+	// with Config.Ports ≥ 1, the times each port and each link (by
+	// destination, made on the first send) are free again instead.
 	tmu        sync.Mutex
 	clock      float64
 	egressFree float64
+	portFree   []float64
+	linkFree   []float64
 
 	// The inbox and the rank's wait state, guarded by mu.
 	mu       sync.Mutex
@@ -175,7 +179,8 @@ func (c *Conn) enter(peers ...int) error {
 
 // Send posts p to rank to: eagerly, so it returns at once (the payload is
 // copied unless it is virtual). The clock advances by the time p occupies
-// this rank's egress port.
+// this rank's egress port; with Config.Ports ≥ 1, to the time a port
+// takes p.
 func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
 	if err := c.enter(to); err != nil {
 		return err
@@ -255,13 +260,26 @@ func checkRecv(n int, sink transport.Sink) error {
 }
 
 // post queues a copy of p (or, if p is virtual, its length) for rank to,
-// sent at clock t, and returns when the egress port is done with it. The
+// sent at clock t, and returns when the sender may go on: when the egress
+// port is done with it, or with Config.Ports ≥ 1 when a port took it. The
 // caller holds tmu.
 func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
-	start := max(t, c.egressFree)
 	tx := l.transfer(len(p), f)
+	start, port := max(t, c.egressFree), -1
+	if k := w.cfg.Ports; k > 0 {
+		if c.portFree == nil {
+			c.portFree, c.linkFree = make([]float64, k), make([]float64, w.size)
+		}
+		port = 0 // the port free first, the lowest on a tie
+		for i, x := range c.portFree {
+			if x < c.portFree[port] {
+				port = i
+			}
+		}
+		start = max(t, c.portFree[port], c.linkFree[to])
+	}
 	m := message{h: h, n: len(p), arrival: start + l.Alpha*f + tx}
 	if w.arena.contains(p) {
 		m.virtual = true
@@ -287,6 +305,10 @@ func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, e
 		poke(d.wake)
 	}
 	d.mu.Unlock()
+	if port >= 0 {
+		c.portFree[port], c.linkFree[to] = start+tx, start+tx
+		return start, nil
+	}
 	c.egressFree = start + tx
 	return c.egressFree, nil
 }

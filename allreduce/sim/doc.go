@@ -26,34 +26,51 @@
 // and α = Link.Alpha·f, β = Link.Beta·f for the link's class. With γ =
 // Config.Gamma:
 //
-//	Send(to, n bytes) at clock t on rank s:
+//	Send(to, n bytes) at clock t on rank s (Config.Ports 0, the default):
 //	    start       = max(t, egressFree_s)      // one message at a time leaves s
 //	    egressFree_s = start + n·β
 //	    arrival     = start + α + n·β           // carried by the message
 //	    t_s         = start + n·β               // eager: s does not wait for d
 //
+//	Send with Config.Ports = k ≥ 1 (k egress ports; sends overlap):
+//	    p           = the port of s free first (the lowest on a tie)
+//	    start       = max(t, portFree_s[p], linkFree_{s→d})
+//	    portFree_s[p] = linkFree_{s→d} = start + n·β
+//	    arrival     = start + α + n·β
+//	    t_s         = start                     // the port carries it; s goes on
+//
 //	Recv(from, n, sink) at clock t on rank d:
 //	    t_d = max(t, arrival) + (reduce ? n·γ : 0)
 //
 //	Exchange(to, sp, from, n, sink) at clock t:
-//	    sendDone = start + len(sp)·β            // the Send rule, from t
+//	    sendDone = the Send rule's t_s, from t
 //	    recvDone = max(t, arrival) + (reduce ? n·γ : 0)   // the Recv rule, from t
 //	    t        = max(sendDone, recvDone)
+//
+// n·β is the link's transfer time in the regime n falls in: n·SmallBeta
+// when SmallBytes > 0 and n ≤ SmallBytes, else n·CacheBeta when
+// CacheBytes > 0 and n ≤ CacheBytes, else n·Beta (each times f).
 //
 // (Floating point: arrival is computed as (start + α) + n·β.) Receivers are
 // not serialised: a rank's ingress is unlimited and full duplex with its
 // egress. Advance(d) adds d seconds of modelled local work to a clock;
 // AlignClocks is a barrier of zero virtual cost that sets every clock to
-// the latest one. Since a Send leaves the sender's clock at its egressFree
-// and clocks never go back, egressFree never exceeds the clock: a rank's
-// consecutive sends are serialised (the second starts when the first has
-// left) through its clock.
+// the latest one. With Ports 0, since a Send leaves the sender's clock at
+// its egressFree and clocks never go back, egressFree never exceeds the
+// clock: a rank's consecutive sends are serialised (the second starts when
+// the first has left) through its clock, and a receive that follows a send
+// waits for it. With Ports k ≥ 1, a rank's sends to distinct peers travel
+// at once, up to k of them, while the rank receives and reduces: a NIC
+// that sends by DMA (k = 1), or a connection per peer with a writer of its
+// own and a socket buffer to write into (k = N−1, loopback tcp). Messages
+// on one link (an ordered pair of ranks) still go one at a time.
 //
 // Example: one Send of n bytes from s to d, both at clock 0, then d's
 // Recv into a Placer: t_s = n·β, t_d = α + n·β; into a reducing sink,
 // t_d = α + n·β + n·γ. Two back-to-back Sends of n bytes leave at 0 and
-// n·β and arrive at α + n·β and α + 2n·β.
-//
+// n·β and arrive at α + n·β and α + 2n·β. With Ports 2 and the second Send
+// to another rank, both leave at 0, arrive at α + n·β, and t_s = 0.
+
 // # Determinism
 //
 // A rank's clock is a function of its own program order (the calls it

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -93,6 +94,59 @@ func TestEgressSerialised(t *testing.T) {
 	near(t, intra.Alpha+n*intra.Beta, w.Now(1), "after the first")
 	recvPlace(t, w, 1, 0, hdr(1), 2*n)
 	near(t, n*intra.Beta+intra.Alpha+2*n*intra.Beta, w.Now(1), "after the second")
+}
+
+// With Config.Ports, a send holds a port, not the rank: sends to distinct
+// peers travel at once up to the number of ports, the sender goes on when
+// a port takes its message, and a link carries one message at a time.
+func TestPorts(t *testing.T) {
+	const n = 4096
+	tx := n * intra.Beta
+	w := newWorld(t, sim.Config{Ranks: 4, Intra: intra, Inter: inter, Gamma: gamma, Ports: 2})
+	send(t, w, 0, 1, hdr(0), n)
+	near(t, 0, w.Now(0), "sender after one send")
+	send(t, w, 0, 2, hdr(0), n) // the second port
+	near(t, 0, w.Now(0), "sender after two sends")
+	send(t, w, 0, 3, hdr(0), n) // waits for the first port
+	near(t, tx, w.Now(0), "sender after three sends")
+	recvPlace(t, w, 1, 0, hdr(0), n)
+	recvPlace(t, w, 2, 0, hdr(0), n)
+	recvPlace(t, w, 3, 0, hdr(0), n)
+	near(t, intra.Alpha+tx, w.Now(1), "first receiver")
+	near(t, intra.Alpha+tx, w.Now(2), "second receiver")
+	near(t, tx+intra.Alpha+tx, w.Now(3), "third receiver")
+
+	// One link carries one message at a time, whatever the ports.
+	w = newWorld(t, sim.Config{Ranks: 2, Intra: intra, Inter: inter, Gamma: gamma, Ports: 4})
+	send(t, w, 0, 1, hdr(0), n)
+	send(t, w, 0, 1, hdr(1), n)
+	near(t, tx, w.Now(0), "sender after two sends on one link")
+	recvPlace(t, w, 1, 0, hdr(0), n)
+	recvPlace(t, w, 1, 0, hdr(1), n)
+	near(t, tx+intra.Alpha+tx, w.Now(1), "receiver of both")
+
+	// An exchange with a port: the clock is the receive's end, the send
+	// having left at once.
+	w = newWorld(t, sim.Config{Ranks: 2, Intra: intra, Inter: inter, Gamma: gamma, Ports: 1})
+	c0, c1 := w.Conn(0), w.Conn(1)
+	require.NoError(t, c1.Send(bg, 0, hdr(0), make([]byte, 1)))
+	require.NoError(t, c0.Exchange(bg, 1, hdr(0), make([]byte, 4*n), 1, hdr(0), 1, &sink{}))
+	near(t, intra.Alpha+intra.Beta+gamma, w.Now(0), "exchange")
+}
+
+// The small-message and cache regimes of a link: each message's bytes
+// cost the β of the smallest regime it fits.
+func TestLinkRegimes(t *testing.T) {
+	l := sim.Link{Alpha: 1e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 8192, SmallBeta: 1e-10, SmallBytes: 1024}
+	for _, c := range []struct {
+		n    int
+		beta float64
+	}{{1024, l.SmallBeta}, {1025, l.CacheBeta}, {8192, l.CacheBeta}, {8193, l.Beta}} {
+		w := newWorld(t, sim.Config{Ranks: 2, Intra: l, Inter: l})
+		send(t, w, 0, 1, hdr(0), c.n)
+		recvPlace(t, w, 1, 0, hdr(0), c.n)
+		near(t, l.Alpha+float64(c.n)*c.beta, w.Now(1), fmt.Sprintf("%d bytes", c.n))
+	}
 }
 
 func TestIntraInter(t *testing.T) {
@@ -228,6 +282,9 @@ func TestConfigInvalid(t *testing.T) {
 	for field, mod := range map[string]func(*sim.Config){
 		"Config.Ranks":               func(c *sim.Config) { c.Ranks = 0 },
 		"Config.LocalSize":           func(c *sim.Config) { c.LocalSize = -1 },
+		"Config.Ports":               func(c *sim.Config) { c.Ports = -1 },
+		"Config.Intra.SmallBeta":     func(c *sim.Config) { c.Intra.SmallBeta = -1 },
+		"Config.Inter.SmallBytes":    func(c *sim.Config) { c.Inter.SmallBytes = -1 },
 		"Config.Intra.Alpha":         func(c *sim.Config) { c.Intra.Alpha = -1 },
 		"Config.Intra.Beta":          func(c *sim.Config) { c.Intra.Beta = math.NaN() },
 		"Config.Inter.Alpha":         func(c *sim.Config) { c.Inter.Alpha = math.Inf(1) },

@@ -19,14 +19,17 @@ import (
 //
 //  1. α and β: a ring exchange among all the ranks at once over the
 //     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
-//     in two regimes (fitLink); Intra = Inter = that link (one host);
+//     in up to three regimes (fitLink: large messages, the cache regime,
+//     the small-message regime); Intra = Inter = that link (one host);
 //  2. γ: the same exchange with a reducing sink at the large sizes, the
 //     extra time per byte (fitGamma);
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
 //     the sweep (-min, -max, -factor; medians over -iters), printed as the
 //     usual table with each algorithm's predicted time beside it, and
 //     stored as the profile's measurements;
-//  4. the model refitted to those measurements (refit.go): the profile's
+//  4. the model refitted to those measurements (refit.go): the rates,
+//     the regimes' sizes and Ports (how a rank's sends to several peers
+//     overlap, which only the algorithms' times show); the profile's
 //     model.
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
@@ -69,14 +72,22 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 
 	// calibRounds sweeps, each timing every algorithm at every size; each
 	// cell is the median of its rounds, so that one round's noise (a
-	// neighbour's burst on a shared host) does not decide a choice.
+	// neighbour's burst on a shared host) does not decide a choice. Each
+	// round starts the algorithms' order one further along (rotated), so
+	// that no algorithm always runs after the same one: what ran before
+	// moves an algorithm's time (over tcp on the 2-core VM, Tree at 1 MiB
+	// took 917 µs run first, 1091 after ring and 1443 after doubling).
 	var rounds [][]row
-	for range calibRounds {
+	algos := cfg.algos
+	for i := range calibRounds {
+		cfg.algos = rotated(algos, i)
 		quiet := newPrinter(cfg, io.Discard)
-		if err := sweepAll(ctx, cfg, eps, quiet); err != nil {
+		err := sweepAll(ctx, cfg, eps, quiet)
+		cfg.algos = algos
+		if err != nil {
 			return err
 		}
-		rounds = append(rounds, quiet.rows)
+		rounds = append(rounds, inAlgoOrder(quiet.rows, algos))
 	}
 	p := newPrinter(cfg, w)
 	if err := p.header(); err != nil {
@@ -97,11 +108,11 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		return nil
 	}
 	samples := refitSamples(p.rows)
-	refit, factors, before, after := refitModel(*cfg.model, samples)
+	refit, before, after := refitModel(*cfg.model, samples)
 	if err := printAccuracy(w, p.rows); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if err := printRefit(w, factors, before, after, refit, samples); err != nil {
+	if err := printRefit(w, before, after, refit, samples); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
@@ -165,7 +176,10 @@ func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit link
 			}
 		}
 		fit := l.Alpha + float64(n)*l.Beta
-		if l.CacheBytes > 0 && n <= l.CacheBytes {
+		switch {
+		case l.SmallBytes > 0 && n <= l.SmallBytes:
+			fit = l.Alpha + float64(n)*l.SmallBeta
+		case l.CacheBytes > 0 && n <= l.CacheBytes:
 			fit = l.Alpha + float64(n)*l.CacheBeta
 		}
 		fmt.Fprintf(&b, "%13d %12.2f %12.2f %12s\n", n, perStep[i]*1e6, fit*1e6, red)
@@ -177,6 +191,10 @@ func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit link
 			allreducetest.FormatBytes(l.CacheBytes), l.CacheBeta*1e9, rateText(l.CacheBeta), sizeRange(fit.cacheSizes))
 	} else {
 		b.WriteString("# cache regime: none (no mid-sized message moved 1.5x faster per byte than the large ones)\n")
+	}
+	if l.SmallBytes > 0 {
+		fmt.Fprintf(&b, "# small-message regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
+			allreducetest.FormatBytes(l.SmallBytes), l.SmallBeta*1e9, rateText(l.SmallBeta), sizeRange(fit.smallSizes))
 	}
 	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
 		gamma*1e9, rateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, rateText(kernel))
@@ -268,5 +286,31 @@ func medianRows(rounds [][]row) []row {
 		}
 		out[i] = r
 	}
+	return out
+}
+
+// rotated is algos started at index k mod len(algos).
+func rotated(algos []allreduce.Algorithm, k int) []allreduce.Algorithm {
+	if len(algos) == 0 {
+		return algos
+	}
+	k %= len(algos)
+	return append(slices.Clone(algos[k:]), algos[:k]...)
+}
+
+// inAlgoOrder sorts rows into the order of algos (stably: each
+// algorithm's sizes stay in order), as medianRows needs every round's
+// rows in the same order.
+func inAlgoOrder(rows []row, algos []allreduce.Algorithm) []row {
+	index := func(r row) int {
+		for i, a := range algos {
+			if a.String() == r.Algo {
+				return i
+			}
+		}
+		return len(algos)
+	}
+	out := slices.Clone(rows)
+	slices.SortStableFunc(out, func(a, b row) int { return index(a) - index(b) })
 	return out
 }

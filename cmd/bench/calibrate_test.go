@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -91,5 +92,62 @@ func TestFitLink(t *testing.T) {
 	f = fitLink([]int{8, 16, 32, 64}, []float64{1e-6, 1e-6, 2e-6, 3e-6})
 	if !(f.link.Beta > 0) || !slices.Equal(f.betaSizes, []int{32, 64}) {
 		t.Errorf("tiny fit %+v", f)
+	}
+}
+
+// TestFitLinkRegimes: times with a small-message regime (up to 32 KiB, a
+// tenth of β) below a cache regime (up to 512 KiB, half of β) give all
+// three back, each from its own sizes.
+func TestFitLinkRegimes(t *testing.T) {
+	const alpha, beta = 20e-6, 1e-9
+	sizes := pingSizes(64 << 20)
+	secs := make([]float64, len(sizes))
+	for i, b := range sizes {
+		per := beta
+		switch {
+		case b <= 32<<10:
+			per = beta / 10
+		case b <= 512<<10:
+			per = beta / 2
+		}
+		secs[i] = alpha + float64(b)*per
+	}
+	f := fitLink(sizes, secs)
+	l := f.link
+	if l.SmallBytes != 32<<10 || l.CacheBytes != 512<<10 ||
+		math.Abs(l.SmallBeta-beta/10) > 0.01*beta || math.Abs(l.CacheBeta-beta/2) > 0.01*beta || math.Abs(l.Beta-beta) > 0.01*beta {
+		t.Errorf("fit %+v, want small regime to 32 KiB at β/10, cache regime to 512 KiB at β/2, β %v", l, beta)
+	}
+	// Two regimes only: no small-message regime is split off.
+	for i, b := range sizes {
+		per := beta
+		if b <= 512<<10 {
+			per = beta / 2
+		}
+		secs[i] = alpha + float64(b)*per
+	}
+	if f := fitLink(sizes, secs); f.link.SmallBytes != 0 || f.link.CacheBytes != 512<<10 {
+		t.Errorf("two-regime fit %+v", f.link)
+	}
+}
+
+// TestRotatedRounds: each calibration round starts the algorithms one
+// further along, and its rows are put back in the algorithms' order (each
+// algorithm's sizes in order) for the medians.
+func TestRotatedRounds(t *testing.T) {
+	algos := []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree}
+	if got := rotated(algos, 4); !slices.Equal(got, []allreduce.Algorithm{allreduce.Doubling, allreduce.Tree, allreduce.Ring}) {
+		t.Errorf("rotated by 4: %v", got)
+	}
+	if !slices.Equal(algos, []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree}) {
+		t.Errorf("rotated changed its argument: %v", algos)
+	}
+	rows := []row{{Algo: "tree", Bytes: 1}, {Algo: "tree", Bytes: 2}, {Algo: "ring", Bytes: 1}, {Algo: "ring", Bytes: 2}, {Algo: "doubling", Bytes: 1}}
+	var got []string
+	for _, r := range inAlgoOrder(rows, algos) {
+		got = append(got, fmt.Sprintf("%s/%d", r.Algo, r.Bytes))
+	}
+	if want := []string{"ring/1", "ring/2", "doubling/1", "tree/1", "tree/2"}; !slices.Equal(got, want) {
+		t.Errorf("in order: %v, want %v", got, want)
 	}
 }

@@ -63,6 +63,31 @@ func TestExplain(t *testing.T) {
 			t.Errorf("-explain table lacks %q:\n%s", s, out)
 		}
 	}
+
+	// -ports: the model's ports, said in the table's header and used by
+	// Tree's prediction (4 MiB on 64 ranks: its sends to a parent and a
+	// child overlap, so it is predicted faster).
+	treeAt := func(args ...string) float64 {
+		t.Helper()
+		out, err := runBench(t, append([]string{"-explain", "-json", "-transport", "sim", "-ranks", "64", "-min", "4M", "-max", "4M"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			PredictedUS map[string]float64 `json:"predicted_us"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return e.PredictedUS["tree"]
+	}
+	if one, three := treeAt(), treeAt("-ports", "3"); !(three < one) {
+		t.Errorf("tree at 4 MiB on 64 ranks: %v µs with 3 ports, %v µs with none", three, one)
+	}
+	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-ports", "2")
+	if err != nil || !strings.Contains(out, "; ports 2 (simulator defaults with -ports)") {
+		t.Errorf("-ports 2: %v\n%s", err, out)
+	}
 }
 
 // TestProfileModel: the model comes from -profile, else $RINGDDP_PROFILE,

@@ -21,10 +21,12 @@ type linkFit struct {
 	alphaSizes []int
 	betaSizes  []int
 	cacheSizes []int // the sizes the cache regime was fitted on (none: no such regime)
+	smallSizes []int // the sizes the small-message regime was fitted on (none: no such regime)
 }
 
 // fitLink fits the cost model's link, t(b) = α + b·β, to the one-way
-// times secs of messages of sizes bytes (ascending), in two regimes:
+// times secs of messages of sizes bytes (ascending), in up to three
+// regimes of message size:
 //
 //   - β is the median of t/b over the large messages (≥ 1 MiB; if fewer
 //     than two, the larger half of the sizes). Only there is the per-byte
@@ -38,6 +40,10 @@ type linkFit struct {
 //     smallest), of t − b·β: the latency the small-message algorithms
 //     actually pay, which the large messages' intercept does not
 //     measure.
+//   - the cache regime and, below it, the small-message regime, where the
+//     mid-sized messages show them (fitCache, fitSmall); α is then taken
+//     again with the small messages' bytes at their regime's rate, and
+//     the regimes from it.
 //
 // α is at least 0.
 func fitLink(bytes []int, secs []float64) linkFit {
@@ -92,7 +98,35 @@ func fitLink(bytes []int, secs []float64) linkFit {
 		f.betaSizes = append(f.betaSizes, bytes[i])
 	}
 	f.fitCache(bytes, secs)
+	f.fitSmall(bytes, secs)
+	if f.link.CacheBytes > 0 {
+		// α again, less the small messages' bytes at their own regime's
+		// rate, and the regimes again from it.
+		small = small[:0]
+		for i, b := range bytes {
+			if slices.Contains(f.alphaSizes, b) {
+				small = append(small, secs[i]-linkTransfer(f.link, b))
+			}
+		}
+		f.link.Alpha = max(0, median(small))
+		f.link.CacheBeta, f.link.CacheBytes, f.link.SmallBeta, f.link.SmallBytes = 0, 0, 0, 0
+		f.cacheSizes, f.smallSizes = nil, nil
+		f.fitCache(bytes, secs)
+		f.fitSmall(bytes, secs)
+	}
 	return f
+}
+
+// linkTransfer is the per-byte part of a message of b bytes over l, in
+// the regime it falls in (allreduce.Link's own is unexported).
+func linkTransfer(l allreduce.Link, b int) float64 {
+	switch {
+	case l.SmallBytes > 0 && b <= l.SmallBytes:
+		return float64(b) * l.SmallBeta
+	case l.CacheBytes > 0 && b <= l.CacheBytes:
+		return float64(b) * l.CacheBeta
+	}
+	return float64(b) * l.Beta
 }
 
 // cacheSpeedup is how much faster per byte than the large messages the
@@ -129,4 +163,37 @@ func (f *linkFit) fitCache(bytes []int, secs []float64) {
 // medianOf is the median of xs without reordering them.
 func medianOf(xs []float64) float64 {
 	return median(slices.Clone(xs))
+}
+
+// fitSmall splits the small-message regime (allreduce.Link's SmallBeta
+// and SmallBytes) off the cache regime: the longest run of the cache
+// regime's sizes, from the smallest up and leaving at least one, whose
+// times per byte beyond α are all at most 1/cacheSpeedup of the median of
+// the rest. SmallBeta is their median, CacheBeta becomes the rest's. On
+// loopback tcp they are the messages that fit the socket buffers; a link
+// whose mid-sized messages all move alike has none.
+func (f *linkFit) fitSmall(bytes []int, secs []float64) {
+	if len(f.cacheSizes) < 2 {
+		return
+	}
+	per := make([]float64, 0, len(f.cacheSizes))
+	for i, b := range bytes {
+		if slices.Contains(f.cacheSizes, b) {
+			per = append(per, max((secs[i]-f.link.Alpha)/float64(b), 0))
+		}
+	}
+	split := 0
+	for k := 1; k < len(per); k++ {
+		if slices.Max(per[:k])*cacheSpeedup <= medianOf(per[k:]) {
+			split = k
+		}
+	}
+	if split == 0 {
+		return
+	}
+	f.smallSizes = f.cacheSizes[:split]
+	f.cacheSizes = f.cacheSizes[split:]
+	f.link.SmallBeta = medianOf(per[:split])
+	f.link.SmallBytes = f.smallSizes[split-1]
+	f.link.CacheBeta = medianOf(per[split:])
 }

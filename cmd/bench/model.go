@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
 )
 
 // The simulator's default links when no profile gives them (README.md):
@@ -31,11 +32,12 @@ type modelFlags struct {
 	alphaUS      float64
 	intraAlphaUS float64
 	gammaGbps    float64
+	ports        int
 }
 
 // modelFlagNames are the flags that override one parameter of the model.
 func modelFlagNames() []string {
-	return []string{"intra-gbps", "inter-gbps", "alpha-us", "intra-alpha-us", "gamma-gbps"}
+	return []string{"intra-gbps", "inter-gbps", "alpha-us", "intra-alpha-us", "gamma-gbps", "ports"}
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
@@ -44,6 +46,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
 	fs.Float64Var(&f.alphaUS, "alpha-us", 0, fmt.Sprintf("latency per message between nodes in µs (the model's inter-node α); default the profile's, else %d with -transport sim", defaultInterAlphaUS))
 	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
+	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (allreduce.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
 	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and allreduce.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/allreduce.DefaultModel(false).Gamma/1e9))
 }
 
@@ -101,6 +104,13 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 		o.apply(&base, o.v)
 		set = append(set, "-"+o.name)
 	}
+	if given["ports"] {
+		if f.ports < 0 {
+			return nil, "", fmt.Errorf("-ports %d: need 0 or more", f.ports)
+		}
+		base.Ports = f.ports
+		set = append(set, "-ports")
+	}
 	if len(set) > 0 {
 		from += " with " + strings.Join(set, ", ")
 	} else if from == "allreduce.DefaultModel" {
@@ -133,10 +143,29 @@ func betaOfGbps(gbps float64) float64 { return 8 / (gbps * 1e9) }
 // gbpsOfBeta is the rate in gigabits per second of beta seconds per byte.
 func gbpsOfBeta(beta float64) float64 { return 8 / (beta * 1e9) }
 
-// describeModel spells a model out in the flags' units.
+// describeModel spells a model out in the flags' units: each link's
+// bandwidth, its latency and its regimes of smaller messages, γ, and the
+// ports when a rank's sends overlap.
 func describeModel(m allreduce.Model) string {
-	return fmt.Sprintf("inter %s α %.3g µs; intra %s α %.3g µs; γ %s",
-		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, rateText(m.Intra.Beta), m.Intra.Alpha*1e6, rateText(m.Gamma))
+	s := fmt.Sprintf("inter %s α %.3g µs%s; intra %s α %.3g µs%s; γ %s",
+		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), rateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), rateText(m.Gamma))
+	if m.Ports > 0 {
+		s += fmt.Sprintf("; ports %d", m.Ports)
+	}
+	return s
+}
+
+// regimesText is a link's regimes of smaller messages, if any: ", up to
+// SIZE RATE" each, the smallest last.
+func regimesText(l allreduce.Link) string {
+	var s string
+	if l.CacheBytes > 0 {
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), rateText(l.CacheBeta))
+	}
+	if l.SmallBytes > 0 {
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), rateText(l.SmallBeta))
+	}
+	return s
 }
 
 // rateText is beta seconds per byte as Gb/s and GB/s.
@@ -149,7 +178,7 @@ func rateText(beta float64) string {
 
 // peerMemory reports whether the transport's ranks share memory
 // (transport.PeerMemory): in process, yes; tcp and the simulator, no.
-func peerMemory(transport string) bool { return transport == "inproc" }
+func peerMemory(transport string) bool { return transport == "inproc" || transport == "shm" }
 
 // plannedShape is the cost model's shape of the run as the flags describe
 // it (-ranks, -local-size or -nodes; over tcp one node per host of the

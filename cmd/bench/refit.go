@@ -13,18 +13,31 @@ import (
 // The refit: the ring exchange measures α, β and γ of one step with every
 // rank busy, but an algorithm's steps pay more than the microbenchmark's
 // back-to-back steps (a cold start after the barrier, the time between
-// steps spent in the algorithm, wake-ups when ranks outnumber cores). So
-// -calibrate then scales the fitted parameters to the algorithms'
-// measured times: each of α, β, the cache regime's β and γ gets a factor
-// 2^(k/8), k in [-24, 24], chosen by coordinate descent (refitRounds
-// passes over the four) to minimise the mean squared log ratio of
-// predicted to measured time over every measured algorithm and size. The
-// log makes a 20 µs call and a 100 ms one count alike, which is what
-// "within 25%" asks of the model. The factors and the error before and
-// after are printed.
+// steps spent in the algorithm, wake-ups when ranks outnumber cores), and
+// it cannot see how a rank's sends to several peers overlap. So
+// -calibrate then fits the model to the algorithms' measured times, by
+// coordinate descent (refitRounds passes) minimising the mean squared log
+// ratio of predicted to measured time over every measured algorithm and
+// size:
+//
+//   - α, β, each regime's β and γ are scaled by factors 2^(k/8), k in
+//     [-24, 24];
+//   - Ports (allreduce.Model) takes the value 0..N-1 that fits best: how
+//     far a rank's sends to distinct peers overlap, which Tree (an
+//     interior rank sends to three peers) shows;
+//   - the regimes' sizes move between powers of two from 8 KiB to 8 MiB
+//     (or drop, 0): the cache regime's CacheBytes, and the small-message
+//     regime's SmallBytes below it (loopback tcp: messages that fit the
+//     socket buffers), a regime starting at the β of the one above it.
+//
+// The log makes a 20 µs call and a 100 ms one count alike, which is what
+// "within 25%" asks of the model. The model and the error before and after
+// are printed. The refit's parameters are few (at most 5 rates, 2 sizes
+// and Ports) against the samples (every algorithm at every size: about
+// 100), and the predictions are checked on a separate run (docs/scaling.md).
 const (
 	refitSteps  = 24
-	refitRounds = 4
+	refitRounds = 6
 )
 
 // refitSample is one measured all-reduce: an algorithm, its shape, bytes
@@ -37,16 +50,12 @@ type refitSample struct {
 }
 
 // refitSamples are the rows of single algorithms (auto's rows repeat one
-// of them) that have a shape and a positive time, Tree's left out: its
-// formula is fitted to the simulator's schedule, not derived from the
-// link, so it says little about the link's parameters (on loopback tcp,
-// whose links do not share one egress port as the model's do, it
-// predicts two to three times the measured time).
+// of them) that have a shape and a positive time.
 func refitSamples(rows []row) []refitSample {
 	var out []refitSample
 	for _, r := range rows {
 		a, err := allreduce.ParseAlgorithm(r.Algo)
-		if err != nil || a == allreduce.Auto || a == allreduce.Tree || r.shape.Ranks == 0 || r.TimeUS <= 0 {
+		if err != nil || a == allreduce.Auto || r.shape.Ranks == 0 || r.TimeUS <= 0 {
 			continue
 		}
 		out = append(out, refitSample{a, r.shape, r.Bytes, r.TimeUS * 1e-6})
@@ -59,13 +68,8 @@ func refitSamples(rows []row) []refitSample {
 func refitError(m allreduce.Model, samples []refitSample) float64 {
 	sum := 0.0
 	for _, s := range samples {
-		pred := 0.0
-		for _, p := range allreduce.Predict(m, s.shape, s.bytes) {
-			if p.Algorithm == s.algo {
-				pred = p.Seconds
-			}
-		}
-		if !(pred > 0) {
+		pred, ok := allreduce.PredictAlgorithm(m, s.shape, s.algo, s.bytes)
+		if !ok || !(pred > 0) {
 			return math.Inf(1)
 		}
 		d := math.Log(pred / s.seconds)
@@ -74,76 +78,264 @@ func refitError(m allreduce.Model, samples []refitSample) float64 {
 	return sum / float64(max(len(samples), 1))
 }
 
-// refitFactors are the scale factors of α, β, cache β and γ.
-type refitFactors [4]float64
-
-// apply scales m by f (intra and inter alike: one host).
-func (f refitFactors) apply(m allreduce.Model) allreduce.Model {
-	scale := func(l allreduce.Link) allreduce.Link {
-		l.Alpha *= f[0]
-		l.Beta *= f[1]
-		l.CacheBeta *= f[2]
-		return l
+// refitRegimeSizes are the sizes a regime may end at (0: no regime).
+var refitRegimeSizes = func() []int {
+	out := []int{0}
+	for b := 8 << 10; b <= 8<<20; b <<= 1 {
+		out = append(out, b)
 	}
-	m.Intra, m.Inter = scale(m.Intra), scale(m.Inter)
-	m.Gamma *= f[3]
+	return out
+}()
+
+// oneLink sets both links of m (one host) to l.
+func oneLink(m allreduce.Model, l allreduce.Link) allreduce.Model {
+	m.Intra, m.Inter = l, l
 	return m
 }
 
-// refitModel scales m to the samples (see the refit above) and returns the
-// scaled model, the factors and the error before and after.
-func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, refitFactors, float64, float64) {
-	f := refitFactors{1, 1, 1, 1}
-	before := refitError(m, samples)
-	best := before
-	if len(samples) == 0 || math.IsInf(before, 1) {
-		return m, f, before, before
-	}
-	for range refitRounds {
-		for p := range f {
-			if p == 2 && m.Intra.CacheBytes == 0 {
-				continue // no cache regime to scale
-			}
-			base := f[p]
+// refitMoves are the coordinate descent's moves from model m: each
+// returns the candidates of one parameter.
+func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
+	scale := func(set func(l *allreduce.Link, f float64), gamma bool) func(m allreduce.Model) []allreduce.Model {
+		return func(m allreduce.Model) []allreduce.Model {
+			var out []allreduce.Model
 			for k := -refitSteps; k <= refitSteps; k++ {
-				try := f
-				try[p] = base * math.Exp2(float64(k)/8)
-				if e := refitError(try.apply(m), samples); e < best {
-					best, f = e, try
+				f := math.Exp2(float64(k) / 8)
+				c := m
+				if gamma {
+					c.Gamma *= f
+				} else {
+					l := m.Intra
+					set(&l, f)
+					c = oneLink(c, l)
 				}
+				out = append(out, c)
+			}
+			return out
+		}
+	}
+	return []func(m allreduce.Model) []allreduce.Model{
+		scale(func(l *allreduce.Link, f float64) { l.Alpha *= f }, false),
+		scale(func(l *allreduce.Link, f float64) { l.Beta *= f }, false),
+		scale(func(l *allreduce.Link, f float64) { l.CacheBeta *= f }, false),
+		scale(func(l *allreduce.Link, f float64) { l.SmallBeta *= f }, false),
+		scale(nil, true),
+		func(m allreduce.Model) []allreduce.Model { // ports
+			var out []allreduce.Model
+			for k := 0; k <= maxPorts; k++ {
+				c := m
+				c.Ports = k
+				out = append(out, c)
+			}
+			return out
+		},
+		func(m allreduce.Model) []allreduce.Model { // the cache regime's size and β
+			var out []allreduce.Model
+			for _, b := range refitRegimeSizes {
+				l := m.Intra
+				if l.CacheBytes == 0 {
+					l.CacheBeta = l.Beta
+				}
+				if b > 0 && l.SmallBytes >= b {
+					continue
+				}
+				l.CacheBytes = b
+				if b == 0 {
+					l.CacheBeta = 0
+					out = append(out, oneLink(m, l))
+					continue
+				}
+				for k := -refitSteps; k <= refitSteps; k++ {
+					c := l
+					c.CacheBeta *= math.Exp2(float64(k) / 8)
+					out = append(out, oneLink(m, c))
+				}
+			}
+			return out
+		},
+		func(m allreduce.Model) []allreduce.Model { // the small-message regime's size and β
+			var out []allreduce.Model
+			for _, b := range refitRegimeSizes {
+				l := m.Intra
+				if l.SmallBytes == 0 {
+					l.SmallBeta = l.Beta
+					if l.CacheBytes > 0 {
+						l.SmallBeta = l.CacheBeta
+					}
+				}
+				if l.CacheBytes > 0 && b >= l.CacheBytes {
+					continue
+				}
+				l.SmallBytes = b
+				if b == 0 {
+					l.SmallBeta = 0
+					out = append(out, oneLink(m, l))
+					continue
+				}
+				for k := -refitSteps; k <= refitSteps; k++ {
+					c := l
+					c.SmallBeta *= math.Exp2(float64(k) / 8)
+					out = append(out, oneLink(m, c))
+				}
+			}
+			return out
+		},
+	}
+}
+
+// regimesOrdered reports whether each of l's regimes moves bytes faster
+// than the regime of larger messages above it, as a regime of its own
+// must: the cache regime than β, the small-message regime than the cache
+// regime (or β when there is none).
+func regimesOrdered(l allreduce.Link) bool {
+	above := l.Beta
+	if l.CacheBytes > 0 {
+		if l.CacheBeta >= above {
+			return false
+		}
+		above = l.CacheBeta
+	}
+	return l.SmallBytes == 0 || l.SmallBeta < above
+}
+
+// refitRegimes is the refit's search over the regimes' structure, which
+// coordinate descent, one parameter at a time, does not leave once in a
+// local optimum (a regime added at the β of the one above changes
+// nothing, so it is never taken): for every pair of sizes the small-message
+// and cache regimes may end at (either none), the three rates fitted
+// together (two passes of a coarse scan of each), from the current ones or,
+// for a regime m lacks, half the rate above it. It returns the best model
+// and its error.
+func refitRegimes(m allreduce.Model, samples []refitSample) (allreduce.Model, float64) {
+	best, bestErr := m, refitError(m, samples)
+	for _, cache := range refitRegimeSizes {
+		for _, small := range refitRegimeSizes {
+			if cache > 0 && small >= cache {
+				continue
+			}
+			l := m.Intra
+			if l.CacheBytes == 0 || cache == 0 {
+				l.CacheBeta = l.Beta / 2
+			}
+			if l.SmallBytes == 0 || small == 0 {
+				l.SmallBeta = l.CacheBeta / 2
+				if cache == 0 {
+					l.SmallBeta = l.Beta / 2
+				}
+			}
+			l.CacheBytes, l.SmallBytes = cache, small
+			if cache == 0 {
+				l.CacheBeta = 0
+			}
+			if small == 0 {
+				l.SmallBeta = 0
+			}
+			c := oneLink(m, l)
+			cErr := refitError(c, samples)
+			rates := []func(l *allreduce.Link) *float64{
+				func(l *allreduce.Link) *float64 { return &l.Beta },
+				func(l *allreduce.Link) *float64 { return &l.CacheBeta },
+				func(l *allreduce.Link) *float64 { return &l.SmallBeta },
+			}
+			for range 2 {
+				for i, rate := range rates {
+					if (i == 1 && cache == 0) || (i == 2 && small == 0) {
+						continue
+					}
+					base := c.Intra
+					for k := -refitSteps; k <= refitSteps; k += 2 {
+						l := base
+						*rate(&l) *= math.Exp2(float64(k) / 8)
+						if !regimesOrdered(l) {
+							continue
+						}
+						if e := refitError(oneLink(c, l), samples); e < cErr {
+							c, cErr = oneLink(c, l), e
+						}
+					}
+				}
+			}
+			if cErr < bestErr*(1-1e-9) && regimesOrdered(c.Intra) {
+				best, bestErr = c, cErr
 			}
 		}
 	}
-	return f.apply(m), f, before, best
+	return best, bestErr
 }
 
-// printRefit reports the refit's factors and errors, and the accuracy of
+// refitModel fits m to the samples (see the refit above) and returns the
+// fitted model and the error before and after.
+func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, float64, float64) {
+	before := refitError(m, samples)
+	best := before
+	if len(samples) == 0 || math.IsInf(before, 1) {
+		return m, before, before
+	}
+	maxPorts := 0
+	for _, s := range samples {
+		maxPorts = max(maxPorts, s.shape.Ranks-1)
+	}
+	if s, e := refitRegimes(m, samples); e < best {
+		m, best = s, e
+	}
+	moves := refitMoves(maxPorts)
+	for range refitRounds {
+		improved := false
+		for _, move := range moves {
+			for _, c := range move(m) {
+				if !regimesOrdered(c.Intra) {
+					continue
+				}
+				if e := refitError(c, samples); e < best*(1-1e-9) {
+					best, m, improved = e, c, true
+				}
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+	return m, before, best
+}
+
+// printRefit reports the refit's model and errors, and the accuracy of
 // the refitted model per algorithm.
-func printRefit(w io.Writer, f refitFactors, before, after float64, m allreduce.Model, samples []refitSample) error {
+func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples []refitSample) error {
 	var b strings.Builder
 	rms := func(e float64) string { return fmt.Sprintf("%.0f%%", 100*(math.Exp(math.Sqrt(e))-1)) }
-	fmt.Fprintf(&b, "# refit to the algorithms' measured times: alpha x%.3g, beta x%.3g, cache beta x%.3g, gamma x%.3g; rms prediction error %s before, %s after\n",
-		f[0], f[1], f[2], f[3], rms(before), rms(after))
+	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rms(before), rms(after))
 	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, rateText(m.Intra.Beta))
 	if m.Intra.CacheBytes > 0 {
 		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, rateText(m.Intra.CacheBeta))
 	}
-	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s)\n", m.Gamma*1e9, rateText(m.Gamma))
+	if m.Intra.SmallBytes > 0 {
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, rateText(m.Intra.SmallBeta))
+	}
+	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s)\n", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports))
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
 	var order []string
 	ratios := map[string][]float64{}
 	for _, s := range samples {
-		for _, p := range allreduce.Predict(m, s.shape, s.bytes) {
-			if p.Algorithm == s.algo && p.Seconds > 0 {
-				name := s.algo.String()
-				if _, ok := ratios[name]; !ok {
-					order = append(order, name)
-				}
-				ratios[name] = append(ratios[name], s.seconds/p.Seconds)
+		if p, ok := allreduce.PredictAlgorithm(m, s.shape, s.algo, s.bytes); ok && p > 0 {
+			name := s.algo.String()
+			if _, ok := ratios[name]; !ok {
+				order = append(order, name)
 			}
+			ratios[name] = append(ratios[name], s.seconds/p)
 		}
 	}
 	writeRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// portsText says what a model's Ports means.
+func portsText(k int) string {
+	switch k {
+	case 0:
+		return "a send holds its rank"
+	case 1:
+		return "one send on the wire at a time, the rank going on"
+	}
+	return fmt.Sprintf("up to %d sends to distinct peers on the wire at once, the rank going on", k)
 }

@@ -19,6 +19,7 @@ func simConfig(cfg *config) sim.Config {
 		Intra:      simLink(m.Intra),
 		Inter:      simLink(m.Inter),
 		Gamma:      m.Gamma,
+		Ports:      m.Ports,
 		SlowRank:   -1,
 		TimingOnly: cfg.virtualBytes() > 0,
 		Timeout:    cfg.tr.Timeout,
@@ -124,5 +125,5 @@ func (t *simTally) combine(ctx context.Context, c *sim.Conn, times []float64, wr
 
 // simLink is the simulator's link for a link of the cost model.
 func simLink(l allreduce.Link) sim.Link {
-	return sim.Link{Alpha: l.Alpha, Beta: l.Beta, CacheBeta: l.CacheBeta, CacheBytes: l.CacheBytes}
+	return sim.Link{Alpha: l.Alpha, Beta: l.Beta, CacheBeta: l.CacheBeta, CacheBytes: l.CacheBytes, SmallBeta: l.SmallBeta, SmallBytes: l.SmallBytes}
 }
