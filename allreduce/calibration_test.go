@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/shm"
 )
 
 // On the calibration data of this project's machines (cmd/bench
@@ -42,7 +43,10 @@ func TestAutoOnCalibrationData(t *testing.T) {
 				t.Fatal(err)
 			}
 			shape := allreduce.FlatShape(p.Ranks)
-			shape.PeerMemory = p.Transport == "inproc"
+			shape.PeerMemory = p.Transport == "inproc" || p.Transport == "shm"
+			if p.Transport == "shm" {
+				shape.LendLimit = shm.ExposeLimit // shm lends copies
+			}
 			shape.Topology = p.Transport != "inproc" // tcp and shm name the host: one node
 			measured := map[int]map[allreduce.Algorithm]float64{}
 			for _, m := range p.Measurements {

@@ -136,7 +136,20 @@ func (m Model) Validate() error {
 // testdata/profiles, rounded). Calibrate on the machine at hand for
 // better choices.
 func DefaultModel(peerMemory bool) Model {
-	if peerMemory {
+	return DefaultModelFor(Shape{PeerMemory: peerMemory})
+}
+
+// DefaultModelFor is the default model for a group of shape s: ranks in
+// one address space (PeerMemory, no LendLimit), ranks of one host that
+// lend copies in shared memory (shm: PeerMemory with a LendLimit, as
+// testdata/profiles/shm-4.json measured it, rounded), or ranks that only
+// exchange messages (DefaultModel(false)).
+func DefaultModelFor(s Shape) Model {
+	if s.PeerMemory && s.LendLimit > 0 {
+		l := Link{Alpha: 3.1e-6, Beta: 1 / 2.12e9, CacheBeta: 1 / 4.24e9, CacheBytes: 8 << 20, SmallBeta: 1 / 7.14e9, SmallBytes: 128 << 10}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 27.2e9, Ports: 2}
+	}
+	if s.PeerMemory {
 		l := Link{Alpha: 3e-6, Beta: 1 / 8e9}
 		return Model{Intra: l, Inter: l, Gamma: 1 / 9e9}
 	}
@@ -162,8 +175,13 @@ type Shape struct {
 	// Topology: every rank knows its node (algorithms that need it can
 	// run).
 	Topology bool
-	// PeerMemory: the ranks share an address space (transport.PeerMemory).
+	// PeerMemory: the ranks can read one another's buffers
+	// (transport.PeerMemory), in place when LendLimit is 0 (ranks in one
+	// address space), else as copies of at most LendLimit bytes lent in
+	// shared memory (shm): the direct algorithm then runs segment by
+	// segment, and its cost counts the copies and a wait per segment.
 	PeerMemory bool
+	LendLimit  int
 }
 
 // FlatShape is the shape of n ranks on one node.

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -117,10 +118,28 @@ func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
 // directCost is Direct's predicted time: three synchronisations, then
 // each rank reduces its 1/N of the buffer from the N exposed ones and
 // copies the other ranks' blocks: (N-1)/N·M bytes reduced and copied.
+//
+// Where the ranks lend copies of at most LendLimit bytes (shm), the
+// buffer goes in ⌈M/LendLimit⌉ segments of S bytes, and each segment
+// costs its copy in (S·β), then one-shot one wait (Expose; Release does
+// not wait), the whole segment reduced from the N copies, (N-1)·S bytes,
+// and the result copied out; two-shot two waits (Expose, Arrive) and the
+// in-place formula's reduction and copies.
 func directCost(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
+	}
+	if s.LendLimit > 0 {
+		segs := max(math.Ceil(b/float64(s.LendLimit)), 1)
+		seg := b / segs
+		per := m.Intra.transfer(seg)
+		if seg <= oneShotMaxBytes {
+			per += m.Intra.Alpha + float64(n-1)*seg*m.Gamma + m.Intra.transfer(seg)
+		} else {
+			per += 2*m.Intra.Alpha + seg*float64(n-1)/float64(n)*m.Gamma + float64(n-1)*m.Intra.transfer(seg/float64(n))
+		}
+		return segs * per
 	}
 	part := b * float64(n-1) / float64(n)
 	return 3*m.Intra.Alpha + part*m.Gamma + float64(n-1)*m.Intra.transfer(b/float64(n))

@@ -118,7 +118,7 @@ func (g *Group) AlgorithmFor(bytes int) Algorithm {
 		s = *sh
 	} else {
 		s = FlatShape(g.size)
-		s.PeerMemory = sharesMemory(g.conn)
+		s.PeerMemory, s.LendLimit = lending(g.conn)
 	}
 	return Choose(g.model, s, classBytes(sizeClass(bytes)))
 }
@@ -146,7 +146,9 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		o(g)
 	}
 	if !g.modelSet {
-		g.model = DefaultModel(sharesMemory(conn))
+		s := FlatShape(n)
+		s.PeerMemory, s.LendLimit = lending(conn)
+		g.model = DefaultModelFor(s)
 	} else if err := g.model.Validate(); err != nil {
 		return nil, err
 	}

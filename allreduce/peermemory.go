@@ -41,12 +41,16 @@ func PeerMemoryOf(conn transport.Conn) (pm transport.PeerMemory, maxBytes int, o
 	return pm, math.MaxInt, true
 }
 
-// sharesMemory reports whether conn lends its buffers without a limit,
-// as ranks in one address space do: what the cost model's
-// Shape.PeerMemory means. A transport that lends copies of bounded size
-// (shm) runs the direct algorithm when asked, but Auto does not consider
-// it.
-func sharesMemory(conn transport.Conn) bool {
-	_, limit, ok := PeerMemoryOf(conn)
-	return ok && limit == math.MaxInt
+// lending is what conn's PeerMemory offers the cost model
+// (Shape.PeerMemory, Shape.LendLimit): none, in place (limit 0) or copies
+// of at most limit bytes.
+func lending(conn transport.Conn) (peerMemory bool, limit int) {
+	_, max, ok := PeerMemoryOf(conn)
+	if !ok {
+		return false, 0
+	}
+	if max == math.MaxInt {
+		return true, 0
+	}
+	return true, max
 }

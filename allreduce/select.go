@@ -210,7 +210,6 @@ func (g *Group) costShape(ctx context.Context) (Shape, error) {
 	if known != nil {
 		return *known, nil
 	}
-	shared := sharesMemory(g.conn)
 	s := FlatShape(g.size)
 	if g.node != "" {
 		topo, err := g.learnTopology(ctx)
@@ -219,7 +218,7 @@ func (g *Group) costShape(ctx context.Context) (Shape, error) {
 		}
 		s = topo.shape()
 	}
-	s.PeerMemory = shared
+	s.PeerMemory, s.LendLimit = lending(g.conn)
 	g.seq.mu.Lock()
 	g.shape = &s
 	g.seq.mu.Unlock()

@@ -73,3 +73,7 @@ func decodeExposeFields(b []byte) (transport.Header, int, error) {
 	}
 	return h, int(n), nil
 }
+
+// ExposeLimit is the most bytes an endpoint lends at a time (its
+// MaxExposure): what the cost model's Shape.LendLimit is for shm.
+const ExposeLimit = exposeCap

@@ -45,7 +45,7 @@ func parseAlgos(s string, op collective, shape allreduce.Shape) ([]allreduce.Alg
 // shape s, in the table's order.
 func runnable(s allreduce.Shape) []allreduce.Algorithm {
 	var out []allreduce.Algorithm
-	for _, p := range allreduce.Predict(allreduce.DefaultModel(s.PeerMemory), s, 0) {
+	for _, p := range allreduce.Predict(allreduce.DefaultModelFor(s), s, 0) {
 		out = append(out, p.Algorithm)
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/shm"
 )
 
 // The simulator's default links when no profile gives them (README.md):
@@ -76,7 +77,7 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 		case transport == simTransport:
 			base, from = simDefaultModel(given, f), "simulator defaults"
 		default:
-			base, from = allreduce.DefaultModel(peerMemory), "allreduce.DefaultModel"
+			base, from = defaultModel(transport), "allreduce.DefaultModel"
 		}
 	}
 	var set []string
@@ -176,9 +177,24 @@ func rateText(beta float64) string {
 	return fmt.Sprintf("%.4g Gb/s (%.4g GB/s)", gbpsOfBeta(beta), 1/beta/1e9)
 }
 
-// peerMemory reports whether the transport's ranks share memory
-// (transport.PeerMemory): in process, yes; tcp and the simulator, no.
+// peerMemory reports whether the transport's ranks can read one
+// another's buffers (transport.PeerMemory): in process, yes; shm, as
+// copies of up to lendLimit bytes; tcp and the simulator, no.
 func peerMemory(transport string) bool { return transport == "inproc" || transport == "shm" }
+
+// lendLimit is the transport's Shape.LendLimit: shm lends copies of at
+// most shm.ExposeLimit bytes; 0 elsewhere.
+func lendLimit(transport string) int {
+	if transport == "shm" {
+		return shm.ExposeLimit
+	}
+	return 0
+}
+
+// defaultModel is the groups' default model on the transport.
+func defaultModel(transport string) allreduce.Model {
+	return allreduce.DefaultModelFor(allreduce.Shape{PeerMemory: peerMemory(transport), LendLimit: lendLimit(transport)})
+}
 
 // plannedShape is the cost model's shape of the run as the flags describe
 // it (-ranks, -local-size or -nodes; over tcp one node per host of the
@@ -206,7 +222,7 @@ func plannedShape(cfg *config) allreduce.Shape {
 	default:
 		s = allreduce.NodesShape(n, cfg.localSize)
 	}
-	s.PeerMemory = peerMemory(cfg.transport)
+	s.PeerMemory, s.LendLimit = peerMemory(cfg.transport), lendLimit(cfg.transport)
 	return s
 }
 
@@ -216,5 +232,5 @@ func (c *config) explainModel() (allreduce.Model, string) {
 	if c.model != nil {
 		return *c.model, c.modelFrom
 	}
-	return allreduce.DefaultModel(peerMemory(c.transport)), "allreduce.DefaultModel (no profile: calibrate with -calibrate, or give -profile)"
+	return defaultModel(c.transport), "allreduce.DefaultModel (no profile: calibrate with -calibrate, or give -profile)"
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // groupShape is the cost model's shape of g: its ranks, the nodes they
@@ -23,7 +23,12 @@ func groupShape(ctx context.Context, g *allreduce.Group) (allreduce.Shape, error
 			s.LocalSize = max(s.LocalSize, len(topo.Members(k)))
 		}
 	}
-	_, s.PeerMemory = g.Conn().(transport.PeerMemory)
+	if _, limit, ok := allreduce.PeerMemoryOf(g.Conn()); ok {
+		s.PeerMemory = true
+		if limit != math.MaxInt {
+			s.LendLimit = limit
+		}
+	}
 	return s, nil
 }
 

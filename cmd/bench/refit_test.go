@@ -11,11 +11,12 @@ import (
 
 // profileSamples are a stored profile's measurements as refit samples, on
 // the shape the profile's ranks had: one node; in process they share
-// memory, over tcp and shm they know their node (the host).
+// memory, over shm they lend copies, over tcp and shm they know their
+// node (the host).
 func profileSamples(t *testing.T, p allreduce.Profile) []refitSample {
 	t.Helper()
 	shape := allreduce.FlatShape(p.Ranks)
-	shape.PeerMemory = p.Transport == "inproc"
+	shape.PeerMemory, shape.LendLimit = peerMemory(p.Transport), lendLimit(p.Transport)
 	shape.Topology = p.Transport != "inproc"
 	var out []refitSample
 	for _, m := range p.Measurements {
