@@ -92,9 +92,12 @@ func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h tr
 		_ = pm.Release(ctx)
 		return err
 	}
+	lent := &own[0] != &c.buf[0] // a copy (shm), not the buffer itself (in process)
 	for q := range views {
-		qlo, qhi := g.chunkBytes(c, q)
-		copy(c.buf[qlo:qhi], views[q][qlo:qhi]) // its own chunk too: a no-op in process
+		if q != g.rank || lent {
+			qlo, qhi := g.chunkBytes(c, q)
+			copy(c.buf[qlo:qhi], views[q][qlo:qhi])
+		}
 	}
 	return pm.Release(ctx)
 }
