@@ -144,6 +144,12 @@ func directCost(m Model, s Shape, b float64) float64 {
 		}
 		return segs * per
 	}
+	if b <= oneShotMaxBytes {
+		// One-shot: every rank reduces the whole buffer from the N
+		// views into scratch, (N-1)·M bytes, then copies it out; two
+		// waits (Expose, Release).
+		return 2*m.Intra.Alpha + float64(n-1)*b*m.Gamma + m.Intra.transfer(b)
+	}
 	part := b * float64(n-1) / float64(n)
 	return 3*m.Intra.Alpha + part*m.Gamma + float64(n-1)*m.Intra.transfer(b/float64(n))
 }
