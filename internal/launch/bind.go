@@ -24,6 +24,15 @@ import (
 // core and polled in turn) and 0.9 µs bound.
 const EnvBind = "RINGDDP_BIND"
 
+// checkBind reports an EnvBind value that is none of "", "none", "core".
+func checkBind(v string) error {
+	switch v {
+	case "", "none", "core":
+		return nil
+	}
+	return fmt.Errorf("%s=%s: unknown binding (want core or none)", EnvBind, v)
+}
+
 // BindShare is the processors local rank localRank of localSize ranks
 // on the host gets out of allowed, the processors the host's ranks may
 // use (see EnvBind); nil when there are none or the rank is out of range.
@@ -45,15 +54,9 @@ func BindShare(localRank, localSize int, allowed []int) []int {
 // them; otherwise it changes nothing and returns nil. An unknown value,
 // or a system that refuses, is an error naming it.
 func Bind(env rendezvous.Env, getenv func(string) string) ([]int, error) {
-	switch v := getenv(EnvBind); v {
-	case "", "none":
-		return nil, nil
-	case "core":
-	default:
-		return nil, fmt.Errorf("%s=%s: unknown binding (want core or none)", EnvBind, v)
-	}
-	if env.LocalWorldSize < 2 {
-		return nil, nil
+	v := getenv(EnvBind)
+	if err := checkBind(v); err != nil || v != "core" || env.LocalWorldSize < 2 {
+		return nil, err
 	}
 	allowed, err := allowedCPUs()
 	if err != nil {

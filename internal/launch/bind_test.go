@@ -1,9 +1,11 @@
 package launch
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
@@ -46,5 +48,21 @@ func TestBindValues(t *testing.T) {
 	// One rank on the host: nothing to share.
 	if cpus, err := Bind(rendezvous.Env{LocalWorldSize: 1}, func(string) string { return "core" }); err != nil || cpus != nil {
 		t.Errorf("one rank: %v, %v; want nothing done", cpus, err)
+	}
+}
+
+// TestLauncherRefusesUnknownBinding: the launcher checks RINGDDP_BIND
+// before it starts any rank, and says what is wrong.
+func TestLauncherRefusesUnknownBinding(t *testing.T) {
+	t.Setenv(EnvBind, "socket")
+	cfg, stdout, _ := helperConfig(2, "allreduce")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "RINGDDP_BIND=socket: unknown binding") {
+		t.Fatalf("Run: %v, want the unknown binding named", err)
+	}
+	if stdout.String() != "" {
+		t.Errorf("a rank ran: %q", stdout.String())
 	}
 }

@@ -242,9 +242,15 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		// small-message latency on a busy host (see docs/multiprocess.md).
 		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(coreShare(cfg.Ranks)))
 	}
-	if _, ok := os.LookupEnv(EnvBind); !ok {
+	if v, ok := os.LookupEnv(EnvBind); !ok {
 		// Each rank pinned to its share of them, as mpirun binds to cores.
 		vars = append(vars, EnvBind+"=core")
+	} else if err := checkBind(v); err != nil {
+		if storeLn != nil {
+			storeLn.Close()
+			storeLn = nil
+		}
+		return nil, err // before any rank starts
 	}
 
 	out, errOut := w.out, w.errOut
