@@ -129,57 +129,19 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 			}
 			return out
 		},
-		func(m allreduce.Model) []allreduce.Model { // the cache regime's size and β
-			var out []allreduce.Model
-			for _, b := range refitRegimeSizes {
-				l := m.Intra
-				if l.CacheBytes == 0 {
-					l.CacheBeta = l.Beta
+		// the cache regime's size and β, below any small-message regime
+		regimeMove(func(l *allreduce.Link) (*int, *float64) { return &l.CacheBytes, &l.CacheBeta },
+			func(l allreduce.Link) float64 { return l.Beta },
+			func(l allreduce.Link, b int) bool { return l.SmallBytes < b }),
+		// the small-message regime's size and β, below any cache regime
+		regimeMove(func(l *allreduce.Link) (*int, *float64) { return &l.SmallBytes, &l.SmallBeta },
+			func(l allreduce.Link) float64 {
+				if l.CacheBytes > 0 {
+					return l.CacheBeta
 				}
-				if b > 0 && l.SmallBytes >= b {
-					continue
-				}
-				l.CacheBytes = b
-				if b == 0 {
-					l.CacheBeta = 0
-					out = append(out, oneLink(m, l))
-					continue
-				}
-				for k := -refitSteps; k <= refitSteps; k++ {
-					c := l
-					c.CacheBeta *= math.Exp2(float64(k) / 8)
-					out = append(out, oneLink(m, c))
-				}
-			}
-			return out
-		},
-		func(m allreduce.Model) []allreduce.Model { // the small-message regime's size and β
-			var out []allreduce.Model
-			for _, b := range refitRegimeSizes {
-				l := m.Intra
-				if l.SmallBytes == 0 {
-					l.SmallBeta = l.Beta
-					if l.CacheBytes > 0 {
-						l.SmallBeta = l.CacheBeta
-					}
-				}
-				if l.CacheBytes > 0 && b >= l.CacheBytes {
-					continue
-				}
-				l.SmallBytes = b
-				if b == 0 {
-					l.SmallBeta = 0
-					out = append(out, oneLink(m, l))
-					continue
-				}
-				for k := -refitSteps; k <= refitSteps; k++ {
-					c := l
-					c.SmallBeta *= math.Exp2(float64(k) / 8)
-					out = append(out, oneLink(m, c))
-				}
-			}
-			return out
-		},
+				return l.Beta
+			},
+			func(l allreduce.Link, b int) bool { return l.CacheBytes == 0 || b < l.CacheBytes }),
 	}
 }
 
@@ -338,4 +300,39 @@ func portsText(k int) string {
 		return "one send on the wire at a time, the rank going on"
 	}
 	return fmt.Sprintf("up to %d sends to distinct peers on the wire at once, the rank going on", k)
+}
+
+// regimeMove is the coordinate descent's move of one size regime of the
+// link: every size b of refitRegimeSizes that fits(l, b) allows, the
+// regime's β scaled refitSteps steps of 2^(1/8) each way (b = 0: no
+// regime). field is the regime's size and β in a link; start is the β a
+// regime the link does not have yet starts from.
+func regimeMove(field func(l *allreduce.Link) (*int, *float64), start func(l allreduce.Link) float64,
+	fits func(l allreduce.Link, b int) bool) func(m allreduce.Model) []allreduce.Model {
+	return func(m allreduce.Model) []allreduce.Model {
+		var out []allreduce.Model
+		for _, b := range refitRegimeSizes {
+			l := m.Intra
+			size, beta := field(&l)
+			if *size == 0 {
+				*beta = start(l)
+			}
+			if b > 0 && !fits(l, b) {
+				continue
+			}
+			*size = b
+			if b == 0 {
+				*beta = 0
+				out = append(out, oneLink(m, l))
+				continue
+			}
+			for k := -refitSteps; k <= refitSteps; k++ {
+				c := l
+				_, cb := field(&c)
+				*cb *= math.Exp2(float64(k) / 8)
+				out = append(out, oneLink(m, c))
+			}
+		}
+		return out
+	}
 }
