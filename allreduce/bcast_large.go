@@ -31,10 +31,9 @@ import (
 // segments takes (S+N-2)(α + β·M/S) for per-message cost α and per-byte
 // cost β, least at S = sqrt((N-2)·M·β/α): chainSegments takes that S, with
 // α/β = chainLatencyBytes, and keeps segments between chainMinSegmentBytes
-// and chainMaxSegmentBytes. The binomial tree takes ⌈log2 N⌉(α + β·M),
-// less than the chain's best for M below about 8·α/β (N = 4; 9·α/β at
-// N = 8, 12·α/β at 16): chainMinBytes = 8·α/β, below which Broadcast and
-// Reduce keep the tree.
+// and chainMaxSegmentBytes. The binomial tree takes ⌈log2 N⌉(α + β·M).
+// Which of the two a Broadcast or Reduce runs is the group's cost model's
+// argmin (useChain), per size class, as Auto is for AllReduce.
 const (
 	// chainLatencyBytes is α/β: the bytes a link moves in the time one
 	// message costs. 256 KiB: on loopback TCP a message's cost (goroutine
@@ -47,18 +46,54 @@ const (
 	// 683 KiB.
 	chainMinSegmentBytes = 64 << 10
 	chainMaxSegmentBytes = 8 << 20
-	// chainMinBytes is the smallest Broadcast or Reduce that goes by chain
-	// (on three ranks or more).
-	chainMinBytes = 8 * chainLatencyBytes
 )
 
-// broadcast is Broadcast: the binomial tree for small buffers and two
-// ranks, the pipelined chain from chainMinBytes up.
+// broadcast is Broadcast: the binomial tree or, on three ranks or more,
+// the pipelined chain, whichever the cost model predicts faster
+// (useChain).
 func (g *Group) broadcast(ctx context.Context, h transport.Header, c *call) error {
-	if g.size > 2 && len(c.buf) >= orDefault(g.tune.chainMin, chainMinBytes) {
+	if g.useChain(KindBroadcast, len(c.buf)) {
 		return g.chainBroadcast(ctx, h, c)
 	}
 	return g.treeBroadcast(ctx, h, c)
+}
+
+// useChain says whether a Broadcast (kind KindBroadcast) or Reduce of the
+// given bytes goes by chain: on three ranks or more, when the group's
+// model predicts the chain faster than the binomial tree for the size
+// class (chosen once per class, at its lower end, like Auto's picks), on
+// the group's shape if known, else its ranks on one node. A test's
+// tuning.chainMin sets a fixed threshold instead.
+func (g *Group) useChain(kind Kind, bytes int) bool {
+	if g.size <= 2 {
+		return false
+	}
+	if g.tune.chainMin > 0 {
+		return bytes >= g.tune.chainMin
+	}
+	picks := &g.chainPicks[0]
+	if kind == KindReduce {
+		picks = &g.chainPicks[1]
+	}
+	k := sizeClass(bytes)
+	if picks[k] == 0 {
+		s := FlatShape(g.size)
+		g.seq.mu.Lock()
+		if g.shape != nil {
+			s = *g.shape
+		}
+		g.seq.mu.Unlock()
+		b := float64(classBytes(k))
+		tree, chain := treeBroadcastCost(g.model, s, b), chainBroadcastCost(g.model, s, b)
+		if kind == KindReduce {
+			tree, chain = treeReduceCost(g.model, s, b), chainReduceCost(g.model, s, b)
+		}
+		picks[k] = 1
+		if chain < tree {
+			picks[k] = 2
+		}
+	}
+	return picks[k] == 2
 }
 
 // chainSegments is the number of segments of a chain over count elements
@@ -82,36 +117,54 @@ func chainSegmentsOf(n, m, count int) int {
 }
 
 // broadcastCost is the predicted time of Broadcast of b bytes on a group
-// of shape s: the agreement step, then the binomial tree's ⌈log2 N⌉
-// whole-buffer steps, or the chain's S+N-2 rounds of one segment.
+// of shape s: the agreement step, then the faster of the binomial tree's
+// ⌈log2 N⌉ whole-buffer steps and, on three ranks or more, the chain's
+// S+N-2 rounds of one segment (what useChain picks).
 func broadcastCost(m Model, s Shape, b float64) float64 {
-	n := s.Ranks
-	if n == 1 {
+	if s.Ranks == 1 {
 		return 0
 	}
-	l := m.link(s)
-	t := agreeCost(m, s)
-	if n > 2 && b >= chainMinBytes {
-		segs := float64(chainSegmentsOf(n, int(b), int(b)))
-		return t + (segs+float64(n-2))*l.time(b/segs)
-	}
-	return t + float64(log2ceil(n))*l.time(b)
+	return agreeCost(m, s) + min(treeBroadcastCost(m, s, b), chainBroadcastCost(m, s, b))
 }
 
 // reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
 // each step also reducing what it receives.
 func reduceCost(m Model, s Shape, b float64) float64 {
-	n := s.Ranks
-	if n == 1 {
+	if s.Ranks == 1 {
 		return 0
 	}
-	l := m.link(s)
-	t := agreeCost(m, s)
-	if n > 2 && b >= chainMinBytes {
-		segs := float64(chainSegmentsOf(n, int(b), int(b)))
-		return t + (segs+float64(n-2))*(l.time(b/segs)+b/segs*m.Gamma)
+	return agreeCost(m, s) + min(treeReduceCost(m, s, b), chainReduceCost(m, s, b))
+}
+
+// treeBroadcastCost is the binomial tree's ⌈log2 N⌉ whole-buffer steps.
+func treeBroadcastCost(m Model, s Shape, b float64) float64 {
+	return float64(log2ceil(s.Ranks)) * m.link(s).time(b)
+}
+
+// treeReduceCost is the binomial tree's steps, each reducing the buffer.
+func treeReduceCost(m Model, s Shape, b float64) float64 {
+	return float64(log2ceil(s.Ranks)) * (m.link(s).time(b) + b*m.Gamma)
+}
+
+// chainBroadcastCost is the chain's S+N-2 rounds of one segment, +Inf
+// on fewer than three ranks (it does not run there).
+func chainBroadcastCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n <= 2 {
+		return math.Inf(1)
 	}
-	return t + float64(log2ceil(n))*(l.time(b)+b*m.Gamma)
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	return (segs + float64(n-2)) * m.link(s).time(b/segs)
+}
+
+// chainReduceCost is the chain's rounds, each reducing a segment.
+func chainReduceCost(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n <= 2 {
+		return math.Inf(1)
+	}
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	return (segs + float64(n-2)) * (m.link(s).time(b/segs) + b/segs*m.Gamma)
 }
 
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {

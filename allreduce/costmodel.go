@@ -146,8 +146,8 @@ func DefaultModel(peerMemory bool) Model {
 // exchange messages (DefaultModel(false)).
 func DefaultModelFor(s Shape) Model {
 	if s.PeerMemory && s.LendLimit > 0 {
-		l := Link{Alpha: 3.1e-6, Beta: 1 / 2.12e9, CacheBeta: 1 / 4.24e9, CacheBytes: 8 << 20, SmallBeta: 1 / 7.14e9, SmallBytes: 128 << 10}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 27.2e9, Ports: 2}
+		l := Link{Alpha: 3.1e-6, Beta: 1 / 2.12e9, CacheBeta: 1 / 4.24e9, CacheBytes: 8 << 20, SmallBeta: 1 / 7.78e9, SmallBytes: 128 << 10}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 21e9, Ports: 2}
 	}
 	if s.PeerMemory {
 		l := Link{Alpha: 3e-6, Beta: 1 / 8e9}

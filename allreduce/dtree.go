@@ -76,7 +76,7 @@ const treeSegmentBytes = 256 << 10
 type tuning struct {
 	treeSegment  int // bytes per segment of Tree (treeSegmentBytes)
 	chainSegment int // bytes per segment of the pipelined chains (chainSegments)
-	chainMin     int // smallest Broadcast or Reduce sent by chain (chainMinBytes)
+	chainMin     int // smallest Broadcast or Reduce sent by chain; 0: the cost model's choice (useChain)
 }
 
 func orDefault(v, def int) int {

@@ -62,6 +62,9 @@ type Group struct {
 	modelSet bool
 	shape    *Shape
 	picks    [65]Algorithm
+	// chainPicks is Broadcast's [0] and Reduce's [1] choice per size
+	// class: 0 not yet made, 1 the binomial tree, 2 the chain (useChain).
+	chainPicks [2][65]uint8
 
 	// virtual is the transport's virtual memory (virtual.go), nil when it
 	// has none; virtualCall says the running call's buffers are virtual.

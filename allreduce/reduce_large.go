@@ -30,10 +30,11 @@ import (
 //
 // A round's step number is the round, as in the broadcast chain.
 
-// reduce is Reduce: the binomial tree for small buffers and two ranks, the
-// pipelined chain from chainMinBytes (bcast_large.go) up.
+// reduce is Reduce: the binomial tree or, on three ranks or more, the
+// pipelined chain, whichever the cost model predicts faster (useChain,
+// bcast_large.go).
 func (g *Group) reduce(ctx context.Context, h transport.Header, c *call) error {
-	if g.size > 2 && len(c.buf) >= orDefault(g.tune.chainMin, chainMinBytes) {
+	if g.useChain(KindReduce, len(c.buf)) {
 		return g.chainReduce(ctx, h, c)
 	}
 	return g.treeReduce(ctx, h, c)

@@ -1,0 +1,42 @@
+package allreduce
+
+import (
+	"testing"
+
+	"github.com/ringddp/ringddp/allreduce/inproc"
+)
+
+// TestChainChoice: Broadcast and Reduce go by chain exactly where the
+// group's model predicts the chain faster than the binomial tree (at the
+// size class's lower end), never on one or two ranks; with the default
+// models that is the large buffers (64 MiB) and not the small (64 KiB).
+func TestChainChoice(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 7} {
+		w, err := inproc.NewWorld(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pm := range []bool{false, true} {
+			g, err := NewGroup(w.Conn(0), WithModel(DefaultModel(pm)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kind := range []Kind{KindBroadcast, KindReduce} {
+				for b := 1; b <= 256<<20; b *= 4 {
+					got := g.useChain(kind, b)
+					s, cb := FlatShape(n), float64(classBytes(sizeClass(b)))
+					tree, chain := treeBroadcastCost(g.model, s, cb), chainBroadcastCost(g.model, s, cb)
+					if kind == KindReduce {
+						tree, chain = treeReduceCost(g.model, s, cb), chainReduceCost(g.model, s, cb)
+					}
+					if want := n > 2 && chain < tree; got != want {
+						t.Errorf("n=%d %v %d B: chain %v, want %v (tree %.3g s, chain %.3g s)", n, kind, b, got, want, tree, chain)
+					}
+				}
+				if n > 2 && (!g.useChain(kind, 64<<20) || g.useChain(kind, 64<<10)) {
+					t.Errorf("n=%d %v: chain at 64 MiB %v, at 64 KiB %v; want true, false", n, kind, g.useChain(kind, 64<<20), g.useChain(kind, 64<<10))
+				}
+			}
+		}
+	}
+}
