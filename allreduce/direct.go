@@ -49,7 +49,7 @@ func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call
 	part := *c
 	for off, step := 0, uint32(0); off < len(c.buf); off, step = off+seg, step+1 {
 		part.buf = c.buf[off:min(off+seg, len(c.buf))]
-		part.count = len(part.buf) / c.dt.Size()
+		part.count = len(part.buf) / esize
 		sh := h
 		sh.Step = step // each segment's exposure its own header
 		if err := g.directSegment(ctx, pm, sh, &part); err != nil {

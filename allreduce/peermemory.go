@@ -45,12 +45,12 @@ func PeerMemoryOf(conn transport.Conn) (pm transport.PeerMemory, maxBytes int, o
 // (Shape.PeerMemory, Shape.LendLimit): none, in place (limit 0) or copies
 // of at most limit bytes.
 func lending(conn transport.Conn) (peerMemory bool, limit int) {
-	_, max, ok := PeerMemoryOf(conn)
+	_, most, ok := PeerMemoryOf(conn)
 	if !ok {
 		return false, 0
 	}
-	if max == math.MaxInt {
+	if most == math.MaxInt {
 		return true, 0
 	}
-	return true, max
+	return true, most
 }

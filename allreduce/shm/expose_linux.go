@@ -47,10 +47,10 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 		c.ex.open, c.ex.n = true, len(p)
 		return c.ex.views, nil
 	}
-	own := c.exposeBuf(c.own, k)
+	own := c.own.exposeBuf(k)
 	copy(own[exposeHeaderLen:], p)
 	encodeExposeFields(own[:exposeHeaderLen], h, len(p))
-	atomic.StoreUint64(c.exposedWord(c.own, k), k+1)
+	atomic.StoreUint64(c.own.exposedWord(k), k+1)
 	c.ringPeers()
 
 	views := c.ex.views[:0]
@@ -67,7 +67,7 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 			if l == nil || views[q] != nil {
 				continue
 			}
-			got := atomic.LoadUint64(c.exposedWord(l.reg, k))
+			got := atomic.LoadUint64(l.reg.exposedWord(k))
 			if got < k+1 {
 				w.peer = q
 				continue
@@ -76,7 +76,7 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 				w.stop()
 				return nil, l.corrupt(fmt.Errorf("%w: rank %d's exposure count %d, expected at most %d", ErrCorrupt, q, got, k+1))
 			}
-			buf := c.exposeBuf(l.reg, k)
+			buf := l.reg.exposeBuf(k)
 			copy(hdr[:], buf[:exposeHeaderLen])
 			rh, n, err := decodeExposeFields(hdr[:])
 			if err != nil {
@@ -120,12 +120,12 @@ func (c *Conn) Arrive(ctx context.Context) error {
 	}
 	defer c.leave()
 	k := c.ex.k - 1
-	atomic.StoreUint64(c.arrivedWord(c.own), k+1)
+	atomic.StoreUint64(c.own.arrivedWord(), k+1)
 	c.ringPeers()
 	w := c.newWaiter("barrier", -1)
 	for q := 0; q < c.size; {
 		l := c.core.Links[q]
-		if l == nil || atomic.LoadUint64(c.arrivedWord(l.reg)) >= k+1 {
+		if l == nil || atomic.LoadUint64(l.reg.arrivedWord()) >= k+1 {
 			q++
 			w.moved()
 			continue
@@ -151,18 +151,18 @@ func (c *Conn) Release(context.Context) error {
 }
 
 // exposeBuf is exposure k's buffer (header and data) in region r.
-func (c *Conn) exposeBuf(r *region, k uint64) []byte {
+func (r *region) exposeBuf(k uint64) []byte {
 	off := r.lay.exposeOff + exposeBufOff(k)
 	return r.mem[off : off+exposeBufLen : off+exposeBufLen]
 }
 
 // exposedWord is the exposed word of exposure k's buffer in region r.
-func (c *Conn) exposedWord(r *region, k uint64) *uint64 {
+func (r *region) exposedWord(k uint64) *uint64 {
 	return r.u64(r.lay.exposeOff + exposeBufOff(k))
 }
 
 // arrivedWord is region r's arrived word.
-func (c *Conn) arrivedWord(r *region) *uint64 { return r.u64(r.lay.exposeOff) }
+func (r *region) arrivedWord() *uint64 { return r.u64(r.lay.exposeOff) }
 
 // ringPeers wakes the peers that sleep on their doorbells.
 func (c *Conn) ringPeers() {

@@ -48,12 +48,12 @@ func decodeStall(b []byte, peer, size int) (transport.Stall, error) {
 	}
 	code := binary.LittleEndian.Uint32(b[12:])
 	what, ok := transport.StallWhat(uint8(code))
-	after := binary.LittleEndian.Uint64(b[16:])
 	call, clean := decodeTHeader(b[24:])
-	if !ok || code > 0xff || !clean || after > uint64(1<<62) {
-		return transport.Stall{}, fmt.Errorf("%w: stall block kind %d, waited %d ns", ErrCorrupt, code, after)
+	if !ok || code > 0xff || !clean {
+		return transport.Stall{}, fmt.Errorf("%w: stall block kind %d, reserved bytes set: %v", ErrCorrupt, code, !clean)
 	}
-	s := transport.Stall{Rank: peer, Peer: int(int32(binary.LittleEndian.Uint32(b[8:]))), What: what, After: time.Duration(after), Call: call}
+	after := time.Duration(binary.LittleEndian.Uint64(b[16:])) // out of range: negative or too long, refused by Check
+	s := transport.Stall{Rank: peer, Peer: int(int32(binary.LittleEndian.Uint32(b[8:]))), What: what, After: after, Call: call}
 	if err := s.Check(peer, size); err != nil {
 		return transport.Stall{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}

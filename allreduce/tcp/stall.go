@@ -37,19 +37,13 @@ func decodeStall(peer, size int, h transport.Header, b []byte) (transport.Stall,
 	if !ok || b[5] != 0 || b[6] != 0 || b[7] != 0 {
 		return transport.Stall{}, fmt.Errorf("%w: stall notice kind %d, reserved % x", errFrame, b[4], b[5:8])
 	}
-	after := binary.BigEndian.Uint64(b[8:])
-	if after > uint64(maxStallWait) {
-		return transport.Stall{}, fmt.Errorf("%w: stall notice waited %d ns", errFrame, after)
-	}
-	s := transport.Stall{Rank: peer, Peer: int(binary.BigEndian.Uint32(b[0:])), What: what, After: time.Duration(after), Call: h}
+	after := time.Duration(binary.BigEndian.Uint64(b[8:])) // out of range: negative or too long, refused by Check
+	s := transport.Stall{Rank: peer, Peer: int(binary.BigEndian.Uint32(b[0:])), What: what, After: after, Call: h}
 	if err := s.Check(peer, size); err != nil {
 		return transport.Stall{}, fmt.Errorf("%w: %v", errFrame, err)
 	}
 	return s, nil
 }
-
-// maxStallWait bounds a notice's After: a year, far beyond any timeout.
-const maxStallWait = 365 * 24 * time.Hour
 
 // NoteStall tells every peer, without failing anything, that this rank
 // gave up waiting (s, its own notice), and keeps s as its own. Each frame

@@ -56,9 +56,12 @@ func StallWhat(code uint8) (string, bool) {
 	return "", false
 }
 
+// MaxStallAfter bounds a notice's After: a year, far beyond any timeout.
+const MaxStallAfter = 365 * 24 * time.Hour
+
 // Check validates a notice that arrived from rank from of a world of size
 // ranks: it must be from's own, name another rank in range, say what it
-// waited for and not have waited a negative time.
+// waited for and have waited between 0 and MaxStallAfter.
 func (s *Stall) Check(from, size int) error {
 	switch {
 	case s.Rank != from:
@@ -67,7 +70,7 @@ func (s *Stall) Check(from, size int) error {
 		return fmt.Errorf("stall notice from rank %d names rank %d of %d", from, s.Peer, size)
 	case StallWhatCode(s.What) == 0:
 		return fmt.Errorf("stall notice from rank %d waits for %q", from, s.What)
-	case s.After < 0:
+	case s.After < 0 || s.After > MaxStallAfter:
 		return fmt.Errorf("stall notice from rank %d waited %v", from, s.After)
 	}
 	return nil
