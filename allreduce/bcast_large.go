@@ -104,14 +104,15 @@ func (g *Group) chainSegments(count, es int) int {
 		segElems := max(1, g.tune.chainSegment/es)
 		return (count + segElems - 1) / segElems
 	}
-	return chainSegmentsOf(g.size, count*es, count)
+	return chainSegmentsOf(g.size, count*es, count, g.model.maxSegment(chainMaxSegmentBytes))
 }
 
 // chainSegmentsOf is the default number of segments of a chain of n ranks
-// over m bytes in count elements.
-func chainSegmentsOf(n, m, count int) int {
+// over m bytes in count elements, each of at most maxSeg bytes
+// (chainMaxSegmentBytes, or the model's Segment when smaller).
+func chainSegmentsOf(n, m, count, maxSeg int) int {
 	s := int(math.Round(math.Sqrt(float64(max(n-2, 1)) * float64(m) / chainLatencyBytes)))
-	s = max(s, (m+chainMaxSegmentBytes-1)/chainMaxSegmentBytes)
+	s = max(s, (m+maxSeg-1)/maxSeg)
 	s = min(s, m/chainMinSegmentBytes)
 	return min(max(s, 1), count)
 }
@@ -153,7 +154,7 @@ func chainBroadcastCost(m Model, s Shape, b float64) float64 {
 	if n <= 2 {
 		return math.Inf(1)
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1), m.maxSegment(chainMaxSegmentBytes)))
 	return (segs + float64(n-2)) * m.link(s).time(b/segs)
 }
 
@@ -163,7 +164,7 @@ func chainReduceCost(m Model, s Shape, b float64) float64 {
 	if n <= 2 {
 		return math.Inf(1)
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1), m.maxSegment(chainMaxSegmentBytes)))
 	return (segs + float64(n-2)) * (m.link(s).time(b/segs) + b/segs*m.Gamma)
 }
 

@@ -113,6 +113,13 @@ func TestCostMatchesSimulator(t *testing.T) {
 			cases = append(cases, tc)
 		}
 	}
+	// Exchanges in lock-step pieces (Model.Segment), alone and with ports.
+	for _, tc := range []tcase{{uniform, 4, 0}, {uniform, 7, 0}, {tiered, 13, 0}, {twoLevel, 16, 4}, {twoLevel, 24, 8}} {
+		tc.m.Segment = 128 << 10
+		cases = append(cases, tc)
+		tc.m.Ports = 2
+		cases = append(cases, tc)
+	}
 	for _, tc := range cases {
 		shape := allreduce.NodesShape(tc.n, tc.localSize)
 		for _, a := range allreduce.Algorithms() {
@@ -123,7 +130,7 @@ func TestCostMatchesSimulator(t *testing.T) {
 				continue
 			}
 			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
-				t.Run(fmt.Sprintf("n=%d/local=%d/ports=%d/%v/%d", tc.n, tc.localSize, tc.m.Ports, a, bytes), func(t *testing.T) {
+				t.Run(fmt.Sprintf("n=%d/local=%d/ports=%d/seg=%d/%v/%d", tc.n, tc.localSize, tc.m.Ports, tc.m.Segment, a, bytes), func(t *testing.T) {
 					var want float64
 					for _, p := range allreduce.Predict(tc.m, shape, bytes) {
 						if p.Algorithm == a {

@@ -98,11 +98,23 @@ func (l Link) transfer(b float64) float64 {
 // one message each way per step and take the same time whatever Ports is.
 // A profile fits it to its algorithms' measured times (cmd/bench
 // -calibrate).
+//
+// Segment, where set, is the largest message an exchange sends at once:
+// the schedules cut larger exchanges into lock-step pieces of at most
+// Segment bytes (pieces.go), and the formulas count them so, an exchange
+// of x bytes as k = ⌈x/Segment⌉ exchanges of x/k (each in the size
+// regime of x/k). It is a property of the transport, not fitted: 256 KiB
+// over tcp (DefaultModelFor), none in process or over shared memory,
+// where a message is one memory copy whatever its size. The pipelined
+// Tree and chains keep their segments at most Segment too. Every rank
+// must have the same Segment (as the same model), or their pieces differ
+// and the collective fails with a mismatch.
 type Model struct {
-	Intra Link    `json:"intra"`
-	Inter Link    `json:"inter"`
-	Gamma float64 `json:"gamma_s_per_byte"`
-	Ports int     `json:"ports,omitempty"`
+	Intra   Link    `json:"intra"`
+	Inter   Link    `json:"inter"`
+	Gamma   float64 `json:"gamma_s_per_byte"`
+	Ports   int     `json:"ports,omitempty"`
+	Segment int     `json:"segment_bytes,omitempty"`
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -126,7 +138,28 @@ func (m Model) Validate() error {
 	if m.Ports < 0 {
 		return fmt.Errorf("%w: cost model ports = %d: must be ≥ 0", ErrInvalid, m.Ports)
 	}
+	if m.Segment < 0 {
+		return fmt.Errorf("%w: cost model segment_bytes = %d: must be ≥ 0 (0: exchanges go whole)", ErrInvalid, m.Segment)
+	}
 	return nil
+}
+
+// pieces is how many lock-step exchanges an exchange of x bytes takes
+// under m (Segment): ⌈x/Segment⌉, at least 1.
+func (m Model) pieces(x float64) float64 {
+	if m.Segment <= 0 || x <= float64(m.Segment) {
+		return 1
+	}
+	return math.Ceil(x / float64(m.Segment))
+}
+
+// maxSegment is the largest segment a pipelined schedule may use under m:
+// limit, or Segment when that is smaller.
+func (m Model) maxSegment(limit int) int {
+	if m.Segment > 0 {
+		return min(limit, m.Segment)
+	}
+	return limit
 }
 
 // DefaultModel is the model a Group uses when none is given (WithModel):
@@ -154,8 +187,14 @@ func DefaultModelFor(s Shape) Model {
 		return Model{Intra: l, Inter: l, Gamma: 1 / 9e9}
 	}
 	l := Link{Alpha: 18e-6, Beta: 1 / 1.2e9, CacheBeta: 1 / 1.8e9, CacheBytes: 512 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 4.5e9}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 4.5e9, Segment: TCPSegmentBytes}
 }
+
+// TCPSegmentBytes is the default model's Segment for ranks that only
+// exchange messages: on loopback tcp, 256 KiB pieces sent in lock step
+// were read while still cached, where whole messages of a few MiB were
+// not (pieces.go).
+const TCPSegmentBytes = 256 << 10
 
 // WithModel sets the cost model Auto chooses by (DefaultModel otherwise).
 // Every rank must use the same model: Auto's choice is made on each rank

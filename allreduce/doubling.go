@@ -139,7 +139,8 @@ type pairStep struct {
 // the P active ranks, and the unfold (r+1 sends the M-byte result back),
 // under the link model: every active rank's clock is followed through the
 // steps — c_v ← max(c_v + x·β, max(c_v, c_partner + α + x·β) + x·γ) — so
-// ranks that the fold delays are accounted exactly; O(P log P).
+// ranks that the fold delays are accounted exactly, each step's exchange
+// as its lock-step pieces (Model.pieces); O(P log P) per piece.
 func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 	f := foldOf(s.Ranks)
 	clock := make([]float64, f.p2)
@@ -149,16 +150,20 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 		clock[v] = m.between(s, r-1, r).time(b) + b*m.Gamma
 	}
 	for _, st := range steps {
-		for v := range clock {
-			p := v ^ st.mask
-			l := m.between(s, f.real(v), f.real(p))
-			got := math.Max(clock[v], clock[p]+l.time(st.bytes))
-			if st.reduce {
-				got += st.bytes * m.Gamma
+		k := m.pieces(st.bytes) // lock-step pieces of the exchange
+		x := st.bytes / k
+		for range int(k) {
+			for v := range clock {
+				p := v ^ st.mask
+				l := m.between(s, f.real(v), f.real(p))
+				got := math.Max(clock[v], clock[p]+l.time(x))
+				if st.reduce {
+					got += x * m.Gamma
+				}
+				next[v] = math.Max(clock[v]+l.transfer(x), got)
 			}
-			next[v] = math.Max(clock[v]+l.transfer(st.bytes), got)
+			clock, next = next, clock
 		}
-		clock, next = next, clock
 	}
 	end := 0.0
 	for v, c := range clock {

@@ -23,7 +23,8 @@ import (
 //
 // Data. Tree t reduces half t of the buffer (ChunkBounds(count, 2, t)) up
 // to its root and broadcasts it back down. Each half is cut into S nearly
-// equal segments of at most the segment size (256 KiB, treeSegmentBytes),
+// equal segments of at most the segment size (256 KiB, treeSegmentBytes,
+// or the model's Segment when smaller),
 // so a rank reduces segment k+1 from its children while it sends segment k
 // to its parent, and forwards segment k down while it receives k+1.
 //
@@ -172,7 +173,7 @@ func (g *Group) dtreeAllReduce(ctx context.Context, h transport.Header, c *call)
 		return err
 	}
 	es := c.dt.Size()
-	segElems := max(1, orDefault(g.tune.treeSegment, treeSegmentBytes)/es)
+	segElems := max(1, orDefault(g.tune.treeSegment, g.model.maxSegment(treeSegmentBytes))/es)
 	var (
 		nodes  [2]treeNode
 		halves [2][]byte // tree t's half of the buffer
@@ -309,7 +310,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 		return agreeCost(m, s)
 	}
 	half := b / 2
-	segs := int(math.Max(1, math.Ceil(half/treeSegmentBytes)))
+	segs := int(math.Max(1, math.Ceil(half/float64(m.maxSegment(treeSegmentBytes)))))
 	c := half / float64(segs)
 	top := bits.Len(uint(n - 1))
 	periods := segs + top

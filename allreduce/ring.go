@@ -162,7 +162,8 @@ func sameBytes(a, b []byte) bool {
 }
 
 // ringCost is the ring's predicted time: 2(N-1) steps of c = M/N bytes,
-// the first N-1 also reducing. On one kind of link every rank waits for
+// the first N-1 also reducing (each step k lock-step pieces of c/k where
+// the model has a Segment: as a ring of k(N-1) steps per phase). On one kind of link every rank waits for
 // its left neighbour each step: (N-1)·(2(α + c·β) + c·γ). On K > 1 nodes
 // of L ranks the ring crosses K inter-node links and N-K intra-node ones,
 // and the time of each phase is its longest path (ringPhaseCost).
@@ -175,11 +176,13 @@ func ringCost(m Model, s Shape, b float64) float64 {
 		return agreeCost(m, s)
 	}
 	c := b / float64(n)
+	k := m.pieces(c) // each step's exchange goes as k pieces of c/k
+	steps, p := int(k)*(n-1), c/k
 	if s.Nodes <= 1 {
-		return float64(n-1) * (2*m.Intra.time(c) + c*m.Gamma)
+		return float64(steps) * (2*m.Intra.time(p) + p*m.Gamma)
 	}
-	return ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c)+c*m.Gamma, m.Inter.time(c)+c*m.Gamma, math.Max(m.Inter.transfer(c), c*m.Gamma)) +
-		ringPhaseCost(n-1, s.LocalSize, m.Intra.time(c), m.Inter.time(c), m.Inter.transfer(c))
+	return ringPhaseCost(steps, s.LocalSize, m.Intra.time(p)+p*m.Gamma, m.Inter.time(p)+p*m.Gamma, math.Max(m.Inter.transfer(p), p*m.Gamma)) +
+		ringPhaseCost(steps, s.LocalSize, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
 }
 
 // ringPhaseCost is the time of one phase of the ring, steps steps on

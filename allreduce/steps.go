@@ -62,23 +62,29 @@ func (g *Group) recvReduce(ctx context.Context, h transport.Header, step uint32,
 }
 
 // sendRecvCopy sends p to rank to while receiving message step from rank
-// from into dst: one step of a ring's all-gather.
+// from into dst: one step of a ring's all-gather. Either message may go
+// in pieces (exchangePieces).
 func (g *Group) sendRecvCopy(ctx context.Context, h transport.Header, step uint32, to int, p []byte, from int, dst []byte) error {
-	sink := &g.copy
-	sink.dst = dst
-	err := g.exchange(ctx, to, at(h, step), p, from, at(h, step), len(dst), sink)
-	sink.dst = nil
-	return err
+	return g.exchangePieces(ctx, at(h, step), to, p, from, len(dst), func(sp []byte, send bool, lo, hi int) error {
+		sink := &g.copy
+		sink.dst = dst[lo:hi]
+		err := g.exchangePiece(ctx, at(h, step), to, sp, send, from, hi-lo, sink)
+		sink.dst = nil
+		return err
+	})
 }
 
 // sendRecvReduce sends p to rank to while receiving message step from
 // rank from (len(local) bytes) and reducing it with local into out: one
 // step of a ring's reduce-scatter or a doubling exchange. out may be local.
+// Either message may go in pieces (exchangePieces).
 func (g *Group) sendRecvReduce(ctx context.Context, h transport.Header, step uint32, to int, p []byte, from int, local, out []byte, order operandOrder) error {
-	sink := g.combiner(h, local, out, order)
-	err := g.exchange(ctx, to, at(h, step), p, from, at(h, step), len(local), sink)
-	sink.out, sink.local = nil, nil
-	return err
+	return g.exchangePieces(ctx, at(h, step), to, p, from, len(local), func(sp []byte, send bool, lo, hi int) error {
+		sink := g.combiner(h, local[lo:hi], out[lo:hi], order)
+		err := g.exchangePiece(ctx, at(h, step), to, sp, send, from, hi-lo, sink)
+		sink.out, sink.local = nil, nil
+		return err
+	})
 }
 
 // combiner readies the group's combine sink for one receive of call h.

@@ -108,5 +108,6 @@ func torusCost(m Model, s Shape, b float64) float64 {
 	}
 	l := float64(s.LocalSize)
 	c := b / l
-	return t + (l-1)*(2*m.Intra.time(c)+c*m.Gamma) + autoCost(m, s.interShape(), c)
+	k := m.pieces(c) // lock-step pieces of each ring step
+	return t + (l-1)*(2*k*m.Intra.time(c/k)+c*m.Gamma) + autoCost(m, s.interShape(), c)
 }

@@ -60,7 +60,9 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 			return fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
 		}
 		gamma := fitGamma(sizes, perStep, large, reduced, kernel)
-		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma}
+		// Segment is the transport's, not fitted: the groups timed
+		// below run with it (they keep the default model).
+		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
 		}
