@@ -104,15 +104,15 @@ func (g *Group) chainSegments(count, es int) int {
 		segElems := max(1, g.tune.chainSegment/es)
 		return (count + segElems - 1) / segElems
 	}
-	return chainSegmentsOf(g.size, count*es, count, g.model.maxSegment(chainMaxSegmentBytes))
+	return chainSegmentsOf(g.size, count*es, count)
 }
 
 // chainSegmentsOf is the default number of segments of a chain of n ranks
-// over m bytes in count elements, each of at most maxSeg bytes
-// (chainMaxSegmentBytes, or the model's Segment when smaller).
-func chainSegmentsOf(n, m, count, maxSeg int) int {
+// over m bytes in count elements. (A segment larger than the model's
+// Segment goes in pieces, as every message: pieces.go.)
+func chainSegmentsOf(n, m, count int) int {
 	s := int(math.Round(math.Sqrt(float64(max(n-2, 1)) * float64(m) / chainLatencyBytes)))
-	s = max(s, (m+maxSeg-1)/maxSeg)
+	s = max(s, (m+chainMaxSegmentBytes-1)/chainMaxSegmentBytes)
 	s = min(s, m/chainMinSegmentBytes)
 	return min(max(s, 1), count)
 }
@@ -139,12 +139,12 @@ func reduceCost(m Model, s Shape, b float64) float64 {
 
 // treeBroadcastCost is the binomial tree's ⌈log2 N⌉ whole-buffer steps.
 func treeBroadcastCost(m Model, s Shape, b float64) float64 {
-	return float64(log2ceil(s.Ranks)) * m.link(s).time(b)
+	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, false)
 }
 
 // treeReduceCost is the binomial tree's steps, each reducing the buffer.
 func treeReduceCost(m Model, s Shape, b float64) float64 {
-	return float64(log2ceil(s.Ranks)) * (m.link(s).time(b) + b*m.Gamma)
+	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, true)
 }
 
 // chainBroadcastCost is the chain's S+N-2 rounds of one segment, +Inf
@@ -154,8 +154,10 @@ func chainBroadcastCost(m Model, s Shape, b float64) float64 {
 	if n <= 2 {
 		return math.Inf(1)
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1), m.maxSegment(chainMaxSegmentBytes)))
-	return (segs + float64(n-2)) * m.link(s).time(b/segs)
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	x := b / segs
+	k := m.pieces(x) // each round's segment in lock-step pieces
+	return (segs + float64(n-2)) * k * m.link(s).time(x/k)
 }
 
 // chainReduceCost is the chain's rounds, each reducing a segment.
@@ -164,8 +166,10 @@ func chainReduceCost(m Model, s Shape, b float64) float64 {
 	if n <= 2 {
 		return math.Inf(1)
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1), m.maxSegment(chainMaxSegmentBytes)))
-	return (segs + float64(n-2)) * (m.link(s).time(b/segs) + b/segs*m.Gamma)
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	x := b / segs
+	k := m.pieces(x)
+	return (segs + float64(n-2)) * (k*m.link(s).time(x/k) + x*m.Gamma)
 }
 
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {

@@ -99,14 +99,15 @@ func (l Link) transfer(b float64) float64 {
 // A profile fits it to its algorithms' measured times (cmd/bench
 // -calibrate).
 //
-// Segment, where set, is the largest message an exchange sends at once:
-// the schedules cut larger exchanges into lock-step pieces of at most
-// Segment bytes (pieces.go), and the formulas count them so, an exchange
-// of x bytes as k = ⌈x/Segment⌉ exchanges of x/k (each in the size
-// regime of x/k). It is a property of the transport, not fitted: 256 KiB
-// over tcp (DefaultModelFor), none in process or over shared memory,
-// where a message is one memory copy whatever its size. The pipelined
-// Tree and chains keep their segments at most Segment too. Every rank
+// Segment, where set, is the largest message sent at once: the schedules
+// cut larger messages into pieces of at most Segment bytes, exchanged in
+// lock step (pieces.go), and the formulas count them so, an exchange of x
+// bytes as k = ⌈x/Segment⌉ exchanges of x/k (each in the size regime of
+// x/k), a message alone as its pieces back to back (oneWay). It is a
+// property of the transport, not fitted: 256 KiB over tcp
+// (DefaultModelFor), none in process or over shared memory, where a
+// message is one memory copy whatever its size. Tree keeps its segments
+// at most Segment. Every rank
 // must have the same Segment (as the same model), or their pieces differ
 // and the collective fails with a mismatch.
 type Model struct {
@@ -151,6 +152,20 @@ func (m Model) pieces(x float64) float64 {
 		return 1
 	}
 	return math.Ceil(x / float64(m.Segment))
+}
+
+// oneWay is the time of a message of x bytes sent alone over l, as its
+// pieces (pieces) back to back, from the send's start to the end of its
+// receive: α + k·x/k·β copied; reduced, each piece is reduced as it
+// lands, so the reduction overlaps the next piece's transfer:
+// α + t(p) + (k−1)·max(t(p), p·γ) + p·γ with p = x/k, t the per-byte part.
+func (m Model) oneWay(l Link, x float64, reduce bool) float64 {
+	k := m.pieces(x)
+	p := x / k
+	if !reduce {
+		return l.Alpha + k*l.transfer(p)
+	}
+	return l.Alpha + l.transfer(p) + (k-1)*math.Max(l.transfer(p), p*m.Gamma) + p*m.Gamma
 }
 
 // maxSegment is the largest segment a pipelined schedule may use under m:

@@ -147,7 +147,7 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 	next := make([]float64, f.p2)
 	for v := 0; v < f.rem; v++ {
 		r := f.real(v)
-		clock[v] = m.between(s, r-1, r).time(b) + b*m.Gamma
+		clock[v] = m.oneWay(m.between(s, r-1, r), b, true)
 	}
 	for _, st := range steps {
 		k := m.pieces(st.bytes) // lock-step pieces of the exchange
@@ -169,7 +169,7 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 	for v, c := range clock {
 		if v < f.rem {
 			r := f.real(v)
-			c += m.between(s, r, r-1).time(b)
+			c += m.oneWay(m.between(s, r, r-1), b, false)
 		}
 		end = math.Max(end, c)
 	}

@@ -6,28 +6,32 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
-// Exchange pieces. Over some transports a large message moves slower per
-// byte than a smaller one: on loopback tcp a 2 MiB message is copied
-// into the socket buffers whole and has left the caches by the time the
-// peer reads and reduces it, while in pieces of 256 KiB sent in lock
-// step each piece is read while it is still cached (halving-doubling on
-// 4 processes ran 1.6 times faster at 16 MiB so). The cost model's
-// Segment (Model.Segment; 0: never) is that size, and the exchanges of
-// every algorithm (sendRecvCopy, sendRecvReduce) honour it:
+// Pieces. Over some transports a large message moves slower per byte
+// than a smaller one: on loopback tcp a 2 MiB message is copied into the
+// socket buffers whole and has left the caches by the time the peer reads
+// and reduces it, while in pieces of 256 KiB sent in lock step each piece
+// is read while it is still cached (halving-doubling on 4 processes ran
+// 1.6 times faster at 16 MiB so). The cost model's Segment
+// (Model.Segment; 0: never) is that size, and every message of every
+// algorithm honours it, whichever primitive sends or receives it (a
+// message one rank sends alone may be received inside the other's
+// exchange):
 //
 //   - a message of b bytes in E elements goes as k = ⌈b/Segment⌉ pieces
-//     (at most E), piece j being elements [j·E/k, (j+1)·E/k);
-//   - the send and the receive of an exchange are cut each by its own
-//     size, so the peer, which cuts the same message by the same rule,
-//     agrees; the pieces go in k' = max(k_send, k_recv) lock-step
-//     exchanges, the j-th sending piece j (while j < k_send) and
-//     receiving piece j (while j < k_recv);
-//   - every piece carries its message's step number: the pieces of one
-//     message follow each other on their link, in order.
+//     (at most E), piece j being elements [j·E/k, (j+1)·E/k) (the last
+//     ending at b), each carrying the message's step number: the pieces
+//     of one message follow each other on their link, in order;
+//   - send sends its pieces back to back, recvCopy and recvReduce take
+//     them one by one;
+//   - an exchange (sendRecvCopy, sendRecvReduce) cuts its send and its
+//     receive each by its own size and runs them as k' = max(k_send,
+//     k_recv) lock-step exchanges, the j-th sending piece j (while
+//     j < k_send) and receiving piece j (while j < k_recv).
 //
 // Bytes on the wire are those of the whole messages; messages, k per
-// message instead of one. The formulas count an exchange of x bytes as
-// k exchanges of x/k (Model.pieces).
+// message instead of one. The formulas count an exchange of x bytes as k
+// exchanges of x/k (Model.pieces), and a message alone as its pieces back
+// to back (Model.oneWay).
 
 // exchangePieces runs the exchange of p (to rank to) against n bytes
 // (from rank from) of the message h as lock-step pieces: recv(sp, send,
@@ -35,7 +39,7 @@ import (
 // set (exchangePiece); a piece that only sends is sent here.
 func (g *Group) exchangePieces(ctx context.Context, h transport.Header, to int, p []byte, from, n int,
 	recv func(sp []byte, send bool, lo, hi int) error) error {
-	es := max(DType(h.DType).Size(), 1)
+	es := elemSize(h)
 	ks, kr := g.piecesOf(len(p), es), g.piecesOf(n, es)
 	if ks == 1 && kr == 1 {
 		return recv(p, true, 0, n)
@@ -70,6 +74,34 @@ func (g *Group) exchangePiece(ctx context.Context, h transport.Header, to int, s
 	return g.exchange(ctx, to, h, sp, from, h, n, sink)
 }
 
+// recvPieces receives the n bytes of message h from rank from in the
+// pieces its sender cut it into (piecesOf), sinkFor(lo, hi) readying the
+// sink of bytes [lo, hi) for each; the group's sinks let go of the
+// buffers after.
+func (g *Group) recvPieces(ctx context.Context, h transport.Header, from, n int, sinkFor func(lo, hi int) transport.Sink) error {
+	defer g.releaseSinks()
+	es := elemSize(h)
+	k := g.piecesOf(n, es)
+	for j := range k {
+		lo, hi := pieceBounds(n, es, k, j)
+		if err := g.conn.Recv(ctx, from, h, hi-lo, sinkFor(lo, hi)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseSinks drops the group's sinks' references to the caller's
+// buffers.
+func (g *Group) releaseSinks() {
+	g.copy.dst = nil
+	g.combine.out, g.combine.local = nil, nil
+}
+
+// elemSize is the element size of message h's payload (1 for a message
+// without a data type, as the agreement step's).
+func elemSize(h transport.Header) int { return max(DType(h.DType).Size(), 1) }
+
 // piecesOf is how many pieces a message of b bytes in elements of es
 // bytes goes in: ⌈b/Segment⌉, at least 1 and at most its elements.
 func (g *Group) piecesOf(b, es int) int {
@@ -77,12 +109,15 @@ func (g *Group) piecesOf(b, es int) int {
 	if seg <= 0 || b <= seg {
 		return 1
 	}
-	return min((b+seg-1)/seg, b/es)
+	return max(1, min((b+seg-1)/seg, b/es))
 }
 
 // pieceBounds is the byte range of piece j of k of a message of b bytes
-// in elements of es bytes.
+// in elements of es bytes (the last piece ends at b).
 func pieceBounds(b, es, k, j int) (lo, hi int) {
+	if j == k-1 {
+		return (j * (b / es) / k) * es, b
+	}
 	e := b / es
 	return j * e / k * es, (j + 1) * e / k * es
 }

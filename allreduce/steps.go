@@ -37,28 +37,36 @@ func at(h transport.Header, step uint32) transport.Header {
 	return h
 }
 
-// send sends p to rank to as message step of the call h.
+// send sends p to rank to as message step of the call h, in pieces when
+// it is larger than the model's segment (pieces.go).
 func (g *Group) send(ctx context.Context, h transport.Header, step uint32, to int, p []byte) error {
-	return g.conn.Send(ctx, to, at(h, step), p)
+	h = at(h, step)
+	es := elemSize(h)
+	k := g.piecesOf(len(p), es)
+	for j := range k {
+		lo, hi := pieceBounds(len(p), es, k, j)
+		if err := g.conn.Send(ctx, to, h, p[lo:hi]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recvCopy receives message step from rank from into dst (len(dst) bytes).
 func (g *Group) recvCopy(ctx context.Context, h transport.Header, step uint32, from int, dst []byte) error {
-	sink := &g.copy
-	sink.dst = dst
-	err := g.conn.Recv(ctx, from, at(h, step), len(dst), sink)
-	sink.dst = nil
-	return err
+	return g.recvPieces(ctx, at(h, step), from, len(dst), func(lo, hi int) transport.Sink {
+		g.copy.dst = dst[lo:hi]
+		return &g.copy
+	})
 }
 
 // recvReduce receives message step from rank from (len(local) bytes) and
 // reduces it with local into out, in the given operand order. out may be
 // local.
 func (g *Group) recvReduce(ctx context.Context, h transport.Header, step uint32, from int, local, out []byte, order operandOrder) error {
-	sink := g.combiner(h, local, out, order)
-	err := g.conn.Recv(ctx, from, at(h, step), len(local), sink)
-	sink.out, sink.local = nil, nil
-	return err
+	return g.recvPieces(ctx, at(h, step), from, len(local), func(lo, hi int) transport.Sink {
+		return g.combiner(h, local[lo:hi], out[lo:hi], order)
+	})
 }
 
 // sendRecvCopy sends p to rank to while receiving message step from rank
