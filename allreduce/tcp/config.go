@@ -49,12 +49,16 @@ type Config struct {
 	// WireProtection protects the frames after the handshake, keyed from
 	// it (wireprotect.go): WireNone, WireMAC (every frame's header and
 	// payload authenticated, with record counters against replay and
-	// reordering) or WireAEAD (also encrypted). Every rank must use the
+	// reordering), WireAEAD (also encrypted) or WireAuto (mac on links
+	// between hosts, none on links within one). Every rank must use the
 	// same: the handshake refuses a peer of another mode, and a frame of
-	// another mode fails its check. Default
-	// DefaultWireProtection (none); none when Insecure, which has no key
-	// (mac or aead with Insecure is an error).
+	// another mode fails its check. Default DefaultWireProtection (auto);
+	// none when Insecure, which has no key (mac, aead or auto with
+	// Insecure is an error).
 	WireProtection WireProtection
+	// sameHost, a test hook, decides whether a link's ends are on one
+	// host for WireAuto (default sameHost).
+	sameHost func(local, remote net.Addr) bool
 
 	// ListenAddr is where this rank listens for the ranks above it (they
 	// dial it), "host:port"; port 0 picks a free port.

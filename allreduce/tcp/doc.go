@@ -90,8 +90,9 @@
 // key per direction and a record counter as nonce (wire.go). The receiver
 // checks each record before it hands any of it to the receiving call, in
 // the same 256 KiB pieces, so verification streams in bounded memory. The
-// default is WireNone, as in gloo and NCCL (mac cost more than the 10%
-// it was allowed on a CPU-bound host: see DefaultWireProtection), and
-// then the handshake alone authenticates: use WireMAC or WireAEAD on any
-// network not fully trusted.
+// default is WireAuto: mac on every link between hosts, none on links
+// within one (their bytes never leave the kernel, and there mac cost
+// 1.5x on a 64 MiB all-reduce, against nothing measurable on a 10 Gb/s
+// link: see DefaultWireProtection); there the handshake alone
+// authenticates. WireMAC everywhere and WireAEAD are a setting away.
 package tcp

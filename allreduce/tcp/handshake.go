@@ -208,6 +208,8 @@ func wireCode(w WireProtection) byte {
 		return 1
 	case WireAEAD:
 		return 2
+	case WireAuto:
+		return 3
 	}
 	return 0xff
 }
@@ -220,6 +222,8 @@ func wireName(code byte) string {
 		return string(WireMAC)
 	case 2:
 		return string(WireAEAD)
+	case 3:
+		return string(WireAuto)
 	}
 	return fmt.Sprintf("unknown (%d)", code)
 }

@@ -91,12 +91,13 @@ type link struct {
 	// wp seals what this rank sends (under wmu); rp checks what the peer
 	// sends (reader goroutine).
 	wp, rp   *wireDir
-	magic    uint32      // the frame magic of the link's mode
-	wtags    []byte      // mac: the tags of one large write, tagLen per record
-	wiov     [][]byte    // mac: backing of wbufs
-	wbufs    net.Buffers // mac: one large write, the caller's payload and tags
-	wbig     []byte      // aead: sealed records staged for one large write
-	rscratch []byte      // aead: a record read for a placed destination
+	mode     WireProtection // the link's protection (auto resolved: forLink)
+	magic    uint32         // the frame magic of the link's mode
+	wtags    []byte         // mac: the tags of one large write, tagLen per record
+	wiov     [][]byte       // mac: backing of wbufs
+	wbufs    net.Buffers    // mac: one large write, the caller's payload and tags
+	wbig     []byte         // aead: sealed records staged for one large write
+	rscratch []byte         // aead: a record read for a placed destination
 	rtag     [tagLen]byte
 
 	// Reading.
@@ -134,10 +135,15 @@ func newLink(c *Conn, peer int, nc *net.TCPConn, key wireKey) *link {
 		pieces: make(chan piece, 2),
 		free:   make(chan []byte, 2),
 		rtimer: time.NewTimer(time.Hour),
-		magic:  magicOf(c.cfg.WireProtection),
 	}
+	onOneHost := c.cfg.sameHost
+	if onOneHost == nil {
+		onOneHost = sameHost
+	}
+	l.mode = c.cfg.WireProtection.forLink(onOneHost(nc.LocalAddr(), nc.RemoteAddr()))
+	l.magic = magicOf(l.mode)
 	l.rtimer.Stop()
-	if err := l.protect(c.cfg.WireProtection, key); err != nil {
+	if err := l.protect(l.mode, key); err != nil {
 		l.fail(err)
 	}
 	l.br = bufio.NewReaderSize(&sockReader{l.poll}, readBufSize)
@@ -161,6 +167,9 @@ func (l *link) protect(mode WireProtection, key wireKey) error {
 	var err error
 	if l.wp, err = newWireDir(mode, key, l.c.rank, l.peer, l.c.rank); err == nil {
 		l.rp, err = newWireDir(mode, key, l.peer, l.c.rank, l.c.rank)
+	}
+	if err == nil {
+		l.rp.auto = l.c.cfg.WireProtection == WireAuto
 	}
 	if err != nil {
 		return fmt.Errorf("tcp rank %d: link to rank %d: wire protection: %w", l.c.rank, l.peer, err)
@@ -668,8 +677,12 @@ func (l *link) authFailed(err error) {
 // protects its frames (another -wire-protection) from garbage.
 func (l *link) headerFailed(b []byte, err error) {
 	if l.rp == nil && getUint32(b) == macMagic {
-		l.authFailed(fmt.Errorf("tcp rank %d: link to rank %d: %w: wire protection mismatch: rank %d sends MAC-protected frames (-wire-protection mac), this rank uses none",
-			l.c.rank, l.peer, ErrWireAuth, l.peer))
+		why := ""
+		if l.c.cfg.WireProtection == WireAuto {
+			why = fmt.Sprintf(" (-wire-protection auto: this rank sees the link as within one host, rank %d as between hosts, as behind a NAT: set mac or none on every rank)", l.peer)
+		}
+		l.authFailed(fmt.Errorf("tcp rank %d: link to rank %d: %w: wire protection mismatch: rank %d sends MAC-protected frames (-wire-protection mac), this rank uses none%s",
+			l.c.rank, l.peer, ErrWireAuth, l.peer, why))
 		return
 	}
 	if l.rp == nil && getUint32(b) != frameMagic {

@@ -46,6 +46,9 @@ func TestWireProtectionConfig(t *testing.T) {
 		{WireMAC, true, "", "needs the job's secret"},
 		{WireAEAD, true, "", "needs the job's secret"},
 		{"hmac", false, "", "unknown mode"},
+		{WireAuto, false, WireAuto, ""},
+		{"Auto", false, WireAuto, ""},
+		{WireAuto, true, "", "needs the job's secret"},
 	} {
 		cfg := base()
 		cfg.WireProtection = tc.mode
@@ -64,6 +67,48 @@ func TestWireProtectionConfig(t *testing.T) {
 	}
 	if m, err := ParseWireProtection(" aead "); err != nil || m != WireAEAD {
 		t.Errorf("ParseWireProtection: %q, %v", m, err)
+	}
+}
+
+// TestWireAutoPerLink: auto is mac on a link between hosts and none on a
+// link within one (the same address at both ends, or loopback at both);
+// the other modes are what they say on every link.
+func TestWireAutoPerLink(t *testing.T) {
+	addr := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 1234} }
+	for _, tc := range []struct {
+		local, remote string
+		same          bool
+	}{
+		{"127.0.0.1", "127.0.0.1", true},
+		{"127.0.0.1", "127.0.0.2", true},
+		{"::1", "::1", true},
+		{"10.0.0.5", "10.0.0.5", true},
+		{"10.0.0.5", "10.0.0.6", false},
+		{"192.168.1.2", "127.0.0.1", false},
+		{"::ffff:10.0.0.5", "10.0.0.5", true},
+	} {
+		if got := sameHost(addr(tc.local), addr(tc.remote)); got != tc.same {
+			t.Errorf("sameHost(%s, %s) = %v, want %v", tc.local, tc.remote, got, tc.same)
+		}
+	}
+	if sameHost(&net.UnixAddr{Name: "x"}, addr("127.0.0.1")) {
+		t.Error("sameHost of a non-TCP address: true, want false (protect when unsure)")
+	}
+	for _, tc := range []struct {
+		mode          WireProtection
+		within, cross WireProtection
+	}{
+		{WireAuto, WireNone, WireMAC},
+		{WireNone, WireNone, WireNone},
+		{WireMAC, WireMAC, WireMAC},
+		{WireAEAD, WireAEAD, WireAEAD},
+	} {
+		if got := tc.mode.forLink(true); got != tc.within {
+			t.Errorf("%s within a host: %s, want %s", tc.mode, got, tc.within)
+		}
+		if got := tc.mode.forLink(false); got != tc.cross {
+			t.Errorf("%s between hosts: %s, want %s", tc.mode, got, tc.cross)
+		}
 	}
 }
 
@@ -385,7 +430,7 @@ func (r *relay) pipe(src, dst net.Conn, fromTarget bool) {
 }
 
 // relayedPair dials ranks 0 and 1 under mode with the relay between them.
-func relayedPair(t *testing.T, mode WireProtection, tamper func(r *bufio.Reader, w io.Writer) error) ([]*Conn, *relay) {
+func relayedPair(t *testing.T, mode WireProtection, tamper func(r *bufio.Reader, w io.Writer) error, opts ...func(*Config)) ([]*Conn, *relay) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -399,6 +444,9 @@ func relayedPair(t *testing.T, mode WireProtection, tamper func(r *bufio.Reader,
 	for i := range cfgs {
 		cfgs[i].WireProtection = mode
 		cfgs[i].Timeout = 5 * time.Second
+		for _, o := range opts {
+			o(&cfgs[i])
+		}
 	}
 	conns, errs := dialConfigs(cfgs)
 	for i, err := range errs {
@@ -494,10 +542,25 @@ func TestWireRelay(t *testing.T) {
 			return err
 		}, [][]byte{b, a}, 0},
 	} {
-		for _, mode := range []WireProtection{WireNone, WireMAC, WireAEAD} {
-			t.Run(sc.name+"/"+string(mode), func(t *testing.T) {
+		// auto on the relay's loopback links is none; with the hook saying
+		// the ranks are on two hosts, mac.
+		for _, pm := range []struct {
+			name     string
+			mode     WireProtection
+			effect   WireProtection
+			sameHost func(local, remote net.Addr) bool
+		}{
+			{"none", WireNone, WireNone, nil},
+			{"mac", WireMAC, WireMAC, nil},
+			{"aead", WireAEAD, WireAEAD, nil},
+			{"auto within a host", WireAuto, WireNone, nil},
+			{"auto between hosts", WireAuto, WireMAC, func(net.Addr, net.Addr) bool { return false }},
+		} {
+			mode := pm.effect
+			t.Run(sc.name+"/"+pm.name, func(t *testing.T) {
 				fl := frameLen(mode, n)
-				conns, _ := relayedPair(t, mode, func(r *bufio.Reader, w io.Writer) error { return sc.tamper(fl, r, w) })
+				conns, _ := relayedPair(t, pm.mode, func(r *bufio.Reader, w io.Writer) error { return sc.tamper(fl, r, w) },
+					func(c *Config) { c.sameHost = pm.sameHost })
 				ctx, cancel := ctxT(10 * time.Second)
 				defer cancel()
 				// Same header twice: only the payloads tell the messages apart.
@@ -616,5 +679,62 @@ func TestWireModeMismatch(t *testing.T) {
 				t.Errorf("got %v, want an error about the wire protection", err)
 			}
 		})
+	}
+}
+
+// TestWireAutoDisagreement: under auto, ends that disagree whether their
+// link stays on one host (rank 0 told by the hook that it does not, as a
+// NAT can make it seem) fail on the first frame, never with a wrong
+// payload: each rank, aborting on its error as package allreduce does,
+// ends with an error that names the cause and the fix (its own check's,
+// or its peer's abort).
+func TestWireAutoDisagreement(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	cfgs := []Config{testConfig(0, 2, store), testConfig(1, 2, store)}
+	for i := range cfgs {
+		cfgs[i].WireProtection = WireAuto
+		cfgs[i].Timeout = 3 * time.Second
+	}
+	cfgs[0].sameHost = func(net.Addr, net.Addr) bool { return false }
+	conns, errs := dialConfigs(cfgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Dial: %v", i, err)
+		}
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	ctx, cancel := ctxT(5 * time.Second)
+	defer cancel()
+	p := pattern(64, 1)
+	got := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.Send(ctx, 1-r, hdr(0, 0), p)
+			if err == nil {
+				err = c.Recv(ctx, 1-r, hdr(0, 0), len(p), &bufSink{dst: make([]byte, len(p))})
+			}
+			if err != nil {
+				c.Abort(err)
+			}
+			got[r] = err
+		}()
+	}
+	wg.Wait()
+	checked := false
+	for r, err := range got {
+		if err == nil || !strings.Contains(err.Error(), "auto") || !strings.Contains(err.Error(), "NAT") {
+			t.Errorf("rank %d: got %v, want an error explaining auto's disagreement", r, err)
+		}
+		checked = checked || errors.Is(err, ErrWireAuth)
+	}
+	if !checked {
+		t.Errorf("no rank's own check failed (ErrWireAuth): %v", got)
 	}
 }

@@ -15,8 +15,9 @@ import (
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
-// EnvWireProtection is tcp.Config.WireProtection: none, mac or aead
-// (-wire-protection takes precedence; default tcp.DefaultWireProtection).
+// EnvWireProtection is tcp.Config.WireProtection: auto, none, mac or aead
+// (-wire-protection takes precedence; default tcp.DefaultWireProtection,
+// auto; none under the insecure opt-out).
 const EnvWireProtection = "RINGDDP_WIRE_PROTECTION"
 
 // wireProtection resolves the wire protection: the flag's value, else

@@ -83,8 +83,9 @@
 //
 // Security: the secret authenticates every connection (store and mesh).
 // Afterwards the mesh's frames are protected as RINGDDP_WIRE_PROTECTION
-// (Options.WireProtection, the commands' -wire-protection) says: none by
-// default, as in gloo and NCCL, so multi-host jobs belong on a trusted
-// network; mac authenticates every frame, aead also encrypts
-// (tcp.WireProtection). mac and aead need the secret.
+// (Options.WireProtection, the commands' -wire-protection) says: auto by
+// default, mac (every frame authenticated) on links between hosts and none
+// on links within one, whose bytes never leave the kernel; mac everywhere,
+// aead (also encrypted) or none on request (tcp.WireProtection). All but
+// none need the secret; with the insecure opt-out the default is none.
 package launch

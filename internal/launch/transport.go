@@ -50,7 +50,7 @@ func TransportNames() string { return strings.Join(transportNames, ", ") }
 type TransportFlags struct {
 	Name    string        // -transport: Inproc or TCP
 	Timeout time.Duration // -timeout: a send or receive without progress for this long fails; 0: the transport's default
-	// WireProtection is -wire-protection (tcp only): none, mac or aead; ""
+	// WireProtection is -wire-protection (tcp only): auto, none, mac or aead; ""
 	// takes RINGDDP_WIRE_PROTECTION, else tcp.DefaultWireProtection.
 	WireProtection string
 	Flags          // -nnodes, -node-rank, -master, -insecure (tcp only)
@@ -63,7 +63,7 @@ func (f *TransportFlags) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.Timeout, "timeout", 0, fmt.Sprintf("fail when a rank's send or receive makes no progress for this long (default %gs in process, %gs over tcp)",
 		DefaultInprocTimeout.Seconds(), DefaultTimeout.Seconds()))
 	fs.StringVar(&f.WireProtection, "wire-protection", "", fmt.Sprintf("with -transport tcp: what protects every frame after the handshake: "+
-		"none, mac (header and payload authenticated, replay and reordering detected) or aead (also encrypted); default $%s, else %s; mac and aead need the secret, so not -insecure",
+		"auto (mac on links between hosts, none on links within one), none, mac (header and payload authenticated, replay and reordering detected) or aead (also encrypted); default $%s, else %s; auto, mac and aead need the secret (with -insecure: none)",
 		EnvWireProtection, tcp.DefaultWireProtection))
 	f.Flags.Register(fs)
 }

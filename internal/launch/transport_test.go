@@ -230,6 +230,7 @@ func TestTransportWireProtection(t *testing.T) {
 		{map[string]string{EnvWireProtection: "aead"}, []string{"-transport", "tcp"}, tcp.WireAEAD},
 		{map[string]string{EnvWireProtection: "aead"}, []string{"-transport", "tcp", "-wire-protection", "none"}, tcp.WireNone},
 		{none, []string{"-transport", "tcp", "-insecure", "-wire-protection", "none"}, tcp.WireNone},
+		{none, []string{"-transport", "tcp", "-wire-protection", "auto"}, tcp.WireAuto},
 	} {
 		tr, err := parseTransportFlags(t, 2, c.env, c.args...)
 		if err != nil || tr.WireProtection != c.want {
@@ -242,10 +243,11 @@ func TestTransportWireProtection(t *testing.T) {
 		want string
 	}{
 		{none, []string{"-wire-protection", "mac"}, "-wire-protection applies to -transport tcp only"},
-		{none, []string{"-transport", "tcp", "-wire-protection", "tls"}, `-wire-protection "tls": unknown mode (valid: none, mac, aead)`},
+		{none, []string{"-transport", "tcp", "-wire-protection", "tls"}, `-wire-protection "tls": unknown mode (valid: auto, none, mac, aead)`},
 		{map[string]string{EnvWireProtection: "yes"}, []string{"-transport", "tcp"}, EnvWireProtection + ` "yes": unknown mode`},
 		{none, []string{"-transport", "tcp", "-insecure", "-wire-protection", "mac"}, "-wire-protection mac needs the job's secret"},
 		{map[string]string{EnvWireProtection: "aead", EnvInsecure: "1"}, []string{"-transport", "tcp"}, EnvWireProtection + " aead needs the job's secret"},
+		{none, []string{"-transport", "tcp", "-insecure", "-wire-protection", "auto"}, "-wire-protection auto needs the job's secret"},
 	} {
 		if _, err := parseTransportFlags(t, 2, c.env, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q %v: got %v, want an error containing %q", c.args, c.env, err, c.want)
