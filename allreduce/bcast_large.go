@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -83,17 +84,53 @@ func (g *Group) useChain(kind Kind, bytes int) bool {
 			s = *g.shape
 		}
 		g.seq.mu.Unlock()
-		b := float64(classBytes(k))
-		tree, chain := treeBroadcastCost(g.model, s, b), chainBroadcastCost(g.model, s, b)
-		if kind == KindReduce {
-			tree, chain = treeReduceCost(g.model, s, b), chainReduceCost(g.model, s, b)
-		}
+		tree, chain := rootedCosts(g.model, s, kind, float64(classBytes(k)))
 		picks[k] = 1
 		if chain < tree {
 			picks[k] = 2
 		}
 	}
 	return picks[k] == 2
+}
+
+// rootedCosts are the binomial tree's and the chain's predicted times for
+// a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s, the
+// chain's +Inf below three ranks.
+func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
+	if kind == KindReduce {
+		return treeReduceCost(m, s, b), chainReduceCost(m, s, b)
+	}
+	return treeBroadcastCost(m, s, b), chainBroadcastCost(m, s, b)
+}
+
+// RootedPrediction is the predicted time of Broadcast and Reduce on a
+// shape, under a model: each schedule's (agreement step included; the
+// chain's +Inf below three ranks) and the one a group runs, Chain set
+// when it is the chain.
+type RootedPrediction struct {
+	TreeSeconds, ChainSeconds float64
+	Chain                     bool
+}
+
+// PredictRooted predicts a Broadcast (kind KindBroadcast) or Reduce
+// (KindReduce) of bytes on shape s under m, and says which schedule a
+// group with that model runs for it (the faster at the lower end of the
+// size class, as the group chooses once per class).
+func PredictRooted(m Model, s Shape, kind Kind, bytes int) (RootedPrediction, error) {
+	if kind != KindBroadcast && kind != KindReduce {
+		return RootedPrediction{}, fmt.Errorf("%w: PredictRooted of %v: only Broadcast and Reduce have a schedule to choose", ErrInvalid, kind)
+	}
+	if s.Ranks == 1 {
+		return RootedPrediction{ChainSeconds: math.Inf(1)}, nil
+	}
+	agree := agreeCost(m, s)
+	tree, chain := rootedCosts(m, s, kind, float64(bytes))
+	p := RootedPrediction{TreeSeconds: agree + tree, ChainSeconds: agree + chain}
+	if s.Ranks > 2 {
+		ct, cc := rootedCosts(m, s, kind, float64(classBytes(sizeClass(bytes))))
+		p.Chain = cc < ct
+	}
+	return p, nil
 }
 
 // chainSegments is the number of segments of a chain over count elements

@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"math"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce/inproc"
@@ -25,12 +26,14 @@ func TestChainChoice(t *testing.T) {
 				for b := 1; b <= 256<<20; b *= 4 {
 					got := g.useChain(kind, b)
 					s, cb := FlatShape(n), float64(classBytes(sizeClass(b)))
-					tree, chain := treeBroadcastCost(g.model, s, cb), chainBroadcastCost(g.model, s, cb)
-					if kind == KindReduce {
-						tree, chain = treeReduceCost(g.model, s, cb), chainReduceCost(g.model, s, cb)
-					}
+					tree, chain := rootedCosts(g.model, s, kind, cb)
 					if want := n > 2 && chain < tree; got != want {
 						t.Errorf("n=%d %v %d B: chain %v, want %v (tree %.3g s, chain %.3g s)", n, kind, b, got, want, tree, chain)
+					}
+					// PredictRooted, for -explain, says what the group runs.
+					p, err := PredictRooted(g.model, s, kind, b)
+					if err != nil || p.Chain != got || (n > 1 && !(p.TreeSeconds > 0)) || (n <= 2 && !math.IsInf(p.ChainSeconds, 1)) {
+						t.Errorf("n=%d %v %d B: PredictRooted %+v, %v; the group goes by chain: %v", n, kind, b, p, err, got)
 					}
 				}
 				if n > 2 && (!g.useChain(kind, 64<<20) || g.useChain(kind, 64<<10)) {
@@ -38,5 +41,13 @@ func TestChainChoice(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPredictRootedKinds: only Broadcast and Reduce have schedules to
+// predict.
+func TestPredictRootedKinds(t *testing.T) {
+	if _, err := PredictRooted(DefaultModel(false), FlatShape(4), KindAllGather, 1<<20); err == nil {
+		t.Error("PredictRooted of an AllGather: no error")
 	}
 }

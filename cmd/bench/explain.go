@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -24,6 +25,9 @@ type explanation struct {
 // defaults, else allreduce.DefaultModel), and the algorithm Auto picks
 // (allreduce.Choose). It runs nothing.
 func explain(cfg *config, w io.Writer) error {
+	if cfg.op.kind == allreduce.KindBroadcast || cfg.op.kind == allreduce.KindReduce {
+		return explainRooted(cfg, w) // checkModes refused the other collectives
+	}
 	m, from := cfg.explainModel()
 	shape := plannedShape(cfg)
 	algos := runnable(shape)
@@ -85,4 +89,61 @@ func explainHeader(cfg *config, w io.Writer, m allreduce.Model, from string, sha
 			"#\n%s\n%s\n",
 		cfg.dtype, shape.Ranks, topo, shape.PeerMemory, cfg.transport, describeModel(m), from, names.String(), units.String())
 	return err
+}
+
+// explainRooted is -explain for -op broadcast and reduce: per size, the
+// binomial tree's and the pipelined chain's predicted times and the one a
+// group runs (allreduce.PredictRooted), as JSON the same explanation
+// objects with the schedules "tree" and "chain" (the chain absent below
+// three ranks).
+func explainRooted(cfg *config, w io.Writer) error {
+	m, from := cfg.explainModel()
+	shape := plannedShape(cfg)
+	var enc *json.Encoder
+	if cfg.json {
+		enc = json.NewEncoder(w)
+	} else if _, err := fmt.Fprintf(w,
+		"# ringddp bench -explain: %s of %s on %d ranks (ranks share memory: %v), transport %s\n"+
+			"# model: %s (%s)\n"+
+			"# predicted time of the binomial tree and of the pipelined chain, agreement step included (allreduce.PredictRooted), * and pick: what a group runs\n"+
+			"#\n#%12s %14s %14s %12s\n#%12s %14s %14s\n",
+		cfg.op.name, cfg.dtype, shape.Ranks, shape.PeerMemory, cfg.transport, describeModel(m), from,
+		"size", "tree", "chain", "pick", "(B)", "(us)", "(us)"); err != nil {
+		return err
+	}
+	for _, size := range cfg.sizes() {
+		bytes := cfg.count(size) * cfg.dtype.Size()
+		p, err := allreduce.PredictRooted(m, shape, cfg.op.kind, bytes)
+		if err != nil {
+			return err
+		}
+		pick := "tree"
+		if p.Chain {
+			pick = "chain"
+		}
+		if enc != nil {
+			e := explanation{Bytes: bytes, PredictedUS: map[string]float64{"tree": p.TreeSeconds * 1e6}, Pick: pick}
+			if !math.IsInf(p.ChainSeconds, 1) {
+				e.PredictedUS["chain"] = p.ChainSeconds * 1e6
+			}
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			continue
+		}
+		mark := func(chain bool) string {
+			if chain == p.Chain {
+				return "*"
+			}
+			return " "
+		}
+		chain := "-"
+		if !math.IsInf(p.ChainSeconds, 1) {
+			chain = fmt.Sprintf("%.2f", p.ChainSeconds*1e6)
+		}
+		if _, err := fmt.Fprintf(w, "%13d %13.2f%s %13s%s %12s\n", bytes, p.TreeSeconds*1e6, mark(false), chain, mark(true), pick); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -130,3 +130,38 @@ func TestProfileModel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExplainRooted: -explain -op broadcast and reduce predict the tree
+// and the chain and pick what the group runs: over 4 tcp ranks with the
+// default model, the tree at 64 KiB and the chain at 64 MiB; on 2 ranks
+// there is no chain.
+func TestExplainRooted(t *testing.T) {
+	for _, op := range []string{"broadcast", "reduce"} {
+		out, err := runBench(t, "-explain", "-json", "-op", op, "-transport", "tcp", "-ranks", "4", "-min", "64K", "-max", "64M", "-factor", "1024")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var picks []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var e explanation
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("%s: %q: %v", op, line, err)
+			}
+			if !(e.PredictedUS["tree"] > 0 && e.PredictedUS["chain"] > 0) {
+				t.Errorf("%s %d B: predictions %v", op, e.Bytes, e.PredictedUS)
+			}
+			picks = append(picks, e.Pick)
+		}
+		if strings.Join(picks, ",") != "tree,chain" {
+			t.Errorf("%s: picks %v at 64 KiB and 64 MiB, want tree, chain", op, picks)
+		}
+		out, err = runBench(t, "-explain", "-json", "-op", op, "-transport", "tcp", "-ranks", "2", "-min", "64M", "-max", "64M")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e explanation
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil || e.Pick != "tree" || len(e.PredictedUS) != 1 {
+			t.Errorf("%s on 2 ranks: %q, %v; want the tree alone", op, out, err)
+		}
+	}
+}

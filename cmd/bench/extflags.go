@@ -51,7 +51,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.nodes, "nodes", 0, "with -transport sim or inproc: split the ranks into this many nodes of ⌈ranks/nodes⌉ consecutive ranks (instead of -local-size); 0: not given")
 	fs.StringVar(&f.payload, "sim-payload", payloadAuto, "with -transport sim: auto (real, checked payloads while ranks × bytes ≤ "+allreducetest.FormatBytes(simRealLimit)+", timing-only above), real (always) or none (always timing-only: bytes accounted, never allocated, not checked)")
 	f.model.register(fs)
-	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing")
+	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing; with -op broadcast or reduce, the binomial tree's and the chain's and the one a group runs (allreduce.PredictRooted)")
 	fs.StringVar(&f.plot, "plot", "", "after the run, draw busbw and time against size, one line per algorithm, into this PNG file (with -transport tcp, rank 0's process writes it)")
 	fs.StringVar(&f.trace, "trace", "", "write every rank's collectives (each call: algorithm, bytes, iteration) as a Chrome trace-event timeline to this file (chrome://tracing, ui.perfetto.dev), a track per rank; multi-process ranks' clocks aligned to rank 0's")
 	fs.StringVar(&f.calibrate, "calibrate", "", "measure this machine's cost model over -transport inproc or tcp (a ring exchange among all the ranks for α and β, the same with a reducing sink for γ), time every runnable algorithm over the sweep, and write the profile to this JSON file")
@@ -159,8 +159,8 @@ func (f *extFlags) checkModes(cfg *config, given map[string]bool) error {
 		return errors.New("-explain and -calibrate: give one (-explain predicts, -calibrate measures)")
 	case f.explain && f.plot != "":
 		return errors.New("-plot draws a run's rows; -explain runs nothing")
-	case f.explain && cfg.op.kind != allreduce.KindAllReduce:
-		return fmt.Errorf("-explain: the cost model covers -op allreduce only, not %s", cfg.op.name)
+	case f.explain && cfg.op.kind != allreduce.KindAllReduce && cfg.op.kind != allreduce.KindBroadcast && cfg.op.kind != allreduce.KindReduce:
+		return fmt.Errorf("-explain -op %s: %s has one algorithm (the ring), no choice to explain (-op allreduce, broadcast or reduce)", cfg.op.name, cfg.op.name)
 	}
 	if f.calibrate == "" {
 		return nil

@@ -164,7 +164,7 @@ func describeModel(m allreduce.Model) string {
 		s += fmt.Sprintf("; ports %d", m.Ports)
 	}
 	if m.Segment > 0 {
-		s += fmt.Sprintf("; exchanges in pieces of at most %s", allreducetest.FormatBytes(m.Segment))
+		s += fmt.Sprintf("; messages in pieces of at most %s", allreducetest.FormatBytes(m.Segment))
 	}
 	return s
 }

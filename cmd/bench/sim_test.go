@@ -139,7 +139,7 @@ func TestSimFlags(t *testing.T) {
 		{[]string{"-op", "broadcast", "-algo", "all"}, "-algo all: -op broadcast has one algorithm"},
 		{[]string{"-profile", "/nonexistent/p.json"}, "-profile: cost profile: "},
 		{[]string{"-explain", "-plot", "x.png"}, "-plot draws a run's rows; -explain runs nothing"},
-		{[]string{"-explain", "-op", "allgather"}, "-explain: the cost model covers -op allreduce only"},
+		{[]string{"-explain", "-op", "allgather"}, "-explain -op allgather: allgather has one algorithm (the ring)"},
 		{[]string{"-calib-max", "1K"}, "-calib-max applies to -calibrate only"},
 	} {
 		_, err := runBench(t, append(c.args, "-max", "64")...)
