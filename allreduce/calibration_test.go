@@ -18,17 +18,15 @@ import (
 //
 // The goal is a pick never more than 10% slower. Measured with the
 // models refitted to these measurements (cmd/bench's refit: three regimes
-// of message size, Ports), see docs/scaling.md: shm's picks (its second
-// calibration, ranks bound, direct over lent copies) are on average 1.035×
-// the fastest, the worst 1.12× (halving-doubling at 4 MiB, where direct
-// measured faster); inproc's 1.033×, the worst 1.20× (direct at 1 MiB,
-// where the ring measured faster); tcp's 1.06×, the worst 1.23×
-// (halving-doubling at 256–512 KiB, where the ring measured 20% faster in
-// this data and 10% slower in a later run). Four ranks sharing 2 cores make
-// two runs of one algorithm differ by 15% and more. So the test holds what
-// is achieved, with a small margin, and fails on a regression: no pick
-// more than 1.3× the fastest, and picks on average within 7% of the
-// fastest over the sizes.
+// of message size, Ports), see docs/scaling.md: tcp's picks (its 13:18
+// calibration, messages in 256 KiB pieces) are on average 1.001× the
+// fastest, the worst 1.01×; inproc's (13:20) 1.016×, the worst 1.09×
+// (direct at 2 MiB, where the ring measured faster); shm's 1.035×, the
+// worst 1.12× (halving-doubling at 256 KiB, where direct measured
+// faster). Four ranks sharing 2 cores make two runs of one algorithm
+// differ by 10% and more. So the test holds what is achieved, with a
+// small margin, and fails on a regression: no pick more than 1.15× the
+// fastest, and picks on average within 5% of the fastest over the sizes.
 func TestAutoOnCalibrationData(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "profiles", "*.json"))
 	if err != nil {
@@ -83,13 +81,13 @@ func TestAutoOnCalibrationData(t *testing.T) {
 				sum += got / bestT
 				worst = max(worst, got/bestT)
 				t.Logf("%9d B: Auto picks %-12v %9.1f µs, fastest %-12v %9.1f µs: %.2f×", bytes, pick, got*1e6, best, bestT*1e6, got/bestT)
-				if got > 1.3*bestT {
+				if got > 1.15*bestT {
 					t.Errorf("%d bytes: Auto picks %v, measured %.1f µs, %.1f× %v's %.1f µs", bytes, pick, got*1e6, got/bestT, best, bestT*1e6)
 				}
 			}
 			mean := sum / float64(len(measured))
 			t.Logf("%s: Auto's picks are on average %.3f× the fastest, the worst %.2f×", p.Transport, mean, worst)
-			if mean > 1.07 {
+			if mean > 1.05 {
 				t.Errorf("Auto's picks are on average %.2f× the fastest algorithm's time", mean)
 			}
 		})
