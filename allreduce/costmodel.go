@@ -198,11 +198,11 @@ func DefaultModelFor(s Shape) Model {
 		return Model{Intra: l, Inter: l, Gamma: 1 / 21e9, Ports: 2}
 	}
 	if s.PeerMemory {
-		l := Link{Alpha: 3e-6, Beta: 1 / 8e9}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 9e9}
+		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2}
 	}
-	l := Link{Alpha: 18e-6, Beta: 1 / 1.2e9, CacheBeta: 1 / 1.8e9, CacheBytes: 512 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 4.5e9, Segment: TCPSegmentBytes}
+	l := Link{Alpha: 16.9e-6, Beta: 1 / 1.85e9, CacheBeta: 1 / 2.25e9, CacheBytes: 128 << 10, SmallBeta: 1 / 6.35e9, SmallBytes: 32 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 7.04e9, Ports: 2, Segment: TCPSegmentBytes}
 }
 
 // TCPSegmentBytes is the default model's Segment for ranks that only
@@ -317,16 +317,41 @@ func PredictAlgorithm(m Model, s Shape, a Algorithm, bytes int) (seconds float64
 
 // Choose is Auto's pick for an AllReduce of the given bytes on a group of
 // shape s under model m: the algorithm of least predicted time that can
-// run there (the earlier one in table order on a tie). A group of one
-// rank takes the ring, which returns at once.
+// run there. On a tie (within a relative 1e-9: the formulas add the same
+// terms in different orders) the one with fewer latency steps wins (its
+// time with only α, messages whole: latencySteps), then the earlier in
+// table order. Ties are real: with every message in pieces of one size,
+// the ring and halving-doubling send as many pieces of as many bytes; but
+// a rank of halving-doubling waits on one partner at a time, 2·log2 N
+// times, and a ring rank on its left neighbour, which waits on its own, 2(N-1)
+// times, so every rank's delays reach every other: on 4 tcp processes hd
+// measured 0.71-0.80x the ring's time at 4-64 MiB. A group of one rank
+// takes the ring, which returns at once.
 func Choose(m Model, s Shape, bytes int) Algorithm {
-	best, bestT := Ring, math.Inf(1)
+	best, bestT, bestL := Ring, math.Inf(1), math.Inf(1)
 	for _, p := range Predict(m, s, bytes) {
-		if p.Seconds < bestT {
-			best, bestT = p.Algorithm, p.Seconds
+		switch {
+		case p.Seconds < bestT*(1-1e-9):
+		case p.Seconds <= bestT*(1+1e-9):
+			if l := latencySteps(m, s, p.Algorithm, bytes); l < bestL {
+				best, bestT, bestL = p.Algorithm, min(bestT, p.Seconds), l
+			}
+			continue
+		default:
+			continue
 		}
+		best, bestT, bestL = p.Algorithm, p.Seconds, latencySteps(m, s, p.Algorithm, bytes)
 	}
 	return best
+}
+
+// latencySteps is algorithm a's predicted time with the links' α alone
+// (no per-byte cost, no reduction) and messages whole: its latency steps
+// on the critical path, in units of α; Choose's tie-break.
+func latencySteps(m Model, s Shape, a Algorithm, bytes int) float64 {
+	lat := Model{Intra: Link{Alpha: m.Intra.Alpha}, Inter: Link{Alpha: m.Inter.Alpha}, Ports: m.Ports}
+	t, _ := PredictAlgorithm(lat, s, a, bytes)
+	return t
 }
 
 // sizeClass is the index of Auto's cache entry for a call of b bytes:

@@ -253,8 +253,11 @@ func writeRatios(b *strings.Builder, order []string, ratios map[string][]float64
 	}
 }
 
-// calibRounds is how many times -calibrate sweeps every algorithm.
-const calibRounds = 3
+// calibRounds is how many times -calibrate sweeps every algorithm: 5, as
+// with 3 a cell could rank two algorithms opposite to a longer measurement
+// (tcp at 1 MiB: the ring 16% ahead of halving-doubling in a 3-round
+// calibration, 7% behind it in 16 rounds alternating their order).
+const calibRounds = 5
 
 // medianRows merges rounds of the same sweep (the same rows in the same
 // order): each row takes the median of its rounds' times, with its
