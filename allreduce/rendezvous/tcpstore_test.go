@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ringddp/ringddp/internal/freeport"
 )
 
 func startServer(t *testing.T, cfg StoreConfig) *StoreServer {
@@ -330,12 +332,7 @@ func TestStoreCloseFailsCalls(t *testing.T) {
 }
 
 func TestConnect(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freeport.Loopback(t)
 	envs := []Env{
 		{Rank: 0, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Secret: testSecret},
 		{Rank: 1, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Secret: testSecret},

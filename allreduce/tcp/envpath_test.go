@@ -2,7 +2,6 @@ package tcp_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,18 +10,14 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/tcp"
+	"github.com/ringddp/ringddp/internal/freeport"
 )
 
 // TestEnvToAllReduce follows the launcher's path on every rank: FromEnv,
 // the TCP store hosted by rank 0, ConfigFromEnv, Dial, an all-reduce.
 func TestEnvToAllReduce(t *testing.T) {
 	const n = 3
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	port := strconv.Itoa(freeport.Loopback(t))
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	results := make([][]float32, n)

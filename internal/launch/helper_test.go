@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/internal/freeport"
 )
 
 // The tests start this test binary as the ranks of real multi-process
@@ -189,29 +188,9 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// freeLoopbackPort picks a port on 127.0.0.1 that was free a moment ago,
-// for a store or the launchers' rendezvous, below Linux's default
-// ephemeral range (32768-60999): a port the kernel handed out (":0") can
-// be given again, as the local port of any connection the parallel tests
-// open, before the test binds it ("address already in use",
-// TestElasticNodesRankKilled once in six runs); a port outside the range
-// only an explicit bind can take. The ports are tried from a random
-// offset, so that parallel tests do not probe the same ones.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	const lo, span = 20000, 12000
-	start := rand.IntN(span)
-	for i := range span {
-		port := lo + (start+i*7919)%span
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			ln.Close()
-			return port
-		}
-	}
-	t.Fatalf("no free port on 127.0.0.1 in %d-%d", lo, lo+span-1)
-	return 0
-}
+// freeLoopbackPort picks a free port on 127.0.0.1 for a store or the
+// launchers' rendezvous (freeport.Loopback).
+func freeLoopbackPort(t *testing.T) int { return freeport.Loopback(t) }
 
 // rankProc is a rank started directly by a test (no launcher), so that
 // its own exit status and output can be checked.
