@@ -18,6 +18,9 @@ import (
 //	sendRecvCopy    to ← p, at once dst ← from
 //	sendRecvReduce  to ← p, at once out ← local op (from), or the reverse
 //
+// A message larger than the cost model's Segment goes in pieces, whichever
+// primitive sends or receives it (pieces.go).
+//
 // The operand order of a reduction is explicit (localFirst or
 // receivedFirst) because a op b and b op a can differ in floating point
 // (the sign of a zero Max, a NaN's payload): an algorithm that lets two
