@@ -97,10 +97,8 @@ func (g *Group) useChain(kind Kind, bytes int) bool {
 // a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s, the
 // chain's +Inf below three ranks.
 func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
-	if kind == KindReduce {
-		return treeReduceCost(m, s, b), chainReduceCost(m, s, b)
-	}
-	return treeBroadcastCost(m, s, b), chainBroadcastCost(m, s, b)
+	reduce := kind == KindReduce
+	return binomialCost(m, s, b, reduce), chainCost(m, s, b, reduce)
 }
 
 // RootedPrediction is the predicted time of Broadcast and Reduce on a
@@ -162,7 +160,7 @@ func broadcastCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	return agreeCost(m, s) + min(treeBroadcastCost(m, s, b), chainBroadcastCost(m, s, b))
+	return agreeCost(m, s) + min(rootedCosts(m, s, KindBroadcast, b))
 }
 
 // reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
@@ -171,22 +169,18 @@ func reduceCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	return agreeCost(m, s) + min(treeReduceCost(m, s, b), chainReduceCost(m, s, b))
+	return agreeCost(m, s) + min(rootedCosts(m, s, KindReduce, b))
 }
 
-// treeBroadcastCost is the binomial tree's ⌈log2 N⌉ whole-buffer steps.
-func treeBroadcastCost(m Model, s Shape, b float64) float64 {
-	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, false)
+// binomialCost is the binomial tree's ⌈log2 N⌉ whole-buffer steps, each
+// reducing the buffer for a Reduce.
+func binomialCost(m Model, s Shape, b float64, reduce bool) float64 {
+	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, reduce)
 }
 
-// treeReduceCost is the binomial tree's steps, each reducing the buffer.
-func treeReduceCost(m Model, s Shape, b float64) float64 {
-	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, true)
-}
-
-// chainBroadcastCost is the chain's S+N-2 rounds of one segment, +Inf
-// on fewer than three ranks (it does not run there).
-func chainBroadcastCost(m Model, s Shape, b float64) float64 {
+// chainCost is the chain's S+N-2 rounds of one segment, each reducing it
+// for a Reduce; +Inf on fewer than three ranks (it does not run there).
+func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
 	n := s.Ranks
 	if n <= 2 {
 		return math.Inf(1)
@@ -194,19 +188,11 @@ func chainBroadcastCost(m Model, s Shape, b float64) float64 {
 	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
 	x := b / segs
 	k := m.pieces(x) // each round's segment in lock-step pieces
-	return (segs + float64(n-2)) * k * m.link(s).time(x/k)
-}
-
-// chainReduceCost is the chain's rounds, each reducing a segment.
-func chainReduceCost(m Model, s Shape, b float64) float64 {
-	n := s.Ranks
-	if n <= 2 {
-		return math.Inf(1)
+	round := k * m.link(s).time(x/k)
+	if reduce {
+		round += x * m.Gamma
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
-	x := b / segs
-	k := m.pieces(x)
-	return (segs + float64(n-2)) * (k*m.link(s).time(x/k) + x*m.Gamma)
+	return (segs + float64(n-2)) * round
 }
 
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {

@@ -328,19 +328,20 @@ func PredictAlgorithm(m Model, s Shape, a Algorithm, bytes int) (seconds float64
 // measured 0.71-0.80x the ring's time at 4-64 MiB. A group of one rank
 // takes the ring, which returns at once.
 func Choose(m Model, s Shape, bytes int) Algorithm {
-	best, bestT, bestL := Ring, math.Inf(1), math.Inf(1)
+	best, bestT := Ring, math.Inf(1)
+	bestL := math.Inf(1) // best's latency steps, worked out when a tie needs them
 	for _, p := range Predict(m, s, bytes) {
 		switch {
 		case p.Seconds < bestT*(1-1e-9):
+			best, bestT, bestL = p.Algorithm, p.Seconds, math.Inf(1)
 		case p.Seconds <= bestT*(1+1e-9):
+			if math.IsInf(bestL, 1) {
+				bestL = latencySteps(m, s, best, bytes)
+			}
 			if l := latencySteps(m, s, p.Algorithm, bytes); l < bestL {
 				best, bestT, bestL = p.Algorithm, min(bestT, p.Seconds), l
 			}
-			continue
-		default:
-			continue
 		}
-		best, bestT, bestL = p.Algorithm, p.Seconds, latencySteps(m, s, p.Algorithm, bytes)
 	}
 	return best
 }
