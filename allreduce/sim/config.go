@@ -76,6 +76,14 @@ type Config struct {
 	// and each link (ordered pair of ranks) one message at a time. See
 	// the package documentation's link model.
 	Ports int
+	// NICs, when ≥ 1, is how many NICs the ranks of a node share for
+	// their inter-node messages: local rank i sends through NIC i mod
+	// NICs of its node, which carries one message at a time, in the
+	// order the messages were ready (nic.go). 0, the default, gives
+	// every rank its own inter-node link. A rank must end its program by
+	// blocking in AlignClocks or closing: a rank that stops calling
+	// without either holds up its NIC.
+	NICs int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -108,6 +116,9 @@ func (c Config) validate() error {
 	}
 	if c.LocalSize < 0 {
 		return invalid("Config.LocalSize is %d (need 0 or more)", c.LocalSize)
+	}
+	if c.NICs < 0 {
+		return invalid("Config.NICs is %d (need 0 for a link per rank, or more)", c.NICs)
 	}
 	if c.Ports < 0 {
 		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)

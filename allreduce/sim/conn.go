@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
@@ -30,11 +31,20 @@ type Conn struct {
 	egressFree float64
 	portFree   []float64
 	linkFree   []float64
+	// published is clock, for the shared NICs to read without tmu (a
+	// lower bound of this rank's next NIC request).
+	published atomic.Uint64
+
+	// nic is the shared NIC this rank sends inter-node messages through
+	// (Config.NICs), and nicReq its request waiting for it, guarded by
+	// the world's nicSet.mu.
+	nic    int
+	nicReq nicRequest
 
 	// The inbox and the rank's wait state, guarded by mu.
 	mu       sync.Mutex
 	in       map[int]*fifo // pending messages by sender
-	waitFrom int           // waitNone, waitAlign or the rank a receive waits for
+	waitFrom int           // waitNone, waitAlign, waitNIC or the rank a receive waits for
 	waitH    transport.Header
 	waitN    int
 	blocked  bool  // a receive or AlignClocks is blocked (not counted in running)
@@ -51,6 +61,7 @@ type Conn struct {
 const (
 	waitNone  = -1
 	waitAlign = -2
+	waitNIC   = -3
 )
 
 var (
@@ -92,9 +103,30 @@ func (c *Conn) Advance(d float64) {
 		return
 	}
 	c.tmu.Lock()
-	c.clock += d
+	c.storeClockLocked(c.clock + d)
 	c.tmu.Unlock()
 }
+
+// storeClockLocked sets the clock and publishes it; the caller holds tmu.
+func (c *Conn) storeClockLocked(t float64) {
+	c.clock = t
+	c.published.Store(math.Float64bits(t))
+}
+
+// publish raises the published clock to t, a time the clock is known to
+// reach, for the shared NICs (nic.go).
+func (c *Conn) publish(t float64) {
+	for {
+		old := c.published.Load()
+		if math.Float64frombits(old) >= t || c.published.CompareAndSwap(old, math.Float64bits(t)) {
+			return
+		}
+	}
+}
+
+// publishedClock is the clock as last stored: a lower bound of the
+// clock, readable without tmu.
+func (c *Conn) publishedClock() float64 { return math.Float64frombits(c.published.Load()) }
 
 // Virtual reports whether p lies in the world's virtual arena (timing-only
 // mode): a payload the transport accounts but never reads or writes. An
@@ -142,6 +174,7 @@ func (c *Conn) kill(cause error) {
 		if !errors.Is(cause, transport.ErrClosed) {
 			w.noteAbort(c.rank)
 		}
+		w.nics.ended(c)
 		if zero {
 			w.checkDeadlock()
 		}
@@ -190,11 +223,11 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 	}
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
-	done, err := c.post(to, h, p, c.clock)
+	done, err := c.post(ctx, to, h, p, c.clock)
 	if err != nil {
 		return err
 	}
-	c.clock = done
+	c.storeClockLocked(done)
 	return nil
 }
 
@@ -214,7 +247,7 @@ func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, si
 		return err
 	}
 	c.tmu.Lock()
-	c.clock = done
+	c.storeClockLocked(done)
 	c.tmu.Unlock()
 	return nil
 }
@@ -234,7 +267,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	}
 	c.tmu.Lock()
 	t := c.clock
-	sent, err := c.post(to, sh, sp, t)
+	sent, err := c.post(ctx, to, sh, sp, t)
 	c.tmu.Unlock()
 	if err != nil {
 		return err
@@ -244,7 +277,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 		return err
 	}
 	c.tmu.Lock()
-	c.clock = max(sent, recvd)
+	c.storeClockLocked(max(sent, recvd))
 	c.tmu.Unlock()
 	return nil
 }
@@ -261,9 +294,10 @@ func checkRecv(n int, sink transport.Sink) error {
 
 // post queues a copy of p (or, if p is virtual, its length) for rank to,
 // sent at clock t, and returns when the sender may go on: when the egress
-// port is done with it, or with Config.Ports ≥ 1 when a port took it. The
-// caller holds tmu.
-func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, error) {
+// port is done with it, or with Config.Ports ≥ 1 when a port took it. A
+// message between nodes with Config.NICs set first waits for its NIC
+// (nic.go), which may delay its start. The caller holds tmu.
+func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
 	tx := l.transfer(len(p), f)
@@ -279,6 +313,13 @@ func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, e
 			}
 		}
 		start = max(t, c.portFree[port], c.linkFree[to])
+	}
+	ready := start
+	if w.nics.crosses(c, to) {
+		var err error
+		if start, err = w.nics.acquire(ctx, c, ready, tx); err != nil {
+			return 0, err
+		}
 	}
 	m := message{h: h, n: len(p), arrival: start + l.Alpha*f + tx}
 	if w.arena.contains(p) {
@@ -307,7 +348,7 @@ func (c *Conn) post(to int, h transport.Header, p []byte, t float64) (float64, e
 	d.mu.Unlock()
 	if port >= 0 {
 		c.portFree[port], c.linkFree[to] = start+tx, start+tx
-		return start, nil
+		return ready, nil
 	}
 	c.egressFree = start + tx
 	return c.egressFree, nil
@@ -560,7 +601,7 @@ func (c *Conn) awaitAlign(ctx context.Context, g *alignGen) error {
 
 func (c *Conn) setClock(t float64) {
 	c.tmu.Lock()
-	c.clock = t
+	c.storeClockLocked(t)
 	c.tmu.Unlock()
 }
 
