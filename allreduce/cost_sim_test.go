@@ -23,7 +23,7 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 	w, err := sim.NewWorld(sim.Config{
 		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
 		Intra: simLink(m.Intra), Inter: simLink(m.Inter),
-		Gamma: m.Gamma, Ports: m.Ports,
+		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -45,7 +45,10 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 			return err
 		}
 		start[g.Rank()] = c.Now()
-		return allreduce.AllReduce(ctx, g, buf, allreduce.Sum)
+		if err := allreduce.AllReduce(ctx, g, buf, allreduce.Sum); err != nil {
+			return err
+		}
+		return c.AlignClocks(ctx) // a rank that stops calling would hold up its shared NIC
 	}, allreduce.WithAlgorithm(a), allreduce.WithModel(m))
 	allreducetest.RequireNoErrors(tb, errs)
 	return w.MaxNow() - start[0]
@@ -150,24 +153,73 @@ func TestCostMatchesSimulator(t *testing.T) {
 // Auto, the model's argmin, runs the fastest simulated algorithm (within
 // 2%, where two algorithms' formulas are that close) at every size, on a
 // simulated cluster of 64 ranks on 8 nodes whose intra-node links are 10
-// times the inter-node ones.
+// times the inter-node ones: with a link per rank, and with the 8 ranks
+// of a node sharing one NIC (Model.NICs; within 5%: torus's and mesh's
+// formulas are within 15% there).
 func TestAutoIsFastestSimulated(t *testing.T) {
-	m := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 125e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 12.5e9},
-		Gamma: 1 / 8e9,
-	}
-	const n, local = 64, 8
-	for _, bytes := range []int{1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20} {
-		auto := simulate(t, m, n, local, allreduce.Auto, bytes)
-		best, bestT := allreduce.Auto, auto
-		for _, p := range allreduce.Predict(m, allreduce.NodesShape(n, local), bytes) {
-			if got := simulate(t, m, n, local, p.Algorithm, bytes); got < bestT {
-				best, bestT = p.Algorithm, got
+	for _, nics := range []int{0, 1} {
+		m := allreduce.Model{
+			Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 125e9},
+			Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 12.5e9},
+			Gamma: 1 / 8e9, NICs: nics,
+		}
+		slack := map[int]float64{0: 1.02, 1: 1.05}[nics]
+		const n, local = 64, 8
+		for _, bytes := range []int{1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20} {
+			auto := simulate(t, m, n, local, allreduce.Auto, bytes)
+			best, bestT := allreduce.Auto, auto
+			for _, p := range allreduce.Predict(m, allreduce.NodesShape(n, local), bytes) {
+				if got := simulate(t, m, n, local, p.Algorithm, bytes); got < bestT {
+					best, bestT = p.Algorithm, got
+				}
+			}
+			if auto > slack*bestT {
+				t.Errorf("nics %d, %d bytes: Auto (%v) simulated %.1f µs, %v %.1f µs", nics, bytes, allreduce.Choose(m, allreduce.NodesShape(n, local), bytes), auto*1e6, best, bestT*1e6)
 			}
 		}
-		if auto > 1.02*bestT {
-			t.Errorf("%d bytes: Auto (%v) simulated %.1f µs, %v %.1f µs", bytes, allreduce.Choose(m, allreduce.NodesShape(n, local), bytes), auto*1e6, best, bestT*1e6)
+	}
+}
+
+// With shared NICs (Model.NICs, sim.Config.NICs) the formulas count the
+// messages that leave a node at once through one NIC where every rank of
+// a node crosses together (doubling's and hd's steps between nodes, the
+// inter-node phases of torus and mesh); the ring and hierarchical, which
+// send from one rank per node, share nothing. Checked against the
+// simulator: doubling and hd exactly (1%: their formula follows every
+// active rank's clock and gives each message its NIC's slot, as the
+// simulator does); the ring (3%) and hierarchical (10%) with the
+// tolerances they have without sharing; torus and mesh within 15% (their
+// L inter-node all-reduces side by side are priced as one whose link is
+// shared L ways, Link.shared: at most 12.6%, mesh at 4 KiB). Tree's formula
+// leaves a node's NIC sharing out and is not checked here.
+func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
+	m := allreduce.Model{
+		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
+		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+		Gamma: 1 / 20e9,
+	}
+	for _, tc := range []struct{ n, local, nics int }{{16, 4, 1}, {32, 8, 1}, {32, 8, 2}, {24, 8, 1}} {
+		tm := m
+		tm.NICs = tc.nics
+		shape := allreduce.NodesShape(tc.n, tc.local)
+		for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.HalvingDoubling, allreduce.Hierarchical, allreduce.Torus, allreduce.Mesh} {
+			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
+				t.Run(fmt.Sprintf("n=%d/local=%d/nics=%d/%v/%d", tc.n, tc.local, tc.nics, a, bytes), func(t *testing.T) {
+					want, ok := allreduce.PredictAlgorithm(tm, shape, a, bytes)
+					if !ok {
+						t.Fatalf("%v cannot run", a)
+					}
+					got := simulate(t, tm, tc.n, tc.local, a, bytes)
+					tol := map[allreduce.Algorithm]float64{allreduce.Ring: 0.03, allreduce.Hierarchical: 0.10, allreduce.Torus: 0.15, allreduce.Mesh: 0.15}[a]
+					if tol == 0 {
+						tol = 0.01
+					}
+					if math.Abs(got-want) > tol*got {
+						t.Errorf("simulated %.2f µs, the formula says %.2f µs (%+.1f%%, tolerance %.0f%%)", got*1e6, want*1e6, 100*(want-got)/got, 100*tol)
+					}
+					t.Logf("simulated %.2f µs, formula %+.1f%%", got*1e6, 100*(want-got)/got)
+				})
+			}
 		}
 	}
 }

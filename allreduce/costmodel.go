@@ -50,10 +50,24 @@ type Link struct {
 	CacheBytes int     `json:"cache_bytes,omitempty"`
 	SmallBeta  float64 `json:"small_beta_s_per_byte,omitempty"`
 	SmallBytes int     `json:"small_bytes,omitempty"`
+
+	// share, when above 1, is how many messages leave through one NIC
+	// at once with this one (Model.NICs; set by shared, never stored).
+	share float64
 }
 
-// time is the time of one message of b bytes.
-func (l Link) time(b float64) float64 { return l.Alpha + l.transfer(b) }
+// time is the time of one message of b bytes: α + b·β; shared by k
+// messages on one NIC, the later of that and k·b·β, the time the NIC
+// takes to carry them all (the queue's later messages wait on it, the
+// earlier ones on their latency, and over the steps of a schedule the
+// ranks keep the offsets the queue gave them).
+func (l Link) time(b float64) float64 {
+	tx := l.transfer(b)
+	if l.share > 1 {
+		return math.Max(l.Alpha+tx, l.share*tx)
+	}
+	return l.Alpha + tx
+}
 
 // transfer is the per-byte part of a message of b bytes: the time it
 // occupies the sender's link.
@@ -110,12 +124,26 @@ func (l Link) transfer(b float64) float64 {
 // at most Segment. Every rank
 // must have the same Segment (as the same model), or their pieces differ
 // and the collective fails with a mismatch.
+//
+// NICs, where set, is how many NICs the ranks of a node share for their
+// inter-node messages (as the simulator's sim.Config.NICs): a NIC
+// carries one message at a time, so when c ranks of a node send between
+// nodes at once, each of the ⌈c/NICs⌉ messages on a NIC costs the
+// inter-node per-byte time that many times over (the last of them
+// arrives that much later: Link.shared). The formulas count it where
+// every rank of a node crosses at once: doubling's and halving-doubling's
+// steps between nodes (counted per step) and the inter-node phases of
+// torus and mesh, whose L intra-node ranks run their inter-node
+// all-reduces side by side. The ring and hierarchical send from one rank
+// per node at a time and do not share; Tree's formula does not count
+// it (a lower bound). 0 (unset): a link per rank, nothing shared.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
 	Gamma   float64 `json:"gamma_s_per_byte"`
 	Ports   int     `json:"ports,omitempty"`
 	Segment int     `json:"segment_bytes,omitempty"`
+	NICs    int     `json:"nics,omitempty"`
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -139,10 +167,39 @@ func (m Model) Validate() error {
 	if m.Ports < 0 {
 		return fmt.Errorf("%w: cost model ports = %d: must be ≥ 0", ErrInvalid, m.Ports)
 	}
+	if m.NICs < 0 {
+		return fmt.Errorf("%w: cost model nics = %d: must be ≥ 0 (0: a link per rank)", ErrInvalid, m.NICs)
+	}
 	if m.Segment < 0 {
 		return fmt.Errorf("%w: cost model segment_bytes = %d: must be ≥ 0 (0: exchanges go whole)", ErrInvalid, m.Segment)
 	}
 	return nil
+}
+
+// shared is l as one of k messages that leave through one NIC at once
+// (time).
+func (l Link) shared(k float64) Link {
+	l.share = max(l.share, 1) * k
+	return l
+}
+
+// nicShare is how many messages share one NIC when crossing ranks of a
+// node each send one between nodes at once: ⌈crossing/NICs⌉, 1 with a
+// link per rank (NICs 0).
+func (m Model) nicShare(crossing int) float64 {
+	if m.NICs <= 0 || crossing <= 1 {
+		return 1
+	}
+	return math.Ceil(float64(crossing) / float64(m.NICs))
+}
+
+// sharedBy is m for the inter-node all-reduces that l ranks of every node
+// run side by side (torus, mesh): the inter-node link shared ⌈l/NICs⌉
+// ways, and no NICs left to share within each of them.
+func (m Model) sharedBy(l int) Model {
+	m.Inter = m.Inter.shared(m.nicShare(l))
+	m.NICs = 0
+	return m
 }
 
 // pieces is how many lock-step exchanges an exchange of x bytes takes
@@ -156,16 +213,18 @@ func (m Model) pieces(x float64) float64 {
 
 // oneWay is the time of a message of x bytes sent alone over l, as its
 // pieces (pieces) back to back, from the send's start to the end of its
-// receive: α + k·x/k·β copied; reduced, each piece is reduced as it
+// receive: α + k·x/k·β copied (β times the messages sharing its NIC,
+// Link.shared); reduced, each piece is reduced as it
 // lands, so the reduction overlaps the next piece's transfer:
 // α + t(p) + (k−1)·max(t(p), p·γ) + p·γ with p = x/k, t the per-byte part.
 func (m Model) oneWay(l Link, x float64, reduce bool) float64 {
 	k := m.pieces(x)
 	p := x / k
+	tx := l.transfer(p) * max(l.share, 1) // its NIC's other messages too (Link.shared)
 	if !reduce {
-		return l.Alpha + k*l.transfer(p)
+		return l.Alpha + k*tx
 	}
-	return l.Alpha + l.transfer(p) + (k-1)*math.Max(l.transfer(p), p*m.Gamma) + p*m.Gamma
+	return l.Alpha + tx + (k-1)*math.Max(tx, p*m.Gamma) + p*m.Gamma
 }
 
 // maxSegment is the largest segment a pipelined schedule may use under m:

@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"math"
+	"sort"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -149,18 +150,24 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 		r := f.real(v)
 		clock[v] = m.oneWay(m.between(s, r-1, r), b, true)
 	}
+	nics := m.nicsOf(s, f)
 	for _, st := range steps {
 		k := m.pieces(st.bytes) // lock-step pieces of the exchange
 		x := st.bytes / k
 		for range int(k) {
+			start := nics.slots(clock, st.mask, x)
 			for v := range clock {
 				p := v ^ st.mask
 				l := m.between(s, f.real(v), f.real(p))
-				got := math.Max(clock[v], clock[p]+l.time(x))
+				sendStart, recvStart := clock[v], clock[p]
+				if start != nil {
+					sendStart, recvStart = start[v], start[p]
+				}
+				got := math.Max(clock[v], recvStart+l.time(x))
 				if st.reduce {
 					got += x * m.Gamma
 				}
-				next[v] = math.Max(clock[v]+l.transfer(x), got)
+				next[v] = math.Max(sendStart+l.transfer(x), got)
 			}
 			clock, next = next, clock
 		}
@@ -174,4 +181,66 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 		end = math.Max(end, c)
 	}
 	return end
+}
+
+// stepNICs are the shared NICs (Model.NICs) of the P active ranks of a
+// pair-step schedule: for each active rank its node's NIC, and the link
+// model, so that a step's messages between nodes take their NIC's slots
+// as the simulator gives them.
+type stepNICs struct {
+	m     Model
+	s     Shape
+	f     hdFold
+	nic   []int // by active rank
+	queue [][]int
+	free  []float64
+}
+
+// nicsOf is the shared NICs of fold f's active ranks on shape s, or nil
+// when nothing is shared.
+func (m Model) nicsOf(s Shape, f hdFold) *stepNICs {
+	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
+		return nil
+	}
+	n := &stepNICs{m: m, s: s, f: f, nic: make([]int, f.p2), queue: make([][]int, s.Nodes*m.NICs), free: make([]float64, s.Nodes*m.NICs)}
+	for v := range n.nic {
+		r := f.real(v)
+		n.nic[v] = (r/s.LocalSize)*m.NICs + (r%s.LocalSize)%m.NICs
+	}
+	return n
+}
+
+// slots is when each active rank's message of x bytes to its partner
+// (v ^ mask) starts, its ranks at clocks clock: at its clock within a
+// node; between nodes at the later of its clock and its NIC's free time,
+// a NIC taking its messages in order of clock, then rank (as the
+// simulator's NICs do). nil when nothing is shared.
+func (n *stepNICs) slots(clock []float64, mask int, x float64) []float64 {
+	if n == nil {
+		return nil
+	}
+	start := append([]float64(nil), clock...)
+	for i := range n.queue {
+		n.queue[i] = n.queue[i][:0]
+	}
+	for v := range clock {
+		a, b := n.f.real(v), n.f.real(v^mask)
+		if a/n.s.LocalSize != b/n.s.LocalSize {
+			n.queue[n.nic[v]] = append(n.queue[n.nic[v]], v)
+		}
+	}
+	tx := n.m.Inter.transfer(x)
+	for i, q := range n.queue {
+		sort.Slice(q, func(a, b int) bool {
+			if clock[q[a]] != clock[q[b]] {
+				return clock[q[a]] < clock[q[b]]
+			}
+			return q[a] < q[b]
+		})
+		for _, v := range q {
+			start[v] = math.Max(clock[v], n.free[i])
+			n.free[i] = start[v] + tx
+		}
+	}
+	return start
 }

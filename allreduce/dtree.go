@@ -364,7 +364,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 					if p := to[r]; p >= 0 {
 						any = true
 						l := m.between(s, r, p)
-						tx := l.transfer(c)
+						tx := l.transfer(c) * max(l.share, 1) // its NIC's other messages first (Link.shared)
 						start := clock[r]
 						if ports > 0 {
 							port := 0

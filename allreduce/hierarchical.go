@@ -55,7 +55,7 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 	if hy.local == 0 {
 		if hy.nodes() > 1 {
 			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: c.buf}
-			if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0), &all); err != nil {
+			if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0, 1), &all); err != nil {
 				return err
 			}
 		}

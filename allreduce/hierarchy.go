@@ -150,8 +150,12 @@ func slotHolder(slots, l, s int) int {
 }
 
 // interGroup is inter-node group s: slot s's holder on every node, by
-// node. This rank must hold slot s.
-func (hy *hierarchy) interGroup(g *Group, s int) *Group {
+// node. This rank must hold slot s. sideBySide is how many inter-node
+// groups of a node run at once (1 for hierarchical, L for torus and
+// mesh): with NICs shared (Model.NICs) they share them, and the group's
+// model (which Auto chooses by) says so, as the compositions' formulas
+// do (Model.sharedBy).
+func (hy *hierarchy) interGroup(g *Group, s, sideBySide int) *Group {
 	if sub, ok := hy.inter[s]; ok {
 		return sub
 	}
@@ -161,6 +165,7 @@ func (hy *hierarchy) interGroup(g *Group, s int) *Group {
 	}
 	sub := g.algorithmSubgroup(members, childID(g.id, "inter-node", uint64(s)))
 	sub.shape = &Shape{Ranks: len(members), Nodes: len(members), LocalSize: 1}
+	sub.model = sub.model.sharedBy(sideBySide)
 	hy.inter[s] = sub
 	return sub
 }

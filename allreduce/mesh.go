@@ -68,7 +68,7 @@ func (g *Group) meshAllReduce(ctx context.Context, h transport.Header, c *call) 
 				buf = work
 			}
 			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: buf}
-			if err := runPhase(ctx, "mesh: inter-node all-reduce", hy.interGroup(g, s), &all); err != nil {
+			if err := runPhase(ctx, "mesh: inter-node all-reduce", hy.interGroup(g, s, hy.slots), &all); err != nil {
 				return err
 			}
 		}
@@ -90,5 +90,5 @@ func meshCost(m Model, s Shape, b float64) float64 {
 	if b == 0 {
 		return t
 	}
-	return t + autoCost(m, s.intraShape(), b) + autoCost(m, s.interShape(), b)
+	return t + autoCost(m, s.intraShape(), b) + autoCost(m.sharedBy(s.LocalSize), s.interShape(), b)
 }

@@ -76,7 +76,7 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 				continue // every holder sees the same empty chunk
 			}
 			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: ch.Len(), buf: c.buf[ch.Lo*es : ch.Hi*es]}
-			if err := runPhase(ctx, "torus: inter-node all-reduce", hy.interGroup(g, s), &all); err != nil {
+			if err := runPhase(ctx, "torus: inter-node all-reduce", hy.interGroup(g, s, hy.slots), &all); err != nil {
 				return err
 			}
 		}
@@ -109,5 +109,5 @@ func torusCost(m Model, s Shape, b float64) float64 {
 	l := float64(s.LocalSize)
 	c := b / l
 	k := m.pieces(c) // lock-step pieces of each ring step
-	return t + (l-1)*(2*k*m.Intra.time(c/k)+c*m.Gamma) + autoCost(m, s.interShape(), c)
+	return t + (l-1)*(2*k*m.Intra.time(c/k)+c*m.Gamma) + autoCost(m.sharedBy(s.LocalSize), s.interShape(), c)
 }

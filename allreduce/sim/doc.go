@@ -65,12 +65,26 @@
 // own and a socket buffer to write into (k = N−1, loopback tcp). Messages
 // on one link (an ordered pair of ranks) still go one at a time.
 //
+// Shared NICs (Config.NICs = k ≥ 1): a message between nodes is first
+// ready at the start the rules above give it, then waits for the NIC its
+// sender shares with the other ranks of its node (local rank i uses NIC
+// i mod k), which carries one message at a time:
+//
+//	start      = max(ready, nicFree)            // messages in order of ready time, then rank
+//	nicFree    = start + n·β
+//	arrival    = start + α + n·β
+//	t_s        = start + n·β (Ports 0), or ready (Ports ≥ 1: a port took it)
+//
+// The NIC serves messages in virtual-time order, not in the order the
+// goroutines reach it (nic.go says how), so times stay deterministic; a
+// rank waiting for its NIC counts as blocked.
+//
 // Example: one Send of n bytes from s to d, both at clock 0, then d's
 // Recv into a Placer: t_s = n·β, t_d = α + n·β; into a reducing sink,
 // t_d = α + n·β + n·γ. Two back-to-back Sends of n bytes leave at 0 and
 // n·β and arrive at α + n·β and α + 2n·β. With Ports 2 and the second Send
 // to another rank, both leave at 0, arrive at α + n·β, and t_s = 0.
-
+//
 // # Determinism
 //
 // A rank's clock is a function of its own program order (the calls it
@@ -79,7 +93,10 @@
 // send order, and a receive names its source. So the virtual times are the
 // same whatever the goroutine scheduling: the ranks run as ordinary
 // concurrent goroutines, with no global scheduler, and two runs of one
-// program give bitwise identical clocks. This holds as long as each rank
+// program give bitwise identical clocks. Shared NICs (Config.NICs) keep
+// it by serving their messages in virtual-time order: a request waits
+// until no rank of its NIC can ask for an earlier slot, or until every
+// rank is blocked (nic.go). This holds as long as each rank
 // issues its calls in a deterministic order from one goroutine at a time
 // (package allreduce does, using Exchange).
 //
@@ -127,12 +144,10 @@
 //
 // # Not modelled
 //
-//   - Contention for shared resources: the ranks of a node do not share a
-//     NIC, links do not share switches, and ingress is unlimited. Shared
-//     resources would make a message's cost depend on the real order in
-//     which goroutines reach them, which breaks determinism; they need a
-//     global scheduler that processes events in virtual-time order, left
-//     for the future.
+//   - Contention beyond the shared NICs' egress: links do not share
+//     switches, ingress is unlimited (a node receives any number of
+//     messages at once), and ranks of a node do not share its cores or
+//     memory bandwidth.
 //   - Local copies and reductions the algorithm does itself outside a
 //     receive (only a receive's reduction is charged, by γ), memory
 //     bandwidth, and CPU time (add it with Advance).

@@ -20,6 +20,7 @@ func simConfig(cfg *config) sim.Config {
 		Inter:      simLink(m.Inter),
 		Gamma:      m.Gamma,
 		Ports:      m.Ports,
+		NICs:       m.NICs,
 		SlowRank:   -1,
 		TimingOnly: cfg.virtualBytes() > 0,
 		Timeout:    cfg.tr.Timeout,
