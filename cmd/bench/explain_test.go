@@ -88,6 +88,36 @@ func TestExplain(t *testing.T) {
 	if err != nil || !strings.Contains(out, "; ports 2 (simulator defaults with -ports)") {
 		t.Errorf("-ports 2: %v\n%s", err, out)
 	}
+
+	// -nics: said in the header; halving-doubling at 4 MiB on 64 ranks in
+	// nodes of 8 predicted slower when a node's 8 ranks share one NIC
+	// (its later steps cross from all of them at once), the ring not.
+	hdRing := func(args ...string) (hd, ring float64) {
+		t.Helper()
+		out, err := runBench(t, append([]string{"-explain", "-json", "-transport", "sim", "-ranks", "64", "-nodes", "8", "-min", "4M", "-max", "4M"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			PredictedUS map[string]float64 `json:"predicted_us"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return e.PredictedUS["hd"], e.PredictedUS["ring"]
+	}
+	hd0, ring0 := hdRing()
+	hd1, ring1 := hdRing("-nics", "1")
+	if !(hd1 > hd0) || ring1 != ring0 {
+		t.Errorf("4 MiB on 64 ranks: hd %v µs, ring %v µs with a NIC per rank; hd %v µs, ring %v µs with -nics 1", hd0, ring0, hd1, ring1)
+	}
+	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nodes", "2", "-max", "1K", "-nics", "1")
+	if err != nil || !strings.Contains(out, "a node's ranks share 1 NIC(s) (simulator defaults with -nics)") {
+		t.Errorf("-nics 1: %v\n%s", err, out)
+	}
+	if out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nics", "-1"); err == nil || !strings.Contains(out+err.Error(), "-nics -1") {
+		t.Errorf("-nics -1: %v\n%s", err, out)
+	}
 }
 
 // TestProfileModel: the model comes from -profile, else $RINGDDP_PROFILE,

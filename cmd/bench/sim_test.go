@@ -100,6 +100,39 @@ func TestSimPayload(t *testing.T) {
 	}
 }
 
+// TestSimSharedNICs: every collective on ranks whose nodes share a NIC
+// (-nics 1) runs to a checked result, as deterministically as without
+// (two runs, the same times), and no faster.
+func TestSimSharedNICs(t *testing.T) {
+	for _, op := range []string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter"} {
+		run := func(nics string) []float64 {
+			t.Helper()
+			out, err := runBench(t, "-transport", "sim", "-ranks", "12", "-nodes", "3", "-nics", nics, "-op", op,
+				"-min", "4K", "-max", "1M", "-factor", "16", "-sim-payload", "real", "-json")
+			if err != nil {
+				t.Fatalf("%s, -nics %s: %v\n%s", op, nics, err, out)
+			}
+			var times []float64
+			for _, r := range jsonObjects(t, out) {
+				if num(t, r, "wrong") != 0 {
+					t.Errorf("%s, -nics %s: wrong %v", op, nics, r["wrong"])
+				}
+				times = append(times, num(t, r, "time_us"))
+			}
+			return times
+		}
+		shared, again, alone := run("1"), run("1"), run("0")
+		if fmtFloats(shared) != fmtFloats(again) {
+			t.Errorf("%s: two runs on shared NICs: %v, %v", op, shared, again)
+		}
+		for i := range alone {
+			if shared[i] < alone[i] {
+				t.Errorf("%s, row %d: %v µs on shared NICs, %v µs with a NIC per rank", op, i, shared[i], alone[i])
+			}
+		}
+	}
+}
+
 func fmtFloats(xs []float64) string {
 	b, _ := json.Marshal(xs)
 	return string(b)
