@@ -68,18 +68,7 @@ func TestExplain(t *testing.T) {
 	// Tree's prediction (4 MiB on 64 ranks: its sends to a parent and a
 	// child overlap, so it is predicted faster).
 	treeAt := func(args ...string) float64 {
-		t.Helper()
-		out, err := runBench(t, append([]string{"-explain", "-json", "-transport", "sim", "-ranks", "64", "-min", "4M", "-max", "4M"}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e struct {
-			PredictedUS map[string]float64 `json:"predicted_us"`
-		}
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return e.PredictedUS["tree"]
+		return predictedUS(t, append([]string{"-ranks", "64", "-min", "4M", "-max", "4M"}, args...)...)["tree"]
 	}
 	if one, three := treeAt(), treeAt("-ports", "3"); !(three < one) {
 		t.Errorf("tree at 4 MiB on 64 ranks: %v µs with 3 ports, %v µs with none", three, one)
@@ -93,18 +82,8 @@ func TestExplain(t *testing.T) {
 	// nodes of 8 predicted slower when a node's 8 ranks share one NIC
 	// (its later steps cross from all of them at once), the ring not.
 	hdRing := func(args ...string) (hd, ring float64) {
-		t.Helper()
-		out, err := runBench(t, append([]string{"-explain", "-json", "-transport", "sim", "-ranks", "64", "-nodes", "8", "-min", "4M", "-max", "4M"}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var e struct {
-			PredictedUS map[string]float64 `json:"predicted_us"`
-		}
-		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return e.PredictedUS["hd"], e.PredictedUS["ring"]
+		p := predictedUS(t, append([]string{"-ranks", "64", "-nodes", "8", "-min", "4M", "-max", "4M"}, args...)...)
+		return p["hd"], p["ring"]
 	}
 	hd0, ring0 := hdRing()
 	hd1, ring1 := hdRing("-nics", "1")
@@ -118,6 +97,23 @@ func TestExplain(t *testing.T) {
 	if out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nics", "-1"); err == nil || !strings.Contains(out+err.Error(), "-nics -1") {
 		t.Errorf("-nics -1: %v\n%s", err, out)
 	}
+}
+
+// predictedUS is every algorithm's predicted time in µs that `-explain
+// -json -transport sim` gives with args, for one size.
+func predictedUS(t *testing.T, args ...string) map[string]float64 {
+	t.Helper()
+	out, err := runBench(t, append([]string{"-explain", "-json", "-transport", "sim"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		PredictedUS map[string]float64 `json:"predicted_us"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &e); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return e.PredictedUS
 }
 
 // TestProfileModel: the model comes from -profile, else $RINGDDP_PROFILE,
