@@ -190,8 +190,10 @@ func TestAutoIsFastestSimulated(t *testing.T) {
 // simulator does); the ring (3%) and hierarchical (10%) with the
 // tolerances they have without sharing; torus and mesh within 15% (their
 // L inter-node all-reduces side by side are priced as one whose link is
-// shared L ways, Link.shared: at most 12.6%, mesh at 4 KiB). Tree's formula
-// leaves a node's NIC sharing out and is not checked here.
+// shared L ways, Link.shared: at most 12.6%, mesh at 4 KiB); Tree within
+// 10% (its formula places each send in the earliest gap of its NIC,
+// rounds in schedule order where the simulator serves in time order:
+// at most 6.5%).
 func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
 	m := allreduce.Model{
 		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
@@ -202,7 +204,7 @@ func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
 		tm := m
 		tm.NICs = tc.nics
 		shape := allreduce.NodesShape(tc.n, tc.local)
-		for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.HalvingDoubling, allreduce.Hierarchical, allreduce.Torus, allreduce.Mesh} {
+		for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.HalvingDoubling, allreduce.Tree, allreduce.Hierarchical, allreduce.Torus, allreduce.Mesh} {
 			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
 				t.Run(fmt.Sprintf("n=%d/local=%d/nics=%d/%v/%d", tc.n, tc.local, tc.nics, a, bytes), func(t *testing.T) {
 					want, ok := allreduce.PredictAlgorithm(tm, shape, a, bytes)
@@ -210,7 +212,7 @@ func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
 						t.Fatalf("%v cannot run", a)
 					}
 					got := simulate(t, tm, tc.n, tc.local, a, bytes)
-					tol := map[allreduce.Algorithm]float64{allreduce.Ring: 0.03, allreduce.Hierarchical: 0.10, allreduce.Torus: 0.15, allreduce.Mesh: 0.15}[a]
+					tol := map[allreduce.Algorithm]float64{allreduce.Ring: 0.03, allreduce.Hierarchical: 0.10, allreduce.Torus: 0.15, allreduce.Mesh: 0.15, allreduce.Tree: 0.10}[a]
 					if tol == 0 {
 						tol = 0.01
 					}

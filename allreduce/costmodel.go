@@ -130,13 +130,15 @@ func (l Link) transfer(b float64) float64 {
 // carries one message at a time, so when c ranks of a node send between
 // nodes at once, each of the ⌈c/NICs⌉ messages on a NIC costs the
 // inter-node per-byte time that many times over (the last of them
-// arrives that much later: Link.shared). The formulas count it where
-// every rank of a node crosses at once: doubling's and halving-doubling's
-// steps between nodes (counted per step) and the inter-node phases of
-// torus and mesh, whose L intra-node ranks run their inter-node
-// all-reduces side by side. The ring and hierarchical send from one rank
-// per node at a time and do not share; Tree's formula does not count
-// it (a lower bound). 0 (unset): a link per rank, nothing shared.
+// arrives that much later). The formulas count it: doubling's and
+// halving-doubling's steps give each message between nodes its NIC's
+// slot, as the simulator does (stepNICs); Tree's rounds place each such
+// send in its NIC's earliest gap (roundNICs); torus and mesh, whose L
+// ranks of a node run their inter-node all-reduces side by side, price
+// them as one over a link shared ⌈L/NICs⌉ ways (Link.shared, sharedBy).
+// The ring and hierarchical send between nodes from one rank per node at
+// a time and share nothing. 0 (unset): a link per rank, nothing shared.
+// cmd/bench -calibrate leaves it 0 (one host has no NIC between nodes).
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`

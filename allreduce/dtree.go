@@ -338,6 +338,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	arrival := make([]float64, n) // of the segment rank r sends this round
 	sent := make([]float64, n)    // when rank r is free of its send
 	to, from := make([]int, n), make([]int, n)
+	nics := newRoundNICs(m, s)
 	for phase := 0; phase < 2; phase++ {
 		for q := 0; q < periods; q++ {
 			for slot := 0; slot < 4; slot++ {
@@ -384,9 +385,12 @@ func treeCost(m Model, s Shape, b float64) float64 {
 								linkFree[r] = append(linkFree[r], linkBusy{p, 0})
 							}
 							start = math.Max(start, math.Max(portFree[r][port], linkFree[r][li].free))
+							ready := start
+							start = nics.slot(r, p, ready, tx)
 							portFree[r][port], linkFree[r][li].free = start+tx, start+tx
-							sent[r] = start
+							sent[r] = ready
 						} else {
+							start = nics.slot(r, p, start, tx)
 							sent[r] = start + tx
 						}
 						arrival[r] = start + l.Alpha + tx
@@ -420,4 +424,50 @@ func treeCost(m Model, s Shape, b float64) float64 {
 		end = math.Max(end, x)
 	}
 	return end
+}
+
+// roundNICs are the shared NICs (Model.NICs) of Tree's formula: a send
+// between nodes takes the earliest gap at or after its ready time that
+// its NIC has for its transfer. The formula takes a round's sends in rank
+// order and the rounds in schedule order, where the simulator serves
+// each NIC in order of ready time: filling gaps lets a send ready earlier
+// but reached later go first, as there, without moving the sends already
+// placed (an approximation: TestCostMatchesSimulatorSharedNICs).
+type roundNICs struct {
+	s    Shape
+	k    int
+	busy [][]interval // by NIC, in order of start, disjoint
+}
+
+type interval struct{ start, end float64 }
+
+// newRoundNICs is nil when nothing is shared.
+func newRoundNICs(m Model, s Shape) *roundNICs {
+	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
+		return nil
+	}
+	return &roundNICs{s: s, k: m.NICs, busy: make([][]interval, s.Nodes*m.NICs)}
+}
+
+// slot is the start of a message from r to p ready at ready that takes tx
+// on the wire: ready within a node, else the earliest gap of its NIC.
+func (n *roundNICs) slot(r, p int, ready, tx float64) float64 {
+	if n == nil || r/n.s.LocalSize == p/n.s.LocalSize {
+		return ready
+	}
+	i := (r/n.s.LocalSize)*n.k + (r%n.s.LocalSize)%n.k
+	b := n.busy[i]
+	start, at := ready, len(b)
+	for j, iv := range b {
+		if iv.end <= start {
+			continue
+		}
+		if start+tx <= iv.start {
+			at = j
+			break
+		}
+		start = iv.end
+	}
+	n.busy[i] = append(b[:at], append([]interval{{start, start + tx}}, b[at:]...)...)
+	return start
 }
