@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"slices"
+	"sort"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -399,6 +401,9 @@ func treeCost(m Model, s Shape, b float64) float64 {
 				if !any {
 					continue
 				}
+				if nics != nil && slot == 3 {
+					nics.forget(slices.Min(clock))
+				}
 				for r := range nodes {
 					if to[r] < 0 && from[r] < 0 {
 						continue
@@ -451,23 +456,43 @@ func newRoundNICs(m Model, s Shape) *roundNICs {
 
 // slot is the start of a message from r to p ready at ready that takes tx
 // on the wire: ready within a node, else the earliest gap of its NIC.
+// Adjacent busy intervals are merged, so a NIC that is never idle keeps
+// one.
 func (n *roundNICs) slot(r, p int, ready, tx float64) float64 {
 	if n == nil || r/n.s.LocalSize == p/n.s.LocalSize {
 		return ready
 	}
 	i := (r/n.s.LocalSize)*n.k + (r%n.s.LocalSize)%n.k
 	b := n.busy[i]
-	start, at := ready, len(b)
-	for j, iv := range b {
-		if iv.end <= start {
-			continue
-		}
-		if start+tx <= iv.start {
-			at = j
-			break
-		}
-		start = iv.end
+	at := sort.Search(len(b), func(j int) bool { return b[j].end > ready }) // the first interval it can meet
+	start := ready
+	for ; at < len(b) && start+tx > b[at].start; at++ {
+		start = math.Max(start, b[at].end)
 	}
-	n.busy[i] = append(b[:at], append([]interval{{start, start + tx}}, b[at:]...)...)
+	// [start, start+tx) goes before b[at], after b[at-1].
+	switch joinPrev, joinNext := at > 0 && b[at-1].end == start, at < len(b) && b[at].start == start+tx; {
+	case joinPrev && joinNext:
+		b[at-1].end = b[at].end
+		b = append(b[:at], b[at+1:]...)
+	case joinPrev:
+		b[at-1].end = start + tx
+	case joinNext:
+		b[at].start = start
+	default:
+		b = slices.Insert(b, at, interval{start, start + tx})
+	}
+	n.busy[i] = b
 	return start
+}
+
+// forget drops the busy intervals that end before t: no send is ready
+// earlier than the ranks' earliest clock, t.
+func (n *roundNICs) forget(t float64) {
+	if n == nil {
+		return
+	}
+	for i, b := range n.busy {
+		k := sort.Search(len(b), func(j int) bool { return b[j].end > t })
+		n.busy[i] = b[k:]
+	}
 }

@@ -208,9 +208,12 @@ func (s *nicSet) grant(c *Conn) {
 		c.publish(r.ready)
 	}
 	c.mu.Lock()
+	blocked := c.blocked
 	c.unblockLocked()
 	c.mu.Unlock()
-	poke(c.wake)
+	if blocked {
+		poke(c.wake) // else granted as it asked, in acquire: nothing to wake
+	}
 }
 
 // ended lets the requests of c's NIC go on once c has closed or aborted.
