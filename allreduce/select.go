@@ -197,9 +197,32 @@ func (g *Group) autoPick(ctx context.Context, bytes int) (Algorithm, error) {
 	if err != nil {
 		return Auto, err
 	}
-	a := Choose(g.model, s, classBytes(k))
+	a := g.choose(s, classBytes(k))
 	g.picks[k] = a
 	return a, nil
+}
+
+// memoSharer is a transport whose ranks share one process and a memo of
+// pure computations (transport.Memo, as package sim gives).
+type memoSharer interface {
+	SharedMemo() *transport.Memo
+}
+
+// choiceKey is everything Choose depends on.
+type choiceKey struct {
+	m     Model
+	s     Shape
+	bytes int
+}
+
+// choose is Choose for this group's model, worked out once for all the
+// ranks of a process where the transport shares a memo (on the
+// simulator's 1024 ranks Tree's formula alone takes seconds at 256 MiB).
+func (g *Group) choose(s Shape, bytes int) Algorithm {
+	if ms, ok := g.rootConn().(memoSharer); ok {
+		return ms.SharedMemo().Do(choiceKey{g.model, s, bytes}, func() any { return Choose(g.model, s, bytes) }).(Algorithm)
+	}
+	return Choose(g.model, s, bytes)
 }
 
 // costShape is the group's Shape for the cost model.

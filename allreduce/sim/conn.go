@@ -128,6 +128,10 @@ func (c *Conn) publish(t float64) {
 // clock, readable without tmu.
 func (c *Conn) publishedClock() float64 { return math.Float64frombits(c.published.Load()) }
 
+// SharedMemo is the memo every rank of the world shares (transport.Memo):
+// package allreduce makes Auto's choices once for all of them.
+func (c *Conn) SharedMemo() *transport.Memo { return &c.world.memo }
+
 // Virtual reports whether p lies in the world's virtual arena (timing-only
 // mode): a payload the transport accounts but never reads or writes. An
 // empty p is not virtual.

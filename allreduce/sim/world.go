@@ -45,6 +45,7 @@ type World struct {
 	align alignState
 	arena arena
 	nics  *nicSet // the shared NICs (Config.NICs), nil for none
+	memo  transport.Memo
 
 	closeOnce sync.Once
 	closeErr  error
