@@ -199,7 +199,9 @@ func (m Model) nicShare(crossing int) float64 {
 // run side by side (torus, mesh): the inter-node link shared ⌈l/NICs⌉
 // ways, and no NICs left to share within each of them.
 func (m Model) sharedBy(l int) Model {
-	m.Inter = m.Inter.shared(m.nicShare(l))
+	if k := m.nicShare(l); k > 1 {
+		m.Inter = m.Inter.shared(k)
+	}
 	m.NICs = 0
 	return m
 }
