@@ -185,6 +185,18 @@ func (l Link) shared(k float64) Link {
 	return l
 }
 
+// queuedTransfer is the per-byte part of a message of b bytes sent
+// alone, with the messages that share its NIC ahead of it (Link.shared):
+// transfer times the share.
+func (l Link) queuedTransfer(b float64) float64 { return l.transfer(b) * max(l.share, 1) }
+
+// nicOf is the NIC of rank r on shape s whose nodes share NICs NICs
+// (local rank i on NIC i mod NICs of its node, as the simulator's), an
+// index over every node's NICs.
+func (m Model) nicOf(s Shape, r int) int {
+	return (r/s.LocalSize)*m.NICs + (r%s.LocalSize)%m.NICs
+}
+
 // nicShare is how many messages share one NIC when crossing ranks of a
 // node each send one between nodes at once: ⌈crossing/NICs⌉, 1 with a
 // link per rank (NICs 0).
@@ -224,7 +236,7 @@ func (m Model) pieces(x float64) float64 {
 func (m Model) oneWay(l Link, x float64, reduce bool) float64 {
 	k := m.pieces(x)
 	p := x / k
-	tx := l.transfer(p) * max(l.share, 1) // its NIC's other messages too (Link.shared)
+	tx := l.queuedTransfer(p)
 	if !reduce {
 		return l.Alpha + k*tx
 	}

@@ -204,8 +204,7 @@ func (m Model) nicsOf(s Shape, f hdFold) *stepNICs {
 	}
 	n := &stepNICs{m: m, s: s, f: f, nic: make([]int, f.p2), queue: make([][]int, s.Nodes*m.NICs), free: make([]float64, s.Nodes*m.NICs)}
 	for v := range n.nic {
-		r := f.real(v)
-		n.nic[v] = (r/s.LocalSize)*m.NICs + (r%s.LocalSize)%m.NICs
+		n.nic[v] = m.nicOf(s, f.real(v))
 	}
 	return n
 }

@@ -367,7 +367,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 					if p := to[r]; p >= 0 {
 						any = true
 						l := m.between(s, r, p)
-						tx := l.transfer(c) * max(l.share, 1) // its NIC's other messages first (Link.shared)
+						tx := l.queuedTransfer(c)
 						start := clock[r]
 						if ports > 0 {
 							port := 0
@@ -439,9 +439,9 @@ func treeCost(m Model, s Shape, b float64) float64 {
 // but reached later go first, as there, without moving the sends already
 // placed (an approximation: TestCostMatchesSimulatorSharedNICs).
 type roundNICs struct {
+	m    Model
 	s    Shape
-	k    int
-	busy [][]interval // by NIC, in order of start, disjoint
+	busy [][]interval // by NIC (Model.nicOf), in order of start, disjoint
 }
 
 type interval struct{ start, end float64 }
@@ -451,7 +451,7 @@ func newRoundNICs(m Model, s Shape) *roundNICs {
 	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
 		return nil
 	}
-	return &roundNICs{s: s, k: m.NICs, busy: make([][]interval, s.Nodes*m.NICs)}
+	return &roundNICs{m: m, s: s, busy: make([][]interval, s.Nodes*m.NICs)}
 }
 
 // slot is the start of a message from r to p ready at ready that takes tx
@@ -462,7 +462,7 @@ func (n *roundNICs) slot(r, p int, ready, tx float64) float64 {
 	if n == nil || r/n.s.LocalSize == p/n.s.LocalSize {
 		return ready
 	}
-	i := (r/n.s.LocalSize)*n.k + (r%n.s.LocalSize)%n.k
+	i := n.m.nicOf(n.s, r)
 	b := n.busy[i]
 	at := sort.Search(len(b), func(j int) bool { return b[j].end > ready }) // the first interval it can meet
 	start := ready

@@ -37,7 +37,6 @@ import (
 // not shared: a node receives any number of messages at once.
 type nicSet struct {
 	mu      sync.Mutex
-	perNode int       // NICs per node (Config.NICs)
 	free    []float64 // when each NIC is free again, by NIC
 	waiting [][]*Conn // the ranks with a request waiting, by NIC
 	members [][]*Conn // the ranks that send through each NIC
@@ -57,7 +56,7 @@ type nicRequest struct {
 // rank to its NIC (Conn.nic).
 func newNICSet(w *World, k int) *nicSet {
 	nodes := (w.size + w.localSize - 1) / w.localSize
-	s := &nicSet{perNode: k, free: make([]float64, nodes*k), waiting: make([][]*Conn, nodes*k), members: make([][]*Conn, nodes*k)}
+	s := &nicSet{free: make([]float64, nodes*k), waiting: make([][]*Conn, nodes*k), members: make([][]*Conn, nodes*k)}
 	for _, c := range w.conns {
 		c.nic = c.node*k + c.LocalRank()%k
 		s.members[c.nic] = append(s.members[c.nic], c)
