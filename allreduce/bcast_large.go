@@ -60,17 +60,12 @@ func (g *Group) broadcast(ctx context.Context, h transport.Header, c *call) erro
 }
 
 // useChain says whether a Broadcast (kind KindBroadcast) or Reduce of the
-// given bytes goes by chain: on three ranks or more, when the group's
-// model predicts the chain faster than the binomial tree for the size
-// class (chosen once per class, at its lower end, like Auto's picks), on
-// the group's shape if known, else its ranks on one node. A test's
-// tuning.chainMin sets a fixed threshold instead.
+// given bytes goes by chain (chainFor), the cost model's choice made once
+// per size class, on the group's shape if known, else its ranks on one
+// node.
 func (g *Group) useChain(kind Kind, bytes int) bool {
-	if g.size <= 2 {
-		return false
-	}
-	if g.tune.chainMin > 0 {
-		return bytes >= g.tune.chainMin
+	if g.rooted != RootedAuto || g.size <= 2 || g.tune.chainMin > 0 {
+		return g.chainFor(kind, bytes, Shape{})
 	}
 	picks := &g.chainPicks[0]
 	if kind == KindReduce {
@@ -78,24 +73,57 @@ func (g *Group) useChain(kind Kind, bytes int) bool {
 	}
 	k := sizeClass(bytes)
 	if picks[k] == 0 {
-		s := FlatShape(g.size)
-		g.seq.mu.Lock()
-		if g.shape != nil {
-			s = *g.shape
-		}
-		g.seq.mu.Unlock()
-		tree, chain := rootedCosts(g.model, s, kind, float64(classBytes(k)))
 		picks[k] = 1
-		if chain < tree {
+		if g.chainFor(kind, bytes, g.knownShape()) {
 			picks[k] = 2
 		}
 	}
 	return picks[k] == 2
 }
 
+// chainFor says whether a Broadcast or Reduce of the given bytes on a
+// group of shape s goes by chain: on three ranks or more, under
+// RootedChain, or under RootedAuto when the group's model predicts the
+// chain faster than the binomial tree at the lower end of the size class
+// (as Auto chooses). A test's tuning.chainMin sets a fixed threshold
+// instead of the model.
+func (g *Group) chainFor(kind Kind, bytes int, s Shape) bool {
+	switch {
+	case g.size <= 2 || g.rooted == RootedTree:
+		return false
+	case g.rooted == RootedChain:
+		return true
+	case g.tune.chainMin > 0:
+		return bytes >= g.tune.chainMin
+	}
+	tree, chain := rootedCosts(g.model, s, kind, float64(classBytes(sizeClass(bytes))))
+	return chain < tree
+}
+
+// knownShape is the group's shape if known, else its ranks on one node.
+func (g *Group) knownShape() Shape {
+	g.seq.mu.Lock()
+	defer g.seq.mu.Unlock()
+	if g.shape != nil {
+		return *g.shape
+	}
+	return FlatShape(g.size)
+}
+
+// RootedScheduleFor is the schedule a Broadcast (kind KindBroadcast) or
+// Reduce of the given bytes runs on g: RootedTree or RootedChain, as
+// AlgorithmFor says for AllReduce.
+func (g *Group) RootedScheduleFor(kind Kind, bytes int) RootedSchedule {
+	if g.chainFor(kind, bytes, g.knownShape()) {
+		return RootedChain
+	}
+	return RootedTree
+}
+
 // rootedCosts are the binomial tree's and the chain's predicted times for
 // a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s, the
-// chain's +Inf below three ranks.
+// agreement step included (rooted_cost.go), the chain's +Inf below three
+// ranks.
 func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
 	reduce := kind == KindReduce
 	return binomialCost(m, s, b, reduce), chainCost(m, s, b, reduce)
@@ -121,9 +149,8 @@ func PredictRooted(m Model, s Shape, kind Kind, bytes int) (RootedPrediction, er
 	if s.Ranks == 1 {
 		return RootedPrediction{ChainSeconds: math.Inf(1)}, nil
 	}
-	agree := agreeCost(m, s)
 	tree, chain := rootedCosts(m, s, kind, float64(bytes))
-	p := RootedPrediction{TreeSeconds: agree + tree, ChainSeconds: agree + chain}
+	p := RootedPrediction{TreeSeconds: tree, ChainSeconds: chain}
 	if s.Ranks > 2 {
 		ct, cc := rootedCosts(m, s, kind, float64(classBytes(sizeClass(bytes))))
 		p.Chain = cc < ct
@@ -153,14 +180,13 @@ func chainSegmentsOf(n, m, count int) int {
 }
 
 // broadcastCost is the predicted time of Broadcast of b bytes on a group
-// of shape s: the agreement step, then the faster of the binomial tree's
-// ⌈log2 N⌉ whole-buffer steps and, on three ranks or more, the chain's
-// S+N-2 rounds of one segment (what useChain picks).
+// of shape s: the faster of the binomial tree and, on three ranks or
+// more, the chain (what useChain picks), agreement step included.
 func broadcastCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	return agreeCost(m, s) + min(rootedCosts(m, s, KindBroadcast, b))
+	return min(rootedCosts(m, s, KindBroadcast, b))
 }
 
 // reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
@@ -169,30 +195,7 @@ func reduceCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	return agreeCost(m, s) + min(rootedCosts(m, s, KindReduce, b))
-}
-
-// binomialCost is the binomial tree's ⌈log2 N⌉ whole-buffer steps, each
-// reducing the buffer for a Reduce.
-func binomialCost(m Model, s Shape, b float64, reduce bool) float64 {
-	return float64(log2ceil(s.Ranks)) * m.oneWay(m.link(s), b, reduce)
-}
-
-// chainCost is the chain's S+N-2 rounds of one segment, each reducing it
-// for a Reduce; +Inf on fewer than three ranks (it does not run there).
-func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
-	n := s.Ranks
-	if n <= 2 {
-		return math.Inf(1)
-	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
-	x := b / segs
-	k := m.pieces(x) // each round's segment in lock-step pieces
-	round := k * m.link(s).time(x/k)
-	if reduce {
-		round += x * m.Gamma
-	}
-	return (segs + float64(n-2)) * round
+	return min(rootedCosts(m, s, KindReduce, b))
 }
 
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {

@@ -65,19 +65,22 @@ func simLink(l allreduce.Link) sim.Link {
 // does, so it is exact, with one port or several (Model.Ports).
 // Exceptions, each a known approximation of its formula: the flat
 // algorithms' longest path on two kinds of link (3%), the 2D ring's phases
-// overlapping at their edges (10%), and, with ports, the composite
-// algorithms on several nodes (11%): their Reduce and Broadcast within a
-// node (binomial trees, a root sending to one child after another) and a
-// fold of a non-power-of-two inter-node all-reduce send without receiving,
-// which with ports the sender no longer waits for; their formulas
-// (bcast_large.go, doubling.go) count it as Ports 0 does, an upper bound.
+// overlapping at their edges (10%), and, with ports, the fold of a
+// non-power-of-two inter-node all-reduce inside the composite algorithms
+// on several nodes, which sends without receiving, so that with ports the
+// sender no longer waits for it, where doubling.go counts it as Ports 0
+// does, an upper bound (hierarchical 11%, torus and mesh 3.5%). Their
+// Broadcast and Reduce within a node follow every rank's clock, as Tree's
+// formula does (rooted_cost.go): exact (they were the 11%, before).
 func TestCostMatchesSimulator(t *testing.T) {
 	tolerance := func(a allreduce.Algorithm, twoLinks bool, ports int) float64 {
 		switch {
-		case ports > 0 && twoLinks && (a == allreduce.Hierarchical || a == allreduce.Torus || a == allreduce.Mesh):
+		case ports > 0 && twoLinks && a == allreduce.Hierarchical:
 			return 0.11
 		case a == allreduce.Hierarchical:
 			return 0.10
+		case ports > 0 && twoLinks && (a == allreduce.Torus || a == allreduce.Mesh):
+			return 0.035
 		case twoLinks && (a == allreduce.Ring || a == allreduce.Doubling || a == allreduce.HalvingDoubling):
 			return 0.03
 		}

@@ -103,12 +103,12 @@ func (l Link) transfer(b float64) float64 {
 //
 // It matters to schedules in which a rank sends to several peers in turn,
 // or sends without receiving in the same step: Tree (an interior rank
-// sends to its parent and its children), whose formula follows it; and
-// the binomial Reduce and Broadcast inside hierarchical, torus and mesh
-// and the fold of doubling and halving-doubling on a number of ranks that
-// is not a power of two, whose formulas count each send as Ports 0 does
-// (an upper bound, within 11% of the simulator in
-// TestCostMatchesSimulator). Ring, doubling and halving-doubling exchange
+// sends to its parent and its children) and the binomial Reduce and
+// Broadcast (also inside hierarchical, torus and mesh), whose formulas
+// follow it (dtree.go, rooted_cost.go); and the fold of doubling and
+// halving-doubling on a number of ranks that is not a power of two, whose
+// formula counts each send as Ports 0 does (an upper bound, within 11% of
+// the simulator in TestCostMatchesSimulator). Ring, doubling and halving-doubling exchange
 // one message each way per step and take the same time whatever Ports is.
 // A profile fits it to its algorithms' measured times (cmd/bench
 // -calibrate).
@@ -270,14 +270,14 @@ func DefaultModel(peerMemory bool) Model {
 func DefaultModelFor(s Shape) Model {
 	if s.PeerMemory && s.LendLimit > 0 {
 		l := Link{Alpha: 2.05e-6, Beta: 1 / 2.11e9, CacheBeta: 1 / 3.55e9, CacheBytes: 8 << 20, SmallBeta: 1 / 5.48e9, SmallBytes: 512 << 10}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 23.3e9, Ports: 2}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 21.4e9, Ports: 2}
 	}
 	if s.PeerMemory {
 		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
 		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2}
 	}
-	l := Link{Alpha: 16.9e-6, Beta: 1 / 1.85e9, CacheBeta: 1 / 2.25e9, CacheBytes: 128 << 10, SmallBeta: 1 / 6.35e9, SmallBytes: 32 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 7.04e9, Ports: 2, Segment: TCPSegmentBytes}
+	l := Link{Alpha: 16.9e-6, Beta: 1 / 1.69e9, CacheBeta: 1 / 2.25e9, CacheBytes: 128 << 10, SmallBeta: 1 / 5.34e9, SmallBytes: 32 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 10.9e9, Ports: 2, Segment: TCPSegmentBytes}
 }
 
 // TCPSegmentBytes is the default model's Segment for ranks that only

@@ -62,8 +62,11 @@ type Group struct {
 	modelSet bool
 	shape    *Shape
 	picks    [65]Algorithm
-	// chainPicks is Broadcast's [0] and Reduce's [1] choice per size
-	// class: 0 not yet made, 1 the binomial tree, 2 the chain (useChain).
+	// rooted is the schedule of Broadcast and Reduce (rooted.go);
+	// chainPicks, under RootedAuto, is Broadcast's [0] and Reduce's [1]
+	// choice per size class: 0 not yet made, 1 the binomial tree, 2 the
+	// chain (useChain).
+	rooted     RootedSchedule
 	chainPicks [2][65]uint8
 
 	// virtual is the transport's virtual memory (virtual.go), nil when it
@@ -156,6 +159,9 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		return nil, err
 	}
 	if err := g.checkAlgorithm(); err != nil {
+		return nil, err
+	}
+	if err := g.checkRooted(); err != nil {
 		return nil, err
 	}
 	return g, nil

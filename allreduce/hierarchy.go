@@ -120,11 +120,12 @@ func (g *Group) learnTopology(ctx context.Context) (Topology, error) {
 	return topo, nil
 }
 
-// algorithmSubgroup is g.subgroup running Auto: a sub-group of a
-// topology-aware algorithm must not run that algorithm itself.
+// algorithmSubgroup is g.subgroup running Auto, and the cost model's
+// Broadcast/Reduce schedules: a sub-group of a topology-aware algorithm
+// must not run that algorithm itself, and runs what its formula prices.
 func (g *Group) algorithmSubgroup(members []int, id uint32) *Group {
 	sub := g.subgroup(members, id)
-	sub.algorithm = Auto
+	sub.algorithm, sub.rooted = Auto, RootedAuto
 	return sub
 }
 

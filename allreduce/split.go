@@ -23,7 +23,8 @@ import (
 // they were issued (ranks must issue them in the same order). A failure
 // in any of them poisons the whole family; closing the new group leaves g
 // working. It inherits g's algorithm where it can run it (not Direct: a
-// split group does not share memory), else Auto.
+// split group does not share memory), else Auto, and g's Broadcast/Reduce
+// schedule.
 func (g *Group) Split(ctx context.Context, color, key int) (*Group, error) {
 	all := make([]int64, 2*g.size)
 	mine := []int64{int64(color), int64(key)}
@@ -72,7 +73,7 @@ func (g *Group) subgroup(members []int, id uint32) *Group {
 	root := g.rootConn()
 	sc := &subConn{root: root, world: world, rank: rank}
 	child := &Group{conn: sc, rank: rank, size: len(members), id: id, worldRank: g.worldRank,
-		world: world, node: g.node, seq: g.seq, algorithm: g.algorithm,
+		world: world, node: g.node, seq: g.seq, algorithm: g.algorithm, rooted: g.rooted,
 		model: g.model, modelSet: true, virtual: g.virtual}
 	if ex, ok := root.(transport.Exchanger); ok {
 		sc.ex = ex

@@ -1,0 +1,224 @@
+package allreduce
+
+import (
+	"math"
+	"math/bits"
+)
+
+// The formulas of Broadcast's and Reduce's schedules (binomialCost,
+// chainCost): every rank's clock followed through the schedule's messages
+// by the link model's rules (costmodel.go; package sim's doc gives them in
+// full), as Tree's formula does, so that they are the simulator's time for
+// the schedule, not a bound on it:
+//
+//	a message of x bytes goes in k = ⌈x/Segment⌉ pieces of x/k (pieces.go),
+//	each posted at the sender's clock t:
+//	  Ports 0:  start = max(t, egress free); the sender's egress and
+//	            clock move to start + x/k·β;
+//	  Ports ≥ 1: start = max(t, the sender's first free port, its link to
+//	            the receiver); port and link busy until start + x/k·β; the
+//	            sender's clock stays at start;
+//	  arrival = start + α + x/k·β, β of the piece's size regime;
+//	a receive of a piece ends at max(clock, arrival), plus x/k·γ when it
+//	reduces; an exchange (the chain's rounds) posts its piece and receives
+//	the peer's from the same clock, ending at the later of the two, piece
+//	by piece in lock step.
+//
+// Both start with the agreement step: a 0-byte exchange with the ring
+// neighbours, after which rank r's clock is the α of the link from its
+// left neighbour. The root is rank 0 (whose ranks the shape's nodes
+// place); shared NICs (Model.NICs) are not counted.
+//
+// The binomial tree's rounds overlap where the old count of ⌈log2 N⌉
+// whole transfers did not: a rank sends to its children one after the
+// other, each message's latency overlapping the next one's transfer, and
+// a Reduce's later child sends while the parent is still receiving the
+// earlier one; the chain reduces a segment while the next is on its way.
+// On 3 to 7 ranks the old counts were up to 44% above the simulator
+// (TestRootedScheduleRuns).
+
+// rootedWalk follows each rank's clock through a Broadcast or Reduce.
+type rootedWalk struct {
+	m     Model
+	s     Shape
+	clock []float64
+	// egress is each rank's egress-free time (Ports 0); ports, its ports'
+	// free times, and links, its links' free times by peer (Ports ≥ 1).
+	egress []float64
+	ports  [][]float64
+	links  []map[int]float64
+}
+
+// newRootedWalk is the walk's state after the agreement step.
+func newRootedWalk(m Model, s Shape) *rootedWalk {
+	n := s.Ranks
+	w := &rootedWalk{m: m, s: s, clock: make([]float64, n), egress: make([]float64, n)}
+	if m.Ports > 0 {
+		w.ports, w.links = make([][]float64, n), make([]map[int]float64, n)
+		for r := range n {
+			w.ports[r], w.links[r] = make([]float64, m.Ports), map[int]float64{}
+		}
+	}
+	for r := range n {
+		w.clock[r] = m.between(s, (r+n-1)%n, r).Alpha // 0 bytes from the left neighbour, posted at 0
+	}
+	return w
+}
+
+// end is the last rank's clock.
+func (w *rootedWalk) end() float64 {
+	t := 0.0
+	for _, c := range w.clock {
+		t = max(t, c)
+	}
+	return t
+}
+
+// post sends a piece of p bytes from r to d at r's clock t and returns
+// the clock r goes on with and the piece's arrival.
+func (w *rootedWalk) post(r, d int, p, t float64) (sent, arrival float64) {
+	l := w.m.between(w.s, r, d)
+	tx := l.transfer(p)
+	if w.m.Ports <= 0 {
+		start := max(t, w.egress[r])
+		w.egress[r] = start + tx
+		return start + tx, start + l.Alpha + tx
+	}
+	ports := w.ports[r]
+	port := 0 // the port free first, the lowest on a tie
+	for i, f := range ports {
+		if f < ports[port] {
+			port = i
+		}
+	}
+	start := max(t, ports[port], w.links[r][d])
+	ports[port], w.links[r][d] = start+tx, start+tx
+	return start, start + l.Alpha + tx
+}
+
+// send sends a whole message of x bytes from r to d, its pieces back to
+// back, and returns the pieces' arrivals.
+func (w *rootedWalk) send(r, d int, x float64) []float64 {
+	k := w.m.pieces(x)
+	arrivals := make([]float64, int(k))
+	for j := range arrivals {
+		w.clock[r], arrivals[j] = w.post(r, d, x/k, w.clock[r])
+	}
+	return arrivals
+}
+
+// recv takes a message of x bytes whose pieces arrive at arrivals into
+// rank d, reducing each piece when reduce is set.
+func (w *rootedWalk) recv(d int, arrivals []float64, x float64, reduce bool) {
+	p := x / float64(len(arrivals))
+	for _, a := range arrivals {
+		w.clock[d] = max(w.clock[d], a)
+		if reduce {
+			w.clock[d] += p * w.m.Gamma
+		}
+	}
+}
+
+// lowBit is the lowest set bit of v ≥ 1.
+func lowBit(v int) int { return 1 << bits.TrailingZeros(uint(v)) }
+
+// binomialCost is the time of the binomial tree (tree.go) moving b bytes
+// on shape s, a Reduce when reduce is set: in a Broadcast rank v receives
+// from v − lowBit(v) and sends to v + mask for each mask below lowBit(v)
+// (every mask below N at the root), the largest first; in a Reduce it
+// receives and reduces from v | mask for each mask below lowBit(v),
+// smallest first, then sends to v − lowBit(v).
+func binomialCost(m Model, s Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	if n <= 1 || b <= 0 {
+		return agreeCost(m, s)
+	}
+	w := newRootedWalk(m, s)
+	arrivals := make([][]float64, n) // by receiver (Broadcast) or sender (Reduce)
+	top := 1 << bits.Len(uint(n-1))  // the root's masks are those below it
+	if !reduce {
+		for v := range n {
+			below := top
+			if v > 0 {
+				below = lowBit(v)
+				w.recv(v, arrivals[v], b, false)
+			}
+			for mask := below >> 1; mask > 0; mask >>= 1 {
+				if v+mask < n {
+					arrivals[v+mask] = w.send(v, v+mask, b)
+				}
+			}
+		}
+		return w.end()
+	}
+	for v := n - 1; v >= 0; v-- {
+		below := top
+		if v > 0 {
+			below = lowBit(v)
+		}
+		for mask := 1; mask < below; mask <<= 1 {
+			if c := v | mask; c < n {
+				w.recv(v, arrivals[c], b, true)
+			}
+		}
+		if v > 0 {
+			arrivals[v] = w.send(v, v-below, b)
+		}
+	}
+	return w.end()
+}
+
+// chainCost is the time of the chain (bcast_large.go, reduce_large.go)
+// moving b bytes on shape s in S segments (chainSegmentsOf), a Reduce
+// when reduce is set: in round q, rank v sends segment q − v to v + 1
+// while it receives segment q − v + 1 from v − 1, exchanging the pieces of
+// the two in lock step (a Reduce runs the same from the other end, each
+// received segment reduced); S + N − 2 rounds. +Inf on fewer than three
+// ranks (it does not run there).
+func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	if n <= 2 {
+		return math.Inf(1)
+	}
+	if b <= 0 {
+		return agreeCost(m, s)
+	}
+	segs := chainSegmentsOf(n, int(b), max(int(b), 1))
+	x := b / float64(segs)
+	k := int(m.pieces(x))
+	p := x / float64(k)
+	w := newRootedWalk(m, s)
+	// place(i) is the rank at position i of the chain (0: the root's end
+	// for a Broadcast, the tail's for a Reduce); data flows to i + 1.
+	place := func(i int) int {
+		if reduce {
+			return n - 1 - i
+		}
+		return i
+	}
+	arrivals := make([]float64, n) // this piece's arrival at each position
+	for q := range segs + n - 2 {
+		for range k { // the pieces, in lock step
+			for i := range n {
+				r := place(i)
+				seg := q - i // the segment position i sends this round
+				sending := i < n-1 && seg >= 0 && seg < segs
+				receiving := i > 0 && seg+1 >= 0 && seg+1 < segs
+				t := w.clock[r]
+				end := t
+				if sending {
+					end, arrivals[i+1] = w.post(r, place(i+1), p, t)
+				}
+				if receiving {
+					got := max(t, arrivals[i])
+					if reduce {
+						got += p * m.Gamma
+					}
+					end = max(end, got)
+				}
+				w.clock[r] = end
+			}
+		}
+	}
+	return w.end()
+}
