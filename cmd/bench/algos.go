@@ -41,6 +41,26 @@ func parseAlgos(s string, op collective, shape allreduce.Shape) ([]allreduce.Alg
 	return out, nil
 }
 
+// parseSchedules reads -schedule: one of broadcast's and reduce's
+// schedules, a comma-separated list, or all (auto, tree and chain).
+func parseSchedules(s string) ([]allreduce.RootedSchedule, error) {
+	if s == algoAll {
+		s = allreduce.RootedScheduleNames()
+	}
+	var out []allreduce.RootedSchedule
+	for _, name := range strings.Split(s, ",") {
+		sch, err := allreduce.ParseRootedSchedule(strings.TrimSpace(name))
+		if err != nil {
+			return nil, fmt.Errorf("-schedule: %w (or %s)", err, algoAll)
+		}
+		if slices.Contains(out, sch) {
+			return nil, fmt.Errorf("-schedule %s: %s twice", s, sch)
+		}
+		out = append(out, sch)
+	}
+	return out, nil
+}
+
 // runnable lists the algorithms (Auto aside) that can run on a group of
 // shape s, in the table's order.
 func runnable(s allreduce.Shape) []allreduce.Algorithm {

@@ -92,14 +92,16 @@ func sweepAll(ctx context.Context, cfg *config, eps *endpoints, p *printer) erro
 func sweeps[T allreduce.Numeric](ctx context.Context, cfg *config, eps *endpoints, p *printer) error {
 	data := newDataset[T](cfg)
 	for _, a := range cfg.algos {
-		f, err := eps.next(ctx)
-		if err != nil {
-			return err
-		}
-		err = sweep(ctx, cfg, a, f, data, p)
-		f.closeWorld()
-		if err != nil {
-			return err
+		for _, sch := range cfg.schedules {
+			f, err := eps.next(ctx)
+			if err != nil {
+				return err
+			}
+			err = sweep(ctx, cfg, a, sch, f, data, p)
+			f.closeWorld()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -108,10 +110,10 @@ func sweeps[T allreduce.Numeric](ctx context.Context, cfg *config, eps *endpoint
 // sweep runs one goroutine per local endpoint for the whole sweep of
 // algorithm a (each with its own Group and buffers) and hands the rows
 // that rank 0 produces to p.
-func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Algorithm, f fleet, data *dataset[T], p *printer) error {
+func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Algorithm, sch allreduce.RootedSchedule, f fleet, data *dataset[T], p *printer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sw := &sweepState[T]{cfg: cfg, algo: a, data: data}
+	sw := &sweepState[T]{cfg: cfg, algo: a, schedule: sch, data: data}
 	if f.world != nil {
 		sw.tally = newSimTally(cfg.ranks)
 		if n := cfg.virtualBytes(); n > 0 {
@@ -120,7 +122,7 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Al
 			}
 		}
 	}
-	opts := []allreduce.GroupOption{allreduce.WithAlgorithm(a)}
+	opts := []allreduce.GroupOption{allreduce.WithAlgorithm(a), allreduce.WithRootedSchedule(sch)}
 	if cfg.model != nil && cfg.calibrate == "" { // -calibrate: the fitted model is rank 0's alone
 		opts = append(opts, allreduce.WithModel(*cfg.model))
 	}
@@ -158,9 +160,23 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Al
 
 // sweepState is what the ranks of one sweep share.
 type sweepState[T allreduce.Numeric] struct {
-	cfg     *config
-	algo    allreduce.Algorithm
-	data    *dataset[T]
-	virtual []T       // -transport sim: the virtual arena every timing-only row uses
-	tally   *simTally // -transport sim: the ranks' figures, combined without collectives
+	cfg      *config
+	algo     allreduce.Algorithm
+	schedule allreduce.RootedSchedule // broadcast's and reduce's
+	data     *dataset[T]
+	virtual  []T       // -transport sim: the virtual arena every timing-only row uses
+	tally    *simTally // -transport sim: the ranks' figures, combined without collectives
+}
+
+// name is what the sweep's rows call what ran: the all-reduce algorithm,
+// broadcast's or reduce's schedule, or -algo as given for the collectives
+// that have one algorithm.
+func (sw *sweepState[T]) name() string {
+	switch {
+	case sw.cfg.op.kind == allreduce.KindAllReduce:
+		return sw.algo.String()
+	case sw.cfg.op.rooted:
+		return sw.schedule.String()
+	}
+	return sw.cfg.algo
 }

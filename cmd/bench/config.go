@@ -63,18 +63,19 @@ type config struct {
 	op        collective
 	transport string
 	ranks     int
-	algo      string                // -algo as given ("auto" when empty)
-	algos     []allreduce.Algorithm // the all-reduce algorithms to run, one sweep each, in order
-	localSize int                   // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
-	nodes     int                   // -nodes (0: not given)
-	payload   string                // -sim-payload: auto, real or none
-	model     *allreduce.Model      // the cost model (profile, flags, sim defaults); nil: none given for a real transport
-	modelFrom string                // where model came from, for the reports
-	explain   bool                  // -explain: print the cost model's predictions and picks, run nothing
-	plot      string                // -plot: the PNG to draw
-	timeline  *timeline             // -trace: the collectives' timeline (nil: none)
-	calibrate string                // -calibrate: the profile to write
-	calibMax  int                   // -calib-max: the ring exchange's largest message
+	algo      string                     // -algo as given ("auto" when empty)
+	algos     []allreduce.Algorithm      // the all-reduce algorithms to run, one sweep each, in order
+	schedules []allreduce.RootedSchedule // -schedule: broadcast's and reduce's schedules to run, one sweep each (auto alone for the others)
+	localSize int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
+	nodes     int                        // -nodes (0: not given)
+	payload   string                     // -sim-payload: auto, real or none
+	model     *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
+	modelFrom string                     // where model came from, for the reports
+	explain   bool                       // -explain: print the cost model's predictions and picks, run nothing
+	plot      string                     // -plot: the PNG to draw
+	timeline  *timeline                  // -trace: the collectives' timeline (nil: none)
+	calibrate string                     // -calibrate: the profile to write
+	calibMax  int                        // -calib-max: the ring exchange's largest message
 	dtype     allreduce.DType
 	redop     allreduce.ReduceOp
 	redopName string
@@ -112,6 +113,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		op      = fs.String("op", "allreduce", "collective: "+names(collectives))
 		ranks   = fs.Int("ranks", 4, "number of ranks (processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
 		algo    = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm: "+allreduce.AlgorithmNames()+", a comma-separated list of them (one sweep each), or all (auto and every algorithm that can run on the transport); default auto, or $"+allreduce.AlgorithmEnv+". auto: the cost model's fastest per size (see -explain). The other collectives have one algorithm each")
+		sched   = fs.String("schedule", allreduce.RootedAuto.String(), "broadcast and reduce schedule: "+allreduce.RootedScheduleNames()+" (auto: the cost model's choice per size, see -explain; tree: the binomial tree; chain: the pipelined chain, 3 ranks or more), a comma-separated list of them (one sweep each), or all")
 		dtype   = fs.String("dtype", "float32", "element type: "+names(dtypes))
 		redop   = fs.String("redop", "sum", "reduction: "+names(redops)+" (avg needs a floating-point -dtype)")
 		minS    = fs.String("min", "8", "smallest size in bytes (K, M, G suffixes: 8, 64K, 256M)")
@@ -179,6 +181,12 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	// size -ranks becomes) or its launcher.
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["schedule"] && !cfg.op.rooted {
+		return nil, fmt.Errorf("-schedule applies to -op broadcast and reduce, not %s", cfg.op.name)
+	}
+	if cfg.schedules, err = parseSchedules(*sched); err != nil {
+		return nil, err
+	}
 	if cfg.tr, err = tf.Resolve(cfg.ranks, given, os.Getenv); err != nil {
 		return nil, err
 	}

@@ -49,11 +49,7 @@ type row struct {
 
 // newRow computes the bandwidths of a size: algbw = bytes / time (GB/s,
 // 1e9 bytes), busbw = algbw × the collective's bus factor.
-func newRow(cfg *config, algo allreduce.Algorithm, bytes, count int, timeUS float64, wrong *int64) row {
-	name := algo.String()
-	if cfg.op.kind != allreduce.KindAllReduce {
-		name = cfg.algo // reported as given: the collective has one algorithm
-	}
+func newRow(cfg *config, name string, bytes, count int, timeUS float64, wrong *int64) row {
 	r := row{
 		Op: cfg.op.name, Transport: cfg.transport, Ranks: cfg.ranks, Algo: name,
 		DType: cfg.dtype.String(), Bytes: bytes, Count: count, TimeUS: timeUS,
@@ -84,7 +80,7 @@ type printer struct {
 	wrong     int64
 	unchecked int  // timing-only rows
 	link      bool // the link column (-transport sim)
-	pred      bool // the pick, pred and ratio columns (a cost model, all-reduce)
+	pred      bool // the pick, pred and ratio columns (a cost model; all-reduce, broadcast, reduce)
 }
 
 func newPrinter(cfg *config, w io.Writer) *printer {
@@ -93,7 +89,7 @@ func newPrinter(cfg *config, w io.Writer) *printer {
 		p.enc = json.NewEncoder(w)
 	}
 	p.link = cfg.transport == simTransport && cfg.model != nil
-	p.pred = cfg.model != nil && cfg.op.kind == allreduce.KindAllReduce
+	p.pred = cfg.model != nil && (cfg.op.kind == allreduce.KindAllReduce || cfg.op.rooted)
 	return p
 }
 
@@ -174,8 +170,8 @@ func modelText(c *config, p *printer) string {
 		b.WriteString("# link: the modelled link between nodes (within the node when there is one), GB/s like busbw\n")
 	}
 	if p.pred {
-		b.WriteString("# pick: the algorithm that ran (auto's choice for auto); pred: its predicted time on the group's\n" +
-			"#       shape (allreduce.Predict); ratio = time / pred\n")
+		b.WriteString("# pick: the algorithm (broadcast, reduce: the schedule) that ran, auto's choice for auto; pred: its\n" +
+			"#       predicted time on the group's shape (allreduce.Predict, PredictRooted); ratio = time / pred\n")
 	}
 	return b.String()
 }
@@ -195,7 +191,18 @@ func algoText(c *config) string {
 	case "reducescatter", "allgather":
 		return c.algo + " (" + c.op.name + " has one algorithm: ring)"
 	}
-	return c.algo + " (" + c.op.name + " has one algorithm: binomial tree)"
+	var names []string
+	for _, s := range c.schedules {
+		switch s {
+		case allreduce.RootedAuto:
+			names = append(names, "auto (per size class, the binomial tree or the pipelined chain, whichever the cost model predicts faster: see -explain)")
+		case allreduce.RootedTree:
+			names = append(names, "tree (binomial)")
+		default:
+			names = append(names, s.String()+" (pipelined; the binomial tree on 2 ranks)")
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 func busFactorText(op string) string {

@@ -35,8 +35,9 @@ func groupShape(ctx context.Context, g *allreduce.Group) (allreduce.Shape, error
 // predictRow adds the model's columns to rank 0's row: on the simulator
 // the bandwidth of the link a topology-blind algorithm pays (between
 // nodes, or within the one node); with a model, for all-reduce, the
-// algorithm that ran (auto's pick), its predicted time on the group's
-// shape and the ratio of measured to predicted.
+// algorithm that ran (auto's pick), for broadcast and reduce the schedule
+// that ran, its predicted time on the group's shape and the ratio of
+// measured to predicted.
 func predictRow(cfg *config, g *allreduce.Group, shape allreduce.Shape, r *row) {
 	if cfg.model == nil {
 		return
@@ -52,20 +53,33 @@ func predictRow(cfg *config, g *allreduce.Group, shape allreduce.Shape, r *row) 
 			r.LinkGBps = &bw
 		}
 	}
-	if cfg.op.kind != allreduce.KindAllReduce {
+	var seconds float64
+	switch {
+	case cfg.op.kind == allreduce.KindAllReduce:
+		ran := g.AlgorithmFor(r.Bytes)
+		r.Pick, r.shape = ran.String(), shape
+		t, ok := allreduce.PredictAlgorithm(m, shape, ran, r.Bytes)
+		if !ok {
+			return
+		}
+		seconds = t
+	case cfg.op.rooted:
+		ran := g.RootedScheduleFor(cfg.op.kind, r.Bytes)
+		p, err := allreduce.PredictRooted(m, shape, cfg.op.kind, r.Bytes)
+		if err != nil {
+			return
+		}
+		r.Pick, seconds = ran.String(), p.TreeSeconds
+		if ran == allreduce.RootedChain {
+			seconds = p.ChainSeconds
+		}
+	default:
 		return
 	}
-	ran := g.AlgorithmFor(r.Bytes)
-	r.Pick, r.shape = ran.String(), shape
-	for _, p := range allreduce.Predict(m, shape, r.Bytes) {
-		if p.Algorithm != ran {
-			continue
-		}
-		us := p.Seconds * 1e6
-		r.PredUS = &us
-		if us > 0 {
-			ratio := r.TimeUS / us
-			r.Ratio = &ratio
-		}
+	us := seconds * 1e6
+	r.PredUS = &us
+	if us > 0 {
+		ratio := r.TimeUS / us
+		r.Ratio = &ratio
 	}
 }

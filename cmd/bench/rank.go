@@ -140,7 +140,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		if rank != 0 {
 			continue
 		}
-		r := newRow(cfg, sw.algo, count*esz, count, median(s.times), wrong)
+		r := newRow(cfg, sw.name(), count*esz, count, median(s.times), wrong)
 		r.virtual = virtual
 		predictRow(cfg, g, shape, &r)
 		select {
