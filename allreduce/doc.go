@@ -61,6 +61,8 @@
 // meets. The model is DefaultModel's (a measured in-process or loopback
 // tcp profile) unless WithModel gives a calibrated one (cmd/bench
 // -calibrate writes it; RINGDDP_PROFILE names it to the commands).
+// Broadcast and Reduce choose between the binomial tree and the pipelined
+// chain the same way, unless WithRootedSchedule fixes one (rooted.go).
 //
 // Exactness: every rank ends bitwise identical, whatever the values (±0,
 // NaN payloads, ±Inf, denormals), and the same run to run. For floats
