@@ -13,8 +13,12 @@ import (
 // model predicts faster, per size class (PredictRooted), as Auto is for
 // AllReduce. The chain needs three ranks; on two, every schedule is the
 // binomial tree (one message either way). Every rank of a group must use
-// the same schedule: ranks that differ send different messages, and the
-// collective fails with a mismatch.
+// the same schedule (as the same model): ranks that differ send messages
+// the others do not expect, and nothing hangs, but the failure is not
+// named as a mismatch: the ranks waiting on a message fail by the
+// transport's timeout (or at once on a wrong one) and abort the others,
+// and a rank whose part completed anyway (a root that only sends) fails
+// on its next collective (TestRootedScheduleDisagreement).
 type RootedSchedule uint8
 
 const (

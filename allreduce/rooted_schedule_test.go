@@ -152,3 +152,67 @@ func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind all
 	allreducetest.RequireNoErrors(tb, errs)
 	return w.MaxNow(), ran
 }
+
+// TestRootedScheduleDisagreement: ranks given different schedules send
+// different messages. Nothing hangs: on 3 and 5 ranks, one rank on the
+// tree and the others on the chain, and the reverse, Broadcast and Reduce
+// of 1 MiB, every rank that waits on a message the others never send fails
+// within the timeout, and a rank whose part completed anyway (a root that
+// only sends) fails on its next collective, the others having aborted.
+func TestRootedScheduleDisagreement(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		for _, odd := range []allreduce.RootedSchedule{allreduce.RootedTree, allreduce.RootedChain} {
+			for _, kind := range []allreduce.Kind{allreduce.KindBroadcast, allreduce.KindReduce} {
+				conns, _, err := allreducetest.InprocConns(n, 500*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				groups := make([]*allreduce.Group, n)
+				for r, c := range conns {
+					s := allreduce.RootedChain
+					if odd == allreduce.RootedChain {
+						s = allreduce.RootedTree
+					}
+					if r == n-1 {
+						s = odd
+					}
+					if groups[r], err = allreduce.NewGroup(c, allreduce.WithRootedSchedule(s)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				start := time.Now()
+				failed := 0
+				errs := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
+					ctx, cancel := allreducetest.Ctx(20 * time.Second)
+					defer cancel()
+					buf := make([]float32, 1<<18)
+					if kind == allreduce.KindBroadcast {
+						return allreduce.Broadcast(ctx, g, buf, 0)
+					}
+					return allreduce.Reduce(ctx, g, buf, allreduce.Sum, 0)
+				})
+				next := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
+					ctx, cancel := allreducetest.Ctx(20 * time.Second)
+					defer cancel()
+					return allreduce.Barrier(ctx, g)
+				})
+				for r, err := range errs {
+					if err != nil {
+						failed++
+					} else if next[r] == nil {
+						t.Errorf("%d ranks, rank %d on %v, %v: rank %d got no error, nor on its next collective", n, n-1, odd, kind, r)
+					}
+				}
+				if failed == 0 {
+					t.Errorf("%d ranks, rank %d on %v, %v: no rank failed", n, n-1, odd, kind)
+				}
+				if d := time.Since(start); d > 15*time.Second {
+					t.Errorf("%d ranks, %v: errors after %v", n, kind, d)
+				}
+				for _, g := range groups {
+					_ = g.Close()
+				}
+			}
+		}
+	}
+}
