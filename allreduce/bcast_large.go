@@ -203,7 +203,7 @@ func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call)
 		return err
 	}
 	n := g.size
-	if err := g.agree(ctx, h); err != nil || n == 1 || c.count == 0 {
+	if err := g.agreeAt(ctx, h, agreeChainStep); err != nil || n == 1 || c.count == 0 {
 		return err
 	}
 	es := c.dt.Size()

@@ -96,6 +96,14 @@ func describeHeader(h transport.Header) string {
 	if h.Group != 0 {
 		s += fmt.Sprintf(" on group %#x", h.Group)
 	}
+	if k := Kind(h.Kind); k == KindBroadcast || k == KindReduce {
+		switch h.Step { // the agreement message says the schedule (agree.go)
+		case agreeStep:
+			s += " by binomial tree"
+		case agreeChainStep:
+			s += " by chain"
+		}
+	}
 	return s
 }
 

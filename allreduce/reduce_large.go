@@ -45,7 +45,7 @@ func (g *Group) chainReduce(ctx context.Context, h transport.Header, c *call) er
 		return err
 	}
 	n := g.size
-	if err := g.agree(ctx, h); err != nil || n == 1 || c.count == 0 {
+	if err := g.agreeAt(ctx, h, agreeChainStep); err != nil || n == 1 || c.count == 0 {
 		return err
 	}
 	es := c.dt.Size()

@@ -13,12 +13,11 @@ import (
 // model predicts faster, per size class (PredictRooted), as Auto is for
 // AllReduce. The chain needs three ranks; on two, every schedule is the
 // binomial tree (one message either way). Every rank of a group must use
-// the same schedule (as the same model): ranks that differ send messages
-// the others do not expect, and nothing hangs, but the failure is not
-// named as a mismatch: the ranks waiting on a message fail by the
-// transport's timeout (or at once on a wrong one) and abort the others,
-// and a rank whose part completed anyway (a root that only sends) fails
-// on its next collective (TestRootedScheduleDisagreement).
+// the same schedule (as the same model): the agreement step carries it
+// (agree.go), so ranks that differ fail with a mismatch that names both
+// schedules where they are ring neighbours, and the ranks they abort fail
+// after them; a rank whose part completed before that (a root that only
+// sends) fails on its next collective (TestRootedScheduleDisagreement).
 type RootedSchedule uint8
 
 const (

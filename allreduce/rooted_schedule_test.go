@@ -3,6 +3,7 @@ package allreduce_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/sim"
+	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // TestParseRootedSchedule: every schedule's name reads back as it; an
@@ -153,64 +155,67 @@ func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind all
 	return w.MaxNow(), ran
 }
 
-// TestRootedScheduleDisagreement: ranks given different schedules send
-// different messages. Nothing hangs: on 3 and 5 ranks, one rank on the
-// tree and the others on the chain, and the reverse, Broadcast and Reduce
-// of 1 MiB, every rank that waits on a message the others never send fails
-// within the timeout, and a rank whose part completed anyway (a root that
-// only sends) fails on its next collective, the others having aborted.
+// TestRootedScheduleDisagreement: ranks given different schedules (or
+// models that choose differently) disagree at the agreement step, which
+// carries the schedule: on 3 and 5 ranks, one rank (the last, or one in
+// the middle) on the tree and the others on the chain, and the reverse,
+// Broadcast and Reduce of 1 MiB, the odd rank's right neighbour fails at
+// once with a mismatch that names both schedules, every rank fails, and
+// none hangs: a rank whose part completed before the others' aborts
+// reached it (a root that only sends) fails on its next collective.
 func TestRootedScheduleDisagreement(t *testing.T) {
 	for _, n := range []int{3, 5} {
-		for _, odd := range []allreduce.RootedSchedule{allreduce.RootedTree, allreduce.RootedChain} {
-			for _, kind := range []allreduce.Kind{allreduce.KindBroadcast, allreduce.KindReduce} {
-				conns, _, err := allreducetest.InprocConns(n, 500*time.Millisecond)
-				if err != nil {
-					t.Fatal(err)
-				}
-				groups := make([]*allreduce.Group, n)
-				for r, c := range conns {
-					s := allreduce.RootedChain
-					if odd == allreduce.RootedChain {
-						s = allreduce.RootedTree
-					}
-					if r == n-1 {
-						s = odd
-					}
-					if groups[r], err = allreduce.NewGroup(c, allreduce.WithRootedSchedule(s)); err != nil {
+		for _, oddRank := range []int{n - 1, n / 2} {
+			for _, odd := range []allreduce.RootedSchedule{allreduce.RootedTree, allreduce.RootedChain} {
+				for _, kind := range []allreduce.Kind{allreduce.KindBroadcast, allreduce.KindReduce} {
+					name := fmt.Sprintf("%d ranks, rank %d on %v, %v", n, oddRank, odd, kind)
+					conns, _, err := allreducetest.InprocConns(n, 5*time.Second)
+					if err != nil {
 						t.Fatal(err)
 					}
-				}
-				start := time.Now()
-				failed := 0
-				errs := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
-					ctx, cancel := allreducetest.Ctx(20 * time.Second)
-					defer cancel()
-					buf := make([]float32, 1<<18)
-					if kind == allreduce.KindBroadcast {
-						return allreduce.Broadcast(ctx, g, buf, 0)
+					groups := make([]*allreduce.Group, n)
+					for r, c := range conns {
+						s := allreduce.RootedChain
+						if odd == allreduce.RootedChain {
+							s = allreduce.RootedTree
+						}
+						if r == oddRank {
+							s = odd
+						}
+						if groups[r], err = allreduce.NewGroup(c, allreduce.WithRootedSchedule(s)); err != nil {
+							t.Fatal(err)
+						}
 					}
-					return allreduce.Reduce(ctx, g, buf, allreduce.Sum, 0)
-				})
-				next := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
-					ctx, cancel := allreducetest.Ctx(20 * time.Second)
-					defer cancel()
-					return allreduce.Barrier(ctx, g)
-				})
-				for r, err := range errs {
-					if err != nil {
-						failed++
-					} else if next[r] == nil {
-						t.Errorf("%d ranks, rank %d on %v, %v: rank %d got no error, nor on its next collective", n, n-1, odd, kind, r)
+					start := time.Now()
+					errs := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
+						ctx, cancel := allreducetest.Ctx(20 * time.Second)
+						defer cancel()
+						buf := make([]float32, 1<<18)
+						if kind == allreduce.KindBroadcast {
+							return allreduce.Broadcast(ctx, g, buf, 0)
+						}
+						return allreduce.Reduce(ctx, g, buf, allreduce.Sum, 0)
+					})
+					next := allreducetest.RunGroups(groups, func(g *allreduce.Group) error {
+						ctx, cancel := allreducetest.Ctx(20 * time.Second)
+						defer cancel()
+						return allreduce.Barrier(ctx, g)
+					})
+					if d := time.Since(start); d > 4*time.Second {
+						t.Errorf("%s: errors after %v (the transport's timeout is 5 s: the agreement should find it at once)", name, d)
 					}
-				}
-				if failed == 0 {
-					t.Errorf("%d ranks, rank %d on %v, %v: no rank failed", n, n-1, odd, kind)
-				}
-				if d := time.Since(start); d > 15*time.Second {
-					t.Errorf("%d ranks, %v: errors after %v", n, kind, d)
-				}
-				for _, g := range groups {
-					_ = g.Close()
+					for r, err := range errs {
+						if err == nil && next[r] == nil {
+							t.Errorf("%s: rank %d got no error, nor on its next collective", name, r)
+						}
+					}
+					finder := errs[(oddRank+1)%n]
+					if !errors.Is(finder, transport.ErrMismatch) || !strings.Contains(finder.Error(), "by chain") || !strings.Contains(finder.Error(), "by binomial tree") {
+						t.Errorf("%s: rank %d: %v; want a mismatch naming both schedules", name, (oddRank+1)%n, finder)
+					}
+					for _, g := range groups {
+						_ = g.Close()
+					}
 				}
 			}
 		}
