@@ -131,6 +131,9 @@ func TestProfileFiles(t *testing.T) {
 		"small":     `{"version": 1, "model": {"inter": {"small_bytes": -8}}}`,
 		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
 		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,
+		"schedule":  `{"version": 1, "model": {}, "measurements": [{"collective": "broadcast", "algorithm": "ring", "bytes": 8, "seconds": 1}]}`,
+		"auto":      `{"version": 1, "model": {}, "measurements": [{"collective": "reduce", "algorithm": "auto", "bytes": 8, "seconds": 1}]}`,
+		"kind":      `{"version": 1, "model": {}, "measurements": [{"collective": "alltoall", "algorithm": "ring", "bytes": 8, "seconds": 1}]}`,
 	} {
 		bad := filepath.Join(dir, name+".json")
 		if err := os.WriteFile(bad, []byte(body), 0o600); err != nil {

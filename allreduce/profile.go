@@ -19,19 +19,39 @@ type Profile struct {
 	Created   string `json:"created,omitempty"`
 	Model     Model  `json:"model"`
 	// Measurements are timed AllReduce calls of each algorithm on Ranks
-	// ranks of Transport, by size (cmd/bench -calibrate takes them after
-	// fitting the model).
+	// ranks of Transport, by size, and Broadcast and Reduce calls under
+	// each schedule (cmd/bench -calibrate takes them after fitting the
+	// model).
 	Measurements []Measurement `json:"measurements,omitempty"`
 }
 
 // Measurement is the measured median time of one algorithm at one size,
 // and the fastest of the rounds it is the median of (0: not recorded),
-// which says how far the noise reached.
+// which says how far the noise reached. Collective is empty for an
+// AllReduce (Algorithm an AllReduce algorithm's name), or "broadcast" or
+// "reduce" (Algorithm a schedule's: "tree" or "chain").
 type Measurement struct {
+	Collective string  `json:"collective,omitempty"`
 	Algorithm  string  `json:"algorithm"`
 	Bytes      int     `json:"bytes"`
 	Seconds    float64 `json:"seconds"`
 	MinSeconds float64 `json:"min_seconds,omitempty"`
+}
+
+// check reports a measurement of an unknown collective, algorithm or
+// schedule.
+func (m Measurement) check() error {
+	switch m.Collective {
+	case "":
+		_, err := ParseAlgorithm(m.Algorithm)
+		return err
+	case "broadcast", "reduce":
+		if s, err := ParseRootedSchedule(m.Algorithm); err != nil || s == RootedAuto {
+			return fmt.Errorf("%w: %s measured under schedule %q (want tree or chain)", ErrInvalid, m.Collective, m.Algorithm)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: measurement of collective %q (want none for allreduce, broadcast or reduce)", ErrInvalid, m.Collective)
 }
 
 // ProfileVersion is the version of the profile format this package reads
@@ -59,7 +79,7 @@ func ReadProfile(path string) (Profile, error) {
 		return Profile{}, fmt.Errorf("cost profile %s: %w", path, err)
 	}
 	for _, m := range p.Measurements {
-		if _, err := ParseAlgorithm(m.Algorithm); err != nil {
+		if err := m.check(); err != nil {
 			return Profile{}, fmt.Errorf("cost profile %s: measurement: %w", path, err)
 		}
 		if m.Bytes < 0 || !(m.Seconds >= 0) || !(m.MinSeconds >= 0) || m.MinSeconds > m.Seconds {

@@ -91,20 +91,13 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		}
 		rounds = append(rounds, inAlgoOrder(quiet.rows, algos))
 	}
-	p := newPrinter(cfg, w)
-	if err := p.header(); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
+	p, err := printRounds(cfg, w, rounds)
+	if err != nil {
+		return err
 	}
-	for _, r := range medianRows(rounds) {
-		if err := p.row(r); err != nil {
-			return fmt.Errorf("writing the report: %w", err)
-		}
-	}
-	if err := p.footer(); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if p.wrong > 0 {
-		return fmt.Errorf("%d wrong elements (see the #wrong column); no profile written", p.wrong)
+	rooted, err := timeRooted(ctx, cfg, eps, w)
+	if err != nil {
+		return err
 	}
 	if !holds0 {
 		return nil
@@ -122,12 +115,74 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	for _, r := range p.rows {
 		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6})
 	}
+	for _, r := range rooted {
+		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Collective: r.Op, Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6})
+	}
 	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
 	}
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
 		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
 	return err
+}
+
+// printRounds prints the table of rounds' medians (medianRows) under a
+// header for cfg's collective and returns its printer, whose rows are
+// those medians; wrong elements are an error.
+func printRounds(cfg *config, w io.Writer, rounds [][]row) (*printer, error) {
+	p := newPrinter(cfg, w)
+	if err := p.header(); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	for _, r := range medianRows(rounds) {
+		if err := p.row(r); err != nil {
+			return nil, fmt.Errorf("writing the report: %w", err)
+		}
+	}
+	if err := p.footer(); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	if p.wrong > 0 {
+		return nil, fmt.Errorf("%d wrong elements (see the #wrong column); no profile written", p.wrong)
+	}
+	return p, nil
+}
+
+// timeRooted times Broadcast and Reduce (root 0) under each of their
+// schedules, the binomial tree and the chain, over the sweep: calibRounds
+// rounds, the schedules' order rotated, each cell the median of its
+// rounds, printed as a table each. They go into the profile beside the
+// all-reduce times, for checking the model's choice of schedule
+// (useChain) against; the refit does not use them. None on two ranks,
+// where there is only the tree.
+func timeRooted(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) ([]row, error) {
+	if cfg.ranks < 3 {
+		return nil, nil
+	}
+	op, algos, schedules, root := cfg.op, cfg.algos, cfg.schedules, cfg.root
+	defer func() { cfg.op, cfg.algos, cfg.schedules, cfg.root = op, algos, schedules, root }()
+	cfg.algos, cfg.root = []allreduce.Algorithm{allreduce.Auto}, 0
+	both := []allreduce.RootedSchedule{allreduce.RootedTree, allreduce.RootedChain}
+	var out []row
+	for _, name := range []string{"broadcast", "reduce"} {
+		cfg.op = collectives[name]
+		var rounds [][]row
+		for i := range calibRounds {
+			cfg.schedules = rotated(both, i)
+			quiet := newPrinter(cfg, io.Discard)
+			if err := sweepAll(ctx, cfg, eps, quiet); err != nil {
+				return nil, err
+			}
+			rounds = append(rounds, inAlgoOrder(quiet.rows, both))
+		}
+		cfg.schedules = both
+		p, err := printRounds(cfg, w, rounds)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.rows...)
+	}
+	return out, nil
 }
 
 // largeSizes are the sizes of at least 1 MiB, where the reducing ring
@@ -294,19 +349,19 @@ func medianRows(rounds [][]row) []row {
 	return out
 }
 
-// rotated is algos started at index k mod len(algos).
-func rotated(algos []allreduce.Algorithm, k int) []allreduce.Algorithm {
-	if len(algos) == 0 {
-		return algos
+// rotated is s started at index k mod len(s).
+func rotated[T any](s []T, k int) []T {
+	if len(s) == 0 {
+		return s
 	}
-	k %= len(algos)
-	return append(slices.Clone(algos[k:]), algos[:k]...)
+	k %= len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
 }
 
-// inAlgoOrder sorts rows into the order of algos (stably: each
-// algorithm's sizes stay in order), as medianRows needs every round's
-// rows in the same order.
-func inAlgoOrder(rows []row, algos []allreduce.Algorithm) []row {
+// inAlgoOrder sorts rows into the order of algos (all-reduce algorithms,
+// or broadcast's and reduce's schedules; stably: each one's sizes stay in
+// order), as medianRows needs every round's rows in the same order.
+func inAlgoOrder[A fmt.Stringer](rows []row, algos []A) []row {
 	index := func(r row) int {
 		for i, a := range algos {
 			if a.String() == r.Algo {

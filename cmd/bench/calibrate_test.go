@@ -35,18 +35,30 @@ func TestCalibrate(t *testing.T) {
 	}
 	got := map[string][]int{}
 	for _, m := range p.Measurements {
-		got[m.Algorithm] = append(got[m.Algorithm], m.Bytes)
+		name := m.Algorithm
+		if m.Collective != "" {
+			name = m.Collective + "/" + name
+		}
+		got[name] = append(got[name], m.Bytes)
 		if !(m.Seconds > 0) {
 			t.Errorf("measurement %+v", m)
 		}
 	}
-	for _, a := range []string{"ring", "direct", "doubling", "tree", "hd"} {
+	// Every runnable all-reduce algorithm (auto aside), and Broadcast and
+	// Reduce under each schedule.
+	want := []string{"ring", "direct", "doubling", "tree", "hd", "broadcast/tree", "broadcast/chain", "reduce/tree", "reduce/chain"}
+	for _, a := range want {
 		if !slices.Equal(got[a], []int{1024, 8192}) {
 			t.Errorf("%s measured at %v, want 1024 and 8192", a, got[a])
 		}
 	}
-	if _, ok := got["auto"]; ok || len(got) != 5 {
-		t.Errorf("measured %v, want the five runnable algorithms without auto", got)
+	if len(got) != len(want) {
+		t.Errorf("measured %v, want %v", got, want)
+	}
+	for _, s := range []string{"op broadcast", "op reduce", "        chain "} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
 	}
 
 	for _, c := range []struct {
