@@ -276,8 +276,8 @@ func DefaultModelFor(s Shape) Model {
 		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
 		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2}
 	}
-	l := Link{Alpha: 16.9e-6, Beta: 1 / 1.69e9, CacheBeta: 1 / 2.25e9, CacheBytes: 128 << 10, SmallBeta: 1 / 5.34e9, SmallBytes: 32 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 10.9e9, Ports: 2, Segment: TCPSegmentBytes}
+	l := Link{Alpha: 16.89e-6, Beta: 1 / 1.693e9, CacheBeta: 1 / 2.247e9, CacheBytes: 128 << 10, SmallBeta: 1 / 5.343e9, SmallBytes: 32 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 10.86e9, Ports: 2, Segment: TCPSegmentBytes}
 }
 
 // TCPSegmentBytes is the default model's Segment for ranks that only
