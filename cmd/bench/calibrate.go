@@ -72,24 +72,11 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		}
 	}
 
-	// calibRounds sweeps, each timing every algorithm at every size; each
-	// cell is the median of its rounds, so that one round's noise (a
-	// neighbour's burst on a shared host) does not decide a choice. Each
-	// round starts the algorithms' order one further along (rotated), so
-	// that no algorithm always runs after the same one: what ran before
-	// moves an algorithm's time (over tcp on the 2-core VM, Tree at 1 MiB
-	// took 917 µs run first, 1091 after ring and 1443 after doubling).
-	var rounds [][]row
 	algos := cfg.algos
-	for i := range calibRounds {
-		cfg.algos = rotated(algos, i)
-		quiet := newPrinter(cfg, io.Discard)
-		err := sweepAll(ctx, cfg, eps, quiet)
-		cfg.algos = algos
-		if err != nil {
-			return err
-		}
-		rounds = append(rounds, inAlgoOrder(quiet.rows, algos))
+	rounds, err := sweepRounds(ctx, cfg, eps, algos, func(order []allreduce.Algorithm) { cfg.algos = order })
+	cfg.algos = algos
+	if err != nil {
+		return err
 	}
 	p, err := printRounds(cfg, w, rounds)
 	if err != nil {
@@ -112,11 +99,12 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	}
 	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
-	for _, r := range p.rows {
-		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6})
-	}
-	for _, r := range rooted {
-		prof.Measurements = append(prof.Measurements, allreduce.Measurement{Collective: r.Op, Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6})
+	for _, r := range append(slices.Clone(p.rows), rooted...) {
+		m := allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
+		if r.Op != "allreduce" {
+			m.Collective = r.Op
+		}
+		prof.Measurements = append(prof.Measurements, m)
 	}
 	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
@@ -124,6 +112,28 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
 		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
 	return err
+}
+
+// sweepRounds times every one of order (all-reduce algorithms, or
+// broadcast's and reduce's schedules, which set puts into cfg) at every
+// size in calibRounds sweeps and returns each round's rows in order's
+// order; each cell is to be the median of its rounds (medianRows), so
+// that one round's noise (a neighbour's burst on a shared host) does not
+// decide a choice. Each round starts the order one further along
+// (rotated), so that nothing always runs after the same one: what ran
+// before moves an algorithm's time (over tcp on the 2-core VM, Tree at
+// 1 MiB took 917 µs run first, 1091 after ring and 1443 after doubling).
+func sweepRounds[A fmt.Stringer](ctx context.Context, cfg *config, eps *endpoints, order []A, set func([]A)) ([][]row, error) {
+	var rounds [][]row
+	for i := range calibRounds {
+		set(rotated(order, i))
+		quiet := newPrinter(cfg, io.Discard)
+		if err := sweepAll(ctx, cfg, eps, quiet); err != nil {
+			return nil, err
+		}
+		rounds = append(rounds, inAlgoOrder(quiet.rows, order))
+	}
+	return rounds, nil
 }
 
 // printRounds prints the table of rounds' medians (medianRows) under a
@@ -166,14 +176,9 @@ func timeRooted(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) (
 	var out []row
 	for _, name := range []string{"broadcast", "reduce"} {
 		cfg.op = collectives[name]
-		var rounds [][]row
-		for i := range calibRounds {
-			cfg.schedules = rotated(both, i)
-			quiet := newPrinter(cfg, io.Discard)
-			if err := sweepAll(ctx, cfg, eps, quiet); err != nil {
-				return nil, err
-			}
-			rounds = append(rounds, inAlgoOrder(quiet.rows, both))
+		rounds, err := sweepRounds(ctx, cfg, eps, both, func(order []allreduce.RootedSchedule) { cfg.schedules = order })
+		if err != nil {
+			return nil, err
 		}
 		cfg.schedules = both
 		p, err := printRounds(cfg, w, rounds)
