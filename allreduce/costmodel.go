@@ -139,6 +139,12 @@ func (l Link) transfer(b float64) float64 {
 // The ring and hierarchical send between nodes from one rank per node at
 // a time and share nothing. 0 (unset): a link per rank, nothing shared.
 // cmd/bench -calibrate leaves it 0 (one host has no NIC between nodes).
+//
+// Cores, where set, is how many cores the ranks of a node share for the
+// work of moving and reducing bytes: every prediction is at least the
+// busiest node's work divided by Cores (cores.go), which binds when ranks
+// outnumber cores. 0 (unset): no bound. cmd/bench -calibrate's refit
+// chooses it.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
@@ -146,6 +152,7 @@ type Model struct {
 	Ports   int     `json:"ports,omitempty"`
 	Segment int     `json:"segment_bytes,omitempty"`
 	NICs    int     `json:"nics,omitempty"`
+	Cores   int     `json:"cores,omitempty"`
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -171,6 +178,9 @@ func (m Model) Validate() error {
 	}
 	if m.NICs < 0 {
 		return fmt.Errorf("%w: cost model nics = %d: must be ≥ 0 (0: a link per rank)", ErrInvalid, m.NICs)
+	}
+	if m.Cores < 0 {
+		return fmt.Errorf("%w: cost model cores = %d: must be ≥ 0 (0: no cores bound)", ErrInvalid, m.Cores)
 	}
 	if m.Segment < 0 {
 		return fmt.Errorf("%w: cost model segment_bytes = %d: must be ≥ 0 (0: exchanges go whole)", ErrInvalid, m.Segment)
@@ -374,7 +384,7 @@ func Predict(m Model, s Shape, bytes int) []Prediction {
 		if a == Auto || !sp.runsOn(s) {
 			continue
 		}
-		out = append(out, Prediction{a, sp.cost(m, s, float64(max(bytes, 0)))})
+		out = append(out, Prediction{a, sp.predict(m, s, float64(max(bytes, 0)))})
 	}
 	return out
 }
@@ -387,7 +397,7 @@ func PredictAlgorithm(m Model, s Shape, a Algorithm, bytes int) (seconds float64
 	if !known || a == Auto || !sp.runsOn(s) {
 		return 0, false
 	}
-	return sp.cost(m, s, float64(max(bytes, 0))), true
+	return sp.predict(m, s, float64(max(bytes, 0))), true
 }
 
 // Choose is Auto's pick for an AllReduce of the given bytes on a group of
@@ -402,23 +412,52 @@ func PredictAlgorithm(m Model, s Shape, a Algorithm, bytes int) (seconds float64
 // times, so every rank's delays reach every other: on 4 tcp processes hd
 // measured 0.71-0.80x the ring's time at 4-64 MiB. A group of one rank
 // takes the ring, which returns at once.
+//
+// With Model.Cores, algorithms that move the same bytes tie at the cores
+// bound of their equal work (cores.go); the tie then goes first to the
+// shorter schedule, the one whose time without the bound is less, and
+// only then to fewer latency steps.
 func Choose(m Model, s Shape, bytes int) Algorithm {
 	best, bestT := Ring, math.Inf(1)
-	bestL := math.Inf(1) // best's latency steps, worked out when a tie needs them
+	var bestKey *tieKey // best's, worked out when a tie needs it
 	for _, p := range Predict(m, s, bytes) {
 		switch {
 		case p.Seconds < bestT*(1-1e-9):
-			best, bestT, bestL = p.Algorithm, p.Seconds, math.Inf(1)
+			best, bestT, bestKey = p.Algorithm, p.Seconds, nil
 		case p.Seconds <= bestT*(1+1e-9):
-			if math.IsInf(bestL, 1) {
-				bestL = latencySteps(m, s, best, bytes)
+			if bestKey == nil {
+				bestKey = newTieKey(m, s, best, bytes)
 			}
-			if l := latencySteps(m, s, p.Algorithm, bytes); l < bestL {
-				best, bestT, bestL = p.Algorithm, min(bestT, p.Seconds), l
+			if k := newTieKey(m, s, p.Algorithm, bytes); k.less(bestKey) {
+				best, bestT, bestKey = p.Algorithm, min(bestT, p.Seconds), k
 			}
 		}
 	}
 	return best
+}
+
+// tieKey orders algorithms whose predictions tie: by the schedule's time
+// without the cores bound (where the model has one), then by latency
+// steps.
+type tieKey struct{ schedule, steps float64 }
+
+func newTieKey(m Model, s Shape, a Algorithm, bytes int) *tieKey {
+	k := &tieKey{steps: latencySteps(m, s, a, bytes)}
+	if m.Cores > 0 {
+		sp, _ := a.spec()
+		k.schedule = sp.cost(m, s, float64(max(bytes, 0)))
+	}
+	return k
+}
+
+func (k *tieKey) less(o *tieKey) bool {
+	switch {
+	case k.schedule < o.schedule*(1-1e-9):
+		return true
+	case o.schedule < k.schedule*(1-1e-9):
+		return false
+	}
+	return k.steps < o.steps
 }
 
 // latencySteps is algorithm a's predicted time with the links' α alone

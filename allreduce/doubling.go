@@ -119,11 +119,22 @@ func doublingCost(m Model, s Shape, b float64) float64 {
 	case b == 0:
 		return agreeCost(m, s)
 	}
+	return pairStepsCost(m, s, b, doublingSteps(n, b))
+}
+
+// doublingSteps are recursive doubling's steps among the active ranks:
+// the whole buffer, reduced, at every mask.
+func doublingSteps(n int, b float64) []pairStep {
 	var steps []pairStep
 	for mask := 1; mask < floorPow2(n); mask <<= 1 {
 		steps = append(steps, pairStep{mask: mask, bytes: b, reduce: true})
 	}
-	return pairStepsCost(m, s, b, steps)
+	return steps
+}
+
+// doublingWork is recursive doubling's work (cores.go).
+func doublingWork(m Model, s Shape, b float64) float64 {
+	return pairStepsWork(m, s, b, doublingSteps(s.Ranks, b))
 }
 
 // pairStep is one step of recursive doubling or halving among the active
@@ -181,6 +192,30 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 		end = math.Max(end, c)
 	}
 	return end
+}
+
+// pairStepsWork is the work (cores.go) of the schedule pairStepsCost
+// prices: the fold's messages of M bytes (reduced) and the unfold's, and
+// each step's message of every active rank to its partner.
+func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
+	f := foldOf(s.Ranks)
+	w := newNodeWork(m, s)
+	for v := 0; v < f.rem; v++ {
+		r := f.real(v)
+		w.send(r-1, r, b, 1)
+		w.reduce(r, b)
+		w.send(r, r-1, b, 1)
+	}
+	for _, st := range steps {
+		for v := 0; v < f.p2; v++ {
+			r := f.real(v)
+			w.send(r, f.real(v^st.mask), st.bytes, 1)
+			if st.reduce {
+				w.reduce(r, st.bytes)
+			}
+		}
+	}
+	return w.busiest()
 }
 
 // stepNICs are the shared NICs (Model.NICs) of the P active ranks of a

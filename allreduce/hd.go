@@ -358,6 +358,12 @@ func hdCost(m Model, s Shape, b float64) float64 {
 	case b == 0:
 		return agreeCost(m, s)
 	}
+	return pairStepsCost(m, s, b, hdSteps(n, b))
+}
+
+// hdSteps are halving-doubling's steps among the active ranks: the
+// reduce-scatter's halves, reduced, then the all-gather's in reverse.
+func hdSteps(n int, b float64) []pairStep {
 	var rs, ag []pairStep
 	part := b
 	for mask := 1; mask < floorPow2(n); mask <<= 1 {
@@ -365,5 +371,10 @@ func hdCost(m Model, s Shape, b float64) float64 {
 		rs = append(rs, pairStep{mask: mask, bytes: part, reduce: true})
 		ag = append([]pairStep{{mask: mask, bytes: part}}, ag...)
 	}
-	return pairStepsCost(m, s, b, append(rs, ag...))
+	return append(rs, ag...)
+}
+
+// hdWork is halving-doubling's work (cores.go).
+func hdWork(m Model, s Shape, b float64) float64 {
+	return pairStepsWork(m, s, b, hdSteps(s.Ranks, b))
 }

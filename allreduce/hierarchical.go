@@ -90,6 +90,13 @@ func hierarchicalCost(m Model, s Shape, b float64) float64 {
 	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b) - agreeCost(m, intra)
 }
 
+// hierarchicalWork is the work (cores.go) of a node of L ranks: its
+// Reduce and Broadcast, and its rank's part of the inter-node all-reduce.
+func hierarchicalWork(m Model, s Shape, b float64) float64 {
+	intra := s.intraShape()
+	return rootedWork(m, intra, KindReduce, b) + autoWork(m, s.interShape(), b) + rootedWork(m, intra, KindBroadcast, b)
+}
+
 // intraShape is the shape of the ranks of the largest node, interShape
 // that of one rank per node: the sub-groups of hierarchy.go.
 func (s Shape) intraShape() Shape { return Shape{Ranks: s.LocalSize, Nodes: 1, LocalSize: s.LocalSize} }
@@ -102,5 +109,15 @@ func autoCost(m Model, s Shape, b float64) float64 {
 		return 0
 	}
 	sp, _ := Choose(m, s, classBytes(sizeClass(int(b)))).spec()
-	return sp.cost(m, s, b)
+	return sp.predict(m, s, b)
+}
+
+// autoWork is the work (cores.go) of the busiest node in Auto's choice
+// for b bytes on shape s, as autoCost prices it.
+func autoWork(m Model, s Shape, b float64) float64 {
+	if s.Ranks <= 1 {
+		return 0
+	}
+	sp, _ := Choose(m, s, classBytes(sizeClass(int(b)))).spec()
+	return sp.work(m, s, b)
 }

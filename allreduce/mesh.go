@@ -79,6 +79,13 @@ func (g *Group) meshAllReduce(ctx context.Context, h transport.Header, c *call) 
 	return nil
 }
 
+// meshWork is the work (cores.go) of a node of L ranks: its intra-node
+// all-reduce and its L ranks' parts of the inter-node all-reduces of the
+// whole buffer.
+func meshWork(m Model, s Shape, b float64) float64 {
+	return autoWork(m, s.intraShape(), b) + float64(s.LocalSize)*autoWork(m.sharedBy(s.LocalSize), s.interShape(), b)
+}
+
 // meshCost is the 2D mesh's predicted time: the agreement step, Auto's
 // intra-node all-reduce of the whole buffer, then Auto's all-reduce of it
 // among one rank per node (the L of them in parallel).

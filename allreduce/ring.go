@@ -185,6 +185,18 @@ func ringCost(m Model, s Shape, b float64) float64 {
 		ringPhaseCost(steps, s.LocalSize, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
 }
 
+// ringWork is the ring's work (cores.go): every rank sends 2(N-1)
+// chunks of M/N to its right neighbour and reduces N-1 of them.
+func ringWork(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	w := newNodeWork(m, s)
+	for r := range n {
+		w.send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
+		w.reduce(r, float64(n-1)*b/float64(n))
+	}
+	return w.busiest()
+}
+
 // ringPhaseCost is the time of one phase of the ring, steps steps on
 // nodes of L ranks: the longest path through the steps, where a step
 // either takes the message from the left neighbour (moveIntra, or

@@ -222,3 +222,44 @@ func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
 	}
 	return w.end()
 }
+
+// binomialWork is the binomial tree's work (cores.go): each rank but the
+// root receives the b bytes once from v − lowBit(v) (a Broadcast), or
+// sends them there to be reduced (a Reduce).
+func binomialWork(m Model, s Shape, b float64, reduce bool) float64 {
+	w := newNodeWork(m, s)
+	for v := 1; v < s.Ranks; v++ {
+		parent := v - lowBit(v)
+		if reduce {
+			w.send(v, parent, b, 1)
+			w.reduce(parent, b)
+		} else {
+			w.send(parent, v, b, 1)
+		}
+	}
+	return w.busiest()
+}
+
+// chainWork is the chain's work (cores.go): every link of the chain
+// carries the S segments once, each reduced on arrival in a Reduce; +Inf
+// where the chain does not run, as chainCost.
+func chainWork(m Model, s Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	if n <= 2 {
+		return math.Inf(1)
+	}
+	if b <= 0 {
+		return 0
+	}
+	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	w := newNodeWork(m, s)
+	for i := range n - 1 {
+		from, to := i, i+1
+		if reduce {
+			from, to = n-1-i, n-2-i
+			w.reduce(to, b)
+		}
+		w.send(from, to, b/segs, segs)
+	}
+	return w.busiest()
+}

@@ -131,7 +131,7 @@ func TestRootedScheduleRuns(t *testing.T) {
 func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind allreduce.Kind, s allreduce.RootedSchedule, bytes int) (float64, allreduce.RootedSchedule) {
 	tb.Helper()
 	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
-		Intra: simLink(m.Intra), Inter: simLink(m.Inter), Gamma: m.Gamma, Ports: m.Ports})
+		Intra: simLink(m.Intra), Inter: simLink(m.Inter), Gamma: m.Gamma, Ports: m.Ports, Cores: m.Cores})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -146,10 +146,16 @@ func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind all
 		if g.Rank() == 0 {
 			ran = g.RootedScheduleFor(kind, bytes)
 		}
+		var err error
 		if kind == allreduce.KindBroadcast {
-			return allreduce.Broadcast(ctx, g, buf, 0)
+			err = allreduce.Broadcast(ctx, g, buf, 0)
+		} else {
+			err = allreduce.Reduce(ctx, g, buf, allreduce.Sum, 0)
 		}
-		return allreduce.Reduce(ctx, g, buf, allreduce.Sum, 0)
+		if err != nil {
+			return err
+		}
+		return w.Conn(g.Rank()).AlignClocks(ctx) // where the cores bound applies
 	}, allreduce.WithRootedSchedule(s), allreduce.WithModel(m))
 	allreducetest.RequireNoErrors(tb, errs)
 	return w.MaxNow(), ran

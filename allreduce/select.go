@@ -67,8 +67,21 @@ type algorithmSpec struct {
 	needs requirement
 	run   func(g *Group, ctx context.Context, h transport.Header, c *call) error
 	// cost is the predicted time in seconds of an AllReduce of the given
-	// bytes (costmodel.go); nil for Auto.
+	// bytes (costmodel.go), the schedule's; nil for Auto.
 	cost func(m Model, s Shape, bytes float64) float64
+	// work is the busiest node's work in seconds of one core, which the
+	// cores bound divides (cores.go); nil for Auto.
+	work func(m Model, s Shape, bytes float64) float64
+}
+
+// predict is the algorithm's predicted time: its schedule's, raised to
+// the cores bound of its work (cores.go).
+func (s algorithmSpec) predict(m Model, sh Shape, b float64) float64 {
+	t := s.cost(m, sh, b)
+	if m.Cores <= 0 {
+		return t
+	}
+	return m.bounded(t, s.work(m, sh, b))
 }
 
 // spec is the algorithm table: parsing, NewGroup's validation, the
@@ -77,23 +90,23 @@ type algorithmSpec struct {
 func (a Algorithm) spec() (s algorithmSpec, ok bool) {
 	switch a {
 	case Auto:
-		return algorithmSpec{"auto", 0, (*Group).autoAllReduce, nil}, true
+		return algorithmSpec{"auto", 0, (*Group).autoAllReduce, nil, nil}, true
 	case Ring:
-		return algorithmSpec{"ring", 0, (*Group).ringAllReduce, ringCost}, true
+		return algorithmSpec{"ring", 0, (*Group).ringAllReduce, ringCost, ringWork}, true
 	case Direct:
-		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce, directCost}, true
+		return algorithmSpec{"direct", needsPeerMemory, (*Group).directAllReduce, directCost, directWork}, true
 	case Doubling:
-		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce, doublingCost}, true
+		return algorithmSpec{"doubling", 0, (*Group).doublingAllReduce, doublingCost, doublingWork}, true
 	case Tree:
-		return algorithmSpec{"tree", 0, (*Group).dtreeAllReduce, treeCost}, true
+		return algorithmSpec{"tree", 0, (*Group).dtreeAllReduce, treeCost, treeWork}, true
 	case HalvingDoubling:
-		return algorithmSpec{"hd", 0, (*Group).hdAllReduce, hdCost}, true
+		return algorithmSpec{"hd", 0, (*Group).hdAllReduce, hdCost, hdWork}, true
 	case Hierarchical:
-		return algorithmSpec{"hierarchical", needsTopology, (*Group).hierarchicalAllReduce, hierarchicalCost}, true
+		return algorithmSpec{"hierarchical", needsTopology, (*Group).hierarchicalAllReduce, hierarchicalCost, hierarchicalWork}, true
 	case Torus:
-		return algorithmSpec{"torus", needsTopology, (*Group).torusAllReduce, torusCost}, true
+		return algorithmSpec{"torus", needsTopology, (*Group).torusAllReduce, torusCost, torusWork}, true
 	case Mesh:
-		return algorithmSpec{"mesh", needsTopology, (*Group).meshAllReduce, meshCost}, true
+		return algorithmSpec{"mesh", needsTopology, (*Group).meshAllReduce, meshCost, meshWork}, true
 	}
 	return algorithmSpec{}, false
 }

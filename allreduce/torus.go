@@ -94,6 +94,15 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 	return nil
 }
 
+// torusWork is the work (cores.go) of a node of L ranks: its ring
+// reduce-scatter and all-gather, and its L ranks' parts of the inter-node
+// all-reduces of M/L bytes.
+func torusWork(m Model, s Shape, b float64) float64 {
+	l := s.LocalSize
+	c := b / float64(l)
+	return ringWork(m, s.intraShape(), b) + float64(l)*autoWork(m.sharedBy(l), s.interShape(), c)
+}
+
 // torusCost is the 2D torus's predicted time on even nodes: the agreement
 // step, the intra-node ring reduce-scatter ((L-1) steps of M/L bytes),
 // Auto's all-reduce of M/L bytes among one rank per node, and the

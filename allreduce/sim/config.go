@@ -84,6 +84,17 @@ type Config struct {
 	// blocking in AlignClocks or closing: a rank that stops calling
 	// without either holds up its NIC.
 	NICs int
+	// Cores, when ≥ 1, is how many cores the ranks of a node share for
+	// the work of their messages (each send's n·β, at the link's
+	// large-message rate Beta whatever the message's size regime) and
+	// reductions (n·γ):
+	// AlignClocks sets the clocks to no earlier than the previous
+	// alignment plus the busiest node's work since then divided by Cores,
+	// the allreduce package's cores bound (Model.Cores), which binds when
+	// a node's ranks outnumber its cores. The bound holds between
+	// alignments, not inside them: time a collective between two
+	// AlignClocks. 0, the default: no bound.
+	Cores int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -119,6 +130,9 @@ func (c Config) validate() error {
 	}
 	if c.NICs < 0 {
 		return invalid("Config.NICs is %d (need 0 for a link per rank, or more)", c.NICs)
+	}
+	if c.Cores < 0 {
+		return invalid("Config.Cores is %d (need 0 for no cores bound, or more)", c.Cores)
 	}
 	if c.Ports < 0 {
 		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)

@@ -31,6 +31,10 @@ type Conn struct {
 	egressFree float64
 	portFree   []float64
 	linkFree   []float64
+	// work is the seconds of a core this rank's sends (n·β at the link's
+	// large-message rate) and reductions (n·γ) took since the last
+	// AlignClocks (Config.Cores).
+	work float64
 	// published is clock, for the shared NICs to read without tmu (a
 	// lower bound of this rank's next NIC request).
 	published atomic.Uint64
@@ -350,6 +354,7 @@ func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t
 		poke(d.wake)
 	}
 	d.mu.Unlock()
+	c.work += float64(len(p)) * l.Beta * f // at the large-message rate: Config.Cores
 	if port >= 0 {
 		c.portFree[port], c.linkFree[to] = start+tx, start+tx
 		return ready, nil
@@ -404,7 +409,11 @@ func (c *Conn) receive(ctx context.Context, from int, h transport.Header, n int,
 	done := max(t, m.arrival)
 	placer, isPlacer := sink.(transport.Placer)
 	if !isPlacer {
-		done += float64(n) * c.world.cfg.Gamma
+		reduce := float64(n) * c.world.cfg.Gamma
+		done += reduce
+		c.tmu.Lock()
+		c.work += reduce
+		c.tmu.Unlock()
 	}
 	if m.buf != nil {
 		if isPlacer {
@@ -519,7 +528,8 @@ func (c *Conn) report(err error) {
 
 // AlignClocks is a barrier of zero virtual cost over every rank of the
 // world: it waits (in real time) until every rank has called it, then sets
-// every rank's clock to the latest of their clocks. It can be called any
+// every rank's clock to the latest of their clocks (with Config.Cores, at
+// least the cores bound: coresBound). It can be called any
 // number of times. It fails if a rank closed or aborted.
 func (c *Conn) AlignClocks(ctx context.Context) error {
 	if err := c.enter(); err != nil {
@@ -537,6 +547,8 @@ func (c *Conn) AlignClocks(ctx context.Context) error {
 	a.arrived++
 	if a.arrived == w.size {
 		a.arrived = 0
+		g.max = max(g.max, w.coresBound(a.last))
+		a.last = g.max
 		a.gen = &alignGen{done: make(chan struct{})}
 		a.mu.Unlock()
 		for _, p := range w.conns {

@@ -57,6 +57,7 @@ type alignState struct {
 	mu      sync.Mutex
 	arrived int
 	gen     *alignGen
+	last    float64 // the clocks the last generation set (0 before the first)
 }
 
 type alignGen struct {
@@ -347,4 +348,26 @@ func (w *World) peerErr(r int) error {
 		cause = errors.New("failed")
 	}
 	return &transport.PeerError{Peer: r, Err: cause}
+}
+
+// coresBound is the earliest the ranks can have done the work counted
+// since the previous alignment at time since, with Config.Cores set: since
+// plus the busiest node's work divided by its cores (the allreduce
+// package's cores bound, cores.go); since itself without Cores. It resets
+// the counts. The caller is the last rank into AlignClocks, every other
+// rank waits in it, so no rank counts meanwhile.
+func (w *World) coresBound(since float64) float64 {
+	if w.cfg.Cores <= 0 {
+		return since
+	}
+	node := make(map[int]float64)
+	busiest := 0.0
+	for _, c := range w.conns {
+		c.tmu.Lock()
+		node[c.node] += c.work
+		c.work = 0
+		c.tmu.Unlock()
+		busiest = max(busiest, node[c.node])
+	}
+	return since + busiest/float64(w.cfg.Cores)
 }

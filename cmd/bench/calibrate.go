@@ -62,7 +62,8 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		gamma := fitGamma(sizes, perStep, large, reduced, kernel)
 		// Segment is the transport's, not fitted: the groups timed
 		// below run with it (they keep the default model).
-		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment}
+		// Cores is the host's, not fitted (the cores bound, allreduce/cores.go).
+		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
 		}
@@ -90,8 +91,11 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		return nil
 	}
 	samples := refitSamples(p.rows)
-	refit, before, after := refitModel(*cfg.model, samples)
+	refit, before, after, coresNote := refitWithCores(*cfg.model, samples)
 	if err := printAccuracy(w, p.rows); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	if _, err := io.WriteString(w, coresNote); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	if err := printRefit(w, before, after, refit, samples); err != nil {

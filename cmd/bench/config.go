@@ -59,38 +59,39 @@ var dtypes = map[string]allreduce.DType{
 
 // config is a parsed and validated command line.
 type config struct {
-	rankCmd   launch.RankCommand // what a -transport tcp run's ranks execute
-	op        collective
-	transport string
-	ranks     int
-	algo      string                     // -algo as given ("auto" when empty)
-	algos     []allreduce.Algorithm      // the all-reduce algorithms to run, one sweep each, in order
-	schedules []allreduce.RootedSchedule // -schedule: broadcast's and reduce's schedules to run, one sweep each (auto alone for the others)
-	localSize int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
-	nodes     int                        // -nodes (0: not given)
-	payload   string                     // -sim-payload: auto, real or none
-	model     *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
-	modelFrom string                     // where model came from, for the reports
-	explain   bool                       // -explain: print the cost model's predictions and picks, run nothing
-	plot      string                     // -plot: the PNG to draw
-	timeline  *timeline                  // -trace: the collectives' timeline (nil: none)
-	calibrate string                     // -calibrate: the profile to write
-	calibMax  int                        // -calib-max: the ring exchange's largest message
-	dtype     allreduce.DType
-	redop     allreduce.ReduceOp
-	redopName string
-	minBytes  int
-	maxBytes  int
-	factor    int
-	iters     int
-	warmup    int
-	check     bool
-	json      bool
-	root      int
-	tr        *launch.Transport // -transport, -timeout and the multi-process flags, resolved
-	mp        *launch.Setup     // tr.MP: -transport tcp: launcher or rank (nil otherwise)
-	cpuprof   string            // -cpuprofile
-	args      []string          // the command line, for the launcher's ranks
+	rankCmd    launch.RankCommand // what a -transport tcp run's ranks execute
+	op         collective
+	transport  string
+	ranks      int
+	algo       string                     // -algo as given ("auto" when empty)
+	algos      []allreduce.Algorithm      // the all-reduce algorithms to run, one sweep each, in order
+	schedules  []allreduce.RootedSchedule // -schedule: broadcast's and reduce's schedules to run, one sweep each (auto alone for the others)
+	localSize  int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
+	nodes      int                        // -nodes (0: not given)
+	payload    string                     // -sim-payload: auto, real or none
+	model      *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
+	modelFrom  string                     // where model came from, for the reports
+	explain    bool                       // -explain: print the cost model's predictions and picks, run nothing
+	plot       string                     // -plot: the PNG to draw
+	timeline   *timeline                  // -trace: the collectives' timeline (nil: none)
+	calibrate  string                     // -calibrate: the profile to write
+	calibMax   int                        // -calib-max: the ring exchange's largest message
+	calibCores int                        // -calibrate: the model's Cores (-cores, else this host's CPUs)
+	dtype      allreduce.DType
+	redop      allreduce.ReduceOp
+	redopName  string
+	minBytes   int
+	maxBytes   int
+	factor     int
+	iters      int
+	warmup     int
+	check      bool
+	json       bool
+	root       int
+	tr         *launch.Transport // -transport, -timeout and the multi-process flags, resolved
+	mp         *launch.Setup     // tr.MP: -transport tcp: launcher or rank (nil otherwise)
+	cpuprof    string            // -cpuprofile
+	args       []string          // the command line, for the launcher's ranks
 }
 
 // names lists a map's keys, sorted, for error messages.

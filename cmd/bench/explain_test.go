@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,6 +97,26 @@ func TestExplain(t *testing.T) {
 	}
 	if out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nics", "-1"); err == nil || !strings.Contains(out+err.Error(), "-nics -1") {
 		t.Errorf("-nics -1: %v\n%s", err, out)
+	}
+
+	// -cores: said in the header; on 8 ranks sharing 2 cores at 64 MiB
+	// every algorithm is at least its work / 2, so the ring, hd and Tree
+	// (equal bytes) are predicted alike and doubling (twice hd's bytes
+	// sent on 8 ranks, more reduced) slower; without cores Tree's longer
+	// schedule is slower than the ring's.
+	noCores := predictedUS(t, "-ranks", "8", "-min", "64M", "-max", "64M", "-intra-alpha-us", "1")
+	cores := predictedUS(t, "-ranks", "8", "-min", "64M", "-max", "64M", "-intra-alpha-us", "1", "-cores", "2")
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*b }
+	if !(noCores["tree"] > 1.2*noCores["ring"]) || !near(cores["tree"], cores["ring"]) || !near(cores["hd"], cores["ring"]) ||
+		!(cores["doubling"] > cores["hd"]) || !(cores["ring"] > noCores["ring"]) {
+		t.Errorf("64 MiB on 8 ranks: %v without cores, %v with -cores 2", noCores, cores)
+	}
+	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-cores", "2")
+	if err != nil || !strings.Contains(out, "a node's ranks share 2 core(s) (simulator defaults with -cores)") {
+		t.Errorf("-cores 2: %v\n%s", err, out)
+	}
+	if out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-cores", "-1"); err == nil || !strings.Contains(out+err.Error(), "-cores -1") {
+		t.Errorf("-cores -1: %v\n%s", err, out)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -88,6 +89,13 @@ func (f *extFlags) resolve(cfg *config, given map[string]bool) error {
 		}
 		if cfg.calibMax < 8 {
 			return fmt.Errorf("-calib-max %s: need at least 8 bytes", f.calibMax)
+		}
+		cfg.calibCores = runtime.NumCPU()
+		if given["cores"] {
+			if f.model.cores < 0 {
+				return fmt.Errorf("-cores %d: need 0 or more", f.model.cores)
+			}
+			cfg.calibCores = f.model.cores
 		}
 	} else if given["calib-max"] {
 		return errors.New("-calib-max applies to -calibrate only")
@@ -176,7 +184,7 @@ func (f *extFlags) checkModes(cfg *config, given map[string]bool) error {
 		return errors.New("-calibrate writes its report as text (the profile is the JSON): leave out -json")
 	}
 	for _, name := range append(modelFlagNames(), "profile") {
-		if given[name] {
+		if given[name] && name != "cores" { // the host's cores: not measured
 			return fmt.Errorf("-%s: -calibrate measures the model, so it takes no model flags", name)
 		}
 	}

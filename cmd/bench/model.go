@@ -35,12 +35,13 @@ type modelFlags struct {
 	gammaGbps    float64
 	ports        int
 	nics         int
+	cores        int
 	segment      string
 }
 
 // modelFlagNames are the flags that override one parameter of the model.
 func modelFlagNames() []string {
-	return []string{"intra-gbps", "inter-gbps", "alpha-us", "intra-alpha-us", "gamma-gbps", "ports", "nics", "segment"}
+	return []string{"intra-gbps", "inter-gbps", "alpha-us", "intra-alpha-us", "gamma-gbps", "ports", "nics", "cores", "segment"}
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
@@ -51,6 +52,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
 	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (allreduce.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
 	fs.IntVar(&f.nics, "nics", 0, "how many NICs the ranks of a node share for their inter-node messages (allreduce.Model.NICs; with -transport sim the simulator's NICs too, one message at a time each): 0, a link per rank; default the profile's, else 0")
+	fs.IntVar(&f.cores, "cores", 0, "how many cores the ranks of a node share for moving and reducing bytes (allreduce.Model.Cores; with -transport sim the simulator's cores bound too): every prediction is at least the busiest node's work divided by it; 0, no bound; default the profile's, else 0; with -calibrate, default this host's logical CPUs")
 	fs.StringVar(&f.segment, "segment", "", fmt.Sprintf("largest message an exchange sends at once (allreduce.Model.Segment; K, M suffixes): larger exchanges go in lock-step pieces of at most this size; 0: whole; default the profile's, else the transport's (%s over tcp, none in process, over shm and in the simulator)", allreducetest.FormatBytes(allreduce.TCPSegmentBytes)))
 	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and allreduce.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/allreduce.DefaultModel(false).Gamma/1e9))
 }
@@ -123,6 +125,13 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 		base.NICs = f.nics
 		set = append(set, "-nics")
 	}
+	if given["cores"] {
+		if f.cores < 0 {
+			return nil, "", fmt.Errorf("-cores %d: need 0 or more", f.cores)
+		}
+		base.Cores = f.cores
+		set = append(set, "-cores")
+	}
 	if given["segment"] {
 		n, err := allreducetest.ParseBytes(f.segment)
 		if err != nil {
@@ -164,8 +173,8 @@ func betaOfGbps(gbps float64) float64 { return 8 / (gbps * 1e9) }
 func gbpsOfBeta(beta float64) float64 { return 8 / (beta * 1e9) }
 
 // describeModel spells a model out in the flags' units: each link's
-// bandwidth, its latency and its regimes of smaller messages, γ, and the
-// ports when a rank's sends overlap.
+// bandwidth, its latency and its regimes of smaller messages, γ, the
+// ports when a rank's sends overlap, and what a node's ranks share.
 func describeModel(m allreduce.Model) string {
 	s := fmt.Sprintf("inter %s α %.3g µs%s; intra %s α %.3g µs%s; γ %s",
 		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), rateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), rateText(m.Gamma))
@@ -174,6 +183,9 @@ func describeModel(m allreduce.Model) string {
 	}
 	if m.NICs > 0 {
 		s += fmt.Sprintf("; a node's ranks share %d NIC(s)", m.NICs)
+	}
+	if m.Cores > 0 {
+		s += fmt.Sprintf("; a node's ranks share %d core(s)", m.Cores)
 	}
 	if m.Segment > 0 {
 		s += fmt.Sprintf("; messages in pieces of at most %s", allreducetest.FormatBytes(m.Segment))

@@ -32,8 +32,9 @@ type rankState[T allreduce.Numeric] struct {
 // clock times a rank's collectives: wall time after a barrier on a real
 // transport, virtual time after AlignClocks on the simulator.
 type clock interface {
-	sync(ctx context.Context) error // start every rank together
-	now() float64                   // seconds
+	sync(ctx context.Context) error   // start every rank together
+	finish(ctx context.Context) error // end a timed collective (before now)
+	now() float64                     // seconds
 }
 
 // wallClock is a real rank's clock.
@@ -42,8 +43,9 @@ type wallClock struct {
 	origin time.Time
 }
 
-func (k wallClock) sync(ctx context.Context) error { return allreduce.Barrier(ctx, k.g) }
-func (k wallClock) now() float64                   { return time.Since(k.origin).Seconds() }
+func (k wallClock) sync(ctx context.Context) error   { return allreduce.Barrier(ctx, k.g) }
+func (k wallClock) finish(ctx context.Context) error { return nil }
+func (k wallClock) now() float64                     { return time.Since(k.origin).Seconds() }
 
 // rankMain is one rank's whole sweep: every size, warm-up, timed
 // iterations, the checked iteration, and the combining of the slowest
@@ -107,6 +109,9 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 			err := s.exec(ctx, count, lo, hi)
 			span.End()
 			if err != nil {
+				return err
+			}
+			if err := clk.finish(ctx); err != nil {
 				return err
 			}
 			if d := clk.now() - t0; i >= cfg.warmup {

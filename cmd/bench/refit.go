@@ -25,6 +25,8 @@ import (
 //   - Ports (allreduce.Model) takes the value 0..N-1 that fits best: how
 //     far a rank's sends to distinct peers overlap, which Tree (an
 //     interior rank sends to three peers) shows;
+//   - Cores stays as given: -calibrate refits with the host's cores and
+//     with none (refitWithCores) and keeps the better fit;
 //   - the regimes' sizes move between powers of two from 8 KiB to 8 MiB
 //     (or drop, 0): the cache regime's CacheBytes, and the small-message
 //     regime's SmallBytes below it (loopback tcp: messages that fit the
@@ -260,6 +262,26 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 	return m, before, best
 }
 
+// refitWithCores is -calibrate's refit: with m's Cores (the host's) and
+// without the cores bound (allreduce/cores.go), keeping the one that fits
+// the samples better, and a line saying so.
+func refitWithCores(m allreduce.Model, samples []refitSample) (fitted allreduce.Model, before, after float64, note string) {
+	fitted, before, after = refitModel(m, samples)
+	if m.Cores <= 0 {
+		return fitted, before, after, ""
+	}
+	none := m
+	none.Cores = 0
+	fitted0, _, after0 := refitModel(none, samples)
+	kept := fmt.Sprintf("kept the bound of %d cores", m.Cores)
+	note = fmt.Sprintf("# cores bound (allreduce.Model.Cores): refitted rms error %.0f%% with %d cores, %.0f%% without: ",
+		100*math.Sqrt(after), m.Cores, 100*math.Sqrt(after0))
+	if after0 < after {
+		fitted, after, kept = fitted0, after0, "kept no bound"
+	}
+	return fitted, before, after, note + kept + "\n"
+}
+
 // printRefit reports the refit's model and errors, and the accuracy of
 // the refitted model per algorithm.
 func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples []refitSample) error {
@@ -273,7 +295,7 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	if m.Intra.SmallBytes > 0 {
 		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, rateText(m.Intra.SmallBeta))
 	}
-	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s)\n", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports))
+	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)\n", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
 	var order []string
 	ratios := map[string][]float64{}
@@ -289,6 +311,14 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	writeRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// coresText says what a model's Cores means.
+func coresText(k int) string {
+	if k == 0 {
+		return "no cores bound"
+	}
+	return fmt.Sprintf("a node's work takes at least its seconds / %d", k)
 }
 
 // portsText says what a model's Ports means.

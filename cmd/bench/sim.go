@@ -21,6 +21,7 @@ func simConfig(cfg *config) sim.Config {
 		Gamma:      m.Gamma,
 		Ports:      m.Ports,
 		NICs:       m.NICs,
+		Cores:      m.Cores,
 		SlowRank:   -1,
 		TimingOnly: cfg.virtualBytes() > 0,
 		Timeout:    cfg.tr.Timeout,
@@ -80,11 +81,13 @@ func virtualElems[T allreduce.Numeric](b []byte) []T {
 }
 
 // simClock is a simulated rank's clock: AlignClocks is a free barrier and
-// the time is virtual.
+// the time is virtual; a collective ends with one too, which is where the
+// simulator applies its cores bound (sim.Config.Cores).
 type simClock struct{ c *sim.Conn }
 
-func (k simClock) sync(ctx context.Context) error { return k.c.AlignClocks(ctx) }
-func (k simClock) now() float64                   { return k.c.Now() }
+func (k simClock) sync(ctx context.Context) error   { return k.c.AlignClocks(ctx) }
+func (k simClock) finish(ctx context.Context) error { return k.c.AlignClocks(ctx) }
+func (k simClock) now() float64                     { return k.c.Now() }
 
 // simTally is how simulated ranks combine a size's figures: each writes
 // its own slot, a free barrier (AlignClocks) makes every slot visible,

@@ -1,0 +1,93 @@
+package allreduce
+
+import "math"
+
+// The cores bound (Model.Cores). Moving a message and reducing it are work
+// for the cores of the host its ranks run on: on loopback tcp each byte is
+// copied into the kernel by the sender's core and out of it by the
+// receiver's, in process a message is one memory copy. While every rank
+// has a core of its own, the schedule's critical path (the formulas'
+// walks through the steps) is the time. When a node's ranks outnumber its
+// cores, as 4 ranks on a 2-core host, the cores are the bottleneck: a
+// node cannot finish a collective sooner than the work its ranks do
+// divided by its cores, however the schedule overlaps it. So with Cores
+// = C set, every prediction is
+//
+//	max(schedule, W/C),  W = the busiest node's work: β·Σ the bytes its
+//	                     ranks send (β the link's large-message rate, in
+//	                     whatever size regime a message falls) + γ·Σ the
+//	                     bytes its ranks reduce.
+//
+// The α of a message is not work: it is the time a message takes to be
+// seen, not time a core spends. Nor are the size regimes (Link): a
+// message that fits the socket buffers or the caches is seen sooner, but
+// a core still copies each of its bytes; priced at the regimes' rates,
+// the bound predicted Tree over tcp within 25% at 11 of 15 sizes against
+// 15 at β (docs/scaling.md). Algorithms that move the same bytes have the
+// same W (the ring, halving-doubling and Tree each send 2(N−1)·M bytes in
+// all and reduce (N−1)·M on one node), so where the bound holds they take
+// the same time whatever their schedules' critical paths; recursive
+// doubling (N·log2 N·M bytes sent) takes log2 N·N/(2(N−1)) times theirs.
+// The simulator applies the same bound between two AlignClocks
+// (sim.Config.Cores), and the formulas' W is the work it counts
+// (TestWorkMatchesSimulator). 0 (unset): no bound, the schedule's time
+// alone. cmd/bench -calibrate sets it to the host's logical CPUs.
+
+// nodeWork is the work of a collective's ranks, summed by node (seconds of
+// one core): what the cores bound divides.
+type nodeWork struct {
+	m    Model
+	s    Shape
+	node []float64
+}
+
+// newNodeWork is an empty tally for shape s under model m.
+func newNodeWork(m Model, s Shape) *nodeWork {
+	return &nodeWork{m: m, s: s, node: make([]float64, max(s.Nodes, 1))}
+}
+
+// nodeOf is rank r's node: blocks of LocalSize consecutive ranks.
+func (w *nodeWork) nodeOf(r int) int {
+	if w.s.Nodes <= 1 || w.s.LocalSize <= 0 {
+		return 0
+	}
+	return min(r/w.s.LocalSize, len(w.node)-1)
+}
+
+// send counts count messages of x bytes from rank r to rank d, at the
+// large-message rate β of the link between them.
+func (w *nodeWork) send(r, d int, x, count float64) {
+	if x <= 0 || count <= 0 {
+		return
+	}
+	w.node[w.nodeOf(r)] += count * x * w.m.between(w.s, r, d).Beta
+}
+
+// reduce counts x bytes reduced on rank r.
+func (w *nodeWork) reduce(r int, x float64) {
+	w.node[w.nodeOf(r)] += x * w.m.Gamma
+}
+
+// busiest is the largest node's work.
+func (w *nodeWork) busiest() float64 {
+	t := 0.0
+	for _, x := range w.node {
+		t = math.Max(t, x)
+	}
+	return t
+}
+
+// bounded is t raised to the cores bound of work w (the busiest node's
+// seconds of work) under m: t itself when m has no Cores.
+func (m Model) bounded(t, w float64) float64 {
+	if m.Cores <= 0 {
+		return t
+	}
+	return math.Max(t, w/float64(m.Cores))
+}
+
+// withoutLatency is m with no α: what is left of a formula is work.
+func (m Model) withoutLatency() Model {
+	m.Intra.Alpha, m.Inter.Alpha = 0, 0
+	return m
+}
