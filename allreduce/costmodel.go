@@ -266,8 +266,10 @@ func (m Model) maxSegment(limit int) int {
 // for ranks that share memory, this project's in-process transport, and
 // for the others its tcp transport over loopback, both as `cmd/bench
 // -calibrate -ranks 4` measured them on a 2-core VM (the profiles in
-// testdata/profiles, rounded). Calibrate on the machine at hand for
-// better choices.
+// testdata/profiles, rounded; tcp-4's fitted without the cores bound,
+// which that profile has: a default cannot know the host's cores, and
+// every rank must use the same model). Calibrate on the machine at hand
+// for better choices.
 func DefaultModel(peerMemory bool) Model {
 	return DefaultModelFor(Shape{PeerMemory: peerMemory})
 }

@@ -133,17 +133,6 @@ func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
 // and the result copied out; two-shot two waits (Expose, Arrive) and the
 // in-place formula's reduction and copies.
 func directCost(m Model, s Shape, b float64) float64 {
-	return directWalk(m, s, b)
-}
-
-// directWork is Direct's work (cores.go): every rank does the copies and
-// reductions of directCost, side by side (one node: the ranks share memory).
-func directWork(m Model, s Shape, b float64) float64 {
-	return float64(s.Ranks) * directWalk(m.withoutLatency(), s, b)
-}
-
-// directWalk is directCost's formula.
-func directWalk(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
@@ -170,4 +159,11 @@ func directWalk(m Model, s Shape, b float64) float64 {
 	// working set, not one chunk).
 	part := b * float64(n-1) / float64(n)
 	return 3*m.Intra.Alpha + part*m.Gamma + part*m.Intra.transfer(b)/b
+}
+
+// directWork is Direct's work (cores.go): every rank does the copies and
+// reductions directCost prices, side by side (one node: the ranks share
+// memory).
+func directWork(m Model, s Shape, b float64) float64 {
+	return float64(s.Ranks) * directCost(m.withoutLatency(), s, b)
 }

@@ -304,40 +304,6 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 // of the other, which its parent there takes before its own children's),
 // not by the sender's port.
 func treeCost(m Model, s Shape, b float64) float64 {
-	return treeWalk(m, s, b)
-}
-
-// treeWork is Tree's work (cores.go): in each tree every edge carries the
-// half's S segments up, reduced by the parent, and down again.
-func treeWork(m Model, s Shape, b float64) float64 {
-	n := s.Ranks
-	w := newNodeWork(m, s)
-	if n == 1 || b == 0 {
-		return 0
-	}
-	segs, c := treeSegments(m, b)
-	for r := range n {
-		for t := range 2 {
-			if p := dtreeNode(n, r, t).parent; p >= 0 {
-				w.send(r, p, c, segs)
-				w.reduce(p, segs*c)
-				w.send(p, r, c, segs)
-			}
-		}
-	}
-	return w.busiest()
-}
-
-// treeSegments is how many segments of how many bytes each half of b
-// bytes goes in under m (as the formulas count them).
-func treeSegments(m Model, b float64) (segs, c float64) {
-	half := b / 2
-	segs = math.Max(1, math.Ceil(half/float64(m.maxSegment(treeSegmentBytes))))
-	return segs, half / segs
-}
-
-// treeWalk is treeCost's walk through the rounds.
-func treeWalk(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
@@ -528,4 +494,33 @@ func (n *roundNICs) forget(t float64) {
 		k := sort.Search(len(b), func(j int) bool { return b[j].end > t })
 		n.busy[i] = b[k:]
 	}
+}
+
+// treeWork is Tree's work (cores.go): in each tree every edge carries the
+// half's S segments up, reduced by the parent, and down again.
+func treeWork(m Model, s Shape, b float64) float64 {
+	n := s.Ranks
+	if n == 1 || b == 0 {
+		return 0
+	}
+	w := newNodeWork(m, s)
+	segs, c := treeSegments(m, b)
+	for r := range n {
+		for t := range 2 {
+			if p := dtreeNode(n, r, t).parent; p >= 0 {
+				w.send(r, p, c, segs)
+				w.reduce(p, segs*c)
+				w.send(p, r, c, segs)
+			}
+		}
+	}
+	return w.busiest()
+}
+
+// treeSegments is how many segments of how many bytes each half of b
+// bytes goes in under m (as the formulas count them).
+func treeSegments(m Model, b float64) (segs, c float64) {
+	half := b / 2
+	segs = math.Max(1, math.Ceil(half/float64(m.maxSegment(treeSegmentBytes))))
+	return segs, half / segs
 }

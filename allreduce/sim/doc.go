@@ -79,6 +79,17 @@
 // goroutines reach it (nic.go says how), so times stay deterministic; a
 // rank waiting for its NIC counts as blocked.
 //
+// Shared cores (Config.Cores = C ≥ 1): each rank counts its work, n·β of
+// every message it sends (β the link's large-message rate, times f,
+// whatever the message's regime) and n·γ of every reduction; AlignClocks
+// sets the clocks to no earlier than
+//
+//	previous alignment + max over nodes (Σ its ranks' work since) / C
+//
+// the allreduce package's cores bound (cores.go): a node whose ranks
+// share C cores cannot have done more work than C cores do. It applies at
+// the alignments only, so a collective is timed between two.
+//
 // Example: one Send of n bytes from s to d, both at clock 0, then d's
 // Recv into a Placer: t_s = n·β, t_d = α + n·β; into a reducing sink,
 // t_d = α + n·β + n·γ. Two back-to-back Sends of n bytes leave at 0 and

@@ -13,15 +13,17 @@ import (
 
 // TestCalibrate: -calibrate on in-process ranks with tiny sizes prints
 // the fit and writes a profile that ReadProfile accepts, with a
-// measurement of every runnable algorithm at every size.
+// measurement of every runnable algorithm at every size, and a refit with
+// the cores given (-cores 3) and without, the better kept.
 func TestCalibrate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "profile.json")
 	out, err := runBench(t, "-calibrate", path, "-ranks", "3", "-calib-max", "64K",
-		"-min", "1K", "-max", "8K", "-factor", "8", "-iters", "2", "-warmup", "0")
+		"-min", "1K", "-max", "8K", "-factor", "8", "-iters", "2", "-warmup", "0", "-cores", "3")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, s := range []string{"# alpha = ", "# beta  = ", "# gamma = ", "pred", "ratio", "profile written to " + path} {
+	for _, s := range []string{"# alpha = ", "# beta  = ", "# gamma = ", "pred", "ratio", "profile written to " + path,
+		"# cores bound (allreduce.Model.Cores): refitted rms prediction error "} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
@@ -29,6 +31,10 @@ func TestCalibrate(t *testing.T) {
 	p, err := allreduce.ReadProfile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	kept := map[int]string{0: "kept no bound", 3: "kept the bound of 3 cores"}[p.Model.Cores]
+	if kept == "" || !strings.Contains(out, "% without: "+kept+"\n") {
+		t.Errorf("profile with %d cores; the report says:\n%s", p.Model.Cores, out)
 	}
 	if p.Transport != "inproc" || p.Ranks != 3 || !(p.Model.Inter.Beta > 0) || p.Model.Intra != p.Model.Inter || !(p.Model.Gamma > 0) {
 		t.Errorf("profile %+v", p)
@@ -73,6 +79,7 @@ func TestCalibrate(t *testing.T) {
 		{[]string{"-json"}, "leave out -json"},
 		{[]string{"-explain"}, "-explain and -calibrate: give one"},
 		{[]string{"-calib-max", "4"}, "-calib-max 4: need at least 8 bytes"},
+		{[]string{"-cores", "-1"}, "-cores -1: need 0 or more"},
 	} {
 		_, err := runBench(t, append(c.args, "-calibrate", path, "-max", "64")...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

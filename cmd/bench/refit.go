@@ -274,20 +274,23 @@ func refitWithCores(m allreduce.Model, samples []refitSample) (fitted allreduce.
 	none.Cores = 0
 	fitted0, _, after0 := refitModel(none, samples)
 	kept := fmt.Sprintf("kept the bound of %d cores", m.Cores)
-	note = fmt.Sprintf("# cores bound (allreduce.Model.Cores): refitted rms error %.0f%% with %d cores, %.0f%% without: ",
-		100*math.Sqrt(after), m.Cores, 100*math.Sqrt(after0))
+	note = fmt.Sprintf("# cores bound (allreduce.Model.Cores): refitted rms prediction error %s with %d cores, %s without: ",
+		rmsText(after), m.Cores, rmsText(after0))
 	if after0 < after {
 		fitted, after, kept = fitted0, after0, "kept no bound"
 	}
 	return fitted, before, after, note + kept + "\n"
 }
 
+// rmsText is a mean squared log error as the typical factor off, in
+// percent: exp(√e) − 1.
+func rmsText(e float64) string { return fmt.Sprintf("%.0f%%", 100*(math.Exp(math.Sqrt(e))-1)) }
+
 // printRefit reports the refit's model and errors, and the accuracy of
 // the refitted model per algorithm.
 func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples []refitSample) error {
 	var b strings.Builder
-	rms := func(e float64) string { return fmt.Sprintf("%.0f%%", 100*(math.Exp(math.Sqrt(e))-1)) }
-	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rms(before), rms(after))
+	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rmsText(before), rmsText(after))
 	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, rateText(m.Intra.Beta))
 	if m.Intra.CacheBytes > 0 {
 		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, rateText(m.Intra.CacheBeta))
