@@ -311,8 +311,10 @@ func WithModel(m Model) GroupOption {
 type Shape struct {
 	Ranks int
 	// Nodes is the number of nodes, 1 when the topology is unknown;
-	// LocalSize the largest node's number of ranks.
+	// LocalSize the largest node's number of ranks, SmallestNode the
+	// smallest's (0: as LocalSize, even nodes).
 	Nodes, LocalSize int
+	SmallestNode     int
 	// Topology: every rank knows its node (algorithms that need it can
 	// run).
 	Topology bool
@@ -334,7 +336,27 @@ func NodesShape(n, localSize int) Shape {
 	if localSize <= 0 || localSize >= n {
 		return Shape{Ranks: n, Nodes: 1, LocalSize: n, Topology: localSize > 0}
 	}
-	return Shape{Ranks: n, Nodes: (n + localSize - 1) / localSize, LocalSize: localSize, Topology: true}
+	nodes := (n + localSize - 1) / localSize
+	return Shape{Ranks: n, Nodes: nodes, LocalSize: localSize, SmallestNode: n - (nodes-1)*localSize, Topology: true}
+}
+
+// slotsPerRank is the most slots (hierarchy.go) a rank holds: ⌈L/L_min⌉
+// on the smallest node, 1 on even nodes. Torus and mesh run that many
+// inter-node all-reduces one after another there.
+func (s Shape) slotsPerRank() int {
+	if s.SmallestNode <= 0 || s.SmallestNode >= s.LocalSize {
+		return 1
+	}
+	return (s.LocalSize + s.SmallestNode - 1) / s.SmallestNode
+}
+
+// smallestShape is the shape of the ranks of the smallest node.
+func (s Shape) smallestShape() Shape {
+	l := s.SmallestNode
+	if l <= 0 {
+		l = s.LocalSize
+	}
+	return Shape{Ranks: l, Nodes: 1, LocalSize: l}
 }
 
 // link is the link a topology-blind algorithm pays on every step: the

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -88,7 +89,9 @@ func meshWork(m Model, s Shape, b float64) float64 {
 
 // meshCost is the 2D mesh's predicted time: the agreement step, Auto's
 // intra-node all-reduce of the whole buffer, then Auto's all-reduce of it
-// among one rank per node (the L of them in parallel).
+// among one rank per node (the L of them in parallel). On uneven nodes a
+// rank of the smallest node holds up to ⌈L/L_min⌉ slots and runs that
+// many inter-node all-reduces one after another (torusCost).
 func meshCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
@@ -97,5 +100,9 @@ func meshCost(m Model, s Shape, b float64) float64 {
 	if b == 0 {
 		return t
 	}
-	return t + autoCost(m, s.intraShape(), b) + autoCost(m.sharedBy(s.LocalSize), s.interShape(), b)
+	intra, slots := autoCost(m, s.intraShape(), b), s.slotsPerRank()
+	if slots > 1 {
+		intra = math.Max(intra, autoCost(m, s.smallestShape(), b))
+	}
+	return t + intra + float64(slots)*autoCost(m.sharedBy(s.LocalSize), s.interShape(), b)
 }

@@ -263,9 +263,10 @@ func (g *Group) costShape(ctx context.Context) (Shape, error) {
 
 // shape is the cost model's Shape of a topology.
 func (t Topology) shape() Shape {
-	s := Shape{Ranks: t.Size(), Nodes: t.Nodes(), Topology: true}
+	s := Shape{Ranks: t.Size(), Nodes: t.Nodes(), Topology: true, SmallestNode: t.Size()}
 	for k := range s.Nodes {
 		s.LocalSize = max(s.LocalSize, len(t.Members(k)))
+		s.SmallestNode = min(s.SmallestNode, len(t.Members(k)))
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -103,10 +104,15 @@ func torusWork(m Model, s Shape, b float64) float64 {
 	return ringWork(m, s.intraShape(), b) + float64(l)*autoWork(m.sharedBy(l), s.interShape(), c)
 }
 
-// torusCost is the 2D torus's predicted time on even nodes: the agreement
-// step, the intra-node ring reduce-scatter ((L-1) steps of M/L bytes),
-// Auto's all-reduce of M/L bytes among one rank per node, and the
-// intra-node ring all-gather.
+// torusCost is the 2D torus's predicted time: the agreement step, the
+// intra-node ring reduce-scatter ((L-1) steps of M/L bytes), Auto's
+// all-reduce of M/L bytes among one rank per node, and the intra-node
+// ring all-gather. On uneven nodes a rank of the smallest node, L_min
+// ranks, holds up to s = ⌈L/L_min⌉ slots: its ring moves up to s·M/L
+// bytes a step (the lock-step ring waits for the largest chunk in
+// flight) in L_min-1 steps (the later of that and the largest node's ring),
+// and it runs s inter-node all-reduces one after another, which the other
+// nodes' holders of those slots wait for.
 func torusCost(m Model, s Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
@@ -115,8 +121,18 @@ func torusCost(m Model, s Shape, b float64) float64 {
 	if b == 0 {
 		return t
 	}
-	l := float64(s.LocalSize)
-	c := b / l
-	k := m.pieces(c) // lock-step pieces of each ring step
-	return t + (l-1)*(2*k*m.Intra.time(c/k)+c*m.Gamma) + autoCost(m.sharedBy(s.LocalSize), s.interShape(), c)
+	c := b / float64(s.LocalSize)
+	// The intra-node ring on a node of n ranks, each holding x bytes of
+	// chunks: n-1 reduce-scatter and n-1 all-gather steps, each as its
+	// lock-step pieces.
+	ring := func(n int, x float64) float64 {
+		k := m.pieces(x)
+		return float64(n-1) * (2*k*m.Intra.time(x/k) + x*m.Gamma)
+	}
+	slots := s.slotsPerRank()
+	intra := ring(s.LocalSize, c)
+	if slots > 1 {
+		intra = math.Max(intra, ring(s.SmallestNode, float64(slots)*c))
+	}
+	return t + intra + float64(slots)*autoCost(m.sharedBy(s.LocalSize), s.interShape(), c)
 }
