@@ -181,8 +181,9 @@ func ringCost(m Model, s Shape, b float64) float64 {
 	if s.Nodes <= 1 {
 		return float64(steps) * (2*m.Intra.time(p) + p*m.Gamma)
 	}
-	return ringPhaseCost(steps, s.LocalSize, m.Intra.time(p)+p*m.Gamma, m.Inter.time(p)+p*m.Gamma, math.Max(m.Inter.transfer(p), p*m.Gamma)) +
-		ringPhaseCost(steps, s.LocalSize, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
+	hops := s.ringInterHops(steps)
+	return ringPhaseCost(steps, hops, m.Intra.time(p)+p*m.Gamma, m.Inter.time(p)+p*m.Gamma, math.Max(m.Inter.transfer(p), p*m.Gamma)) +
+		ringPhaseCost(steps, hops, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
 }
 
 // ringWork is the ring's work (cores.go): every rank sends 2(N-1)
@@ -197,14 +198,57 @@ func ringWork(m Model, s Shape, b float64) float64 {
 	return w.busiest()
 }
 
-// ringPhaseCost is the time of one phase of the ring, steps steps on
-// nodes of L ranks: the longest path through the steps, where a step
+// ringPhaseCost is the time of one phase of the ring, steps steps of
+// which a message moving every step crosses between nodes at most inter
+// times (ringInterHops): the longest path through the steps, where a step
 // either takes the message from the left neighbour (moveIntra, or
-// moveInter once every L steps at best) or stays on the rank that sends
+// moveInter across a node boundary) or stays on the rank that sends
 // between nodes, whose sends alone take stay each. The longest path
 // either moves every step, stays every step, or moves once across the
 // inter-node link and stays.
-func ringPhaseCost(steps, l int, moveIntra, moveInter, stay float64) float64 {
-	allMove := float64(steps)*moveIntra + float64((steps+l-1)/l)*(moveInter-moveIntra)
+func ringPhaseCost(steps, inter int, moveIntra, moveInter, stay float64) float64 {
+	allMove := float64(steps)*moveIntra + float64(inter)*(moveInter-moveIntra)
 	return math.Max(allMove, math.Max(float64(steps)*stay, float64(steps-1)*stay+moveInter))
+}
+
+// ringInterHops is the most node boundaries w consecutive hops around the
+// ring of s's ranks cross (nodes are blocks of LocalSize consecutive
+// ranks, the last one SmallestNode): ⌈w/L⌉ on even nodes; more where a
+// smaller node puts two boundaries closer.
+func (s Shape) ringInterHops(w int) int {
+	n := s.Ranks
+	if s.Nodes <= 1 || n <= 1 || w <= 0 {
+		return 0
+	}
+	// boundary[r]: the hop from rank r to r+1 (mod n) crosses nodes.
+	boundary := make([]int, n)
+	for r := range n {
+		if s.nodeOfRank(r) != s.nodeOfRank((r+1)%n) {
+			boundary[r] = 1
+		}
+	}
+	full, rest := w/n, w%n
+	perCircle := 0
+	for _, b := range boundary {
+		perCircle += b
+	}
+	best, window := 0, 0
+	for r := range rest {
+		window += boundary[r]
+	}
+	for start := range n { // the window of rest hops from start
+		best = max(best, window)
+		if rest > 0 {
+			window += boundary[(start+rest)%n] - boundary[start]
+		}
+	}
+	return full*perCircle + best
+}
+
+// nodeOfRank is rank r's node on s: blocks of LocalSize consecutive ranks.
+func (s Shape) nodeOfRank(r int) int {
+	if s.Nodes <= 1 || s.LocalSize <= 0 {
+		return 0
+	}
+	return r / s.LocalSize
 }
