@@ -31,7 +31,8 @@ import "math"
 // The simulator applies the same bound between two AlignClocks
 // (sim.Config.Cores), and the formulas' W is the work it counts
 // (TestWorkMatchesSimulator). 0 (unset): no bound, the schedule's time
-// alone. cmd/bench -calibrate sets it to the host's logical CPUs.
+// alone. cmd/bench -calibrate refits the model with the host's logical
+// CPUs and without the bound, and keeps the better fit.
 
 // nodeWork is the work of a collective's ranks, summed by node (seconds of
 // one core): what the cores bound divides.
@@ -46,26 +47,18 @@ func newNodeWork(m Model, s Shape) *nodeWork {
 	return &nodeWork{m: m, s: s, node: make([]float64, max(s.Nodes, 1))}
 }
 
-// nodeOf is rank r's node: blocks of LocalSize consecutive ranks.
-func (w *nodeWork) nodeOf(r int) int {
-	if w.s.Nodes <= 1 || w.s.LocalSize <= 0 {
-		return 0
-	}
-	return min(r/w.s.LocalSize, len(w.node)-1)
-}
-
 // send counts count messages of x bytes from rank r to rank d, at the
 // large-message rate β of the link between them.
 func (w *nodeWork) send(r, d int, x, count float64) {
 	if x <= 0 || count <= 0 {
 		return
 	}
-	w.node[w.nodeOf(r)] += count * x * w.m.between(w.s, r, d).Beta
+	w.node[w.s.nodeOfRank(r)] += count * x * w.m.between(w.s, r, d).Beta
 }
 
 // reduce counts x bytes reduced on rank r.
 func (w *nodeWork) reduce(r int, x float64) {
-	w.node[w.nodeOf(r)] += x * w.m.Gamma
+	w.node[w.s.nodeOfRank(r)] += x * w.m.Gamma
 }
 
 // busiest is the largest node's work.

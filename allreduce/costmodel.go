@@ -143,8 +143,9 @@ func (l Link) transfer(b float64) float64 {
 // Cores, where set, is how many cores the ranks of a node share for the
 // work of moving and reducing bytes: every prediction is at least the
 // busiest node's work divided by Cores (cores.go), which binds when ranks
-// outnumber cores. 0 (unset): no bound. cmd/bench -calibrate's refit
-// chooses it.
+// outnumber cores. 0 (unset): no bound. cmd/bench -calibrate refits the
+// model with the host's logical CPUs and without the bound, and keeps
+// the better fit.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
@@ -465,6 +466,7 @@ func Choose(m Model, s Shape, bytes int) Algorithm {
 // steps.
 type tieKey struct{ schedule, steps float64 }
 
+// newTieKey is algorithm a's tie-break key for bytes on shape s under m.
 func newTieKey(m Model, s Shape, a Algorithm, bytes int) *tieKey {
 	k := &tieKey{steps: latencySteps(m, s, a, bytes)}
 	if m.Cores > 0 {
@@ -474,6 +476,8 @@ func newTieKey(m Model, s Shape, a Algorithm, bytes int) *tieKey {
 	return k
 }
 
+// less reports whether k wins a tie against o: a shorter schedule (by
+// more than rounding), else fewer latency steps.
 func (k *tieKey) less(o *tieKey) bool {
 	switch {
 	case k.schedule < o.schedule*(1-1e-9):

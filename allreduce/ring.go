@@ -245,10 +245,11 @@ func (s Shape) ringInterHops(w int) int {
 	return full*perCircle + best
 }
 
-// nodeOfRank is rank r's node on s: blocks of LocalSize consecutive ranks.
+// nodeOfRank is rank r's node on s: blocks of LocalSize consecutive ranks
+// (as between places them).
 func (s Shape) nodeOfRank(r int) int {
 	if s.Nodes <= 1 || s.LocalSize <= 0 {
 		return 0
 	}
-	return r / s.LocalSize
+	return min(r/s.LocalSize, s.Nodes-1)
 }

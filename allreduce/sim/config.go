@@ -87,12 +87,11 @@ type Config struct {
 	// Cores, when ≥ 1, is how many cores the ranks of a node share for
 	// the work of their messages (each send's n·β, at the link's
 	// large-message rate Beta whatever the message's size regime) and
-	// reductions (n·γ):
-	// AlignClocks sets the clocks to no earlier than the previous
-	// alignment plus the busiest node's work since then divided by Cores,
-	// the allreduce package's cores bound (Model.Cores), which binds when
-	// a node's ranks outnumber its cores. The bound holds between
-	// alignments, not inside them: time a collective between two
+	// reductions (n·γ): AlignClocks sets the clocks to no earlier than
+	// the previous alignment plus the busiest node's work since then
+	// divided by Cores, the allreduce package's cores bound (Model.Cores),
+	// which binds when a node's ranks outnumber its cores. The bound holds
+	// between alignments, not inside them: time a collective between two
 	// AlignClocks. 0, the default: no bound.
 	Cores int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of

@@ -62,7 +62,8 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		gamma := fitGamma(sizes, perStep, large, reduced, kernel)
 		// Segment is the transport's, not fitted: the groups timed
 		// below run with it (they keep the default model).
-		// Cores is the host's, not fitted (the cores bound, allreduce/cores.go).
+		// Cores is the host's (or -cores), not fitted: the refit tries it
+		// and no cores bound (refitWithCores, allreduce/cores.go).
 		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
