@@ -183,19 +183,12 @@ func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
 	if b <= 0 {
 		return agreeCost(m, s)
 	}
-	segs := chainSegmentsOf(n, int(b), max(int(b), 1))
+	segs := chainSegmentsFor(n, b)
 	x := b / float64(segs)
 	k := int(m.pieces(x))
 	p := x / float64(k)
 	w := newRootedWalk(m, s)
-	// place(i) is the rank at position i of the chain (0: the root's end
-	// for a Broadcast, the tail's for a Reduce); data flows to i + 1.
-	place := func(i int) int {
-		if reduce {
-			return n - 1 - i
-		}
-		return i
-	}
+	place := func(i int) int { return chainPlace(n, i, reduce) }
 	arrivals := make([]float64, n) // this piece's arrival at each position
 	for q := range segs + n - 2 {
 		for range k { // the pieces, in lock step
@@ -251,15 +244,30 @@ func chainWork(m Model, s Shape, b float64, reduce bool) float64 {
 	if b <= 0 {
 		return 0
 	}
-	segs := float64(chainSegmentsOf(n, int(b), max(int(b), 1)))
+	segs := float64(chainSegmentsFor(n, b))
 	w := newNodeWork(m, s)
 	for i := range n - 1 {
-		from, to := i, i+1
+		from, to := chainPlace(n, i, reduce), chainPlace(n, i+1, reduce)
 		if reduce {
-			from, to = n-1-i, n-2-i
 			w.reduce(to, b)
 		}
 		w.send(from, to, b/segs, segs)
 	}
 	return w.busiest()
+}
+
+// chainPlace is the rank at position i of the chain of n ranks (0: the
+// root's end for a Broadcast, the tail's for a Reduce); data flows from
+// position i to i + 1.
+func chainPlace(n, i int, reduce bool) int {
+	if reduce {
+		return n - 1 - i
+	}
+	return i
+}
+
+// chainSegmentsFor is how many segments the formulas cut a chain of n
+// ranks over b bytes into (chainSegmentsOf, one element a byte).
+func chainSegmentsFor(n int, b float64) int {
+	return chainSegmentsOf(n, int(b), max(int(b), 1))
 }
