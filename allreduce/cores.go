@@ -56,6 +56,22 @@ func (w *nodeWork) send(r, d int, x, count float64) {
 	w.node[w.s.nodeOfRank(r)] += count * x * w.m.between(w.s, r, d).Beta
 }
 
+// exchange counts count messages of x bytes from rank r to rank d sent
+// while r receives from d (a pairwise exchange): send's work times
+// Model.ExchangeWork.
+func (w *nodeWork) exchange(r, d int, x, count float64) {
+	w.send(r, d, x, count*w.m.exchangeWork())
+}
+
+// exchangeWork is the work of a byte sent in a pairwise exchange as a
+// fraction of a one-way byte's (Model.ExchangeWork; unset, 1).
+func (m Model) exchangeWork() float64 {
+	if m.ExchangeWork <= 0 {
+		return 1
+	}
+	return m.ExchangeWork
+}
+
 // reduce counts x bytes reduced on rank r.
 func (w *nodeWork) reduce(r int, x float64) {
 	w.node[w.s.nodeOfRank(r)] += x * w.m.Gamma

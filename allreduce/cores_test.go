@@ -20,22 +20,35 @@ import (
 // the link's large-message rate whatever the size regime (messages up to
 // 64 KiB here move 4 times faster: that is the critical path's, not the
 // work's), so pieces and segments of unequal sizes cost the sum of their
-// bytes, as the formulas count them.
+// bytes, as the formulas count them. With Model.ExchangeWork 0.6 the bytes
+// of pairwise exchanges (doubling's and halving-doubling's steps, the
+// ring's on 2 ranks) cost 0.6 of a one-way byte's in both.
 func TestWorkMatchesSimulator(t *testing.T) {
 	l := allreduce.Link{Beta: 1 / 5e9, CacheBeta: 1 / 20e9, CacheBytes: 64 << 10}
 	base := allreduce.Model{Intra: l, Inter: l, Gamma: 1 / 8e9, Cores: 1}
 	for _, n := range []int{2, 3, 4, 5, 8} {
-		for _, ports := range []int{0, 2} {
-			for _, seg := range []int{0, 64 << 10} {
+		for i, ports := range []int{0, 2} {
+			for j, seg := range []int{0, 64 << 10} {
 				m := base
 				m.Ports, m.Segment = ports, seg
+				if i != j {
+					m.ExchangeWork = 0.6
+				}
 				shape := allreduce.FlatShape(n)
 				for _, bytes := range []int{0, 4, 12 << 10, 1<<20 + 12, 4 << 20} {
-					name := fmt.Sprintf("n=%d/ports=%d/seg=%d/%d", n, ports, seg, bytes)
+					name := fmt.Sprintf("n=%d/ports=%d/seg=%d/exchange=%g/%d", n, ports, seg, m.ExchangeWork, bytes)
 					for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
 						want, _ := allreduce.PredictAlgorithm(m, shape, a, bytes)
 						got := simulate(t, m, n, 0, a, bytes)
-						if math.Abs(got-want) > 1e-9*max(got, 1e-12) {
+						tol := 1e-9
+						if m.ExchangeWork != 0 && bytes%(1<<10) != 0 {
+							// The halves of an exchange can go in different
+							// numbers of pieces; a send piece past the
+							// receive's goes alone, one way (pieces.go),
+							// where the formulas count the average.
+							tol = 0.02
+						}
+						if math.Abs(got-want) > tol*max(got, 1e-12) {
 							t.Errorf("%s/%v: simulated %.4f µs, the cores bound says %.4f µs", name, a, got*1e6, want*1e6)
 						}
 					}
@@ -72,12 +85,13 @@ func TestWorkMatchesSimulator(t *testing.T) {
 // ranks, with or without the bound; torus and mesh on uneven nodes with
 // TestCostUnevenNodes's): every algorithm, 8 ranks on nodes of 4, 10 on
 // nodes of 4 (the last node smaller), 12 on nodes of 3, with two cores a
-// node, links within a node 10 times those between, 4 KiB to 4 MiB.
+// node, exchanged bytes at 0.8 of a one-way byte's work, links within a
+// node 10 times those between, 4 KiB to 4 MiB.
 func TestCoresBoundOnNodes(t *testing.T) {
 	m := allreduce.Model{
 		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
 		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
-		Gamma: 1 / 20e9, Ports: 2, Cores: 2,
+		Gamma: 1 / 20e9, Ports: 2, Cores: 2, ExchangeWork: 0.8,
 	}
 	for _, tc := range []struct{ n, local int }{{8, 4}, {10, 4}, {12, 3}} {
 		shape := allreduce.NodesShape(tc.n, tc.local)

@@ -23,7 +23,7 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 	w, err := sim.NewWorld(sim.Config{
 		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
 		Intra: simLink(m.Intra), Inter: simLink(m.Inter),
-		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores,
+		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores, ExchangeWork: m.ExchangeWork,
 	})
 	if err != nil {
 		tb.Fatal(err)

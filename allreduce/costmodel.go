@@ -146,6 +146,16 @@ func (l Link) transfer(b float64) float64 {
 // outnumber cores. 0 (unset): no bound. cmd/bench -calibrate refits the
 // model with the host's logical CPUs and without the bound, and keeps
 // the better fit.
+//
+// ExchangeWork, where set, is the cores bound's work of a byte sent to
+// the rank it is received from in the same step (a pairwise exchange, as
+// doubling's and halving-doubling's steps are, and the ring's on 2
+// ranks), as a fraction of the work of a byte sent one way (β): on
+// loopback tcp a connection that carries data both ways at once costs
+// its cores less per byte than two that each carry it one way (the
+// acknowledgements ride on the data). It only matters with Cores set.
+// 0 (unset) is 1: the same work. cmd/bench -calibrate fits it with the
+// cores bound.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
@@ -154,6 +164,8 @@ type Model struct {
 	Segment int     `json:"segment_bytes,omitempty"`
 	NICs    int     `json:"nics,omitempty"`
 	Cores   int     `json:"cores,omitempty"`
+
+	ExchangeWork float64 `json:"exchange_work,omitempty"`
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -168,7 +180,7 @@ func (m Model) Validate() error {
 		{"intra.cache_bytes", float64(m.Intra.CacheBytes)}, {"inter.cache_bytes", float64(m.Inter.CacheBytes)},
 		{"intra.small_beta_s_per_byte", m.Intra.SmallBeta}, {"inter.small_beta_s_per_byte", m.Inter.SmallBeta},
 		{"intra.small_bytes", float64(m.Intra.SmallBytes)}, {"inter.small_bytes", float64(m.Inter.SmallBytes)},
-		{"gamma_s_per_byte", m.Gamma},
+		{"gamma_s_per_byte", m.Gamma}, {"exchange_work", m.ExchangeWork},
 	} {
 		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {
 			return fmt.Errorf("%w: cost model %s = %v: must be a finite number ≥ 0", ErrInvalid, p.name, p.v)

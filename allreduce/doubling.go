@@ -195,8 +195,9 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 }
 
 // pairStepsWork is the work (cores.go) of the schedule pairStepsCost
-// prices: the fold's messages of M bytes (reduced) and the unfold's, and
-// each step's message of every active rank to its partner.
+// prices: the fold's messages of M bytes (reduced) and the unfold's, sent
+// one way, and each step's message of every active rank to its partner,
+// an exchange (Model.ExchangeWork).
 func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
 	f := foldOf(s.Ranks)
 	w := newNodeWork(m, s)
@@ -209,7 +210,7 @@ func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
 	for _, st := range steps {
 		for v := 0; v < f.p2; v++ {
 			r := f.real(v)
-			w.send(r, f.real(v^st.mask), st.bytes, 1)
+			w.exchange(r, f.real(v^st.mask), st.bytes, 1)
 			if st.reduce {
 				w.reduce(r, st.bytes)
 			}

@@ -187,12 +187,18 @@ func ringCost(m Model, s Shape, b float64) float64 {
 }
 
 // ringWork is the ring's work (cores.go): every rank sends 2(N-1)
-// chunks of M/N to its right neighbour and reduces N-1 of them.
+// chunks of M/N to its right neighbour and reduces N-1 of them. On 2
+// ranks the right neighbour is the left one: the sends are exchanges
+// (Model.ExchangeWork).
 func ringWork(m Model, s Shape, b float64) float64 {
 	n := s.Ranks
 	w := newNodeWork(m, s)
 	for r := range n {
-		w.send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
+		send := w.send
+		if n == 2 {
+			send = w.exchange
+		}
+		send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
 		w.reduce(r, float64(n-1)*b/float64(n))
 	}
 	return w.busiest()

@@ -94,6 +94,11 @@ type Config struct {
 	// between alignments, not inside them: time a collective between two
 	// AlignClocks. 0, the default: no bound.
 	Cores int
+	// ExchangeWork, with Cores set, is the work of a byte sent by an
+	// Exchange whose destination is the rank it receives from (a pairwise
+	// exchange), as a fraction of a one-way byte's n·β (the allreduce
+	// package's Model.ExchangeWork). 0, the default, is 1.
+	ExchangeWork float64
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -132,6 +137,9 @@ func (c Config) validate() error {
 	}
 	if c.Cores < 0 {
 		return invalid("Config.Cores is %d (need 0 for no cores bound, or more)", c.Cores)
+	}
+	if c.ExchangeWork < 0 || math.IsInf(c.ExchangeWork, 0) || math.IsNaN(c.ExchangeWork) {
+		return invalid("Config.ExchangeWork is %v (need a finite number ≥ 0; 0 means 1)", c.ExchangeWork)
 	}
 	if c.Ports < 0 {
 		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)

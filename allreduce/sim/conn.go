@@ -231,7 +231,7 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 	}
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
-	done, err := c.post(ctx, to, h, p, c.clock)
+	done, err := c.post(ctx, to, h, p, c.clock, 1)
 	if err != nil {
 		return err
 	}
@@ -275,7 +275,11 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	}
 	c.tmu.Lock()
 	t := c.clock
-	sent, err := c.post(ctx, to, sh, sp, t)
+	work := 1.0
+	if to == from && c.world.cfg.ExchangeWork > 0 {
+		work = c.world.cfg.ExchangeWork // a pairwise exchange: Config.ExchangeWork
+	}
+	sent, err := c.post(ctx, to, sh, sp, t, work)
 	c.tmu.Unlock()
 	if err != nil {
 		return err
@@ -304,8 +308,9 @@ func checkRecv(n int, sink transport.Sink) error {
 // sent at clock t, and returns when the sender may go on: when the egress
 // port is done with it, or with Config.Ports ≥ 1 when a port took it. A
 // message between nodes with Config.NICs set first waits for its NIC
-// (nic.go), which may delay its start. The caller holds tmu.
-func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t float64) (float64, error) {
+// (nic.go), which may delay its start. Its work (Config.Cores) is
+// n·β·f times work. The caller holds tmu.
+func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
 	tx := l.transfer(len(p), f)
@@ -354,7 +359,7 @@ func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t
 		poke(d.wake)
 	}
 	d.mu.Unlock()
-	c.work += float64(len(p)) * l.Beta * f // at the large-message rate: Config.Cores
+	c.work += float64(len(p)) * l.Beta * f * work // at the large-message rate: Config.Cores
 	if port >= 0 {
 		c.portFree[port], c.linkFree[to] = start+tx, start+tx
 		return ready, nil

@@ -81,7 +81,9 @@
 //
 // Shared cores (Config.Cores = C ≥ 1): each rank counts its work, n·β of
 // every message it sends (β the link's large-message rate, times f,
-// whatever the message's regime) and n·γ of every reduction; AlignClocks
+// whatever the message's regime; times Config.ExchangeWork when an
+// Exchange sends to the rank it receives from) and n·γ of every
+// reduction; AlignClocks
 // sets the clocks to no earlier than
 //
 //	previous alignment + max over nodes (Σ its ranks' work since) / C

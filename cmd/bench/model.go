@@ -186,6 +186,9 @@ func describeModel(m allreduce.Model) string {
 	}
 	if m.Cores > 0 {
 		s += fmt.Sprintf("; a node's ranks share %d core(s)", m.Cores)
+		if m.ExchangeWork > 0 && m.ExchangeWork != 1 {
+			s += fmt.Sprintf(", a byte exchanged pairwise costs them %.3g of one sent one way", m.ExchangeWork)
+		}
 	}
 	if m.Segment > 0 {
 		s += fmt.Sprintf("; messages in pieces of at most %s", allreducetest.FormatBytes(m.Segment))

@@ -27,6 +27,10 @@ import (
 //     interior rank sends to three peers) shows;
 //   - Cores stays as given: -calibrate refits with the host's cores and
 //     with none (refitWithCores) and keeps the better fit;
+//   - with Cores set, ExchangeWork (the work of a byte exchanged pairwise,
+//     against one sent one way) is scaled by the same factors from 1:
+//     what tells halving-doubling's and doubling's exchanges from the
+//     ring's and Tree's one-way sends when the cores bound sets the time;
 //   - the regimes' sizes move between powers of two from 8 KiB to 8 MiB
 //     (or drop, 0): the cache regime's CacheBytes, and the small-message
 //     regime's SmallBytes below it (loopback tcp: messages that fit the
@@ -122,6 +126,18 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 		scale(func(l *allreduce.Link, f float64) { l.CacheBeta *= f }, false),
 		scale(func(l *allreduce.Link, f float64) { l.SmallBeta *= f }, false),
 		scale(nil, true),
+		func(m allreduce.Model) []allreduce.Model { // an exchanged byte's work
+			if m.Cores <= 0 {
+				return nil // without the cores bound it prices nothing
+			}
+			var out []allreduce.Model
+			for k := -refitSteps; k <= refitSteps; k++ {
+				c := m
+				c.ExchangeWork = exchangeWork(m) * math.Exp2(float64(k)/8)
+				out = append(out, c)
+			}
+			return out
+		},
 		func(m allreduce.Model) []allreduce.Model { // ports
 			var out []allreduce.Model
 			for k := 0; k <= maxPorts; k++ {
@@ -231,7 +247,6 @@ func refitRegimes(m allreduce.Model, samples []refitSample) (allreduce.Model, fl
 // fitted model and the error before and after.
 func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, float64, float64) {
 	before := refitError(m, samples)
-	best := before
 	if len(samples) == 0 || math.IsInf(before, 1) {
 		return m, before, before
 	}
@@ -239,10 +254,37 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 	for _, s := range samples {
 		maxPorts = max(maxPorts, s.shape.Ranks-1)
 	}
-	if s, e := refitRegimes(m, samples); e < best {
-		m, best = s, e
-	}
 	moves := refitMoves(maxPorts)
+	fit := func(m allreduce.Model) (allreduce.Model, float64) {
+		best := refitError(m, samples)
+		if s, e := refitRegimes(m, samples); e < best {
+			m, best = s, e
+		}
+		return refitDescend(m, best, samples, moves)
+	}
+	fitted, best := fit(m)
+	if best > before {
+		fitted, best = m, before
+	}
+	if m.Cores > 0 {
+		// One parameter at a time, the descent cannot trade the work of
+		// an exchanged byte against β and γ together (each alone worsens
+		// some algorithm's fit), so it also starts from these.
+		for _, x := range []float64{0.5, 0.7} {
+			c := m
+			c.ExchangeWork = x
+			if c, e := fit(c); e < best*(1-1e-9) {
+				fitted, best = c, e
+			}
+		}
+	}
+	return fitted, before, best
+}
+
+// refitDescend is the refit's coordinate descent from model m of error
+// e: refitRounds passes over the moves, each taking the best candidate
+// that lowers the error. It returns the model and its error.
+func refitDescend(m allreduce.Model, e float64, samples []refitSample, moves []func(allreduce.Model) []allreduce.Model) (allreduce.Model, float64) {
 	for range refitRounds {
 		improved := false
 		for _, move := range moves {
@@ -250,8 +292,8 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 				if !regimesOrdered(c.Intra) {
 					continue
 				}
-				if e := refitError(c, samples); e < best*(1-1e-9) {
-					best, m, improved = e, c, true
+				if ce := refitError(c, samples); ce < e*(1-1e-9) {
+					e, m, improved = ce, c, true
 				}
 			}
 		}
@@ -259,7 +301,7 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 			break
 		}
 	}
-	return m, before, best
+	return m, e
 }
 
 // refitWithCores is -calibrate's refit: with m's Cores (the host's) and
@@ -298,7 +340,11 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	if m.Intra.SmallBytes > 0 {
 		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, rateText(m.Intra.SmallBeta))
 	}
-	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)\n", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
+	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
+	if m.Cores > 0 {
+		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
+	}
+	b.WriteString("\n")
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
 	var order []string
 	ratios := map[string][]float64{}
@@ -314,6 +360,14 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	writeRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// exchangeWork is m's Model.ExchangeWork as it prices: unset is 1.
+func exchangeWork(m allreduce.Model) float64 {
+	if m.ExchangeWork <= 0 {
+		return 1
+	}
+	return m.ExchangeWork
 }
 
 // coresText says what a model's Cores means.

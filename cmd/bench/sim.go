@@ -14,17 +14,18 @@ import (
 func simConfig(cfg *config) sim.Config {
 	m := *cfg.model
 	return sim.Config{
-		Ranks:      cfg.ranks,
-		LocalSize:  cfg.localSize,
-		Intra:      simLink(m.Intra),
-		Inter:      simLink(m.Inter),
-		Gamma:      m.Gamma,
-		Ports:      m.Ports,
-		NICs:       m.NICs,
-		Cores:      m.Cores,
-		SlowRank:   -1,
-		TimingOnly: cfg.virtualBytes() > 0,
-		Timeout:    cfg.tr.Timeout,
+		Ranks:        cfg.ranks,
+		LocalSize:    cfg.localSize,
+		Intra:        simLink(m.Intra),
+		Inter:        simLink(m.Inter),
+		Gamma:        m.Gamma,
+		Ports:        m.Ports,
+		NICs:         m.NICs,
+		Cores:        m.Cores,
+		ExchangeWork: m.ExchangeWork,
+		SlowRank:     -1,
+		TimingOnly:   cfg.virtualBytes() > 0,
+		Timeout:      cfg.tr.Timeout,
 	}
 }
 
