@@ -24,10 +24,10 @@ import (
 // The goal is a pick never more than 10% slower. Measured with the
 // models refitted to these measurements (cmd/bench's refit: three regimes
 // of message size, Ports), see docs/scaling.md: tcp's picks (its 13:18
-// calibration, messages in 256 KiB pieces, refitted with its cores bound)
-// are on average 1.024× the fastest (1.014× without the bound), the worst
-// 1.19× (halving-doubling at 1 MiB, which ties with the ring in the model
-// and wins the tie on the shorter schedule and fewer steps (Choose); this
+// calibration, messages in 256 KiB pieces, refitted with its cores bound
+// and exchange work) are on average 1.024× the fastest (1.014× without
+// the bound), the worst 1.19× (halving-doubling at 1 MiB, which the model
+// prices below the ring: its exchanges cost the cores less per byte; this
 // calibration measured the ring 16% ahead there, as did a second one;
 // head to head, alternating their order, hd measured 7% and 10% ahead
 // in 16 and 6 rounds); inproc's (13:20) 1.016×, the worst 1.09× (direct
