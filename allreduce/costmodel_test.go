@@ -128,6 +128,8 @@ func TestProfileFiles(t *testing.T) {
 		"negative":  `{"version": 1, "model": {"intra": {"alpha_s": -1}}}`,
 		"ports":     `{"version": 1, "model": {"ports": -1}}`,
 		"nics":      `{"version": 1, "model": {"nics": -2}}`,
+		"cores":     `{"version": 1, "model": {"cores": -1}}`,
+		"exchange":  `{"version": 1, "model": {"exchange_work": -0.5}}`,
 		"small":     `{"version": 1, "model": {"inter": {"small_bytes": -8}}}`,
 		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
 		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,

@@ -284,6 +284,8 @@ func TestConfigInvalid(t *testing.T) {
 		"Config.LocalSize":           func(c *sim.Config) { c.LocalSize = -1 },
 		"Config.Ports":               func(c *sim.Config) { c.Ports = -1 },
 		"Config.NICs":                func(c *sim.Config) { c.NICs = -1 },
+		"Config.Cores":               func(c *sim.Config) { c.Cores = -1 },
+		"Config.ExchangeWork":        func(c *sim.Config) { c.ExchangeWork = math.NaN() },
 		"Config.Intra.SmallBeta":     func(c *sim.Config) { c.Intra.SmallBeta = -1 },
 		"Config.Inter.SmallBytes":    func(c *sim.Config) { c.Inter.SmallBytes = -1 },
 		"Config.Intra.Alpha":         func(c *sim.Config) { c.Intra.Alpha = -1 },
