@@ -88,6 +88,15 @@ type Config struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF. Default 4 MiB; negative
 	// leaves the kernel's defaults (and its buffer autotuning).
 	SocketBuffer int
+	// Congestion is the congestion control of the mesh's connections
+	// (congestion.go): "" (the default) sets reno on connections within
+	// this host and leaves the host's default on connections between
+	// hosts; CongestionSystem
+	// ("system") leaves every connection's; another name ("bbr", "reno",
+	// ...) is set on every connection, and Dial fails if this process
+	// cannot set it. Linux only: elsewhere "" leaves every connection's
+	// and a name is an error.
+	Congestion string
 	// Spin is how long a receive of at most 1 MiB makes its link's reader
 	// poll the socket, instead of parking in the network poller (see
 	// poller): CPU traded for small-message latency. Default 2 ms;
@@ -127,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = DefaultSocketBuffer
+	}
+	if err := c.checkCongestion(); err != nil {
+		return c, err
 	}
 	if c.LocalSize < 0 || (c.LocalSize > 0 && (c.LocalRank < 0 || c.LocalRank >= c.LocalSize || c.LocalSize > c.Size)) {
 		return c, fmt.Errorf("tcp: %w: local rank %d of %d (world size %d)", transport.ErrInvalid, c.LocalRank, c.LocalSize, c.Size)

@@ -61,7 +61,8 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	ln, err := net.Listen("tcp", cfg.ListenAddr)
+	lc := net.ListenConfig{Control: listenControl(cfg.Congestion)}
+	ln, err := lc.Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("tcp rank %d: %w", cfg.Rank, err)
 	}
@@ -239,12 +240,20 @@ func (m *mesh) handshakeDeadline() time.Time {
 	return m.HandshakeDeadline(m.c.cfg.HandshakeTimeout)
 }
 
-func tune(nc *net.TCPConn, buf int) {
+// tune sets a new connection's options under cfg: no Nagle delay, the
+// socket buffers, the congestion control (congestion.go; checked by Dial,
+// so a failure here leaves the host's).
+func tune(nc *net.TCPConn, cfg *Config) {
 	_ = nc.SetNoDelay(true)
-	if buf > 0 {
+	if buf := cfg.SocketBuffer; buf > 0 {
 		_ = nc.SetReadBuffer(buf)
 		_ = nc.SetWriteBuffer(buf)
 	}
+	same := cfg.sameHost
+	if same == nil {
+		same = sameHost
+	}
+	_ = setLinkCongestion(nc, congestionFor(cfg.Congestion, same, nc.LocalAddr(), nc.RemoteAddr()))
 }
 
 // wait collects connections until every peer is connected.
@@ -287,7 +296,7 @@ func (m *mesh) dialPeer(q int) {
 		m.Fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
 		return
 	}
-	var d net.Dialer
+	d := net.Dialer{Control: dialControl(cfg.Congestion)}
 	ctxErr, last := mpconn.Redial(m.Ctx, 10*time.Millisecond, func() (done, reset bool, err error) {
 		nc, err := d.DialContext(m.Ctx, "tcp", addr)
 		if err != nil {
@@ -298,7 +307,7 @@ func (m *mesh) dialPeer(q int) {
 			_ = tc.Close()
 			return true, false, nil
 		}
-		tune(tc, cfg.SocketBuffer)
+		tune(tc, cfg)
 		_ = tc.SetDeadline(m.handshakeDeadline())
 		key, fatal, herr := dialHandshake(tc, &m.p, q)
 		m.Untrack(tc)
@@ -355,7 +364,7 @@ func (m *mesh) acceptOne(pc *pending) {
 	})
 	dropped, stopped := m.finish(pc)
 	if res.out == acceptOK {
-		tune(nc, m.c.cfg.SocketBuffer)
+		tune(nc, &m.c.cfg)
 		_ = nc.SetDeadline(time.Time{})
 		m.established <- established{peer: res.from, nc: nc, key: res.key}
 		return

@@ -20,6 +20,11 @@ import (
 // auto; none under the insecure opt-out).
 const EnvWireProtection = "RINGDDP_WIRE_PROTECTION"
 
+// EnvTCPCongestion is tcp.Config.Congestion: unset or "" for the default
+// (reno on connections within a host; the host's default between hosts), "system" to leave every connection's, or an algorithm
+// set on every connection ("bbr", "reno", ...).
+const EnvTCPCongestion = "RINGDDP_TCP_CONGESTION"
+
 // wireProtection resolves the wire protection: the flag's value, else
 // EnvWireProtection, else "" (tcp.DefaultWireProtection; none for an
 // insecure job). mac and aead need the secret, so are refused with
@@ -239,6 +244,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	}
 	cfg.Spin = spin
 	cfg.WireProtection = wire
+	cfg.Congestion = getenv(EnvTCPCongestion)
 	var c Endpoint
 	kind, hosts, err := chooseTransport(ctx, opts.Transport, store, env, runID)
 	if err == nil {
