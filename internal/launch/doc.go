@@ -69,7 +69,10 @@
 // or stalls makes every pending and later collective fail within the
 // transport's timeout (Options.Timeout, default 30 s as in gloo) with an
 // error naming the rank. RINGDDP_TCP_SPIN sets how long a small receive
-// polls its socket (tcp.Config.Spin; "off" never polls). Connect leaves
+// polls its socket (tcp.Config.Spin; "off" never polls);
+// RINGDDP_TCP_CONGESTION the connections' congestion control
+// (tcp.Config.Congestion: reno within a host by default, "system" for the
+// host's default everywhere, or a name for every connection). Connect leaves
 // GOMAXPROCS alone; ShareCores, called explicitly, gives a rank whose
 // launcher says how many ranks share its host its share of the cores
 // (unless GOMAXPROCS is set), as the ringddp launcher does for its ranks.
