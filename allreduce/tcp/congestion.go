@@ -16,9 +16,9 @@ import (
 // paces a connection at the bandwidth it estimates: on loopback, a few
 // seconds into a job, its all-reduces of 1 MiB among 4 ranks slowed from
 // about 860 µs to 1240 µs (ring, Tree and halving-doubling averaged, five
-// rounds of each on the 2-core VM, docs/scaling.md); under reno they took
-// 930 µs from the first round to the last, under cubic (set on the
-// connection) 1200. So by default a connection whose two ends are on this
+// rounds of each on the 2-core VM, docs/scaling.md); under reno, set
+// before the connection was made, they took 840–880 µs from the first
+// round to the last. So by default a connection whose two ends are on this
 // host (sameHost: loopback, or one address at both ends) runs reno, which
 // every process may set (net.ipv4.tcp_allowed_congestion_control always
 // has it); a connection between hosts keeps the host's default, its
