@@ -262,10 +262,7 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 		}
 		return refitDescend(m, best, samples, moves)
 	}
-	fitted, best := fit(m)
-	if best > before {
-		fitted, best = m, before
-	}
+	fitted, best := fit(m) // never worse than m: every step only lowers the error
 	if m.Cores > 0 {
 		// One parameter at a time, the descent cannot trade the work of
 		// an exchanged byte against β and γ together (each alone worsens
