@@ -160,6 +160,9 @@ func printRounds(cfg *config, w io.Writer, rounds [][]row) (*printer, error) {
 	if p.wrong > 0 {
 		return nil, fmt.Errorf("%d wrong elements (see the #wrong column); no profile written", p.wrong)
 	}
+	if err := writeDrift(w, rounds); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
 	return p, nil
 }
 
