@@ -25,6 +25,9 @@ func TestCongestion(t *testing.T) {
 		t.Skipf("no congestion control to read: %v", err)
 	}
 	hostDefault := strings.TrimSpace(string(raw))
+	if err := trySocketCongestion(loopbackCongestion); err != nil {
+		t.Skipf("this host does not let a socket's congestion control be set: %v", err)
+	}
 	if got := congestionFor("", onThisHost, nil, &net.TCPAddr{IP: net.ParseIP("192.0.2.7")}); got != "" {
 		t.Errorf("a connection to 192.0.2.7 (TEST-NET-1) gets %q by default, want the host's", got)
 	}
