@@ -15,7 +15,9 @@ import "math"
 //
 //	max(schedule, W/C),  W = the busiest node's work: β·Σ the bytes its
 //	                     ranks send (β the link's large-message rate, in
-//	                     whatever size regime a message falls) + γ·Σ the
+//	                     whatever size regime a message falls; times
+//	                     Model.ExchangeWork for a byte sent to the rank it
+//	                     is received from in the same step) + γ·Σ the
 //	                     bytes its ranks reduce.
 //
 // The α of a message is not work: it is the time a message takes to be
@@ -23,11 +25,13 @@ import "math"
 // message that fits the socket buffers or the caches is seen sooner, but
 // a core still copies each of its bytes; priced at the regimes' rates,
 // the bound predicted Tree over tcp within 25% at 11 of 15 sizes against
-// 15 at β (docs/scaling.md). Algorithms that move the same bytes have the
-// same W (the ring, halving-doubling and Tree each send 2(N−1)·M bytes in
-// all and reduce (N−1)·M on one node), so where the bound holds they take
-// the same time whatever their schedules' critical paths; recursive
-// doubling (N·log2 N·M bytes sent) takes log2 N·N/(2(N−1)) times theirs.
+// 15 at β (docs/scaling.md). Algorithms that move the same bytes the same
+// way have the same W (the ring and Tree each send 2(N−1)·M bytes in all,
+// one way, and reduce (N−1)·M on one node), so where the bound holds they
+// take the same time whatever their schedules' critical paths;
+// halving-doubling sends as many bytes in pairwise exchanges (ExchangeWork
+// of theirs, 0.84 as fitted over loopback tcp), recursive doubling
+// N·log2 N·M bytes so.
 // The simulator applies the same bound between two AlignClocks
 // (sim.Config.Cores), and the formulas' W is the work it counts
 // (TestWorkMatchesSimulator). 0 (unset): no bound, the schedule's time
