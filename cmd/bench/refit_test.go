@@ -91,13 +91,7 @@ func TestRefitRecovers(t *testing.T) {
 	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 1 << 20, SmallBeta: 1e-10, SmallBytes: 32 << 10}
 	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
 	shape := allreduce.FlatShape(4)
-	var samples []refitSample
-	for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
-		for b := 4 << 10; b <= 64<<20; b <<= 1 {
-			s, _ := allreduce.PredictAlgorithm(truth, shape, a, b)
-			samples = append(samples, refitSample{a, shape, b, s})
-		}
-	}
+	samples := predictedSamples(truth, shape, 2)
 	start := truth
 	start.Ports = 0
 	start.Intra = allreduce.Link{Alpha: l.Alpha, Beta: l.Beta}
@@ -121,13 +115,7 @@ func TestRefitRecoversExchangeWork(t *testing.T) {
 	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
 	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Cores: 2, ExchangeWork: 0.7}
 	shape := allreduce.FlatShape(4)
-	var samples []refitSample
-	for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
-		for b := 4 << 10; b <= 64<<20; b <<= 2 {
-			s, _ := allreduce.PredictAlgorithm(truth, shape, a, b)
-			samples = append(samples, refitSample{a, shape, b, s})
-		}
-	}
+	samples := predictedSamples(truth, shape, 4)
 	start := truth
 	start.ExchangeWork = 0
 	m, before, after := refitModel(start, samples)
@@ -138,4 +126,18 @@ func TestRefitRecoversExchangeWork(t *testing.T) {
 	if m, _, _ := refitModel(start, samples); m.ExchangeWork != 0 {
 		t.Errorf("without the cores bound the refit set exchange work to %g", m.ExchangeWork)
 	}
+}
+
+// predictedSamples are refit samples made by model truth on shape: ring,
+// doubling, Tree and halving-doubling at 4 KiB to 64 MiB, each size factor
+// times the last.
+func predictedSamples(truth allreduce.Model, shape allreduce.Shape, factor int) []refitSample {
+	var samples []refitSample
+	for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
+		for b := 4 << 10; b <= 64<<20; b *= factor {
+			s, _ := allreduce.PredictAlgorithm(truth, shape, a, b)
+			samples = append(samples, refitSample{a, shape, b, s})
+		}
+	}
+	return samples
 }
