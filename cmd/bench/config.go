@@ -121,7 +121,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		maxS    = fs.String("max", "64M", "largest size in bytes (K, M, G suffixes)")
 		factor  = fs.Int("factor", 2, "multiply the size by this each row (1 only when -min equals -max)")
 		iters   = fs.Int("iters", 20, "timed iterations per size")
-		warmup  = fs.Int("warmup", 5, "untimed iterations per size before the timed ones")
+		warmup  = fs.Int("warmup", 5, "untimed iterations per size before the timed ones (a sweep's first size runs up to 100 more, fresh endpoints settling; none with 0)")
 		check   = fs.Bool("check", true, "after the timed iterations, run once more on fresh inputs and count wrong elements against a sequential reference")
 		jsonOut = fs.Bool("json", false, "print one JSON object per row instead of the table")
 		root    = fs.Int("root", 0, "root rank of broadcast and reduce")

@@ -47,6 +47,31 @@ func (k wallClock) sync(ctx context.Context) error   { return allreduce.Barrier(
 func (k wallClock) finish(ctx context.Context) error { return nil }
 func (k wallClock) now() float64                     { return time.Since(k.origin).Seconds() }
 
+// Fresh endpoints settle. A sweep runs on endpoints of its own (fresh
+// connections, goroutines and Group), and its first collectives run slow
+// for a while: over tcp on 4 ranks a 4 KiB all-reduce measured 175-195 µs
+// after 5 untimed iterations, 138-142 after 10, 106-140 after 20 and
+// 91-98 after 40 or 80 (where every later size of the sweep starts);
+// shared memory and in process vary as much. So the first size of a
+// sweep runs settleIterations more untimed iterations than -warmup asks
+// (none with -warmup 0, none on the simulator, whose time does not vary):
+// up to settleMaxIterations, fewer where its bytes are many, at most
+// settleBytes in all.
+const (
+	settleMaxIterations = 100
+	settleBytes         = 64 << 20
+)
+
+// settleIterations is how many more untimed iterations a sweep's first
+// size of the given bytes runs (see above): enough to move settleBytes,
+// between 1 and settleMaxIterations.
+func settleIterations(bytes int) int {
+	if bytes <= 0 {
+		return settleMaxIterations
+	}
+	return min(settleMaxIterations, max(1, (settleBytes+bytes-1)/bytes))
+}
+
 // rankMain is one rank's whole sweep: every size, warm-up, timed
 // iterations, the checked iteration, and the combining of the slowest
 // rank's times and the total of wrong elements. Rank 0 sends the rows.
@@ -90,7 +115,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 	}
 	esz := cfg.dtype.Size()
 	rec := cfg.timeline.recorder(rank)
-	for _, size := range cfg.sizes() {
+	for si, size := range cfg.sizes() {
 		count := cfg.count(size)
 		lo, hi := allreduce.ChunkBounds(count, n, rank)
 		virtual := cfg.virtualAt(size)
@@ -100,7 +125,11 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		}
 
 		s.reset(count, lo, hi, virtual)
-		for i := range cfg.warmup + cfg.iters {
+		warmup := cfg.warmup
+		if si == 0 && sw.tally == nil && warmup > 0 {
+			warmup += settleIterations(count * esz)
+		}
+		for i := range warmup + cfg.iters {
 			if err := clk.sync(ctx); err != nil {
 				return err
 			}
@@ -114,8 +143,8 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 			if err := clk.finish(ctx); err != nil {
 				return err
 			}
-			if d := clk.now() - t0; i >= cfg.warmup {
-				s.times[i-cfg.warmup] = d * 1e6
+			if d := clk.now() - t0; i >= warmup {
+				s.times[i-warmup] = d * 1e6
 			}
 		}
 

@@ -38,10 +38,12 @@ func TestTrace(t *testing.T) {
 					t.Errorf("event %+v", e)
 				}
 			}
-			// 2 algorithms × 2 sizes × (3 + 1) calls on each of 3 ranks.
+			// 2 algorithms × 2 sizes × (3 + 1) calls on each of 3 ranks,
+			// and each sweep's first size its settling iterations.
+			want := 2 * (2*(3+1) + settleIterations(8))
 			for r := 0; r < 3; r++ {
-				if calls[r] != 16 {
-					t.Errorf("rank %d: %d collective events, want 16", r, calls[r])
+				if calls[r] != want {
+					t.Errorf("rank %d: %d collective events, want %d", r, calls[r], want)
 				}
 			}
 			if !algos["ring"] || !algos["hd"] {
@@ -51,5 +53,18 @@ func TestTrace(t *testing.T) {
 				t.Errorf("rank file left behind: %v", err)
 			}
 		})
+	}
+}
+
+// A sweep's first size settles fresh endpoints with up to 100 more untimed
+// iterations, fewer as its bytes grow, at least one.
+func TestSettleIterations(t *testing.T) {
+	for _, c := range []struct{ bytes, want int }{
+		{0, 100}, {1, 100}, {4 << 10, 100}, {(64 << 20) / 100, 100}, {(64<<20)/99 + 1, 99},
+		{1 << 20, 64}, {64<<20 - 1, 2}, {64 << 20, 1}, {1 << 30, 1},
+	} {
+		if got := settleIterations(c.bytes); got != c.want {
+			t.Errorf("settleIterations(%d) = %d, want %d", c.bytes, got, c.want)
+		}
 	}
 }
