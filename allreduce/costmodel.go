@@ -279,7 +279,7 @@ func (m Model) maxSegment(limit int) int {
 // for ranks that share memory, this project's in-process transport, and
 // for the others its tcp transport over loopback, both as `cmd/bench
 // -calibrate -ranks 4` measured them on a 2-core VM (the profiles in
-// testdata/profiles, rounded; tcp-4's, of its 22:03 calibration with the
+// testdata/profiles, rounded; tcp-4's, of its 23:41 calibration with the
 // connections on reno, fitted without the cores bound, which that profile
 // has: a default cannot know the host's cores, and every rank must use
 // the same model). Calibrate on the machine at hand
@@ -302,8 +302,8 @@ func DefaultModelFor(s Shape) Model {
 		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
 		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2}
 	}
-	l := Link{Alpha: 16.81e-6, Beta: 1 / 2.456e9, CacheBeta: 1 / 3.473e9, CacheBytes: 128 << 10, SmallBeta: 1 / 7.575e9, SmallBytes: 32 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 8.974e9, Ports: 2, Segment: TCPSegmentBytes}
+	l := Link{Alpha: 16.74e-6, Beta: 1 / 2.115e9, CacheBeta: 1 / 2.742e9, CacheBytes: 128 << 10, SmallBeta: 1 / 3.261e9, SmallBytes: 32 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 8.781e9, Ports: 2, Segment: TCPSegmentBytes}
 }
 
 // TCPSegmentBytes is the default model's Segment for ranks that only

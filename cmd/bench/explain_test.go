@@ -49,7 +49,10 @@ func TestExplain(t *testing.T) {
 			if want := slices.Sorted(slices.Values(c.algos)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 				t.Errorf("%v at %d B: algorithms %v, want %v", c.args, e.Bytes, got, want)
 			}
-			if e.PredictedUS[e.Pick] != e.PredictedUS[best] {
+			// The pick is the least predicted time; within allreduce.Choose's
+			// tie tolerance (1e-9 relative: formulas that add the same terms
+			// in other orders) it may be another algorithm than best.
+			if e.PredictedUS[e.Pick] > e.PredictedUS[best]*(1+1e-9) {
 				t.Errorf("%v at %d B: pick %s (%v us), fastest %s (%v us)", c.args, e.Bytes, e.Pick, e.PredictedUS[e.Pick], best, e.PredictedUS[best])
 			}
 		}
