@@ -295,8 +295,8 @@ func DefaultModel(peerMemory bool) Model {
 // exchange messages (DefaultModel(false)).
 func DefaultModelFor(s Shape) Model {
 	if s.PeerMemory && s.LendLimit > 0 {
-		l := Link{Alpha: 2.05e-6, Beta: 1 / 2.11e9, CacheBeta: 1 / 3.55e9, CacheBytes: 8 << 20, SmallBeta: 1 / 5.48e9, SmallBytes: 512 << 10}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 21.4e9, Ports: 2}
+		l := Link{Alpha: 1.99e-6, Beta: 1 / 2.00e9, CacheBeta: 1 / 3.36e9, CacheBytes: 8 << 20, SmallBeta: 1 / 5.19e9, SmallBytes: 512 << 10}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 29.0e9, Ports: 2}
 	}
 	if s.PeerMemory {
 		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
