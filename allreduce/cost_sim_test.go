@@ -23,7 +23,7 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 	w, err := sim.NewWorld(sim.Config{
 		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
 		Intra: simLink(m.Intra), Inter: simLink(m.Inter),
-		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores, ExchangeWork: m.ExchangeWork,
+		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -126,6 +126,17 @@ func TestCostMatchesSimulator(t *testing.T) {
 		tc.m.Ports = 2
 		cases = append(cases, tc)
 	}
+	// Lone sends at 0.6 of α (Model.LoneAlpha): Tree's rounds that only
+	// send, the binomial and chain schedules inside the compositions, the
+	// fold of doubling and hd; alone, with ports and with pieces.
+	for _, tc := range []tcase{{uniform, 4, 0}, {uniform, 7, 0}, {tiered, 13, 0}, {twoLevel, 16, 4}, {twoLevel, 24, 8}} {
+		tc.m.LoneAlpha = 0.6
+		cases = append(cases, tc)
+		tc.m.Ports = 2
+		cases = append(cases, tc)
+		tc.m.Segment = 128 << 10
+		cases = append(cases, tc)
+	}
 	for _, tc := range cases {
 		shape := allreduce.NodesShape(tc.n, tc.localSize)
 		for _, a := range allreduce.Algorithms() {
@@ -136,7 +147,7 @@ func TestCostMatchesSimulator(t *testing.T) {
 				continue
 			}
 			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
-				t.Run(fmt.Sprintf("n=%d/local=%d/ports=%d/seg=%d/%v/%d", tc.n, tc.localSize, tc.m.Ports, tc.m.Segment, a, bytes), func(t *testing.T) {
+				t.Run(fmt.Sprintf("n=%d/local=%d/ports=%d/seg=%d/lone=%g/%v/%d", tc.n, tc.localSize, tc.m.Ports, tc.m.Segment, tc.m.LoneAlpha, a, bytes), func(t *testing.T) {
 					var want float64
 					for _, p := range allreduce.Predict(tc.m, shape, bytes) {
 						if p.Algorithm == a {

@@ -156,6 +156,19 @@ func (l Link) transfer(b float64) float64 {
 // acknowledgements ride on the data). It only matters with Cores set.
 // 0 (unset) is 1: the same work. cmd/bench -calibrate fits it with the
 // cores bound.
+//
+// LoneAlpha, where set, is the α of a lone send as a fraction of its
+// link's α: a lone send is a message sent in a step in which its sender
+// receives nothing (transport Send, not Exchange): Tree's rounds that
+// only send, every send of the binomial Broadcast and Reduce, a chain's
+// first rank, the fold and unfold of doubling and halving-doubling. The
+// steps of the ring, doubling and halving-doubling, and the agreement
+// step, are exchanges and keep α. On a host whose ranks outnumber its
+// cores a lone send is seen sooner than an exchange's message: fewer
+// ranks want the cores at that moment (over loopback tcp on 2 cores, 4
+// ranks: a chain's hops took 8–11 µs against the 16.7 µs α fitted on
+// all-reduce steps; fitted, 0.7). 0 (unset) is 1. cmd/bench -calibrate
+// fits it.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
@@ -166,6 +179,16 @@ type Model struct {
 	Cores   int     `json:"cores,omitempty"`
 
 	ExchangeWork float64 `json:"exchange_work,omitempty"`
+	LoneAlpha    float64 `json:"lone_alpha,omitempty"`
+}
+
+// alpha is the α of a message over l: LoneAlpha of it for a lone send
+// (see Model).
+func (m Model) alpha(l Link, lone bool) float64 {
+	if lone && m.LoneAlpha > 0 {
+		return m.LoneAlpha * l.Alpha
+	}
+	return l.Alpha
 }
 
 // Validate reports a model with a negative, infinite or NaN parameter.
@@ -180,7 +203,7 @@ func (m Model) Validate() error {
 		{"intra.cache_bytes", float64(m.Intra.CacheBytes)}, {"inter.cache_bytes", float64(m.Inter.CacheBytes)},
 		{"intra.small_beta_s_per_byte", m.Intra.SmallBeta}, {"inter.small_beta_s_per_byte", m.Inter.SmallBeta},
 		{"intra.small_bytes", float64(m.Intra.SmallBytes)}, {"inter.small_bytes", float64(m.Inter.SmallBytes)},
-		{"gamma_s_per_byte", m.Gamma}, {"exchange_work", m.ExchangeWork},
+		{"gamma_s_per_byte", m.Gamma}, {"exchange_work", m.ExchangeWork}, {"lone_alpha", m.LoneAlpha},
 	} {
 		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {
 			return fmt.Errorf("%w: cost model %s = %v: must be a finite number ≥ 0", ErrInvalid, p.name, p.v)
@@ -250,20 +273,22 @@ func (m Model) pieces(x float64) float64 {
 	return math.Ceil(x / float64(m.Segment))
 }
 
-// oneWay is the time of a message of x bytes sent alone over l, as its
-// pieces (pieces) back to back, from the send's start to the end of its
-// receive: α + k·x/k·β copied (β times the messages sharing its NIC,
-// Link.shared); reduced, each piece is reduced as it
-// lands, so the reduction overlaps the next piece's transfer:
-// α + t(p) + (k−1)·max(t(p), p·γ) + p·γ with p = x/k, t the per-byte part.
+// oneWay is the time of a message of x bytes sent alone over l (a lone
+// send: its α is LoneAlpha's), as its pieces (pieces) back to back, from
+// the send's start to the end of its receive: α + k·x/k·β copied (β times
+// the messages sharing its NIC, Link.shared); reduced, each piece is
+// reduced as it lands, so the reduction overlaps the next piece's
+// transfer: α + t(p) + (k−1)·max(t(p), p·γ) + p·γ with p = x/k, t the
+// per-byte part.
 func (m Model) oneWay(l Link, x float64, reduce bool) float64 {
 	k := m.pieces(x)
 	p := x / k
 	tx := l.queuedTransfer(p)
+	a := m.alpha(l, true)
 	if !reduce {
-		return l.Alpha + k*tx
+		return a + k*tx
 	}
-	return l.Alpha + tx + (k-1)*math.Max(tx, p*m.Gamma) + p*m.Gamma
+	return a + tx + (k-1)*math.Max(tx, p*m.Gamma) + p*m.Gamma
 }
 
 // maxSegment is the largest segment a pipelined schedule may use under m:
@@ -296,14 +321,14 @@ func DefaultModel(peerMemory bool) Model {
 func DefaultModelFor(s Shape) Model {
 	if s.PeerMemory && s.LendLimit > 0 {
 		l := Link{Alpha: 1.99e-6, Beta: 1 / 2.00e9, CacheBeta: 1 / 3.36e9, CacheBytes: 8 << 20, SmallBeta: 1 / 5.19e9, SmallBytes: 512 << 10}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 29.0e9, Ports: 2}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 29.0e9, Ports: 2, LoneAlpha: 0.841}
 	}
 	if s.PeerMemory {
-		l := Link{Alpha: 4.1e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
-		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2}
+		l := Link{Alpha: 4.44e-6, Beta: 1 / 4.89e9, CacheBeta: 1 / 9.78e9, CacheBytes: 8 << 20, SmallBeta: 1 / 30.2e9, SmallBytes: 256 << 10}
+		return Model{Intra: l, Inter: l, Gamma: 1 / 7.89e9, Ports: 2, LoneAlpha: 0.595}
 	}
-	l := Link{Alpha: 16.74e-6, Beta: 1 / 2.115e9, CacheBeta: 1 / 2.742e9, CacheBytes: 128 << 10, SmallBeta: 1 / 3.261e9, SmallBytes: 32 << 10}
-	return Model{Intra: l, Inter: l, Gamma: 1 / 8.781e9, Ports: 2, Segment: TCPSegmentBytes}
+	l := Link{Alpha: 18.26e-6, Beta: 1 / 2.115e9, CacheBeta: 1 / 2.742e9, CacheBytes: 128 << 10, SmallBeta: 1 / 3.261e9, SmallBytes: 32 << 10}
+	return Model{Intra: l, Inter: l, Gamma: 1 / 8.781e9, Ports: 2, Segment: TCPSegmentBytes, LoneAlpha: 0.595}
 }
 
 // TCPSegmentBytes is the default model's Segment for ranks that only

@@ -130,6 +130,7 @@ func TestProfileFiles(t *testing.T) {
 		"nics":      `{"version": 1, "model": {"nics": -2}}`,
 		"cores":     `{"version": 1, "model": {"cores": -1}}`,
 		"exchange":  `{"version": 1, "model": {"exchange_work": -0.5}}`,
+		"lone":      `{"version": 1, "model": {"lone_alpha": -0.7}}`,
 		"small":     `{"version": 1, "model": {"inter": {"small_bytes": -8}}}`,
 		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
 		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,

@@ -394,7 +394,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 							start = nics.slot(r, p, start, tx)
 							sent[r] = start + tx
 						}
-						arrival[r] = start + l.Alpha + tx
+						arrival[r] = start + m.alpha(l, from[r] < 0) + tx // a round that only sends: a lone send
 					}
 				}
 				if !any {

@@ -75,14 +75,16 @@ func (w *rootedWalk) end() float64 {
 }
 
 // post sends a piece of p bytes from r to d at r's clock t and returns
-// the clock r goes on with and the piece's arrival.
-func (w *rootedWalk) post(r, d int, p, t float64) (sent, arrival float64) {
+// the clock r goes on with and the piece's arrival; lone: r receives
+// nothing in that step (Model.LoneAlpha).
+func (w *rootedWalk) post(r, d int, p, t float64, lone bool) (sent, arrival float64) {
 	l := w.m.between(w.s, r, d)
 	tx := l.transfer(p)
+	alpha := w.m.alpha(l, lone)
 	if w.m.Ports <= 0 {
 		start := max(t, w.egress[r])
 		w.egress[r] = start + tx
-		return start + tx, start + l.Alpha + tx
+		return start + tx, start + alpha + tx
 	}
 	ports := w.ports[r]
 	port := 0 // the port free first, the lowest on a tie
@@ -93,16 +95,17 @@ func (w *rootedWalk) post(r, d int, p, t float64) (sent, arrival float64) {
 	}
 	start := max(t, ports[port], w.links[r][d])
 	ports[port], w.links[r][d] = start+tx, start+tx
-	return start, start + l.Alpha + tx
+	return start, start + alpha + tx
 }
 
 // send sends a whole message of x bytes from r to d, its pieces back to
-// back, and returns the pieces' arrivals.
+// back (lone sends: the binomial tree's ranks send and receive in
+// different steps), and returns the pieces' arrivals.
 func (w *rootedWalk) send(r, d int, x float64) []float64 {
 	k := w.m.pieces(x)
 	arrivals := make([]float64, int(k))
 	for j := range arrivals {
-		w.clock[r], arrivals[j] = w.post(r, d, x/k, w.clock[r])
+		w.clock[r], arrivals[j] = w.post(r, d, x/k, w.clock[r], true)
 	}
 	return arrivals
 }
@@ -200,7 +203,7 @@ func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
 				t := w.clock[r]
 				end := t
 				if sending {
-					end, arrivals[i+1] = w.post(r, place(i+1), p, t)
+					end, arrivals[i+1] = w.post(r, place(i+1), p, t, !receiving) // sending alone: a lone send
 				}
 				if receiving {
 					got := max(t, arrivals[i])

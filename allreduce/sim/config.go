@@ -99,6 +99,11 @@ type Config struct {
 	// exchange), as a fraction of a one-way byte's n·β (the allreduce
 	// package's Model.ExchangeWork). 0, the default, is 1.
 	ExchangeWork float64
+	// LoneAlpha is the α of a lone send, a message sent by Send (its
+	// sender receives nothing in that step), as a fraction of its link's
+	// Alpha; an Exchange's message keeps Alpha (the allreduce package's
+	// Model.LoneAlpha). 0, the default, is 1.
+	LoneAlpha float64
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -140,6 +145,9 @@ func (c Config) validate() error {
 	}
 	if c.ExchangeWork < 0 || math.IsInf(c.ExchangeWork, 0) || math.IsNaN(c.ExchangeWork) {
 		return invalid("Config.ExchangeWork is %v (need a finite number ≥ 0; 0 means 1)", c.ExchangeWork)
+	}
+	if c.LoneAlpha < 0 || math.IsInf(c.LoneAlpha, 0) || math.IsNaN(c.LoneAlpha) {
+		return invalid("Config.LoneAlpha is %v (need a finite number ≥ 0; 0 means 1)", c.LoneAlpha)
 	}
 	if c.Ports < 0 {
 		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)

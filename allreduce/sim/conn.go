@@ -231,7 +231,11 @@ func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) e
 	}
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
-	done, err := c.post(ctx, to, h, p, c.clock, 1)
+	alpha := 1.0
+	if c.world.cfg.LoneAlpha > 0 {
+		alpha = c.world.cfg.LoneAlpha // a lone send: Config.LoneAlpha
+	}
+	done, err := c.post(ctx, to, h, p, c.clock, 1, alpha)
 	if err != nil {
 		return err
 	}
@@ -279,7 +283,7 @@ func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []b
 	if to == from && c.world.cfg.ExchangeWork > 0 {
 		work = c.world.cfg.ExchangeWork // a pairwise exchange: Config.ExchangeWork
 	}
-	sent, err := c.post(ctx, to, sh, sp, t, work)
+	sent, err := c.post(ctx, to, sh, sp, t, work, 1)
 	c.tmu.Unlock()
 	if err != nil {
 		return err
@@ -308,9 +312,10 @@ func checkRecv(n int, sink transport.Sink) error {
 // sent at clock t, and returns when the sender may go on: when the egress
 // port is done with it, or with Config.Ports ≥ 1 when a port took it. A
 // message between nodes with Config.NICs set first waits for its NIC
-// (nic.go), which may delay its start. Its work (Config.Cores) is
-// n·β·f times work. The caller holds tmu.
-func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work float64) (float64, error) {
+// (nic.go), which may delay its start. It arrives α·f·alpha after its
+// transfer (alpha: Config.LoneAlpha for a lone send, else 1). Its work
+// (Config.Cores) is n·β·f times work. The caller holds tmu.
+func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work, alpha float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
 	tx := l.transfer(len(p), f)
@@ -334,7 +339,7 @@ func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t
 			return 0, err
 		}
 	}
-	m := message{h: h, n: len(p), arrival: start + l.Alpha*f + tx}
+	m := message{h: h, n: len(p), arrival: start + l.Alpha*f*alpha + tx}
 	if w.arena.contains(p) {
 		m.virtual = true
 	} else if len(p) > 0 {

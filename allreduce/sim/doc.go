@@ -47,6 +47,10 @@
 //	    recvDone = max(t, arrival) + (reduce ? n·γ : 0)   // the Recv rule, from t
 //	    t        = max(sendDone, recvDone)
 //
+// A Send is a lone send (its sender receives nothing in that step): with
+// Config.LoneAlpha set its α is Link.Alpha·f·LoneAlpha; an Exchange's
+// message keeps α.
+//
 // n·β is the link's transfer time in the regime n falls in: n·SmallBeta
 // when SmallBytes > 0 and n ≤ SmallBytes, else n·CacheBeta when
 // CacheBytes > 0 and n ≤ CacheBytes, else n·Beta (each times f).

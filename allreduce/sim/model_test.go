@@ -286,6 +286,7 @@ func TestConfigInvalid(t *testing.T) {
 		"Config.NICs":                func(c *sim.Config) { c.NICs = -1 },
 		"Config.Cores":               func(c *sim.Config) { c.Cores = -1 },
 		"Config.ExchangeWork":        func(c *sim.Config) { c.ExchangeWork = math.NaN() },
+		"Config.LoneAlpha":           func(c *sim.Config) { c.LoneAlpha = -1 },
 		"Config.Intra.SmallBeta":     func(c *sim.Config) { c.Intra.SmallBeta = -1 },
 		"Config.Inter.SmallBytes":    func(c *sim.Config) { c.Inter.SmallBytes = -1 },
 		"Config.Intra.Alpha":         func(c *sim.Config) { c.Intra.Alpha = -1 },

@@ -190,6 +190,9 @@ func describeModel(m allreduce.Model) string {
 			s += fmt.Sprintf(", a byte exchanged pairwise costs them %.3g of one sent one way", m.ExchangeWork)
 		}
 	}
+	if m.LoneAlpha > 0 && m.LoneAlpha != 1 {
+		s += fmt.Sprintf("; a lone send's α %.3g of an exchange's", m.LoneAlpha)
+	}
 	if m.Segment > 0 {
 		s += fmt.Sprintf("; messages in pieces of at most %s", allreducetest.FormatBytes(m.Segment))
 	}

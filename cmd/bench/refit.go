@@ -31,6 +31,10 @@ import (
 //     against one sent one way) is scaled by the same factors from 1:
 //     what tells halving-doubling's and doubling's exchanges from the
 //     ring's and Tree's one-way sends when the cores bound sets the time;
+//   - LoneAlpha (a lone send's α, against an exchange's) is scaled by the
+//     same factors from 1: what tells Tree's rounds and the rooted
+//     schedules' lone sends from the ring's and hd's exchanges where α
+//     sets the time;
 //   - the regimes' sizes move between powers of two from 8 KiB to 8 MiB
 //     (or drop, 0): the cache regime's CacheBytes, and the small-message
 //     regime's SmallBytes below it (loopback tcp: messages that fit the
@@ -38,8 +42,8 @@ import (
 //
 // The log makes a 20 µs call and a 100 ms one count alike, which is what
 // "within 25%" asks of the model. The model and the error before and after
-// are printed. The refit's parameters are few (at most 5 rates, 2 sizes
-// and Ports) against the samples (every algorithm at every size: about
+// are printed. The refit's parameters are few (at most 5 rates, 2 sizes,
+// 2 factors and Ports) against the samples (every algorithm at every size: about
 // 100), and the predictions are checked on a separate run (docs/scaling.md).
 const (
 	refitSteps  = 24
@@ -134,6 +138,15 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 			for k := -refitSteps; k <= refitSteps; k++ {
 				c := m
 				c.ExchangeWork = exchangeWork(m) * math.Exp2(float64(k)/8)
+				out = append(out, c)
+			}
+			return out
+		},
+		func(m allreduce.Model) []allreduce.Model { // a lone send's α
+			var out []allreduce.Model
+			for k := -refitSteps; k <= refitSteps; k++ {
+				c := m
+				c.LoneAlpha = loneAlpha(m) * math.Exp2(float64(k)/8)
 				out = append(out, c)
 			}
 			return out
@@ -341,6 +354,7 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	if m.Cores > 0 {
 		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
 	}
+	fmt.Fprintf(&b, "; lone alpha %.3g (a lone send's α, against an exchange's)", loneAlpha(m))
 	b.WriteString("\n")
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
 	var order []string
@@ -360,6 +374,14 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 }
 
 // exchangeWork is m's Model.ExchangeWork as it prices: unset is 1.
+// loneAlpha is m's LoneAlpha, 1 when unset.
+func loneAlpha(m allreduce.Model) float64 {
+	if m.LoneAlpha <= 0 {
+		return 1
+	}
+	return m.LoneAlpha
+}
+
 func exchangeWork(m allreduce.Model) float64 {
 	if m.ExchangeWork <= 0 {
 		return 1

@@ -128,6 +128,26 @@ func TestRefitRecoversExchangeWork(t *testing.T) {
 	}
 }
 
+// The refit finds a lone send's α (allreduce.Model.LoneAlpha) from
+// samples a model with 0.6 made, starting from none (1): Tree's rounds
+// that only send tell it from the ring's and hd's exchanges at the small
+// sizes.
+func TestRefitRecoversLoneAlpha(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of fitting")
+	}
+	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
+	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, LoneAlpha: 0.6}
+	shape := allreduce.FlatShape(4)
+	samples := predictedSamples(truth, shape, 4)
+	start := truth
+	start.LoneAlpha = 0
+	m, before, after := refitModel(start, samples)
+	if !(after < before) || after > 0.01*0.01 || math.Abs(math.Log2(m.LoneAlpha/0.6)) > 1.0/8+1e-9 {
+		t.Errorf("refit %+v: lone alpha %.3g (want 0.6), mean squared log error %.3g before, %.3g after", m, m.LoneAlpha, before, after)
+	}
+}
+
 // predictedSamples are refit samples made by model truth on shape: ring,
 // doubling, Tree and halving-doubling at 4 KiB to 64 MiB, each size factor
 // times the last.

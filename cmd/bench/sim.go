@@ -23,6 +23,7 @@ func simConfig(cfg *config) sim.Config {
 		NICs:         m.NICs,
 		Cores:        m.Cores,
 		ExchangeWork: m.ExchangeWork,
+		LoneAlpha:    m.LoneAlpha,
 		SlowRank:     -1,
 		TimingOnly:   cfg.virtualBytes() > 0,
 		Timeout:      cfg.tr.Timeout,
