@@ -198,8 +198,8 @@ func rootedSources(t *testing.T) map[string]rootedMeasurements {
 // average per file. The tcp-4 profile's own (its 23:41 calibration, 4 KiB
 // to 64 MiB, five rounds, connections on reno) show that miss larger:
 // Reduce runs the binomial tree from 4 KiB to 512 KiB, where the chain
-// measured 1.21-1.36× faster (the model prices the chain's one-way hops
-// at 1.6-2× their measured time there: 71 against 41 µs at 4 KiB, its
+// measured 1.21-1.36× faster (the model prices the chain at 1.3-2× its
+// measured time there: 61 against 41 µs at 4 KiB with lone sends' α, its
 // α fitted on all-reduce steps in which every rank sends at once on 2
 // cores, where a chain's single segment has one hop at a time); separate
 // runs (`cmd/bench -transport tcp -ranks 4 -op reduce -schedule
