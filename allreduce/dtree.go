@@ -283,7 +283,9 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 //
 //	send:    start = its clock (Ports 0), or the latest of its clock,
 //	         its first free port and its link to p (Ports ≥ 1);
-//	         arrival at p = start + α + c·β; the rank is free again at
+//	         arrival at p = start + α + c·β (α times Model.LoneAlpha
+//	         in a round in which the rank receives nothing: a lone
+//	         send); the rank is free again at
 //	         start + c·β (Ports 0: the send holds it) or at start (the
 //	         port carries the segment)
 //	receive: max(its clock, q's arrival) + c·γ on the way up (reducing),

@@ -18,7 +18,9 @@ import (
 //	  Ports ≥ 1: start = max(t, the sender's first free port, its link to
 //	            the receiver); port and link busy until start + x/k·β; the
 //	            sender's clock stays at start;
-//	  arrival = start + α + x/k·β, β of the piece's size regime;
+//	  arrival = start + α + x/k·β, β of the piece's size regime, α times
+//	            Model.LoneAlpha for a lone send (the binomial tree's sends,
+//	            a chain rank's rounds that only send);
 //	a receive of a piece ends at max(clock, arrival), plus x/k·γ when it
 //	reduces; an exchange (the chain's rounds) posts its piece and receives
 //	the peer's from the same clock, ending at the later of the two, piece

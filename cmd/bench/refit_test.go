@@ -161,3 +161,26 @@ func predictedSamples(truth allreduce.Model, shape allreduce.Shape, factor int) 
 	}
 	return samples
 }
+
+// A size regime must move bytes faster than the one above it, and at most
+// maxRegimeSpeedup times faster.
+func TestRegimesOrdered(t *testing.T) {
+	for _, c := range []struct {
+		l    allreduce.Link
+		want bool
+	}{
+		{allreduce.Link{Beta: 1e-9}, true},
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10}, true},
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9}, false},                                        // not faster
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 16}, true},                                    // 16 times
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 17}, false},                                   // past the bound
+		{allreduce.Link{Beta: 1e-9, SmallBytes: 8 << 10, SmallBeta: 1e-14}, false},                                       // 100,000 times
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-10}, true}, // 5 times the cache regime
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 6e-10}, false},
+		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-11}, false},
+	} {
+		if got := regimesOrdered(c.l); got != c.want {
+			t.Errorf("regimesOrdered(%+v) = %v, want %v", c.l, got, c.want)
+		}
+	}
+}
