@@ -25,6 +25,8 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 	switch {
 	case cfg.explain:
 		return explain(cfg, w)
+	case cfg.compare != "":
+		return compare(cfg, w)
 	case cfg.tr.Launcher(): // -transport tcp, not under a launcher: be one
 		err := cfg.tr.Launch(ctx, cfg.args, cfg.rankCmd, w)
 		if cfg.timeline != nil && err == nil {

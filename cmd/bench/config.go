@@ -72,6 +72,8 @@ type config struct {
 	model      *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
 	modelFrom  string                     // where model came from, for the reports
 	explain    bool                       // -explain: print the cost model's predictions and picks, run nothing
+	compare    string                     // -compare: earlier runs' -json rows to check against the model (files or globs, comma-separated); run nothing
+	algoGiven  bool                       // -algo was on the command line
 	plot       string                     // -plot: the PNG to draw
 	timeline   *timeline                  // -trace: the collectives' timeline (nil: none)
 	calibrate  string                     // -calibrate: the profile to write

@@ -39,6 +39,7 @@ type extFlags struct {
 	payload   string
 	model     modelFlags
 	explain   bool
+	compare   string
 	plot      string
 	trace     string
 	calibrate string
@@ -53,6 +54,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.payload, "sim-payload", payloadAuto, "with -transport sim: auto (real, checked payloads while ranks × bytes ≤ "+allreducetest.FormatBytes(simRealLimit)+", timing-only above), real (always) or none (always timing-only: bytes accounted, never allocated, not checked)")
 	f.model.register(fs)
 	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing; with -op broadcast or reduce, the binomial tree's and the chain's and the one a group runs (allreduce.PredictRooted)")
+	fs.StringVar(&f.compare, "compare", "", "check earlier runs against the cost model, running nothing: the -json rows of runs of one sweep (files or globs, comma-separated; several runs of it, say alternating with other work); prints per all-reduce algorithm and size the median of the runs' times against the prediction for -transport and -ranks under the model (-profile, the model flags or the default, as -explain), and per algorithm how many sizes are within 25% (docs/scaling.md's accuracy tables; bench/accuracy.sh makes the runs)")
 	fs.StringVar(&f.plot, "plot", "", "after the run, draw busbw and time against size, one line per algorithm, into this PNG file (with -transport tcp, rank 0's process writes it)")
 	fs.StringVar(&f.trace, "trace", "", "write every rank's collectives (each call: algorithm, bytes, iteration) as a Chrome trace-event timeline to this file (chrome://tracing, ui.perfetto.dev), a track per rank; multi-process ranks' clocks aligned to rank 0's")
 	fs.StringVar(&f.calibrate, "calibrate", "", "measure this machine's cost model over -transport inproc or tcp (a ring exchange among all the ranks for α and β, the same with a reducing sink for γ), time every runnable algorithm over the sweep, and write the profile to this JSON file")
@@ -65,7 +67,8 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 // flags set on the command line.
 func (f *extFlags) resolve(cfg *config, given map[string]bool) error {
 	sim := cfg.transport == simTransport
-	cfg.explain, cfg.plot, cfg.calibrate = f.explain, f.plot, f.calibrate
+	cfg.explain, cfg.plot, cfg.calibrate, cfg.compare = f.explain, f.plot, f.calibrate, f.compare
+	cfg.algoGiven = given["algo"]
 	cfg.timeline = newTimeline(f.trace)
 	if err := f.resolveNodes(cfg, given); err != nil {
 		return err
@@ -167,6 +170,12 @@ func (f *extFlags) checkModes(cfg *config, given map[string]bool) error {
 		return errors.New("-explain and -calibrate: give one (-explain predicts, -calibrate measures)")
 	case f.explain && f.plot != "":
 		return errors.New("-plot draws a run's rows; -explain runs nothing")
+	case f.compare != "" && (f.explain || f.calibrate != "" || f.plot != ""):
+		return errors.New("-compare reads earlier runs and runs nothing: leave out -explain, -calibrate and -plot")
+	case f.compare != "" && cfg.json:
+		return errors.New("-compare prints a table: leave out -json")
+	case f.compare != "" && cfg.op.kind != allreduce.KindAllReduce:
+		return fmt.Errorf("-compare checks all-reduce runs: -op %s is not allowed with it", cfg.op.name)
 	case f.explain && cfg.op.kind != allreduce.KindAllReduce && cfg.op.kind != allreduce.KindBroadcast && cfg.op.kind != allreduce.KindReduce:
 		return fmt.Errorf("-explain -op %s: %s has one algorithm (the ring), no choice to explain (-op allreduce, broadcast or reduce)", cfg.op.name, cfg.op.name)
 	}

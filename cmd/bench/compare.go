@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// -compare checks earlier runs against the cost model: the prediction
+// accuracy of docs/scaling.md, reproducible. Its input is the rows of
+// runs made with -json (one JSON object per line, as output.go writes
+// them), several runs of the same sweep; for every all-reduce algorithm
+// and size it prints the median of the runs' times, the model's
+// prediction for the flags' shape (plannedShape: -transport, -ranks,
+// -local-size) under the run's model (-profile, the model flags or the
+// default, as -explain), their ratio and the range of the runs' ratios,
+// and per algorithm how many sizes are within 25% and the rms of the log
+// ratio. Runs nothing.
+
+// withinBand is the accuracy the issue asks of a prediction: the measured
+// time within 25% of it.
+const withinBand = 0.25
+
+// compareCell is one algorithm at one size: every run's time (seconds).
+type compareCell struct {
+	times []float64
+}
+
+// compareRuns is what -compare read: the all-reduce cells by algorithm
+// and bytes, the algorithms in their first row's order, and how many
+// files.
+type compareRuns struct {
+	cells map[string]map[int]*compareCell
+	algos []string
+	files int
+}
+
+// readCompareRuns reads the rows of the files that the comma-separated
+// patterns name (globs, or plain paths). Every row must be a run of the
+// flags' transport and ranks; rows of other collectives are left out.
+func readCompareRuns(patterns, transport string, ranks int) (*compareRuns, error) {
+	var files []string
+	for _, p := range strings.Split(patterns, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		matched, err := filepath.Glob(p)
+		if err != nil {
+			return nil, fmt.Errorf("-compare %q: %w", p, err)
+		}
+		if len(matched) == 0 {
+			return nil, fmt.Errorf("-compare %q: no such file", p)
+		}
+		files = append(files, matched...)
+	}
+	if len(files) == 0 {
+		return nil, errors.New("-compare: no files given")
+	}
+	runs := &compareRuns{cells: map[string]map[int]*compareCell{}, files: len(files)}
+	for _, f := range files {
+		if err := runs.read(f, transport, ranks); err != nil {
+			return nil, err
+		}
+	}
+	if len(runs.algos) == 0 {
+		return nil, fmt.Errorf("-compare: no all-reduce rows in %s", strings.Join(files, ", "))
+	}
+	return runs, nil
+}
+
+// read adds one file's rows.
+func (c *compareRuns) read(path, transport string, ranks int) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("-compare: %w", err)
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		var r row
+		if err := json.Unmarshal([]byte(text), &r); err != nil {
+			return fmt.Errorf("-compare: %s:%d: not a row of -json output: %v", path, line, err)
+		}
+		switch {
+		case r.Transport != transport || r.Ranks != ranks:
+			return fmt.Errorf("-compare: %s:%d: a run over %s on %d ranks; the flags say -transport %s -ranks %d", path, line, r.Transport, r.Ranks, transport, ranks)
+		case r.Op != "allreduce":
+			continue
+		case !(r.TimeUS > 0) || math.IsInf(r.TimeUS, 0) || r.Bytes < 0:
+			return fmt.Errorf("-compare: %s:%d: time %v µs for %d bytes: need a time > 0", path, line, r.TimeUS, r.Bytes)
+		}
+		if _, err := allreduce.ParseAlgorithm(r.Algo); err != nil {
+			return fmt.Errorf("-compare: %s:%d: %w", path, line, err)
+		}
+		byBytes := c.cells[r.Algo]
+		if byBytes == nil {
+			byBytes = map[int]*compareCell{}
+			c.cells[r.Algo] = byBytes
+			c.algos = append(c.algos, r.Algo)
+		}
+		cell := byBytes[r.Bytes]
+		if cell == nil {
+			cell = &compareCell{}
+			byBytes[r.Bytes] = cell
+		}
+		cell.times = append(cell.times, r.TimeUS*1e-6)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("-compare: %s: %w", path, err)
+	}
+	return nil
+}
+
+// compareResult is one algorithm's accuracy over its sizes.
+type compareResult struct {
+	within, sizes int
+	sumSquares    float64 // of the log ratios
+}
+
+// compare prints the runs of cfg.compare against the model (see above).
+func compare(cfg *config, w io.Writer) error {
+	runs, err := readCompareRuns(cfg.compare, cfg.transport, cfg.ranks)
+	if err != nil {
+		return err
+	}
+	m, from := cfg.explainModel()
+	shape := plannedShape(cfg)
+	algos := runs.algos
+	if cfg.algoGiven {
+		algos = nil
+		for _, a := range cfg.algos {
+			if runs.cells[a.String()] == nil {
+				return fmt.Errorf("-compare -algo %s: no rows of it in the runs (they have %s)", a, strings.Join(runs.algos, ", "))
+			}
+			algos = append(algos, a.String())
+		}
+	}
+	var sizes []int
+	for _, a := range algos {
+		for b := range runs.cells[a] {
+			if !slices.Contains(sizes, b) {
+				sizes = append(sizes, b)
+			}
+		}
+	}
+	sort.Ints(sizes)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# ringddp bench -compare: %d file(s) of all-reduce runs over %s on %d ranks (%s), against the model's predictions\n", runs.files, cfg.transport, cfg.ranks, cfg.compare)
+	fmt.Fprintf(&b, "# model: %s (%s)\n", describeModel(m), from)
+	fmt.Fprintf(&b, "# each cell: the median of the runs' times / the predicted time (µs), their ratio, [the runs' ratios' range]; * within %.0f%%\n#\n", withinBand*100)
+	fmt.Fprintf(&b, "#%12s", "size (B)")
+	for _, a := range algos {
+		fmt.Fprintf(&b, "  %-34s", a)
+	}
+	b.WriteString("\n")
+	results := map[string]*compareResult{}
+	for _, a := range algos {
+		results[a] = &compareResult{}
+	}
+	for _, bytes := range sizes {
+		fmt.Fprintf(&b, "%13d", bytes)
+		for _, a := range algos {
+			cell := runs.cells[a][bytes]
+			pred, ok := predictedFor(m, shape, a, bytes)
+			if cell == nil || !ok {
+				fmt.Fprintf(&b, "  %-34s", "-")
+				continue
+			}
+			med := median(cell.times)
+			ratio := med / pred
+			lo, hi := slices.Min(cell.times)/pred, slices.Max(cell.times)/pred
+			mark := " "
+			res := results[a]
+			res.sizes++
+			res.sumSquares += math.Log(ratio) * math.Log(ratio)
+			if math.Abs(ratio-1) <= withinBand+1e-12 {
+				res.within++
+				mark = "*"
+			}
+			fmt.Fprintf(&b, "  %-34s", fmt.Sprintf("%.0f / %.0f %.2f%s [%.2f-%.2f]", med*1e6, pred*1e6, ratio, mark, lo, hi))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("#\n")
+	total, cells := 0, 0
+	for _, a := range algos {
+		res := results[a]
+		total, cells = total+res.within, cells+res.sizes
+		rms := 0.0
+		if res.sizes > 0 {
+			rms = math.Sqrt(res.sumSquares / float64(res.sizes))
+		}
+		fmt.Fprintf(&b, "# %-12s within %.0f%%: %d of %d sizes; rms of the log ratio %.1f%%\n", a, withinBand*100, res.within, res.sizes, 100*rms)
+	}
+	fmt.Fprintf(&b, "# all          within %.0f%%: %d of %d cells\n", withinBand*100, total, cells)
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// predictedFor is the model's time for algorithm a (auto: the one it
+// picks) at bytes on shape, false where a cannot run there.
+func predictedFor(m allreduce.Model, shape allreduce.Shape, name string, bytes int) (float64, bool) {
+	a, err := allreduce.ParseAlgorithm(name)
+	if err != nil {
+		return 0, false
+	}
+	if a == allreduce.Auto {
+		a = allreduce.Choose(m, shape, bytes)
+	}
+	s, ok := allreduce.PredictAlgorithm(m, shape, a, bytes)
+	return s, ok && s > 0
+}
