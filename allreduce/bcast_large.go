@@ -141,8 +141,8 @@ func (g *Group) RootedScheduleFor(kind Kind, bytes int) RootedSchedule {
 // bound (cores.go), the chain's +Inf below three ranks.
 func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
 	reduce := kind == KindReduce
-	tree = m.bounded(binomialCost(m, s, b, reduce), binomialWork(m, s, b, reduce))
-	chain = m.bounded(chainCost(m, s, b, reduce), chainWork(m, s, b, reduce))
+	tree = m.bounded(binomialCost(m, s, b, reduce), binomialWork(m, s, b, reduce), b)
+	chain = m.bounded(chainCost(m, s, b, reduce), chainWork(m, s, b, reduce), b)
 	return tree, chain
 }
 

@@ -1,6 +1,10 @@
 package allreduce
 
-import "math"
+import (
+	"math"
+
+	"github.com/ringddp/ringddp/allreduce/transport"
+)
 
 // The cores bound (Model.Cores). Moving a message and reducing it are work
 // for the cores of the host its ranks run on: on loopback tcp each byte is
@@ -91,12 +95,28 @@ func (w *nodeWork) busiest() float64 {
 }
 
 // bounded is t raised to the cores bound of work w (the busiest node's
-// seconds of work) under m: t itself when m has no Cores.
-func (m Model) bounded(t, w float64) float64 {
+// seconds of work) under m, for a collective of b bytes per rank: t
+// itself when m has no Cores.
+func (m Model) bounded(t, w, b float64) float64 {
 	if m.Cores <= 0 {
 		return t
 	}
-	return math.Max(t, w/float64(m.Cores))
+	return math.Max(t, w*m.cacheWork(b)/float64(m.Cores))
+}
+
+// CollectiveBytes is the bytes per rank of the collective a message with
+// header h belongs to (its Count elements of its DType): what
+// Model.CacheWork is keyed on, and what the simulator needs to key its
+// sim.Config.CacheWork alike (sim.Config.CollectiveBytes).
+func CollectiveBytes(h transport.Header) int { return int(h.Count) * elemSize(h) }
+
+// cacheWork is the factor on the work of a collective of b bytes per
+// rank: Model.CacheWork up to CacheWorkBytes, else 1.
+func (m Model) cacheWork(b float64) float64 {
+	if m.CacheWorkBytes > 0 && m.CacheWork > 0 && b <= float64(m.CacheWorkBytes) {
+		return m.CacheWork
+	}
+	return 1
 }
 
 // withoutLatency is m with no α: what is left of a formula is work.

@@ -34,9 +34,12 @@ func TestWorkMatchesSimulator(t *testing.T) {
 				if i != j {
 					m.ExchangeWork = 0.6
 				}
+				if n%2 == 1 { // and the cache-work regime, below 1 MiB + 12
+					m.CacheWork, m.CacheWorkBytes = 0.9, 1<<20+12
+				}
 				shape := allreduce.FlatShape(n)
 				for _, bytes := range []int{0, 4, 12 << 10, 1<<20 + 12, 4 << 20} {
-					name := fmt.Sprintf("n=%d/ports=%d/seg=%d/exchange=%g/%d", n, ports, seg, m.ExchangeWork, bytes)
+					name := fmt.Sprintf("n=%d/ports=%d/seg=%d/exchange=%g/cache=%g/%d", n, ports, seg, m.ExchangeWork, m.CacheWork, bytes)
 					for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
 						want, _ := allreduce.PredictAlgorithm(m, shape, a, bytes)
 						got := simulate(t, m, n, 0, a, bytes)

@@ -24,6 +24,7 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
 		Intra: simLink(m.Intra), Inter: simLink(m.Inter),
 		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha,
+		CacheWork: m.CacheWork, CacheWorkBytes: m.CacheWorkBytes, CollectiveBytes: allreduce.CollectiveBytes,
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -131,6 +131,8 @@ func TestProfileFiles(t *testing.T) {
 		"cores":     `{"version": 1, "model": {"cores": -1}}`,
 		"exchange":  `{"version": 1, "model": {"exchange_work": -0.5}}`,
 		"lone":      `{"version": 1, "model": {"lone_alpha": -0.7}}`,
+		"cache":     `{"version": 1, "model": {"cache_work": -0.8}}`,
+		"cachesize": `{"version": 1, "model": {"cache_work_bytes": -1}}`,
 		"small":     `{"version": 1, "model": {"inter": {"small_bytes": -8}}}`,
 		"algorithm": `{"version": 1, "model": {}, "measurements": [{"algorithm": "bogus", "bytes": 8, "seconds": 1}]}`,
 		"time":      `{"version": 1, "model": {}, "measurements": [{"algorithm": "ring", "bytes": 8, "seconds": -1}]}`,

@@ -131,7 +131,8 @@ func TestRootedScheduleRuns(t *testing.T) {
 func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind allreduce.Kind, s allreduce.RootedSchedule, bytes int) (float64, allreduce.RootedSchedule) {
 	tb.Helper()
 	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
-		Intra: simLink(m.Intra), Inter: simLink(m.Inter), Gamma: m.Gamma, Ports: m.Ports, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha})
+		Intra: simLink(m.Intra), Inter: simLink(m.Inter), Gamma: m.Gamma, Ports: m.Ports, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha,
+		CacheWork: m.CacheWork, CacheWorkBytes: m.CacheWorkBytes, CollectiveBytes: allreduce.CollectiveBytes})
 	if err != nil {
 		tb.Fatal(err)
 	}

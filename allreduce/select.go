@@ -81,7 +81,7 @@ func (s algorithmSpec) predict(m Model, sh Shape, b float64) float64 {
 	if m.Cores <= 0 {
 		return t
 	}
-	return m.bounded(t, s.work(m, sh, b))
+	return m.bounded(t, s.work(m, sh, b), b)
 }
 
 // spec is the algorithm table: parsing, NewGroup's validation, the

@@ -104,6 +104,16 @@ type Config struct {
 	// Alpha; an Exchange's message keeps Alpha (the allreduce package's
 	// Model.LoneAlpha). 0, the default, is 1.
 	LoneAlpha float64
+	// CacheWork and CacheWorkBytes, with Cores set: the work counted
+	// between two alignments is CacheWork times itself when the largest
+	// collective a message of it belongs to has at most CacheWorkBytes
+	// bytes per rank (the allreduce package's Model.CacheWork), which
+	// CollectiveBytes tells from a message's header (allreduce.
+	// CollectiveBytes: the simulator does not know the element types).
+	// 0, the default: no regime.
+	CacheWork       float64
+	CacheWorkBytes  int
+	CollectiveBytes func(transport.Header) int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
 	// SlowFactor. A negative SlowRank, or SlowFactor 0, means none.
@@ -148,6 +158,15 @@ func (c Config) validate() error {
 	}
 	if c.LoneAlpha < 0 || math.IsInf(c.LoneAlpha, 0) || math.IsNaN(c.LoneAlpha) {
 		return invalid("Config.LoneAlpha is %v (need a finite number ≥ 0; 0 means 1)", c.LoneAlpha)
+	}
+	if c.CacheWork < 0 || math.IsInf(c.CacheWork, 0) || math.IsNaN(c.CacheWork) {
+		return invalid("Config.CacheWork is %v (need a finite number ≥ 0; 0 means 1)", c.CacheWork)
+	}
+	if c.CacheWorkBytes < 0 {
+		return invalid("Config.CacheWorkBytes is %d (need 0 or more)", c.CacheWorkBytes)
+	}
+	if c.CacheWorkBytes > 0 && c.CollectiveBytes == nil {
+		return invalid("Config.CacheWorkBytes is %d but Config.CollectiveBytes is nil (the regime is keyed on a message's collective: give allreduce.CollectiveBytes)", c.CacheWorkBytes)
 	}
 	if c.Ports < 0 {
 		return invalid("Config.Ports is %d (need 0 or more)", c.Ports)

@@ -35,6 +35,10 @@ type Conn struct {
 	// large-message rate) and reductions (n·γ) took since the last
 	// AlignClocks (Config.Cores).
 	work float64
+	// collective is the largest collective (bytes per rank,
+	// Config.CollectiveBytes) this rank sent a message of since the last
+	// AlignClocks (Config.CacheWork).
+	collective int
 	// published is clock, for the shared NICs to read without tmu (a
 	// lower bound of this rank's next NIC request).
 	published atomic.Uint64
@@ -365,6 +369,9 @@ func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t
 	}
 	d.mu.Unlock()
 	c.work += float64(len(p)) * l.Beta * f * work // at the large-message rate: Config.Cores
+	if w.cfg.CollectiveBytes != nil {
+		c.collective = max(c.collective, w.cfg.CollectiveBytes(h))
+	}
 	if port >= 0 {
 		c.portFree[port], c.linkFree[to] = start+tx, start+tx
 		return ready, nil

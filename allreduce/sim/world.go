@@ -362,12 +362,17 @@ func (w *World) coresBound(since float64) float64 {
 	}
 	node := make(map[int]float64)
 	busiest := 0.0
+	collective := 0
 	for _, c := range w.conns {
 		c.tmu.Lock()
 		node[c.node] += c.work
-		c.work = 0
+		collective = max(collective, c.collective)
+		c.work, c.collective = 0, 0
 		c.tmu.Unlock()
 		busiest = max(busiest, node[c.node])
+	}
+	if w.cfg.CacheWorkBytes > 0 && w.cfg.CacheWork > 0 && collective <= w.cfg.CacheWorkBytes {
+		busiest *= w.cfg.CacheWork // Config.CacheWork: the collective's buffers fit the caches
 	}
 	return since + busiest/float64(w.cfg.Cores)
 }

@@ -189,6 +189,9 @@ func describeModel(m allreduce.Model) string {
 		if m.ExchangeWork > 0 && m.ExchangeWork != 1 {
 			s += fmt.Sprintf(", a byte exchanged pairwise costs them %.3g of one sent one way", m.ExchangeWork)
 		}
+		if m.CacheWorkBytes > 0 && m.CacheWork > 0 {
+			s += fmt.Sprintf(", %.3g of their work in collectives of up to %s a rank", m.CacheWork, allreducetest.FormatBytes(m.CacheWorkBytes))
+		}
 	}
 	if m.LoneAlpha > 0 && m.LoneAlpha != 1 {
 		s += fmt.Sprintf("; a lone send's α %.3g of an exchange's", m.LoneAlpha)

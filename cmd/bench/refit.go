@@ -31,6 +31,10 @@ import (
 //     against one sent one way) is scaled by the same factors from 1:
 //     what tells halving-doubling's and doubling's exchanges from the
 //     ring's and Tree's one-way sends when the cores bound sets the time;
+//   - with Cores set, the cache-work regime (CacheWork up to
+//     CacheWorkBytes a rank: the work of a collective whose buffers fit
+//     the caches) ends at one of 1…64 MiB, or none, its factor scaled by
+//     the same factors;
 //   - LoneAlpha (a lone send's α, against an exchange's) is scaled by the
 //     same factors from 1: what tells Tree's rounds and the rooted
 //     schedules' lone sends from the ring's and hd's exchanges where α
@@ -142,6 +146,7 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 			}
 			return out
 		},
+		cacheWorkMove,
 		func(m allreduce.Model) []allreduce.Model { // a lone send's α
 			var out []allreduce.Model
 			for k := -refitSteps; k <= refitSteps; k++ {
@@ -296,8 +301,28 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 				fitted, best = c, e
 			}
 		}
+		// Nor, once the regimes of message size have taken up what a
+		// cache-work regime would price, add one: so it also starts from
+		// m with the regime that fits best before the rest is refitted.
+		if c := bestOf(cacheWorkMove(m), samples); c.CacheWorkBytes > 0 {
+			if c, e := fit(c); e < best*(1-1e-9) {
+				fitted, best = c, e
+			}
+		}
 	}
 	return fitted, before, best
+}
+
+// bestOf is the candidate of least refit error (the first on a tie).
+func bestOf(candidates []allreduce.Model, samples []refitSample) allreduce.Model {
+	var best allreduce.Model
+	bestErr := math.Inf(1)
+	for _, c := range candidates {
+		if e := refitError(c, samples); e < bestErr {
+			best, bestErr = c, e
+		}
+	}
+	return best
 }
 
 // refitDescend is the refit's coordinate descent from model m of error
@@ -363,6 +388,9 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 	if m.Cores > 0 {
 		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
 	}
+	if m.Cores > 0 && m.CacheWorkBytes > 0 {
+		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, allreducetest.FormatBytes(m.CacheWorkBytes))
+	}
 	fmt.Fprintf(&b, "; lone alpha %.3g (a lone send's α, against an exchange's)", loneAlpha(m))
 	b.WriteString("\n")
 	b.WriteString("# measured / predicted by the refitted model, per algorithm: median [min, max], sizes within 25%\n")
@@ -383,6 +411,35 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 }
 
 // exchangeWork is m's Model.ExchangeWork as it prices: unset is 1.
+// cacheWorkSizes are the collective sizes (bytes per rank) the
+// cache-work regime may end at.
+var cacheWorkSizes = []int{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20}
+
+// cacheWorkMove is the candidates of the cache-work regime
+// (Model.CacheWork, CacheWorkBytes), with the cores bound only (it prices
+// nothing without): none, or each size it may end at with its factor
+// scaled around the current one (1 when m has none).
+func cacheWorkMove(m allreduce.Model) []allreduce.Model {
+	if m.Cores <= 0 {
+		return nil
+	}
+	none := m
+	none.CacheWork, none.CacheWorkBytes = 0, 0
+	out := []allreduce.Model{none}
+	start := m.CacheWork
+	if m.CacheWorkBytes == 0 || start <= 0 {
+		start = 1
+	}
+	for _, b := range cacheWorkSizes {
+		for k := -refitSteps; k <= refitSteps; k++ {
+			c := m
+			c.CacheWorkBytes, c.CacheWork = b, start*math.Exp2(float64(k)/8)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // loneAlpha is m's LoneAlpha, 1 when unset.
 func loneAlpha(m allreduce.Model) float64 {
 	if m.LoneAlpha <= 0 {

@@ -148,6 +148,31 @@ func TestRefitRecoversLoneAlpha(t *testing.T) {
 	}
 }
 
+// The refit finds the cache-work regime (allreduce.Model.CacheWork up to
+// CacheWorkBytes) from samples a model with 0.75 up to 8 MiB made,
+// starting from none: the size exactly, the factor to its step (2^(1/8)),
+// the samples to 2% (γ and the factor trade on the steps' grid); without
+// the cores bound it leaves it alone.
+func TestRefitRecoversCacheWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of fitting")
+	}
+	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
+	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, Cores: 2, CacheWork: 0.75, CacheWorkBytes: 8 << 20}
+	shape := allreduce.FlatShape(4)
+	samples := predictedSamples(truth, shape, 2)
+	start := truth
+	start.CacheWork, start.CacheWorkBytes = 0, 0
+	m, before, after := refitModel(start, samples)
+	if !(after < before) || after > 0.02*0.02 || m.CacheWorkBytes != 8<<20 || math.Abs(math.Log2(m.CacheWork/0.75)) > 1.0/8+1e-9 {
+		t.Errorf("refit %+v: cache work %.3g up to %d bytes (want 0.75 up to 8 MiB), mean squared log error %.3g before, %.3g after", m, m.CacheWork, m.CacheWorkBytes, before, after)
+	}
+	start.Cores = 0
+	if m, _, _ := refitModel(start, samples); m.CacheWorkBytes != 0 {
+		t.Errorf("without the cores bound the refit set a cache-work regime up to %d bytes", m.CacheWorkBytes)
+	}
+}
+
 // predictedSamples are refit samples made by model truth on shape: ring,
 // doubling, Tree and halving-doubling at 4 KiB to 64 MiB, each size factor
 // times the last.

@@ -24,9 +24,13 @@ func simConfig(cfg *config) sim.Config {
 		Cores:        m.Cores,
 		ExchangeWork: m.ExchangeWork,
 		LoneAlpha:    m.LoneAlpha,
-		SlowRank:     -1,
-		TimingOnly:   cfg.virtualBytes() > 0,
-		Timeout:      cfg.tr.Timeout,
+		// The cache-work regime, keyed on the collective's bytes per rank.
+		CacheWork:       m.CacheWork,
+		CacheWorkBytes:  m.CacheWorkBytes,
+		CollectiveBytes: allreduce.CollectiveBytes,
+		SlowRank:        -1,
+		TimingOnly:      cfg.virtualBytes() > 0,
+		Timeout:         cfg.tr.Timeout,
 	}
 }
 
