@@ -34,7 +34,7 @@ import (
 // ring 16% ahead of halving-doubling at 1 MiB, which no run outside it
 // measured. inproc's (13:20) 1.016×, the worst 1.09× (direct at 2 MiB,
 // where the ring measured faster); shm's (23:52, first sizes settled;
-// refitted at 00:55 with the cores bound and the cache-work regime)
+// refitted at 00:52 with the cores bound and the cache-work regime)
 // 1.003×, the worst 1.02× (fitted without the bound, as the default is,
 // 1.012× and 1.07×; the 15:42 one's 1.015× and 1.09×). inproc-4 fits
 // better with the bound too (17% against 19% in sample, and out of
