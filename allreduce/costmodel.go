@@ -161,9 +161,10 @@ func (l Link) transfer(b float64) float64 {
 // a collective of at most CacheWorkBytes bytes per rank (its buffer), as
 // a fraction of its work priced at β and γ: while a collective's buffers
 // fit the caches, a core moves and reduces each of its bytes for less
-// (over loopback tcp on the 2-core VM: 0.8 up to 16 MiB; refitted with
-// it, the calibration's error fell from 13% to 10% and every
-// out-of-sample set gained 1–9 cells). It only matters with Cores set;
+// (over loopback tcp on the 2-core VM: 0.77 up to 16 MiB; refitted with
+// it, the calibration's rms error fell from 14% to 9% and each of five
+// out-of-sample sets gained 1–7 of 45 cells, docs/scaling.md). It only
+// matters with Cores set;
 // the simulator applies it alike (sim.Config.CacheWork, keyed on the
 // largest collective between two alignments). 0 (unset): no regime.
 //
