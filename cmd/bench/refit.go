@@ -46,8 +46,8 @@ import (
 //
 // The log makes a 20 µs call and a 100 ms one count alike, which is what
 // "within 25%" asks of the model. The model and the error before and after
-// are printed. The refit's parameters are few (at most 5 rates, 2 sizes,
-// 2 factors and Ports) against the samples (every algorithm at every size: about
+// are printed. The refit's parameters are few (at most 5 rates, 3 sizes,
+// 3 factors and Ports) against the samples (every algorithm at every size: about
 // 100), and the predictions are checked on a separate run (docs/scaling.md).
 const (
 	refitSteps  = 24
@@ -411,14 +411,11 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 }
 
 // exchangeWork is m's Model.ExchangeWork as it prices: unset is 1.
-// cacheWorkSizes are the collective sizes (bytes per rank) the
-// cache-work regime may end at.
-var cacheWorkSizes = []int{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, 64 << 20}
-
 // cacheWorkMove is the candidates of the cache-work regime
 // (Model.CacheWork, CacheWorkBytes), with the cores bound only (it prices
-// nothing without): none, or each size it may end at with its factor
-// scaled around the current one (1 when m has none).
+// nothing without): none, or each size it may end at (a power of two
+// from 1 to 64 MiB per rank) with its factor scaled around the current
+// one (1 when m has none).
 func cacheWorkMove(m allreduce.Model) []allreduce.Model {
 	if m.Cores <= 0 {
 		return nil
@@ -430,7 +427,7 @@ func cacheWorkMove(m allreduce.Model) []allreduce.Model {
 	if m.CacheWorkBytes == 0 || start <= 0 {
 		start = 1
 	}
-	for _, b := range cacheWorkSizes {
+	for b := 1 << 20; b <= 64<<20; b <<= 1 {
 		for k := -refitSteps; k <= refitSteps; k++ {
 			c := m
 			c.CacheWorkBytes, c.CacheWork = b, start*math.Exp2(float64(k)/8)
