@@ -134,28 +134,10 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 		scale(func(l *allreduce.Link, f float64) { l.CacheBeta *= f }, false),
 		scale(func(l *allreduce.Link, f float64) { l.SmallBeta *= f }, false),
 		scale(nil, true),
-		func(m allreduce.Model) []allreduce.Model { // an exchanged byte's work
-			if m.Cores <= 0 {
-				return nil // without the cores bound it prices nothing
-			}
-			var out []allreduce.Model
-			for k := -refitSteps; k <= refitSteps; k++ {
-				c := m
-				c.ExchangeWork = exchangeWork(m) * math.Exp2(float64(k)/8)
-				out = append(out, c)
-			}
-			return out
-		},
+		// an exchanged byte's work: without the cores bound it prices nothing
+		factorMove(exchangeWork, func(m *allreduce.Model, v float64) { m.ExchangeWork = v }, true),
 		cacheWorkMove,
-		func(m allreduce.Model) []allreduce.Model { // a lone send's α
-			var out []allreduce.Model
-			for k := -refitSteps; k <= refitSteps; k++ {
-				c := m
-				c.LoneAlpha = loneAlpha(m) * math.Exp2(float64(k)/8)
-				out = append(out, c)
-			}
-			return out
-		},
+		factorMove(loneAlpha, func(m *allreduce.Model, v float64) { m.LoneAlpha = v }, false), // a lone send's α
 		func(m allreduce.Model) []allreduce.Model { // ports
 			var out []allreduce.Model
 			for k := 0; k <= maxPorts; k++ {
@@ -411,6 +393,25 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 }
 
 // exchangeWork is m's Model.ExchangeWork as it prices: unset is 1.
+// factorMove is the move of one of the model's factors (get reads it, 1
+// when unset; set sets it): the candidates scaled by 2^(k/8) around its
+// value, none without the cores bound when needsCores (it prices nothing
+// there).
+func factorMove(get func(allreduce.Model) float64, set func(*allreduce.Model, float64), needsCores bool) func(allreduce.Model) []allreduce.Model {
+	return func(m allreduce.Model) []allreduce.Model {
+		if needsCores && m.Cores <= 0 {
+			return nil
+		}
+		var out []allreduce.Model
+		for k := -refitSteps; k <= refitSteps; k++ {
+			c := m
+			set(&c, get(m)*math.Exp2(float64(k)/8))
+			out = append(out, c)
+		}
+		return out
+	}
+}
+
 // cacheWorkMove is the candidates of the cache-work regime
 // (Model.CacheWork, CacheWorkBytes), with the cores bound only (it prices
 // nothing without): none, or each size it may end at (a power of two

@@ -102,49 +102,44 @@ func TestRefitRecovers(t *testing.T) {
 	}
 }
 
-// TestRefitRecoversExchangeWork: samples made by a model whose cores bound
-// prices a pairwise exchange's bytes at 0.7 of a one-way byte's, refitted
-// from the same model with exchanges priced as one-way sends, give back
-// that factor (to the refit's step of 2^(1/8)) and a model that predicts
-// them; without the cores bound the factor is left alone (it prices
-// nothing there).
-func TestRefitRecoversExchangeWork(t *testing.T) {
+// The refit recovers the model's factors from samples a known model made,
+// starting from the same model without the factor (to the refit's step of
+// 2^(1/8), and a model that predicts them within 2%):
+//   - ExchangeWork 0.7: the cores bound prices a pairwise exchange's bytes
+//     at 0.7 of a one-way byte's; without the cores bound the refit leaves
+//     the factor alone (it prices nothing there);
+//   - LoneAlpha 0.6: Tree's rounds that only send tell it from the ring's
+//     and hd's exchanges at the small sizes.
+func TestRefitRecoversFactors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
 	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Cores: 2, ExchangeWork: 0.7}
 	shape := allreduce.FlatShape(4)
-	samples := predictedSamples(truth, shape, 4)
-	start := truth
-	start.ExchangeWork = 0
-	m, before, after := refitModel(start, samples)
-	if !(after < before) || after > 0.02*0.02 || math.Abs(math.Log2(m.ExchangeWork/0.7)) > 1.0/8+1e-9 {
-		t.Errorf("refit %+v: exchange work %.3g (want 0.7), mean squared log error %.3g before, %.3g after", m, m.ExchangeWork, before, after)
-	}
-	start.Cores = 0
-	if m, _, _ := refitModel(start, samples); m.ExchangeWork != 0 {
-		t.Errorf("without the cores bound the refit set exchange work to %g", m.ExchangeWork)
-	}
-}
-
-// The refit finds a lone send's α (allreduce.Model.LoneAlpha) from
-// samples a model with 0.6 made, starting from none (1): Tree's rounds
-// that only send tell it from the ring's and hd's exchanges at the small
-// sizes.
-func TestRefitRecoversLoneAlpha(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a few seconds of fitting")
-	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, LoneAlpha: 0.6}
-	shape := allreduce.FlatShape(4)
-	samples := predictedSamples(truth, shape, 4)
-	start := truth
-	start.LoneAlpha = 0
-	m, before, after := refitModel(start, samples)
-	if !(after < before) || after > 0.01*0.01 || math.Abs(math.Log2(m.LoneAlpha/0.6)) > 1.0/8+1e-9 {
-		t.Errorf("refit %+v: lone alpha %.3g (want 0.6), mean squared log error %.3g before, %.3g after", m, m.LoneAlpha, before, after)
+	for _, c := range []struct {
+		name  string
+		truth allreduce.Model
+		get   func(allreduce.Model) float64
+		clear func(*allreduce.Model)
+	}{
+		{"exchange work", allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Cores: 2, ExchangeWork: 0.7},
+			exchangeWork, func(m *allreduce.Model) { m.ExchangeWork = 0 }},
+		{"lone alpha", allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, LoneAlpha: 0.6},
+			loneAlpha, func(m *allreduce.Model) { m.LoneAlpha = 0 }},
+	} {
+		samples := predictedSamples(c.truth, shape, 4)
+		start := c.truth
+		c.clear(&start)
+		m, before, after := refitModel(start, samples)
+		if want := c.get(c.truth); !(after < before) || after > 0.02*0.02 || math.Abs(math.Log2(c.get(m)/want)) > 1.0/8+1e-9 {
+			t.Errorf("%s: refit %+v: %.3g (want %.3g), mean squared log error %.3g before, %.3g after", c.name, m, c.get(m), want, before, after)
+		}
+		if c.truth.Cores > 0 {
+			start.Cores = 0
+			if m, _, _ := refitModel(start, samples); m.ExchangeWork != 0 {
+				t.Errorf("%s: without the cores bound the refit set exchange work to %g", c.name, m.ExchangeWork)
+			}
+		}
 	}
 }
 
