@@ -313,7 +313,7 @@ func writeRatios(b *strings.Builder, order []string, ratios map[string][]float64
 		lo, hi, within := rs[0], rs[0], 0
 		for _, x := range rs {
 			lo, hi = min(lo, x), max(hi, x)
-			if x >= 0.75 && x <= 1.25 {
+			if withinAccuracy(x) {
 				within++
 			}
 		}

@@ -31,16 +31,17 @@ import (
 // time within 25% of it.
 const withinBand = 0.25
 
-// compareCell is one algorithm at one size: every run's time (seconds).
-type compareCell struct {
-	times []float64
+// withinAccuracy reports whether a measured/predicted ratio is within
+// withinBand (-compare's and -calibrate's counts).
+func withinAccuracy(ratio float64) bool {
+	return ratio >= 1-withinBand && ratio <= 1+withinBand
 }
 
-// compareRuns is what -compare read: the all-reduce cells by algorithm
-// and bytes, the algorithms in their first row's order, and how many
-// files.
+// compareRuns is what -compare read: every run's time (seconds) by
+// algorithm and bytes, the algorithms in their first row's order, and how
+// many files.
 type compareRuns struct {
-	cells map[string]map[int]*compareCell
+	times map[string]map[int][]float64
 	algos []string
 	files int
 }
@@ -67,7 +68,7 @@ func readCompareRuns(patterns, transport string, ranks int) (*compareRuns, error
 	if len(files) == 0 {
 		return nil, errors.New("-compare: no files given")
 	}
-	runs := &compareRuns{cells: map[string]map[int]*compareCell{}, files: len(files)}
+	runs := &compareRuns{times: map[string]map[int][]float64{}, files: len(files)}
 	for _, f := range files {
 		if err := runs.read(f, transport, ranks); err != nil {
 			return nil, err
@@ -107,18 +108,13 @@ func (c *compareRuns) read(path, transport string, ranks int) error {
 		if _, err := allreduce.ParseAlgorithm(r.Algo); err != nil {
 			return fmt.Errorf("-compare: %s:%d: %w", path, line, err)
 		}
-		byBytes := c.cells[r.Algo]
+		byBytes := c.times[r.Algo]
 		if byBytes == nil {
-			byBytes = map[int]*compareCell{}
-			c.cells[r.Algo] = byBytes
+			byBytes = map[int][]float64{}
+			c.times[r.Algo] = byBytes
 			c.algos = append(c.algos, r.Algo)
 		}
-		cell := byBytes[r.Bytes]
-		if cell == nil {
-			cell = &compareCell{}
-			byBytes[r.Bytes] = cell
-		}
-		cell.times = append(cell.times, r.TimeUS*1e-6)
+		byBytes[r.Bytes] = append(byBytes[r.Bytes], r.TimeUS*1e-6)
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("-compare: %s: %w", path, err)
@@ -144,7 +140,7 @@ func compare(cfg *config, w io.Writer) error {
 	if cfg.algoGiven {
 		algos = nil
 		for _, a := range cfg.algos {
-			if runs.cells[a.String()] == nil {
+			if runs.times[a.String()] == nil {
 				return fmt.Errorf("-compare -algo %s: no rows of it in the runs (they have %s)", a, strings.Join(runs.algos, ", "))
 			}
 			algos = append(algos, a.String())
@@ -152,7 +148,7 @@ func compare(cfg *config, w io.Writer) error {
 	}
 	var sizes []int
 	for _, a := range algos {
-		for b := range runs.cells[a] {
+		for b := range runs.times[a] {
 			if !slices.Contains(sizes, b) {
 				sizes = append(sizes, b)
 			}
@@ -176,20 +172,20 @@ func compare(cfg *config, w io.Writer) error {
 	for _, bytes := range sizes {
 		fmt.Fprintf(&b, "%13d", bytes)
 		for _, a := range algos {
-			cell := runs.cells[a][bytes]
+			times := runs.times[a][bytes]
 			pred, ok := predictedFor(m, shape, a, bytes)
-			if cell == nil || !ok {
+			if len(times) == 0 || !ok {
 				fmt.Fprintf(&b, "  %-34s", "-")
 				continue
 			}
-			med := median(cell.times)
+			med := median(times)
 			ratio := med / pred
-			lo, hi := slices.Min(cell.times)/pred, slices.Max(cell.times)/pred
+			lo, hi := slices.Min(times)/pred, slices.Max(times)/pred
 			mark := " "
 			res := results[a]
 			res.sizes++
 			res.sumSquares += math.Log(ratio) * math.Log(ratio)
-			if math.Abs(ratio-1) <= withinBand+1e-12 {
+			if withinAccuracy(ratio) {
 				res.within++
 				mark = "*"
 			}
