@@ -102,6 +102,9 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	if err := printRefit(w, before, after, refit, samples); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
+	if err := printAutoPicks(w, autoPicks(refit, samples)); err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
 	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
 	for _, r := range append(slices.Clone(p.rows), rooted...) {
