@@ -181,17 +181,31 @@ func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte) (
 
 // alive reports why a message to or from peer cannot move, if it cannot.
 func (c *Conn) alive(ctx context.Context, l *link, peer int) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.end.Dead():
+	// One channel at a time: a select over several always locks them
+	// all, a single-case one with a default only looks (this runs on
+	// every message).
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if isClosed(c.end.Dead()) {
 		return c.end.Err()
-	case <-c.world.conns[peer].end.Dead():
+	}
+	if isClosed(c.world.conns[peer].end.Dead()) {
 		return c.peerErr(peer)
-	case <-l.cut:
+	}
+	if isClosed(l.cut) {
 		return cutErr(c.rank, peer)
+	}
+	return nil
+}
+
+// isClosed reports whether ch, a channel that is only ever closed, is.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
 	default:
-		return nil
+		return false
 	}
 }
 

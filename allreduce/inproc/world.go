@@ -157,6 +157,7 @@ func (w *World) SetFault(from, to int, f Fault) error {
 	l := w.link(from, to)
 	l.mu.Lock()
 	l.fault = f
+	l.faulty.Store(true)
 	l.mu.Unlock()
 	if f.Cut {
 		l.cutOnce.Do(func() { close(l.cut) })
@@ -192,6 +193,7 @@ type link struct {
 	cutOnce   sync.Once
 	mu        sync.Mutex
 	fault     Fault
+	faulty    atomic.Bool // a fault was ever set: currentFault must lock
 	sendTimer *time.Timer
 	recvTimer *time.Timer
 }
@@ -231,6 +233,9 @@ func (l *link) spinFor(want uint32) bool {
 const spinRounds = 256
 
 func (l *link) currentFault() Fault {
+	if !l.faulty.Load() {
+		return Fault{} // the common case: no fault was ever installed
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fault
