@@ -14,7 +14,11 @@
 #                                temporary directory), one file per round
 #
 # Profiles: allreduce/testdata/profiles/{tcp,inproc}-$NP.json, or
-# TCP_PROFILE and INPROC_PROFILE. About 20 s a round on the 2-core VM.
+# TCP_PROFILE and INPROC_PROFILE; with CALIBRATE=1, calibrations of both
+# transports made first, into DIR/cal-tcp.json and DIR/cal-inproc.json
+# (their reports beside them, .log): the issue's protocol, the profile
+# calibrated on the host as it is when the runs are. About 20 s a round
+# on the 2-core VM; the calibrations about 5.5 and 1.5 minutes.
 set -eu
 cd "$(dirname "$0")/.."
 dir=${1:-$(mktemp -d)}
@@ -25,6 +29,13 @@ tcp_profile=${TCP_PROFILE:-allreduce/testdata/profiles/tcp-$np.json}
 inproc_profile=${INPROC_PROFILE:-allreduce/testdata/profiles/inproc-$np.json}
 bin=${TMPDIR:-/tmp}/ringddp-bench-accuracy
 go build -o "$bin" ./cmd/bench
+if [ "${CALIBRATE:-0}" = 1 ]; then
+	for t in tcp inproc; do
+		"$bin" -calibrate "$dir/cal-$t.json" -transport "$t" -ranks "$np" -min 4K -max 64M -factor 2 >"$dir/cal-$t.log"
+		echo "# calibrated $t ($(date +%T)): $(grep -E "^# Auto's picks" "$dir/cal-$t.log" | sed 's/^# //')"
+	done
+	tcp_profile=$dir/cal-tcp.json inproc_profile=$dir/cal-inproc.json
+fi
 i=0
 while [ "$i" -lt "$rounds" ]; do
 	order=$(echo "ring,tree,hd tree,hd,ring hd,ring,tree" | cut -d' ' -f$((i % 3 + 1)))
@@ -34,6 +45,6 @@ while [ "$i" -lt "$rounds" ]; do
 	echo "# round $i done ($(date +%T), -algo $order, load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))"
 	i=$((i + 1))
 done
-"$bin" -compare "$dir/tcp-*.json" -transport tcp -ranks "$np" -profile "$tcp_profile"
+"$bin" -compare "$dir/tcp-[0-9]*.json" -transport tcp -ranks "$np" -profile "$tcp_profile"
 echo
-"$bin" -compare "$dir/inproc-*.json" -transport inproc -ranks "$np" -profile "$inproc_profile"
+"$bin" -compare "$dir/inproc-[0-9]*.json" -transport inproc -ranks "$np" -profile "$inproc_profile"
