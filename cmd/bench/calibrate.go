@@ -93,10 +93,11 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	}
 	samples := refitSamples(p.rows)
 	refit, before, after, coresNote := refitWithCores(*cfg.model, samples)
+	refit, after, choiceNote := refitForChoices(refit, after, samples)
 	if err := printAccuracy(w, p.rows); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if _, err := io.WriteString(w, coresNote); err != nil {
+	if _, err := io.WriteString(w, coresNote+choiceNote); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	if err := printRefit(w, before, after, refit, samples); err != nil {

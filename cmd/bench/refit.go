@@ -44,6 +44,10 @@ import (
 //     regime's SmallBytes below it (loopback tcp: messages that fit the
 //     socket buffers), a regime starting at the β of the one above it.
 //
+// Last, where the fitted model's Auto picks an algorithm measured more
+// than 10% over the fastest at some size, the descent runs once more
+// with its misrankings as a penalty (choicefit.go).
+//
 // The log makes a 20 µs call and a 100 ms one count alike, which is what
 // "within 25%" asks of the model. The model and the error before and after
 // are printed. The refit's parameters are few (at most 5 rates, 3 sizes,
@@ -311,6 +315,13 @@ func bestOf(candidates []allreduce.Model, samples []refitSample) allreduce.Model
 // e: refitRounds passes over the moves, each taking the best candidate
 // that lowers the error. It returns the model and its error.
 func refitDescend(m allreduce.Model, e float64, samples []refitSample, moves []func(allreduce.Model) []allreduce.Model) (allreduce.Model, float64) {
+	return descend(m, e, moves, func(c allreduce.Model) float64 { return refitError(c, samples) })
+}
+
+// descend is coordinate descent from model m of error e under errf:
+// refitRounds passes over the moves, each taking the candidate that
+// lowers errf the most so far (regimes out of order skipped).
+func descend(m allreduce.Model, e float64, moves []func(allreduce.Model) []allreduce.Model, errf func(allreduce.Model) float64) (allreduce.Model, float64) {
 	for range refitRounds {
 		improved := false
 		for _, move := range moves {
@@ -318,7 +329,7 @@ func refitDescend(m allreduce.Model, e float64, samples []refitSample, moves []f
 				if !regimesOrdered(c.Intra) {
 					continue
 				}
-				if ce := refitError(c, samples); ce < e*(1-1e-9) {
+				if ce := errf(c); ce < e*(1-1e-9) {
 					e, m, improved = ce, c, true
 				}
 			}

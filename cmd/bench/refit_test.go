@@ -67,6 +67,10 @@ func TestRefitProfiles(t *testing.T) {
 				return
 			}
 			m, before, after := refitModel(p.Model, samples)
+			m, after, choiceNote := refitForChoices(m, after, samples) // as -calibrate does
+			if choiceNote != "" {
+				t.Log(choiceNote)
+			}
 			var b strings.Builder
 			if err := printRefit(&b, before, after, m, samples); err != nil {
 				t.Fatal(err)
