@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -45,18 +46,9 @@ func (p autoPick) ratio() float64 {
 // autoPicks is m's Auto at every size of samples (one calibration: one
 // shape per size), in increasing size.
 func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
-	bySize := map[int][]refitSample{}
-	for _, s := range samples {
-		bySize[s.bytes] = append(bySize[s.bytes], s)
-	}
-	var out []autoPick
-	for _, bytes := range slices.Sorted(func(yield func(int) bool) {
-		for b := range bySize {
-			if !yield(b) {
-				return
-			}
-		}
-	}) {
+	sizes, bySize := samplesBySize(samples)
+	out := make([]autoPick, 0, len(sizes))
+	for _, bytes := range sizes {
 		at := bySize[bytes]
 		p := autoPick{bytes: bytes, pick: allreduce.Choose(m, at[0].shape, bytes), fastestS: math.Inf(1)}
 		for _, s := range at {
@@ -70,6 +62,16 @@ func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
 		out = append(out, p)
 	}
 	return out
+}
+
+// samplesBySize groups samples by their bytes, the sizes in increasing
+// order.
+func samplesBySize(samples []refitSample) ([]int, map[int][]refitSample) {
+	bySize := map[int][]refitSample{}
+	for _, s := range samples {
+		bySize[s.bytes] = append(bySize[s.bytes], s)
+	}
+	return slices.Sorted(maps.Keys(bySize)), bySize
 }
 
 // printAutoPicks writes the check: a row per size, the mean and worst

@@ -28,9 +28,9 @@ import (
 // the plain fits of the second and third put 40 and 40 (Tree 14 → 9 on
 // the third, 8 on the fourth): the price of ranking direct and the ring
 // at 1 MiB as they measured is a model that predicts less well
-// elsewhere, and the choices are what the calibration is for. When the fitted model misses nothing the
-// step changes nothing: the stored profiles, whose Auto meets the goal,
-// are the refit's output alone.
+// elsewhere, and the choices are what the calibration is for. When the
+// fitted model misses nothing the step changes nothing: the stored
+// profiles, whose Auto meets the goal, are the refit's output alone.
 
 // choiceWeight weighs the ranking penalty against the refit's error (the
 // mean squared log ratio of predicted to measured time, about 0.02–0.03
@@ -55,12 +55,10 @@ const missPenalty = 0.01
 // and weighted by choiceWeight. With none, m's Auto meets the goal at
 // every size (it picks the fastest or one within autoGoal of it).
 func rankPenalty(m allreduce.Model, samples []refitSample) float64 {
-	bySize := map[int][]refitSample{}
-	for _, s := range samples {
-		bySize[s.bytes] = append(bySize[s.bytes], s)
-	}
+	sizes, bySize := samplesBySize(samples)
 	sum := 0.0
-	for _, at := range bySize {
+	for _, bytes := range sizes { // in order: the sum is the same every run
+		at := bySize[bytes]
 		fastest := at[0]
 		for _, s := range at {
 			if s.seconds < fastest.seconds {
@@ -104,15 +102,11 @@ func refitForChoices(m allreduce.Model, e float64, samples []refitSample) (allre
 	if misses == 0 {
 		return m, e, ""
 	}
-	maxPorts := 0
-	for _, s := range samples {
-		maxPorts = max(maxPorts, s.shape.Ranks-1)
-	}
 	errf := func(c allreduce.Model) float64 {
 		n, _ := choiceMisses(c, samples)
 		return refitError(c, samples) + rankPenalty(c, samples) + missPenalty*float64(n)
 	}
-	c, _ := descend(m, errf(m), refitMoves(maxPorts), errf)
+	c, _ := descend(m, errf(m), refitMoves(maxPortsOf(samples)), errf)
 	cMisses, cWorst := choiceMisses(c, samples)
 	ce := refitError(c, samples)
 	line := fmt.Sprintf("# refit for choices: the fitted model's Auto missed the %.0f%% goal at %d sizes (worst %.2f×); refitted with its misrankings as a penalty: %d sizes (worst %.2f×), rms prediction error %s → %s",

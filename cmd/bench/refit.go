@@ -263,11 +263,7 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 	if len(samples) == 0 || math.IsInf(before, 1) {
 		return m, before, before
 	}
-	maxPorts := 0
-	for _, s := range samples {
-		maxPorts = max(maxPorts, s.shape.Ranks-1)
-	}
-	moves := refitMoves(maxPorts)
+	moves := refitMoves(maxPortsOf(samples))
 	fit := func(m allreduce.Model) (allreduce.Model, float64) {
 		best := refitError(m, samples)
 		if s, e := refitRegimes(m, samples); e < best {
@@ -297,6 +293,16 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 		}
 	}
 	return fitted, before, best
+}
+
+// maxPortsOf is the most Ports the refit tries for samples: one fewer
+// than their most ranks (a rank sends to at most N−1 peers at once).
+func maxPortsOf(samples []refitSample) int {
+	k := 0
+	for _, s := range samples {
+		k = max(k, s.shape.Ranks-1)
+	}
+	return k
 }
 
 // bestOf is the candidate of least refit error (the first on a tie).
