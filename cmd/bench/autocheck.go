@@ -46,10 +46,29 @@ func (p autoPick) ratio() float64 {
 // autoPicks is m's Auto at every size of samples (one calibration: one
 // shape per size), in increasing size.
 func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
-	sizes, bySize := samplesBySize(samples)
-	out := make([]autoPick, 0, len(sizes))
-	for _, bytes := range sizes {
-		at := bySize[bytes]
+	return groupBySize(samples).picks(m)
+}
+
+// sizeGroups are samples grouped by their bytes, the sizes in increasing
+// order: grouped once where many models are checked against them.
+type sizeGroups struct {
+	sizes []int
+	at    map[int][]refitSample
+}
+
+func groupBySize(samples []refitSample) sizeGroups {
+	at := map[int][]refitSample{}
+	for _, s := range samples {
+		at[s.bytes] = append(at[s.bytes], s)
+	}
+	return sizeGroups{slices.Sorted(maps.Keys(at)), at}
+}
+
+// picks is m's Auto at every size of g (autoPicks).
+func (g sizeGroups) picks(m allreduce.Model) []autoPick {
+	out := make([]autoPick, 0, len(g.sizes))
+	for _, bytes := range g.sizes {
+		at := g.at[bytes]
 		p := autoPick{bytes: bytes, pick: allreduce.Choose(m, at[0].shape, bytes), fastestS: math.Inf(1)}
 		for _, s := range at {
 			if s.seconds < p.fastestS {
@@ -62,16 +81,6 @@ func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
 		out = append(out, p)
 	}
 	return out
-}
-
-// samplesBySize groups samples by their bytes, the sizes in increasing
-// order.
-func samplesBySize(samples []refitSample) ([]int, map[int][]refitSample) {
-	bySize := map[int][]refitSample{}
-	for _, s := range samples {
-		bySize[s.bytes] = append(bySize[s.bytes], s)
-	}
-	return slices.Sorted(maps.Keys(bySize)), bySize
 }
 
 // printAutoPicks writes the check: a row per size, the mean and worst

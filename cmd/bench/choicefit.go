@@ -54,11 +54,10 @@ const missPenalty = 0.01
 // m predicts it below the fastest (0 where m predicts it above), summed
 // and weighted by choiceWeight. With none, m's Auto meets the goal at
 // every size (it picks the fastest or one within autoGoal of it).
-func rankPenalty(m allreduce.Model, samples []refitSample) float64 {
-	sizes, bySize := samplesBySize(samples)
+func rankPenalty(m allreduce.Model, g sizeGroups) float64 {
 	sum := 0.0
-	for _, bytes := range sizes { // in order: the sum is the same every run
-		at := bySize[bytes]
+	for _, bytes := range g.sizes { // in order: the sum is the same every run
+		at := g.at[bytes]
 		fastest := at[0]
 		for _, s := range at {
 			if s.seconds < fastest.seconds {
@@ -82,9 +81,9 @@ func rankPenalty(m allreduce.Model, samples []refitSample) float64 {
 }
 
 // choiceMisses is the number of sizes where m's Auto misses the goal on
-// samples, and the worst ratio over all sizes (autocheck.go).
-func choiceMisses(m allreduce.Model, samples []refitSample) (misses int, worst float64) {
-	for _, p := range autoPicks(m, samples) {
+// the samples of g, and the worst ratio over all sizes (autocheck.go).
+func choiceMisses(m allreduce.Model, g sizeGroups) (misses int, worst float64) {
+	for _, p := range g.picks(m) {
 		r := p.ratio()
 		worst = max(worst, r)
 		if r > autoGoal {
@@ -98,16 +97,17 @@ func choiceMisses(m allreduce.Model, samples []refitSample) (misses int, worst f
 // refit error e): the model to keep, its refit error, and the report's
 // line (empty when m's Auto misses nothing).
 func refitForChoices(m allreduce.Model, e float64, samples []refitSample) (allreduce.Model, float64, string) {
-	misses, worst := choiceMisses(m, samples)
+	g := groupBySize(samples)
+	misses, worst := choiceMisses(m, g)
 	if misses == 0 {
 		return m, e, ""
 	}
 	errf := func(c allreduce.Model) float64 {
-		n, _ := choiceMisses(c, samples)
-		return refitError(c, samples) + rankPenalty(c, samples) + missPenalty*float64(n)
+		n, _ := choiceMisses(c, g)
+		return refitError(c, samples) + rankPenalty(c, g) + missPenalty*float64(n)
 	}
 	c, _ := descend(m, errf(m), refitMoves(maxPortsOf(samples)), errf)
-	cMisses, cWorst := choiceMisses(c, samples)
+	cMisses, cWorst := choiceMisses(c, g)
 	ce := refitError(c, samples)
 	line := fmt.Sprintf("# refit for choices: the fitted model's Auto missed the %.0f%% goal at %d sizes (worst %.2f×); refitted with its misrankings as a penalty: %d sizes (worst %.2f×), rms prediction error %s → %s",
 		(autoGoal-1)*100, misses, worst, cMisses, cWorst, rmsText(e), rmsText(ce))

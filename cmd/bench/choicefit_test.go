@@ -56,11 +56,11 @@ func TestRefitForChoices(t *testing.T) {
 		}
 	}
 	e := refitError(truth, samples)
-	if misses, _ := choiceMisses(truth, samples); misses != 1 {
+	if misses, _ := choiceMisses(truth, groupBySize(samples)); misses != 1 {
 		t.Fatalf("%d misses before, want 1 (at %d B, %v)", misses, at, pick)
 	}
 	m, me, line := refitForChoices(truth, e, samples)
-	misses, worst := choiceMisses(m, samples)
+	misses, worst := choiceMisses(m, groupBySize(samples))
 	if misses != 0 || !strings.HasSuffix(line, ": kept\n") {
 		t.Errorf("after the refit for choices %d misses (worst %.2f×), want 0: %s", misses, worst, line)
 	}
