@@ -1,0 +1,179 @@
+// Command asm generates the GEMM micro-kernels of package gemm with avo.
+//
+//	cd internal/gemm/_asm && go run . -out ../kernels_amd64.s -stubs ../kernels_amd64.go -pkg gemm
+//
+// (`go generate ./internal/gemm` runs exactly that.) It is a module of its own so that
+// avo is a dependency of the generator only, never of the library.
+//
+// Every kernel has the same contract, written for float32 (float64 is the same
+// with 8-byte elements):
+//
+//	func kernel(kc int, a, b, c *float32, ldc int)
+//
+// It adds the product of a packed MR×kc micro-panel of A and a packed kc×NR
+// micro-panel of B to the MR×NR block of row-major C at c (row stride ldc
+// elements):
+//
+//	C[i][j] += Σ_p a[p*MR+i] · b[p*NR+j]   for i < MR, j < NR, p < kc
+//
+// The sum runs over p in increasing order with one fused multiply-add per
+// term (no reassociation), so the result does not depend on how the caller
+// split M and N between threads. The MR·NR/lanes accumulators stay in
+// registers for the whole kc loop: per p the kernel loads NR/lanes vectors
+// of B, broadcasts each of the MR elements of A once and issues MR·NR/lanes
+// FMAs. C is read and written once, at the end.
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// isa describes one instruction set's vectors.
+type isa struct {
+	name  string // suffix of the kernel's name
+	bytes int    // vector width in bytes
+	regs  int    // vector registers available
+	vec   func(i int) VecPhysical
+}
+
+var (
+	avx512 = isa{name: "AVX512", bytes: 64, regs: 32, vec: zmm}
+	avx2   = isa{name: "AVX2", bytes: 32, regs: 16, vec: ymm}
+)
+
+func zmm(i int) VecPhysical {
+	return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+		Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
+}
+
+func ymm(i int) VecPhysical {
+	return []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}[i]
+}
+
+// elem describes one element type's instructions.
+type elem struct {
+	prefix string // "s" or "d", as in BLAS
+	goType string
+	bytes  int
+	bcast  func(m, v Op)
+	fma    func(b, a, acc Op) // acc += a*b
+	add    func(m, v, d Op)
+	move   func(src, dst Op)
+}
+
+var (
+	f32 = elem{prefix: "s", goType: "float32", bytes: 4,
+		bcast: func(m, v Op) { VBROADCASTSS(m, v) },
+		fma:   func(b, a, acc Op) { VFMADD231PS(b, a, acc) },
+		add:   func(m, v, d Op) { VADDPS(m, v, d) },
+		move:  func(s, d Op) { VMOVUPS(s, d) }}
+	f64 = elem{prefix: "d", goType: "float64", bytes: 8,
+		bcast: func(m, v Op) { VBROADCASTSD(m, v) },
+		fma:   func(b, a, acc Op) { VFMADD231PD(b, a, acc) },
+		add:   func(m, v, d Op) { VADDPD(m, v, d) },
+		move:  func(s, d Op) { VMOVUPD(s, d) }}
+)
+
+// unroll is how many steps of p one pass of the main loop takes.
+const unroll = 4
+
+// kernel emits one micro-kernel: mr rows of A broadcast, nv vectors of B.
+func kernel(e elem, x isa, mr, nv int) {
+	lanes := x.bytes / e.bytes
+	nr := nv * lanes
+	if mr*nv+nv+1 > x.regs {
+		panic(fmt.Sprintf("%dx%d needs more than %d registers", mr, nr, x.regs))
+	}
+	name := fmt.Sprintf("%sgemmKernel%dx%d%s", e.prefix, mr, nr, x.name)
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(kc int, a, b, c *%s, ldc int)", e.goType))
+	Doc(fmt.Sprintf("%s adds a packed %d×kc panel of A times a packed kc×%d panel of B to C (row stride ldc).", name, mr, nr))
+	kc := Load(Param("kc"), RCX)
+	a := Load(Param("a"), RAX)
+	b := Load(Param("b"), RBX)
+	c := Load(Param("c"), RDI)
+	ldc := Load(Param("ldc"), RDX)
+	acc := func(i, v int) VecPhysical { return x.vec(i*nv + v) }
+	bv := func(v int) VecPhysical { return x.vec(mr*nv + v) }
+	av := x.vec(mr*nv + nv)
+
+	Comment("Zero the accumulators.")
+	for i := 0; i < mr*nv; i++ {
+		if x.regs == 32 {
+			VPXORD(x.vec(i), x.vec(i), x.vec(i))
+		} else {
+			VXORPS(x.vec(i), x.vec(i), x.vec(i))
+		}
+	}
+	step := func(p int) {
+		for v := 0; v < nv; v++ {
+			e.move(Mem{Base: b, Disp: (p*nr + v*lanes) * e.bytes}, bv(v))
+		}
+		for i := 0; i < mr; i++ {
+			e.bcast(Mem{Base: a, Disp: (p*mr + i) * e.bytes}, av)
+			for v := 0; v < nv; v++ {
+				e.fma(bv(v), av, acc(i, v))
+			}
+		}
+	}
+	count := GP64()
+	MOVQ(kc, count)
+	SHRQ(U8(2), count)
+	JZ(LabelRef(name + "_tail"))
+	Label(name + "_loop")
+	PREFETCHT0(Mem{Base: a, Disp: 8 * mr * e.bytes})
+	for p := 0; p < unroll; p++ {
+		step(p)
+	}
+	ADDQ(U32(unroll*mr*e.bytes), a)
+	ADDQ(U32(unroll*nr*e.bytes), b)
+	DECQ(count)
+	JNZ(LabelRef(name + "_loop"))
+
+	Label(name + "_tail")
+	ANDQ(U8(unroll-1), kc)
+	JZ(LabelRef(name + "_store"))
+	Label(name + "_tailloop")
+	step(0)
+	ADDQ(U32(mr*e.bytes), a)
+	ADDQ(U32(nr*e.bytes), b)
+	DECQ(kc)
+	JNZ(LabelRef(name + "_tailloop"))
+
+	Label(name + "_store")
+	Comment("C += accumulators, a row at a time.")
+	SHLQ(U8(shift(e.bytes)), ldc)
+	for i := 0; i < mr; i++ {
+		for v := 0; v < nv; v++ {
+			m := Mem{Base: c, Disp: v * x.bytes}
+			e.add(m, acc(i, v), acc(i, v))
+			e.move(acc(i, v), m)
+		}
+		if i < mr-1 {
+			ADDQ(ldc, c)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+func shift(bytes int) int {
+	if bytes == 8 {
+		return 3
+	}
+	return 2
+}
+
+func main() {
+	ConstraintExpr("amd64")
+	// AVX-512: 32 vectors; 14 rows × 2 vectors = 28 accumulators, 2 for B, 1 broadcast.
+	kernel(f32, avx512, 14, 2)
+	kernel(f64, avx512, 14, 2)
+	// AVX2+FMA: 16 vectors; 6 rows × 2 vectors = 12 accumulators, 2 for B, 1 broadcast.
+	kernel(f32, avx2, 6, 2)
+	kernel(f64, avx2, 6, 2)
+	Generate()
+}

@@ -1,0 +1,85 @@
+package gemm
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// scalar is the element types the kernels serve.
+type scalar interface{ float32 | float64 }
+
+// microKernel adds a packed MR×kc micro-panel of A times a packed kc×NR
+// micro-panel of B to the MR×NR block of row-major C at c, whose rows are
+// ldc elements apart (see the generator in _asm for the exact contract).
+type microKernel[T scalar] func(kc int, a, b, c *T, ldc int)
+
+// blocking is one element type's micro-kernel and the cache blocks
+// around it: kc steps of k per packed panel, mc rows of A per packed block
+// (a multiple of mr), nc columns of B per packed panel (a multiple of nr).
+type blocking[T scalar] struct {
+	kernel     microKernel[T]
+	mr, nr     int
+	kc, mc, nc int
+}
+
+// Variant is one instruction set's micro-kernels. The zero Variant (Name
+// "gonum") computes with gonum's pure-Go BLAS.
+type Variant struct {
+	Name string
+	f32  blocking[float32]
+	f64  blocking[float64]
+	// needs names the CPU features the variant requires, for messages.
+	needs string
+}
+
+// gonumVariant is the fallback every machine has.
+var gonumVariant = Variant{Name: "gonum", needs: "nothing"}
+
+// VariantEnv is the environment variable that forces a variant by name
+// (for tests and benchmarks): "avx512", "avx2" or "gonum".
+const VariantEnv = "RINGDDP_GEMM"
+
+// Variants lists the variants this CPU can run, fastest first; gonum's is
+// always last.
+func Variants() []Variant { return append(assemblyVariants(), gonumVariant) }
+
+// AllVariantNames lists every variant of this build's architecture, run
+// here or not, so that tests can say which ones they skipped.
+func AllVariantNames() []string {
+	names := []string{}
+	for _, v := range allAssemblyVariants() {
+		names = append(names, v.Name)
+	}
+	return append(names, gonumVariant.Name)
+}
+
+// Best returns the fastest variant this CPU runs, or the one that the
+// environment variable VariantEnv names. A name the CPU cannot run, or
+// one that does not exist, is an error that says which ones it can.
+func Best() (Variant, error) {
+	vs := Variants()
+	name := strings.TrimSpace(os.Getenv(VariantEnv))
+	if name == "" {
+		return vs[0], nil
+	}
+	return Lookup(name)
+}
+
+// Lookup returns the variant called name if this CPU runs it.
+func Lookup(name string) (Variant, error) {
+	vs := Variants()
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		if v.Name == name {
+			return v, nil
+		}
+		names[i] = v.Name
+	}
+	for _, v := range allAssemblyVariants() {
+		if v.Name == name {
+			return Variant{}, fmt.Errorf("gemm: %s=%s: this CPU lacks %s (it runs %s)", VariantEnv, name, v.needs, strings.Join(names, ", "))
+		}
+	}
+	return Variant{}, fmt.Errorf("gemm: %s=%q is not a variant (this CPU runs %s)", VariantEnv, name, strings.Join(names, ", "))
+}
