@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -314,6 +315,17 @@ func groupOptions(algo, profile string) ([]allreduce.GroupOption, error) {
 		opts = append(opts, allreduce.WithModel(p.Model))
 	}
 	return opts, nil
+}
+
+// gemmThreads is how many goroutines one matrix product may use: this
+// process's cores (GOMAXPROCS, already its share when it is one of several
+// tcp ranks on the host) over the ranks it runs, at least one.
+func gemmThreads(tr *launch.Transport) int {
+	ranksHere := 1
+	if tr.MP == nil {
+		ranksHere = tr.Ranks
+	}
+	return max(1, runtime.GOMAXPROCS(0)/max(1, ranksHere))
 }
 
 // perNode is the unit a multi-host job's world grows and shrinks by: the

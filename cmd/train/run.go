@@ -67,7 +67,9 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		return err
 	}
 	defer status.Close()
-	o.blas = blas.Setup()
+	if o.blas, err = blas.Setup(gemmThreads(o.tr)); err != nil {
+		return err
+	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {

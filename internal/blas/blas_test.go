@@ -10,9 +10,11 @@ import (
 // Setup's BLAS (OpenBLAS with -tags openblas) agrees with gonum's on the
 // products gorgonia uses, for every transpose combination.
 func TestSetupMatchesGonum(t *testing.T) {
-	name := Setup()
 	var ref gonum.Implementation
-	impl := implementation()
+	impl, name, err := implementation(2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, n, k := 7, 5, 3
 	for _, tA := range []blas.Transpose{blas.NoTrans, blas.Trans} {
 		for _, tB := range []blas.Transpose{blas.NoTrans, blas.Trans} {

@@ -110,15 +110,22 @@ func checkGemv(tA blas.Transpose, m, n, la, lda, lx, incX, ly, incY int) {
 	}
 }
 
-// implementation is the BLAS Setup selects.
-func implementation() blas.Float64 { return openBLAS{} }
-
-// Setup makes gorgonia and tensor use OpenBLAS for matrix products and
-// returns its name.
-func Setup() string {
+// implementation is the BLAS Setup selects, and its name.
+func implementation(threads int) (G.BLAS, string, error) {
 	if os.Getenv("OPENBLAS_NUM_THREADS") == "" {
-		C.openblas_set_num_threads(1)
+		C.openblas_set_num_threads(C.int(max(1, threads)))
 	}
-	G.Use(openBLAS{})
-	return "openblas"
+	return openBLAS{}, "openblas", nil
+}
+
+// Setup makes gorgonia and tensor use OpenBLAS for matrix products, on
+// threads threads unless OPENBLAS_NUM_THREADS is set (0: one), and
+// returns its name.
+func Setup(threads int) (string, error) {
+	impl, name, err := implementation(threads)
+	if err != nil {
+		return "", err
+	}
+	G.Use(impl)
+	return name, nil
 }

@@ -1,9 +1,14 @@
 package gemm
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // product is one call's operands after checking: C (m×n, row stride ldc)
-// += alpha·op(A)·op(B), where op(A) is m×k and op(B) is k×n.
+// = alpha·op(A)·op(B) + C, where op(A) is m×k and op(B) is k×n. set says
+// that C's old values do not count (beta was 0): the first KC block then
+// stores instead of adding, and C is never read.
 type product[T scalar] struct {
 	aTrans, bTrans bool
 	m, n, k        int
@@ -14,6 +19,7 @@ type product[T scalar] struct {
 	ldb            int
 	c              []T
 	ldc            int
+	set            bool
 }
 
 // workspace is one thread's packed operands: the mc×kc block of A, the
@@ -67,9 +73,9 @@ func scaleC[T scalar](beta T, m, n int, c []T, ldc int) {
 // multiply adds alpha·op(A)·op(B) to the rows [m0, m1) and columns
 // [n0, n1) of C, with the loops of the package comment:
 //
-//	for each nc columns jc:        pack B[pc:pc+kc, jc:jc+nc] (every pc)
-//	  for each kc steps pc:
-//	    for each mc rows ic:       pack alpha·A[ic:ic+mc, pc:pc+kc]
+//	for each nc columns jc:
+//	  for each kc steps pc:        pack B[pc:pc+kc, jc:jc+nc]
+//	    for each mc rows ic:       pack alpha·A[ic:ic+mc, pc:pc+kc] if needed
 //	      for each nr columns jr:  one micro-panel of B, in L1
 //	        for each mr rows ir:   micro-kernel on C[ic+ir, jc+jr]
 //
@@ -83,33 +89,94 @@ func multiply[T scalar](bl *blocking[T], w *workspace[T], p *product[T], m0, m1,
 			packB(bl, w.b, p, pc, kc, jc, nc)
 			for ic := m0; ic < m1; ic += bl.mc {
 				mc := min(bl.mc, m1-ic)
-				packA(bl, w.a, p, ic, mc, pc, kc)
-				macroKernel(bl, w, p, ic, mc, jc, nc, kc)
+				blk := blockOfA(bl, w, p, ic, mc, pc, kc)
+				accumulate := !p.set || pc > 0
+				macroKernel(bl, w, p, &blk, ic, mc, jc, nc, kc, accumulate)
 			}
 		}
 	}
 }
 
-// macroKernel runs the micro-kernel over one packed block of A and panel
+// aBlock says where the micro-kernel reads an mc×kc block of A: panel q
+// (rows q·mr …) starts at panel(q); rsa and csa are the byte strides of a
+// row and of a step of k. The last panel, when mc is not a multiple of mr,
+// is always packed (with zero rows) so that no kernel reads past A.
+type aBlock[T scalar] struct {
+	base      []T // A itself, or the packed block
+	panelStep int // elements from one panel to the next
+	rsa, csa  int
+	lastFull  int // panels [0, lastFull) read from base; the rest from edge
+	edge      []T // the packed last panel
+}
+
+func (blk *aBlock[T]) panel(q int) *T {
+	if q < blk.lastFull {
+		return &blk.base[q*blk.panelStep]
+	}
+	return &blk.edge[0]
+}
+
+// blockOfA decides whether the micro-kernels read A where it is or packed.
+// Packing costs a pass over A, scaled by alpha; it is needed when alpha is
+// not 1 (the kernels do not scale), and pays when A's rows are so far apart
+// (a multiple of 512 bytes) that they compete for the same cache sets.
+// Partial panels are always packed.
+func blockOfA[T scalar](bl *blocking[T], w *workspace[T], p *product[T], ic, mc, pc, kc int) aBlock[T] {
+	size := int(unsafe.Sizeof(T(0)))
+	full := mc / bl.mr
+	conflicts := (p.lda*size)%512 == 0
+	if p.alpha != 1 || conflicts {
+		packA(bl, w.a, p, ic, mc, pc, kc)
+		return aBlock[T]{base: w.a, panelStep: bl.mr * kc, rsa: size, csa: bl.mr * size,
+			lastFull: ceilDiv(mc, bl.mr), edge: nil}
+	}
+	blk := aBlock[T]{lastFull: full}
+	if p.aTrans { // op(A)[i][l] = a[l*lda+i]
+		blk.base = p.a[pc*p.lda+ic:]
+		blk.panelStep, blk.rsa, blk.csa = bl.mr, size, p.lda*size
+	} else { // op(A)[i][l] = a[i*lda+l]
+		blk.base = p.a[ic*p.lda+pc:]
+		blk.panelStep, blk.rsa, blk.csa = bl.mr*p.lda, p.lda*size, size
+	}
+	if full*bl.mr < mc {
+		packA(bl, w.a, p, ic+full*bl.mr, mc-full*bl.mr, pc, kc)
+		blk.edge = w.a
+	}
+	return blk
+}
+
+// macroKernel runs the micro-kernel over one block of A and packed panel
 // of B. Blocks of C that the matrix cuts short go through w.edge.
-func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], ic, mc, jc, nc, kc int) {
+func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], blk *aBlock[T], ic, mc, jc, nc, kc int, accumulate bool) {
 	mr, nr := bl.mr, bl.nr
+	acc := 0
+	if accumulate {
+		acc = 1
+	}
+	size := int(unsafe.Sizeof(T(0)))
 	for jr := 0; jr < nc; jr += nr {
 		bPanel := &w.b[jr*kc]
 		cols := min(nr, nc-jr)
 		for ir := 0; ir < mc; ir += mr {
-			aPanel := &w.a[ir*kc]
+			q := ir / mr
+			rsa, csa := blk.rsa, blk.csa
+			if q >= blk.lastFull {
+				rsa, csa = size, mr*size
+			}
 			rows := min(mr, mc-ir)
 			at := (ic+ir)*p.ldc + jc + jr
 			if rows == mr && cols == nr {
-				bl.kernel(kc, aPanel, bPanel, &p.c[at], p.ldc)
+				bl.kernel(kc, blk.panel(q), rsa, csa, bPanel, &p.c[at], p.ldc, acc)
 				continue
 			}
-			clear(w.edge)
-			bl.kernel(kc, aPanel, bPanel, &w.edge[0], nr)
+			bl.kernel(kc, blk.panel(q), rsa, csa, bPanel, &w.edge[0], nr, 0)
 			for i := 0; i < rows; i++ {
 				dst := p.c[at+i*p.ldc : at+i*p.ldc+cols]
 				src := w.edge[i*nr : i*nr+cols]
+				if !accumulate {
+					copy(dst, src)
+					continue
+				}
 				for j := range dst {
 					dst[j] += src[j]
 				}

@@ -49,7 +49,7 @@ func (impl Implementation) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float
 		return
 	}
 	aT, bT := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	compute(bl, impl.f32, impl.Threads(), &product[float32]{aT, bT, m, n, k, alpha, a, lda, b, ldb, c, ldc}, beta)
+	compute(bl, impl.f32, impl.Threads(), &product[float32]{aT, bT, m, n, k, alpha, a, lda, b, ldb, c, ldc, false}, beta)
 }
 
 // Dgemm computes C = alpha·op(A)·op(B) + beta·C for float64 (BLAS dgemm,
@@ -61,15 +61,21 @@ func (impl Implementation) Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float
 		return
 	}
 	aT, bT := checkGemm(tA, tB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	compute(bl, impl.f64, impl.Threads(), &product[float64]{aT, bT, m, n, k, alpha, a, lda, b, ldb, c, ldc}, beta)
+	compute(bl, impl.f64, impl.Threads(), &product[float64]{aT, bT, m, n, k, alpha, a, lda, b, ldb, c, ldc, false}, beta)
 }
 
-// compute scales C by beta, then adds the product unless alpha is 0 (A
-// and B are then not read, as BLAS specifies).
+// compute sets C = alpha·op(A)·op(B) + beta·C. With alpha = 0 (or k = 0)
+// it only scales C: A and B are not read, as BLAS specifies. With beta = 0
+// the product's first block overwrites C (NaN and Inf in C do not
+// survive); otherwise C is scaled by beta first.
 func compute[T scalar](bl *blocking[T], pool *buffers[T], threads int, p *product[T], beta T) {
-	scaleC(beta, p.m, p.n, p.c, p.ldc)
 	if p.alpha == 0 || p.k == 0 {
+		scaleC(beta, p.m, p.n, p.c, p.ldc)
 		return
+	}
+	p.set = beta == 0
+	if !p.set {
+		scaleC(beta, p.m, p.n, p.c, p.ldc)
 	}
 	run(bl, pool, p, split(p.m, p.n, p.k, bl.mr, bl.nr, threads))
 }

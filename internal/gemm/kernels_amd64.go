@@ -4,14 +4,14 @@
 
 package gemm
 
-// sgemmKernel14x32AVX512 adds a packed 14×kc panel of A times a packed kc×32 panel of B to C (row stride ldc).
-func sgemmKernel14x32AVX512(kc int, a *float32, b *float32, c *float32, ldc int)
+// sgemmKernel14x32AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×32 panel of B.
+func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
 
-// dgemmKernel14x16AVX512 adds a packed 14×kc panel of A times a packed kc×16 panel of B to C (row stride ldc).
-func dgemmKernel14x16AVX512(kc int, a *float64, b *float64, c *float64, ldc int)
+// dgemmKernel14x16AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×16 panel of B.
+func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)
 
-// sgemmKernel6x16AVX2 adds a packed 6×kc panel of A times a packed kc×16 panel of B to C (row stride ldc).
-func sgemmKernel6x16AVX2(kc int, a *float32, b *float32, c *float32, ldc int)
+// sgemmKernel6x16AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×16 panel of B.
+func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
 
-// dgemmKernel6x8AVX2 adds a packed 6×kc panel of A times a packed kc×8 panel of B to C (row stride ldc).
-func dgemmKernel6x8AVX2(kc int, a *float64, b *float64, c *float64, ldc int)
+// dgemmKernel6x8AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×8 panel of B.
+func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)

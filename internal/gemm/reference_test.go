@@ -137,7 +137,7 @@ func (cl *call) to32Exact() {
 func packedS(v Variant, threads int, cl call) []float64 {
 	c := to32(cl.c)
 	aT, bT := checkGemm(cl.tA, cl.tB, cl.m, cl.n, cl.k, len(cl.a), cl.lda, len(cl.b), cl.ldb, len(c), cl.ldc)
-	p := &product[float32]{aT, bT, cl.m, cl.n, cl.k, float32(cl.alpha), to32(cl.a), cl.lda, to32(cl.b), cl.ldb, c, cl.ldc}
+	p := &product[float32]{aT, bT, cl.m, cl.n, cl.k, float32(cl.alpha), to32(cl.a), cl.lda, to32(cl.b), cl.ldb, c, cl.ldc, false}
 	compute(&v.f32, &buffers[float32]{}, threads, p, float32(cl.beta))
 	return from32(c)
 }
@@ -146,7 +146,7 @@ func packedS(v Variant, threads int, cl call) []float64 {
 func packedD(v Variant, threads int, cl call) []float64 {
 	c := append([]float64(nil), cl.c...)
 	aT, bT := checkGemm(cl.tA, cl.tB, cl.m, cl.n, cl.k, len(cl.a), cl.lda, len(cl.b), cl.ldb, len(c), cl.ldc)
-	p := &product[float64]{aT, bT, cl.m, cl.n, cl.k, cl.alpha, cl.a, cl.lda, cl.b, cl.ldb, c, cl.ldc}
+	p := &product[float64]{aT, bT, cl.m, cl.n, cl.k, cl.alpha, cl.a, cl.lda, cl.b, cl.ldb, c, cl.ldc, false}
 	compute(&v.f64, &buffers[float64]{}, threads, p, cl.beta)
 	return c
 }

@@ -8,13 +8,20 @@
 // Every kernel has the same contract, written for float32 (float64 is the same
 // with 8-byte elements):
 //
-//	func kernel(kc int, a, b, c *float32, ldc int)
+//	func kernel(kc int, a *float32, rsa, csa int, b, c *float32, ldc int, accumulate int)
 //
-// It adds the product of a packed MR×kc micro-panel of A and a packed kc×NR
-// micro-panel of B to the MR×NR block of row-major C at c (row stride ldc
-// elements):
+// It multiplies an MR×kc block of A, element (i, p) at byte offset
+// i·rsa + p·csa from a, by a packed kc×NR micro-panel of B, element (p, j)
+// at b[p*NR+j], and adds the product to the MR×NR block of row-major C at
+// c (row stride ldc elements), or stores it there when accumulate is 0:
 //
-//	C[i][j] += Σ_p a[p*MR+i] · b[p*NR+j]   for i < MR, j < NR, p < kc
+//	C[i][j] (+)= Σ_p A(i, p) · b[p*NR+j]   for i < MR, j < NR, p < kc
+//
+// The strides let one kernel read A packed (rsa = one element, csa = MR
+// elements), straight from a row-major matrix (rsa = its row stride, csa
+// = one element) or from a transposed one (rsa = one element, csa = its
+// row stride): rows are reached from up to three base registers with the
+// scaled-index modes, so A needs no packing when its rows are whole.
 //
 // The sum runs over p in increasing order with one fused multiply-add per
 // term (no reassociation), so the result does not depend on how the caller
@@ -81,6 +88,10 @@ var (
 // unroll is how many steps of p one pass of the main loop takes.
 const unroll = 4
 
+// rowsPerBase is how many rows of A one base register reaches with the
+// addressing modes (base), (base)(L*1), (base)(L*2), (base)(L3*1), (base)(L*4).
+const rowsPerBase = 5
+
 // kernel emits one micro-kernel: mr rows of A broadcast, nv vectors of B.
 func kernel(e elem, x isa, mr, nv int) {
 	lanes := x.bytes / e.bytes
@@ -89,13 +100,36 @@ func kernel(e elem, x isa, mr, nv int) {
 		panic(fmt.Sprintf("%dx%d needs more than %d registers", mr, nr, x.regs))
 	}
 	name := fmt.Sprintf("%sgemmKernel%dx%d%s", e.prefix, mr, nr, x.name)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(kc int, a, b, c *%s, ldc int)", e.goType))
-	Doc(fmt.Sprintf("%s adds a packed %d×kc panel of A times a packed kc×%d panel of B to C (row stride ldc).", name, mr, nr))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(kc int, a *%[1]s, rsa, csa int, b, c *%[1]s, ldc int, accumulate int)", e.goType))
+	Doc(fmt.Sprintf("%s sets or adds to C (row stride ldc) a %d×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×%d panel of B.", name, mr, nr))
 	kc := Load(Param("kc"), RCX)
-	a := Load(Param("a"), RAX)
 	b := Load(Param("b"), RBX)
 	c := Load(Param("c"), RDI)
-	ldc := Load(Param("ldc"), RDX)
+	L := Load(Param("rsa"), R10)
+	csa := Load(Param("csa"), R12)
+	L3 := R11
+	LEAQ(Mem{Base: L, Index: L, Scale: 2}, L3)
+	bases := []GPPhysical{RAX, R8, R9}[:(mr+rowsPerBase-1)/rowsPerBase]
+	Load(Param("a"), bases[0])
+	for g := 1; g < len(bases); g++ {
+		// bases[g] = bases[g-1] + 5·L
+		LEAQ(Mem{Base: bases[g-1], Index: L, Scale: 4}, bases[g])
+		ADDQ(L, bases[g])
+	}
+	rowA := func(i int) Mem {
+		base := bases[i/rowsPerBase]
+		switch i % rowsPerBase {
+		case 0:
+			return Mem{Base: base}
+		case 1:
+			return Mem{Base: base, Index: L, Scale: 1}
+		case 2:
+			return Mem{Base: base, Index: L, Scale: 2}
+		case 3:
+			return Mem{Base: base, Index: L3, Scale: 1}
+		}
+		return Mem{Base: base, Index: L, Scale: 4}
+	}
 	acc := func(i, v int) VecPhysical { return x.vec(i*nv + v) }
 	bv := func(v int) VecPhysical { return x.vec(mr*nv + v) }
 	av := x.vec(mr*nv + nv)
@@ -113,22 +147,23 @@ func kernel(e elem, x isa, mr, nv int) {
 			e.move(Mem{Base: b, Disp: (p*nr + v*lanes) * e.bytes}, bv(v))
 		}
 		for i := 0; i < mr; i++ {
-			e.bcast(Mem{Base: a, Disp: (p*mr + i) * e.bytes}, av)
+			e.bcast(rowA(i), av)
 			for v := 0; v < nv; v++ {
 				e.fma(bv(v), av, acc(i, v))
 			}
 		}
+		for _, base := range bases {
+			ADDQ(csa, base)
+		}
 	}
-	count := GP64()
+	count := RSI
 	MOVQ(kc, count)
 	SHRQ(U8(2), count)
 	JZ(LabelRef(name + "_tail"))
 	Label(name + "_loop")
-	PREFETCHT0(Mem{Base: a, Disp: 8 * mr * e.bytes})
 	for p := 0; p < unroll; p++ {
 		step(p)
 	}
-	ADDQ(U32(unroll*mr*e.bytes), a)
 	ADDQ(U32(unroll*nr*e.bytes), b)
 	DECQ(count)
 	JNZ(LabelRef(name + "_loop"))
@@ -138,18 +173,32 @@ func kernel(e elem, x isa, mr, nv int) {
 	JZ(LabelRef(name + "_store"))
 	Label(name + "_tailloop")
 	step(0)
-	ADDQ(U32(mr*e.bytes), a)
 	ADDQ(U32(nr*e.bytes), b)
 	DECQ(kc)
 	JNZ(LabelRef(name + "_tailloop"))
 
 	Label(name + "_store")
-	Comment("C += accumulators, a row at a time.")
+	ldc := Load(Param("ldc"), RDX)
 	SHLQ(U8(shift(e.bytes)), ldc)
+	flag := Load(Param("accumulate"), R13)
+	TESTQ(flag, flag)
+	JZ(LabelRef(name + "_set"))
+	Comment("C += accumulators, a row at a time.")
+	store(e, x, mr, nv, c, ldc, acc, true)
+	Label(name + "_set")
+	Comment("C = accumulators, a row at a time.")
+	store(e, x, mr, nv, c, ldc, acc, false)
+}
+
+// store writes the accumulators to C, adding C's values first when add
+// is set, and returns.
+func store(e elem, x isa, mr, nv int, c, ldc Register, acc func(i, v int) VecPhysical, add bool) {
 	for i := 0; i < mr; i++ {
 		for v := 0; v < nv; v++ {
 			m := Mem{Base: c, Disp: v * x.bytes}
-			e.add(m, acc(i, v), acc(i, v))
+			if add {
+				e.add(m, acc(i, v), acc(i, v))
+			}
 			e.move(acc(i, v), m)
 		}
 		if i < mr-1 {
