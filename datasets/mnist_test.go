@@ -28,8 +28,9 @@ func TestLoadMNISTReal(t *testing.T) {
 	dir := bundledDir(t)
 	t.Logf("bundled MNIST at %s", dir)
 	if raceEnabled {
-		// The race detector makes inflating 47 MB take ~10 s; check the
-		// test set and the training labels, which take little.
+		// The race detector makes inflating the 47 MB training images
+		// slow; check the test set and the training labels, which are
+		// small.
 		test, err := LoadIDXDataset(filepath.Join(dir, MNISTTestImages+".gz"), filepath.Join(dir, MNISTTestLabels+".gz"), MNISTClasses)
 		require.NoError(t, err)
 		checkMNISTTest(t, test)

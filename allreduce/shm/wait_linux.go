@@ -23,8 +23,8 @@ const (
 	// an atomic load or two, a few microseconds in all, and a peer that
 	// is running answers sooner than a yield returns. With more ranks
 	// than cores the peer is likely not running, so the call yields at
-	// once (polling then only delays the peer: measured, 4 processes on
-	// 2 cores took 2-3× longer per 8-byte all-reduce with 200 polls).
+	// once: polling then only delays the peer (docs/measurements.md has
+	// the figures).
 	ownCorePolls = 1000
 	// clockEvery is how often (in idle iterations) a yielding call reads
 	// the clock for its spin deadline and timeout.
@@ -158,9 +158,9 @@ func (w *waiter) idle(ctx context.Context, l1, l2 *link) error {
 		w.stop()
 	case w.now.Before(w.spinUntil):
 		// Alternately to this process's goroutines and to other
-		// processes: yielding the core every time measured slower
-		// with more ranks than cores (8.3 against 5.6 µs per 8-byte
-		// all-reduce, 4 processes on 2 cores), never is far slower.
+		// processes: with more ranks than cores, yielding the core to
+		// other processes every time measured slower than alternating,
+		// and never yielding it far slower (docs/measurements.md).
 		if w.idles%2 == 0 {
 			runtime.Gosched()
 		} else {

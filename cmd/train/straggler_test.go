@@ -46,10 +46,8 @@ const stragglerGoalVar = "RINGDDP_STRAGGLER_GOAL"
 // steps: the epoch's report must name it in at least 95% of the steps.
 // With more ranks than free cores the others take the sleeping rank's
 // core meanwhile, which shortens its lag and lets scheduling noise decide
-// some steps. Measured on this 2-core host shared with other jobs (load
-// 4-5), 3 runs each: 2 ranks in process 90.2, 99.6, 97.9% (lag 4.6-5.5
-// ms), over tcp 91.5, 97.9, 75.6% (5.2-5.6 ms); 4 ranks 51 and 64% in process
-// (2.6-2.7 ms) and 72-73% over tcp (1.1-1.4 ms).
+// some steps, so on a host with fewer free cores than ranks the goal can
+// be missed (docs/measurements.md has the figures of a 2-core host).
 func TestStragglerGoal(t *testing.T) {
 	ranks := os.Getenv(stragglerGoalVar)
 	if n, _ := strconv.Atoi(ranks); n < 2 {
