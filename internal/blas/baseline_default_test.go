@@ -1,0 +1,6 @@
+//go:build !openblas
+
+package blas
+
+// baselines is empty without the openblas build tag.
+func baselines() []contender { return nil }
