@@ -118,13 +118,18 @@ func (blk *aBlock[T]) panel(q int) *T {
 
 // blockOfA decides whether the micro-kernels read A where it is or packed.
 // Packing costs a pass over A, scaled by alpha; it is needed when alpha is
-// not 1 (the kernels do not scale), and pays when A's rows are so far apart
-// (a multiple of 512 bytes) that they compete for the same cache sets.
-// Partial panels are always packed.
+// not 1 (the kernels do not scale), and pays when A's rows are a multiple
+// of 4 KiB apart: the mr rows a kernel reads then fall in one set of the
+// L1 cache (64 sets of 64-byte lines on the x86 cores of this decade) and
+// evict each other. Partial panels are always packed.
+// conflictStride is the distance between rows of A, in bytes, at which
+// they compete for one L1 set.
+const conflictStride = 4096
+
 func blockOfA[T scalar](bl *blocking[T], w *workspace[T], p *product[T], ic, mc, pc, kc int) aBlock[T] {
 	size := int(unsafe.Sizeof(T(0)))
 	full := mc / bl.mr
-	conflicts := (p.lda*size)%512 == 0
+	conflicts := (p.lda*size)%conflictStride == 0
 	if p.alpha != 1 || conflicts {
 		packA(bl, w.a, p, ic, mc, pc, kc)
 		return aBlock[T]{base: w.a, panelStep: bl.mr * kc, rsa: size, csa: bl.mr * size,

@@ -213,3 +213,26 @@ func TestLookupNamesWhatThisCPURuns(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// Rows of A a multiple of 4 KiB apart are packed (see blockOfA); alpha = 1
+// with whole rows reads A in place. Both agree with the reference.
+func TestStridesOfAInPlaceAndPacked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, v := range assemblyVariantsHere(t) {
+		for _, tA := range transposes {
+			for _, lda := range []int{1024, 1023, 512} {
+				m, k := 45, 33
+				cols := k
+				if tA == blas.Trans {
+					cols = m
+				}
+				cl := newCall(rng, tA, blas.NoTrans, m, 50, k, lda-cols, 1, 0.5)
+				want, tol := cl.reference(eps64)
+				compare(t, fmt.Sprintf("%s d %v lda=%d", v.Name, tA, cl.lda), packedD(v, 1, cl), want, tol)
+				cl.to32Exact()
+				want, tol = cl.reference(eps32)
+				compare(t, fmt.Sprintf("%s s %v lda=%d", v.Name, tA, cl.lda), packedS(v, 1, cl), want, tol)
+			}
+		}
+	}
+}

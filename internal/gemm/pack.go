@@ -56,12 +56,24 @@ func packB[T scalar](bl *blocking[T], dst []T, p *product[T], pc, kc, jc, nc int
 			}
 			continue
 		}
-		// op(B)[l][j] = b[j*ldb+l]: each column is contiguous in k.
-		for j := 0; j < cols; j++ {
+		// op(B)[l][j] = b[j*ldb+l]: each column is contiguous in k; four
+		// columns at a time, so that each step of k writes four neighbours.
+		j := 0
+		for ; j+4 <= cols; j += 4 {
+			at := (col0+j)*p.ldb + pc
+			s0 := p.b[at : at+kc]
+			s1 := p.b[at+p.ldb : at+p.ldb+kc]
+			s2 := p.b[at+2*p.ldb : at+2*p.ldb+kc]
+			s3 := p.b[at+3*p.ldb : at+3*p.ldb+kc]
+			for l := range s0 {
+				out := panel[l*nr+j : l*nr+j+4 : l*nr+j+4]
+				out[0], out[1], out[2], out[3] = s0[l], s1[l], s2[l], s3[l]
+			}
+		}
+		for ; j < cols; j++ {
 			src := p.b[(col0+j)*p.ldb+pc : (col0+j)*p.ldb+pc+kc]
-			out := panel[j:]
 			for l, v := range src {
-				out[l*nr] = v
+				panel[l*nr+j] = v
 			}
 		}
 		for j := cols; j < nr; j++ {
