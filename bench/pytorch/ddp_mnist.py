@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch DDP baseline for ringddp's MNIST MLP, for measuring both on one machine.
 
-Same model (784-256-128-10, ReLU), same global batch, same data (the IDX files
+Same model (784-256-128-10, ReLU; or LeNet with --model cnn), same global batch, same data (the IDX files
 ringddp ships through the Go module cache), gloo backend, one thread per process.
 Prints one JSON line: samples_per_sec over the epoch, epoch seconds, test accuracy.
 
@@ -44,6 +44,24 @@ def load(data_dir, images, labels):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
+class LeNet(nn.Module):
+    """ringddp's models.LeNet: conv 1→8 5×5, ReLU, max-pool 2; conv 8→16 5×5, ReLU,
+    max-pool 2; fc 256→64, ReLU; fc 64→10."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 5)
+        self.conv2 = nn.Conv2d(8, 16, 5)
+        self.fc1 = nn.Linear(256, 64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 28, 28)
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
@@ -62,7 +80,7 @@ def worker(rank, args, result):
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(args.seed)
     xtr, ytr = load(args.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
-    model = nn.parallel.DistributedDataParallel(MLP())
+    model = nn.parallel.DistributedDataParallel(LeNet() if args.model == "cnn" else MLP())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     per_rank = args.batch // args.ranks
     sampler = torch.utils.data.distributed.DistributedSampler(
@@ -85,7 +103,7 @@ def worker(rank, args, result):
         xte, yte = load(args.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
         with torch.no_grad():
             acc = (model(xte).argmax(1) == yte).float().mean().item()
-        result.put({"framework": "pytorch-" + torch.__version__, "backend": "gloo", "ranks": args.ranks,
+        result.put({"framework": "pytorch-" + torch.__version__, "model": args.model, "backend": "gloo", "ranks": args.ranks,
                     "global_batch": steps and per_rank * args.ranks, "steps": steps,
                     "epoch_seconds": elapsed, "samples_per_sec": steps * per_rank * args.ranks / elapsed,
                     "test_accuracy": acc, "threads_per_process": torch.get_num_threads()})
@@ -96,6 +114,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True)
     p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--lr", type=float, default=0.05)

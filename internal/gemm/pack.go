@@ -22,12 +22,24 @@ func packA[T scalar](bl *blocking[T], dst []T, p *product[T], ic, mc, pc, kc int
 			}
 			continue
 		}
-		// op(A)[i][l] = a[i*lda+l]: each row is contiguous in k.
-		for i := 0; i < rows; i++ {
+		// op(A)[i][l] = a[i*lda+l]: each row is contiguous in k; four rows
+		// at a time, so that each step of k writes four neighbours.
+		i := 0
+		for ; i+4 <= rows; i += 4 {
+			at := (row0+i)*p.lda + pc
+			s0 := p.a[at : at+kc]
+			s1 := p.a[at+p.lda : at+p.lda+kc]
+			s2 := p.a[at+2*p.lda : at+2*p.lda+kc]
+			s3 := p.a[at+3*p.lda : at+3*p.lda+kc]
+			for l := range s0 {
+				out := panel[l*mr+i : l*mr+i+4 : l*mr+i+4]
+				out[0], out[1], out[2], out[3] = alpha*s0[l], alpha*s1[l], alpha*s2[l], alpha*s3[l]
+			}
+		}
+		for ; i < rows; i++ {
 			src := p.a[(row0+i)*p.lda+pc : (row0+i)*p.lda+pc+kc]
-			out := panel[i:]
 			for l, v := range src {
-				out[l*mr] = alpha * v
+				panel[l*mr+i] = alpha * v
 			}
 		}
 		for i := rows; i < mr; i++ {
