@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/internal/tapevm"
 )
 
 // Float is the parameter element type: float32 or float64.
@@ -96,6 +97,10 @@ type DDP[T Float] struct {
 	firstHandedOff  bool
 	hooksAfterFirst int
 	firstHook       time.Time // when the step's first gradient arrived
+
+	// rewind is 0 until the first Run, then 1 when the graph may be rewound
+	// (tapevm.Safe) and 2 when the machine must be Reset.
+	rewind uint8
 
 	statsMu sync.Mutex
 	last    StepStats
@@ -293,13 +298,33 @@ func (d *DDP[T]) NoSync(fn func() error) error {
 	return fn()
 }
 
+// rewindOrReset readies vm for the next run: tapevm.Rewind when every op
+// of the loss's graph is one it runs correctly (decided at the first Run,
+// when the graph is complete), Reset otherwise.
+func (d *DDP[T]) rewindOrReset(vm Machine) {
+	if d.rewind == 0 {
+		d.rewind = 2
+		if d.loss != nil {
+			if ok, _ := tapevm.Safe(d.loss.Graph()); ok {
+				d.rewind = 1
+			}
+		}
+	}
+	if d.rewind == 1 {
+		tapevm.Rewind(vm)
+		return
+	}
+	vm.Reset()
+}
+
 // Machine is what Run needs of a gorgonia VM.
 type Machine interface {
 	RunAll() error
 	Reset()
 }
 
-// Run resets vm and runs the forward and backward passes. Buckets are
+// Run resets vm (or rewinds it, keeping its intermediate values, when the
+// graph has only ops that tapevm.Safe lists) and runs the forward and backward passes. Buckets are
 // all-reduced (Avg) as their gradients arrive; Run returns when all of them
 // are done, with GradArena holding the averaged gradient (and, with
 // WithAgreement, Agreed what the last bucket carried).
@@ -313,7 +338,7 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		done = make(chan error, 1)
 		go d.reduceBuckets(ctx, start, &stats, abort, done)
 	}
-	vm.Reset()
+	d.rewindOrReset(vm)
 	runErr := vm.RunAll()
 	computed := time.Now()
 	if runErr == nil && d.hookErr != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/ddp"
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/internal/tapevm"
 )
 
 // evaluator is one rank's forward-only graph over its shard [lo, hi) of
@@ -23,6 +24,7 @@ type evaluator[T Float] struct {
 	x       []T
 	idx     []int
 	vm      G.VM
+	rewind  bool // tapevm.Safe(graph): rewind the machine instead of Reset
 	logits  *G.Node
 }
 
@@ -58,6 +60,7 @@ func newEvaluator[T Float](cfg Config, d *ddp.DDP[T], test *datasets.Dataset, lo
 		return nil, fmt.Errorf("trainer: evaluation forward: %w", err)
 	}
 	_ = graphlock.Do(func() error { e.vm = G.NewTapeMachine(graph); return nil })
+	e.rewind, _ = tapevm.Safe(graph)
 	return e, nil
 }
 
@@ -75,7 +78,11 @@ func (e *evaluator[T]) run() (correct int, lossSum float64, count int, err error
 			return 0, 0, 0, fmt.Errorf("trainer: evaluation: %w", err)
 		}
 		clear(e.x[n*features:]) // padding rows: computed, never counted
-		e.vm.Reset()
+		if e.rewind {
+			tapevm.Rewind(e.vm)
+		} else {
+			e.vm.Reset()
+		}
 		if err := e.vm.RunAll(); err != nil {
 			return 0, 0, 0, fmt.Errorf("trainer: evaluation forward: %w", err)
 		}
