@@ -52,7 +52,7 @@ func (l *link) readLoop() {
 				return
 			}
 			l.fail(&transport.MismatchError{Rank: l.c.rank, Peer: l.peer, Local: sent.h, LocalBytes: int(sent.length),
-				Remote: f.h, RemoteBytes: int(getUint64(b[:]))})
+				Remote: f.h, RemoteBytes: int(binary.BigEndian.Uint64(b[:]))})
 		case typeAbort:
 			var b [maxCauseLen + tagLen]byte
 			cause := b[:f.length]
@@ -124,7 +124,7 @@ func (l *link) authFailed(err error) {
 // headerFailed fails the link on a malformed header, telling a peer that
 // protects its frames (another -wire-protection) from garbage.
 func (l *link) headerFailed(b []byte, err error) {
-	if l.rp == nil && getUint32(b) == macMagic {
+	if l.rp == nil && binary.BigEndian.Uint32(b) == macMagic {
 		why := ""
 		if l.c.cfg.WireProtection == WireAuto {
 			why = fmt.Sprintf(" (-wire-protection auto: this rank sees the link as within one host, rank %d as between hosts, as behind a NAT: set mac or none on every rank)", l.peer)
@@ -133,7 +133,7 @@ func (l *link) headerFailed(b []byte, err error) {
 			l.c.rank, l.peer, ErrWireAuth, l.peer, why))
 		return
 	}
-	if l.rp == nil && getUint32(b) != frameMagic {
+	if l.rp == nil && binary.BigEndian.Uint32(b) != frameMagic {
 		err = fmt.Errorf("%w (does rank %d use another -wire-protection than this rank's none?)", err, l.peer)
 	}
 	l.fail(l.peerErr(fmt.Errorf("protocol error: %w", err)))

@@ -294,7 +294,7 @@ func (l *link) nack() {
 	}
 	l.nackOnce.Do(func() {
 		payload := make([]byte, nackLen)
-		putUint64(payload, uint64(mm.LocalBytes))
+		binary.BigEndian.PutUint64(payload, uint64(mm.LocalBytes))
 		encodeHeader(payload[8:], &frame{typ: typeData, h: mm.Remote, length: int64(mm.RemoteBytes)})
 		if l.wmu.TryLock() {
 			l.writeControl(typeNack, 0, mm.Local, payload, l.c.cfg.Timeout)
