@@ -73,36 +73,26 @@ const (
 	DefaultMaxInFlightBytes = 16 << 20
 )
 
+// withDefaults is c with its unset fields set to their defaults.
 func (c StoreConfig) withDefaults() StoreConfig {
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultStoreHandshakeTimeout
-	}
-	if c.IOTimeout <= 0 {
-		c.IOTimeout = DefaultStoreIOTimeout
-	}
+	orDefault(&c.Timeout, DefaultTimeout)
+	orDefault(&c.HandshakeTimeout, DefaultStoreHandshakeTimeout)
+	orDefault(&c.IOTimeout, DefaultStoreIOTimeout)
 	c.IOTimeout = min(c.IOTimeout, c.Timeout)
-	if c.MaxValueLen <= 0 {
-		c.MaxValueLen = DefaultMaxValueLen
-	}
-	if c.MaxConns <= 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.MaxPending <= 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	if c.MaxInFlightBytes <= 0 {
-		c.MaxInFlightBytes = DefaultMaxInFlightBytes
-	}
-	if c.MaxKeys <= 0 {
-		c.MaxKeys = DefaultMaxKeys
-	}
-	if c.MaxStoredBytes <= 0 {
-		c.MaxStoredBytes = DefaultMaxStoredBytes
-	}
+	orDefault(&c.MaxValueLen, DefaultMaxValueLen)
+	orDefault(&c.MaxConns, DefaultMaxConns)
+	orDefault(&c.MaxPending, DefaultMaxPending)
+	orDefault(&c.MaxInFlightBytes, DefaultMaxInFlightBytes)
+	orDefault(&c.MaxKeys, DefaultMaxKeys)
+	orDefault(&c.MaxStoredBytes, DefaultMaxStoredBytes)
 	return c
+}
+
+// orDefault sets *v to d when it is not positive (unset).
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // forServer is c with its defaults and the authentication mode, checked
