@@ -36,7 +36,7 @@ import (
 //     (waiting Elastic.JoinTimeout); after one, from the nodes of that
 //     attempt, waiting Elastic.RejoinTimeout after its own ranks have
 //     ended. A node that has not reported by then is dropped. Node 0 then
-//     decides: done (every rank of every node that reported exited 0, and
+//     decides (restartPolicy, restart.go): done (every rank of every node that reported exited 0, and
 //     node 0's own did), an error that ends the job (restarts exhausted,
 //     fewer ranks left than Elastic.MinRanks, a stop by a signal), or the
 //     next attempt: the failure to blame (the first that is not a
