@@ -14,11 +14,10 @@ import (
 // sender's congestion control decides how much of a message is in flight.
 // Some hosts default to BBR (net.ipv4.tcp_congestion_control), which
 // paces a connection at the bandwidth it estimates: on loopback, a few
-// seconds into a job, its all-reduces of 1 MiB among 4 ranks slowed from
-// about 860 µs to 1240 µs (ring, Tree and halving-doubling averaged, five
-// rounds of each on the 2-core VM, docs/scaling.md); under reno, set
-// before the connection was made, they took 840–880 µs from the first
-// round to the last. So by default a connection whose two ends are on this
+// seconds into a job, its 1 MiB all-reduces slowed down by about half
+// again, while under reno, set before the connection was made, they kept
+// their speed from the first round to the last (the measurements are in
+// the docs). So by default a connection whose two ends are on this
 // host (sameHost: loopback, or one address at both ends) runs reno, which
 // every process may set (net.ipv4.tcp_allowed_congestion_control always
 // has it); a connection between hosts keeps the host's default, its
@@ -47,8 +46,8 @@ func congestionFor(s string, same func(local, remote net.Addr) bool, local, remo
 // The congestion control is set before a connection exists where its
 // policy is known then, so that the socket never runs the host's default:
 // a socket switched to reno after its connection was made under BBR kept
-// running slower than one made under reno (950 against 840 µs for the
-// 1 MiB all-reduces above; cubic, switched so, 1230 against 850). The
+// running slower than one made under reno (and one switched from cubic
+// slower still). The
 // dialer knows whether the rank it dials is on this host (its address is
 // loopback or one of this host's); a listener on loopback has only peers
 // on this host, and its connections inherit its setting. What is left (a

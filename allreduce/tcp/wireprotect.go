@@ -42,17 +42,13 @@ const (
 )
 
 // DefaultWireProtection is Config.WireProtection's default: auto (mac
-// between hosts, none within one), by measurement on 4 processes sharing
-// 2 cores (docs/multiprocess.md). Over loopback, where the CPU moves every
-// byte, mac made a 64 MiB all-reduce about 1.5x slower (GMAC, about 14
-// GB/s on one core alone, ran at about 6 GB/s there) and aead 1.8x; over
-// the same loopback shaped to a 10 Gb/s link (tc tbf), which a network
-// between hosts is, mac cost nothing measurable (322.7 against 322.8 ms
-// at 64 MiB; 1.03x at 8 B) and aead 1.00x (1.05x at 8 B); at 20 Gb/s
-// shared by the 4 ranks, mac 1.04x and aead 1.12x. The issue set mac as
-// the default where it costs at most 10%: on a network it does, and
-// there an on-path attacker can be; within a host it does not, and there
-// none cannot.
+// between hosts, none within one), by measurement (the figures are in the
+// docs). Over loopback, where the CPU moves every byte, mac and aead slow
+// a large all-reduce markedly; over a link of a network's speed, which
+// is what lies between hosts, their cost is within measurement noise or a
+// few percent. mac is the default where it costs at most 10%: on a
+// network it does, and there an on-path attacker can be; within a host
+// it does not, and there none cannot.
 const DefaultWireProtection = WireAuto
 
 // WireProtectionNames lists the modes, for help and messages.

@@ -19,9 +19,9 @@ import (
 // The ringddp launcher sets "core" for its ranks unless the variable is
 // set (as mpirun binds its ranks to cores by default); a rank started by
 // mpirun, srun or torchrun is bound only when the variable says so.
-// Measured on a 2-core host (docs/multiprocess.md): an 8-byte all-reduce
-// of 2 shm ranks took 16.5 µs unbound (both ranks' threads often shared a
-// core and polled in turn) and 0.9 µs bound.
+// Unbound, ranks that poll (shm, and tcp's spin) often share a core and
+// poll in turn, which makes small collectives many times slower (the
+// figures are in the docs).
 const EnvBind = "RINGDDP_BIND"
 
 // checkBind reports an EnvBind value that is none of "", "none", "core".

@@ -213,16 +213,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	var store *rendezvous.TCPStore
 	if env.WorldSize > 1 {
 		scfg := rendezvous.StoreConfig{Secret: env.Secret, Insecure: insecure, Timeout: connectTimeout}
-		ln, err := storeListener(getenv)
-		if err != nil {
-			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
-		}
-		if ln != nil {
-			store, err = rendezvous.ConnectListener(ctx, env, ln, scfg)
-		} else {
-			store, err = rendezvous.Connect(ctx, env, "", scfg)
-		}
-		if err != nil {
+		if store, err = connectStore(ctx, env, getenv, scfg); err != nil {
 			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
 		}
 	}
@@ -264,6 +255,19 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		return nil, env, fmt.Errorf("launch: %w", err)
 	}
 	return &Conn{Endpoint: c, store: store}, env, nil
+}
+
+// connectStore connects this rank to the job's store, which rank 0 hosts:
+// on the socket its launcher bound and handed over (EnvStoreFD), if any.
+func connectStore(ctx context.Context, env rendezvous.Env, getenv func(string) string, scfg rendezvous.StoreConfig) (*rendezvous.TCPStore, error) {
+	ln, err := storeListener(getenv)
+	if err != nil {
+		return nil, err
+	}
+	if ln != nil {
+		return rendezvous.ConnectListener(ctx, env, ln, scfg)
+	}
+	return rendezvous.Connect(ctx, env, "", scfg)
 }
 
 // ShareCores sets GOMAXPROCS to this rank's share of the host's cores,

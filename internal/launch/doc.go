@@ -49,7 +49,9 @@
 // Elastic.Prepare returns (cmd/train: from the newest valid checkpoint, on
 // fewer ranks when the failed one failed at start-up); every restart is
 // reported (Elastic.OnRestart), and when no restart is left the error, a
-// *RestartsExhaustedError, names every failure. The launcher learns how
+// *RestartsExhaustedError, names every failure. Whether and how to restart
+// is decided in one place, without I/O (restart.go), for one host and for
+// several nodes alike. The launcher learns how
 // far training got from a pipe every rank inherits (RINGDDP_STATUS_FD,
 // status.go). With several nodes (nodes.go) the launchers agree on every
 // attempt through a store node 0's launcher hosts at -master (rank 0's

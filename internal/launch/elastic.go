@@ -226,22 +226,8 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 	}
 	e := cfg.Elastic
 	a := attempt{ranks: cfg.Ranks, args: cfg.Args}
-	var failures []Failure
-	var pending *Restart // the restart running now, until reported
-	report := func(trainedAt time.Time) {
-		if pending == nil {
-			return
-		}
-		if !trainedAt.IsZero() {
-			pending.TrainingAgainAt = trainedAt
-			pending.TrainingAgain = trainedAt.Sub(pending.Failure.At)
-		}
-		if e.OnRestart != nil {
-			e.OnRestart(w.out, *pending)
-		}
-		pending = nil
-	}
-	startups := 0 // start-up failures in a row
+	policy := newRestartPolicy(e, cfg.Ranks, 0)
+	rep := &restartReport{onRestart: e.OnRestart, w: w.out}
 	for n := 0; ; n++ {
 		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
 		a.getenv = restartGetenv(cfg.Getenv, n)
@@ -252,58 +238,41 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 		j.progress = prog.notify
 		j.onProgress = func() {
 			_, _, at := prog.snapshot()
-			report(at)
+			rep.report(at)
 		}
 		err = j.wait(ctx, sigs)
 		select {
 		case <-prog.done:
 		case <-time.After(cfg.Grace): // something a rank started still holds the pipe
 		}
-		_, _, at := prog.snapshot()
-		report(at)
-		if err == nil || j.first == nil || j.signaled != nil || ctx.Err() != nil {
-			return err // done, or stopped by a signal or ctx: nothing to restart
-		}
 		start, last, trainedAt := prog.snapshot()
-		f := Failure{Attempt: n, Ranks: a.ranks, Exit: j.culprit(), StartStep: start, Step: last,
-			AtStartup: trainedAt.IsZero(), At: j.failedAt}
-		failures = append(failures, f)
-		if n >= e.MaxRestarts {
-			return fmt.Errorf("launch: %w", &RestartsExhaustedError{MaxRestarts: e.MaxRestarts, Failures: failures})
-		}
-		next := Attempt{Restart: n + 1, MinRanks: e.MinRanks, MaxRanks: a.ranks, Failure: f}
-		if f.AtStartup {
-			startups++
-			if a.ranks > e.MinRanks {
-				next.MaxRanks--
-			}
-			if err := backoff(ctx, sigs, e.Backoff, startups); err != nil {
-				return fmt.Errorf("launch: %w (after %s)", err, f)
-			}
+		rep.report(trainedAt)
+		end := attemptEnd{Err: err, Clean: err == nil}
+		if j.first == nil || j.signaled != nil || ctx.Err() != nil {
+			end.Stopped = "nothing to restart" // stopped by a signal or ctx, or no rank failed
 		} else {
-			startups = 0
+			end.Failure = Failure{Attempt: n, Ranks: a.ranks, Exit: j.culprit(), StartStep: start, Step: last,
+				AtStartup: trainedAt.IsZero(), At: j.failedAt}
 		}
-		r, err := e.Prepare(ctx, next)
+		step := policy.Step(end)
+		if step.Backoff > 0 {
+			if err := backoff(ctx, sigs, e.Backoff, step.Backoff); err != nil {
+				return fmt.Errorf("launch: %w (after %s)", err, end.Failure)
+			}
+		}
+		if step.Done {
+			return step.Err
+		}
+		r, _, err := policy.Resume(e.Prepare(ctx, step.Ask))
 		if err != nil {
-			return fmt.Errorf("launch: restarting after %s: %w", f, err)
+			return err
 		}
-		if r.Ranks < next.MinRanks || r.Ranks > next.MaxRanks {
-			return fmt.Errorf("launch: restarting after %s: %d ranks asked for, want %d..%d", f, r.Ranks, next.MinRanks, next.MaxRanks)
-		}
-		lost := int64(0)
-		if f.Step >= 0 {
-			lost = max(0, f.Step-r.Step)
-		}
-		pending = &Restart{Number: n + 1, Failure: f, Resume: r, StepsLost: lost}
-		from := "resuming from step " + strconv.FormatInt(r.Step, 10)
-		if r.From == "" {
-			from = "starting again from the beginning"
-		}
+		rep.pending = &r
 		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %d ranks (%d steps lost)\n",
-			n+1, e.MaxRestarts, f, from, r.Ranks, lost)
-		a.ranks, a.args = r.Ranks, r.Args
-		if r.Env != nil {
-			cfg.Env = r.Env
+			r.Number, e.MaxRestarts, r.Failure, resumeText(r.Resume), r.Resume.Ranks, r.StepsLost)
+		a.ranks, a.args = r.Resume.Ranks, r.Resume.Args
+		if r.Resume.Env != nil {
+			cfg.Env = r.Resume.Env
 		}
 	}
 }

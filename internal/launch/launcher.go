@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -197,20 +196,6 @@ type attempt struct {
 	stopReq          <-chan string    // job.stopReq
 }
 
-// outputs are the launcher's stdout and stderr, shared by every rank's
-// forwarder (and the elastic reports) for as long as Run runs.
-type outputs struct {
-	out, errOut *syncWriter
-}
-
-func newOutputs(cfg Config) outputs {
-	w := outputs{out: &syncWriter{w: cfg.Stdout}, errOut: &syncWriter{w: cfg.Stderr}}
-	if cfg.Stderr == cfg.Stdout {
-		w.errOut = w.out
-	}
-	return w
-}
-
 // startAttempt starts a's ranks, their output forwarded to w; the job's
 // wait collects them. A rank that cannot be started is the job's first
 // failure.
@@ -238,7 +223,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	world := cfg.Nnodes * cfg.Ranks
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
 		// The host's processors shared among its ranks, as in-process ranks
-		// share them: no more scheduler threads than cores, which halves
+		// share them: no more scheduler threads than cores, which cuts
 		// small-message latency on a busy host (see docs/multiprocess.md).
 		vars = append(vars, "GOMAXPROCS="+strconv.Itoa(coreShare(cfg.Ranks)))
 	}
@@ -253,8 +238,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		return nil, err // before any rank starts
 	}
 
-	out, errOut := w.out, w.errOut
-	j := &job{cfg: cfg, errOut: errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}
+	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
@@ -271,21 +255,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = env
 		p := &proc{rank: rank, cmd: cmd}
-		prefix := fmt.Sprintf("[rank %d] ", rank)
-		var flush []*lineWriter
-		if rank == 0 && !cfg.PrefixRank0 {
-			if f, ok := cfg.Stdout.(*os.File); ok {
-				cmd.Stdout = f // its own descriptor: a terminal stays a terminal
-			} else {
-				lw := &lineWriter{dst: out}
-				cmd.Stdout, flush = lw, append(flush, lw)
-			}
-		} else {
-			lw := &lineWriter{dst: out, prefix: prefix}
-			cmd.Stdout, flush = lw, append(flush, lw)
-		}
-		lw := &lineWriter{dst: errOut, prefix: prefix, tap: p.lastLine}
-		cmd.Stderr, flush = lw, append(flush, lw)
+		flush := w.forward(cmd, cfg, rank, p.lastLine)
 		if rank == 0 && storeLn != nil {
 			// Rank 0 serves the store on the socket bound here, so no
 			// other process can take the port between the pick and its
@@ -570,77 +540,5 @@ func (j *job) signal(s os.Signal) {
 		if !p.done {
 			signalProc(p.cmd.Process, s)
 		}
-	}
-}
-
-// syncWriter serialises writes from several ranks' forwarders.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// maxLine is the longest partial line a lineWriter holds before writing it
-// out without waiting for its end.
-const maxLine = 1 << 20
-
-// lineWriter forwards whole lines, each with a prefix, to dst. os/exec
-// calls Write from one goroutine per stream; flush writes a last line
-// that had no newline once the rank has exited.
-type lineWriter struct {
-	dst    io.Writer
-	prefix string
-	tap    func(line []byte) // if set, sees every whole line (without the prefix)
-	mu     sync.Mutex
-	buf    []byte
-	cont   bool // buf continues a line already partly written
-}
-
-func (l *lineWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			l.buf = append(l.buf, p...)
-			if len(l.buf) >= maxLine {
-				l.emit(false)
-			}
-			break
-		}
-		l.buf = append(l.buf, p[:i+1]...)
-		p = p[i+1:]
-		l.emit(true)
-	}
-	return n, nil
-}
-
-// emit writes buf as (part of) a line; whole says it ends the line.
-func (l *lineWriter) emit(whole bool) {
-	var line []byte
-	if !l.cont {
-		line = append(line, l.prefix...)
-	}
-	line = append(line, l.buf...)
-	_, _ = l.dst.Write(line) // a failing destination must not stop the rank
-	if whole && !l.cont && l.tap != nil {
-		l.tap(l.buf)
-	}
-	l.buf = l.buf[:0]
-	l.cont = !whole
-}
-
-func (l *lineWriter) flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.buf) > 0 || l.cont {
-		l.buf = append(l.buf, '\n')
-		l.emit(true)
 	}
 }

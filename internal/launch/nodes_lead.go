@@ -1,0 +1,227 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// join waits for every node's launcher to join before the first attempt
+// and returns that attempt's plan; an error has been published to the
+// nodes that joined.
+func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, error) {
+	cfg, e := r.cfg, r.e
+	perNode := cfg.Ranks
+	baseID := cfg.Getenv(EnvRunID)
+	if baseID == "" {
+		id, err := randomHex(8)
+		if err != nil {
+			return nodePlan{}, fmt.Errorf("launch: making the run id: %w", err)
+		}
+		baseID = "elastic-" + id
+	}
+	members := make([]int, cfg.Nnodes)
+	for i := range members {
+		members[i] = i
+	}
+	fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for %d nodes' launchers at %s (at most %v)\n", cfg.Nnodes-1, cfg.Master, e.JoinTimeout)
+	sctx, stopSig := signalContext(ctx, sigs)
+	reps := r.gather(sctx, 0, members[1:], time.Now().Add(e.JoinTimeout))
+	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: perNode}
+	if err := stopSig(); err != nil {
+		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", err))
+	}
+	var missing, bad []string
+	for _, m := range members[1:] {
+		rep, ok := reps[m]
+		switch {
+		case !ok:
+			missing = append(missing, strconv.Itoa(m))
+		case rep.Ranks != perNode:
+			bad = append(bad, fmt.Sprintf("node %d has -ranks %d", m, rep.Ranks))
+		}
+	}
+	if len(missing) > 0 {
+		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: node(s) %s did not join within %v (-master %s)", strings.Join(missing, ", "), e.JoinTimeout, cfg.Master))
+	}
+	if len(bad) > 0 {
+		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: %s", perNode, strings.Join(bad, "; ")))
+	}
+	return plan, nil
+}
+
+// lead is node 0's launcher: it runs the attempts, and after each decides
+// with the restart policy what the nodes do next.
+func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
+	plan, err := r.join(ctx, sigs)
+	if err != nil {
+		return err
+	}
+	cfg, e := r.cfg, r.e
+	perNode, baseID := cfg.Ranks, plan.RunID
+	args := cfg.Args
+	policy := newRestartPolicy(e, cfg.Nnodes*perNode, perNode)
+	rep := &restartReport{onRestart: e.OnRestart, w: r.w.out}
+	for n := 0; ; n++ {
+		plan.Attempt = n
+		if n > 0 {
+			plan.RunID = baseID + "-restart" + strconv.Itoa(n)
+		}
+		port, storeLn, err := bindStorePort(r.host)
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			port, storeLn, err = bindStorePort("")
+		}
+		if err != nil {
+			return r.finish(ctx, plan, len(plan.Members)-1, fmt.Errorf("launch: node 0: binding a port for rank 0's store: %w", err))
+		}
+		plan.StorePort = port
+		if err := r.publish(ctx, plan); err != nil {
+			storeLn.Close()
+			return err
+		}
+		own, j, prog, runErr := r.runAttempt(ctx, sigs, plan, args, storeLn, func(p *progress) {
+			_, _, at := p.snapshot()
+			rep.report(at)
+		})
+		if j == nil { // the attempt could not start here
+			return r.finish(ctx, nodePlan{Attempt: n + 1}, len(plan.Members)-1, runErr)
+		}
+		_, _, at := prog.snapshot()
+		rep.report(at)
+
+		// Who came back, and how did the attempt end on each node?
+		sctx, stopSig := signalContext(ctx, sigs)
+		reps := r.gather(sctx, n+1, plan.Members[1:], time.Now().Add(e.RejoinTimeout))
+		next := nodePlan{Attempt: n + 1, RanksPerNode: perNode}
+		if err := stopSig(); err != nil {
+			return r.finish(ctx, next, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", err))
+		}
+		reps[0] = own
+		end := r.attemptEnd(plan, reps, runErr)
+		if end.Stopped == "" && !end.Clean {
+			end.Failure = r.blame(plan, reps, end.Dropped, j, prog)
+		}
+		step := policy.Step(end)
+		if step.Backoff > 0 {
+			sctx, stopSig := signalContext(ctx, sigs)
+			_ = backoff(sctx, nil, e.Backoff, step.Backoff)
+			if err := stopSig(); err != nil {
+				return r.finish(ctx, next, len(reps)-1, fmt.Errorf("launch: %w (after %s)", err, end.Failure))
+			}
+		}
+		if step.Done {
+			return r.finish(ctx, next, len(reps)-1, step.Err)
+		}
+		res, err := e.Prepare(ctx, step.Ask)
+		restart, members, err := policy.Resume(res, err)
+		if err != nil {
+			return r.finish(ctx, next, len(reps)-1, err)
+		}
+		rep.pending = &restart
+		f := restart.Failure
+		fmt.Fprintf(r.w.errOut, "launch: node 0: restart %d of at most %d after %s: %s on %d ranks, nodes %s (%d steps lost)%s\n",
+			restart.Number, e.MaxRestarts, f, resumeText(res), res.Ranks, intsText(members), restart.StepsLost, droppedSuffix(restart.Dropped))
+		args = res.Args
+		if res.Env != nil {
+			r.cfg.Env = res.Env
+		}
+		plan = nodePlan{Attempt: n + 1, Members: members, RanksPerNode: perNode, Step: res.Step, From: res.From, Found: res.Found,
+			Notes: res.Notes, Dropped: restart.Dropped,
+			Failure: &planFailure{Node: f.Node, Rank: f.Exit.Rank, Pid: f.Exit.Pid, Reason: f.Exit.Reason(), Step: f.Step, AtStartup: f.AtStartup}}
+	}
+}
+
+// attemptEnd reads how plan's attempt ended from every node's report
+// (reps, node 0's included; runErr is node 0's own error): the nodes that
+// came back, node 0 first, those lost, and whether a signal stopped one.
+func (r *nodeRdzv) attemptEnd(plan nodePlan, reps map[int]nodeReport, runErr error) attemptEnd {
+	end := attemptEnd{Err: runErr}
+	failed := false
+	for _, m := range plan.Members {
+		rep, ok := reps[m]
+		switch {
+		case !ok:
+			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: fmt.Sprintf("its launcher did not come back within %v", r.e.RejoinTimeout)})
+			failed = true
+			continue
+		case rep.Fatal != "":
+			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: "its launcher gave up: " + rep.Fatal})
+			failed = true
+			continue
+		case rep.Signal != "":
+			if end.Stopped == "" {
+				end.Stopped = fmt.Sprintf("node %d's launcher was stopped by %s", m, rep.Signal)
+			}
+			failed = failed || !rep.OK
+		case !rep.OK:
+			failed = true
+		}
+		end.Members = append(end.Members, m)
+	}
+	end.Clean = !failed
+	return end
+}
+
+// blame is the failure that ended plan's attempt, from every node's
+// report (reps, node 0's included) and node 0's job and progress: the
+// first failure told that is not a consequence of another's; else a node
+// that did not come back; else the first told.
+func (r *nodeRdzv) blame(plan nodePlan, reps map[int]nodeReport, dropped []DroppedNode, j *job, prog *progress) Failure {
+	start, last, trainedAt := prog.snapshot()
+	f := Failure{Attempt: plan.Attempt, Ranks: len(plan.Members) * plan.RanksPerNode, Nodes: len(plan.Members),
+		StartStep: start, Step: last, AtStartup: trainedAt.IsZero(), At: time.Now()}
+	for _, t := range []time.Time{j.failedAt, j.stoppedAt} {
+		if !t.IsZero() && t.Before(f.At) {
+			f.At = t
+		}
+	}
+	type cand struct {
+		node int
+		w    *wireFailure
+	}
+	var cs []cand
+	for _, m := range plan.Members {
+		if rep, ok := reps[m]; ok && rep.Fail != nil {
+			cs = append(cs, cand{m, rep.Fail})
+		}
+	}
+	order := func(c cand) int64 {
+		if c.w.Seq <= 0 {
+			return 1 << 62
+		}
+		return c.w.Seq
+	}
+	slices.SortStableFunc(cs, func(a, b cand) int {
+		if a.w.Consequence != b.w.Consequence {
+			if a.w.Consequence {
+				return 1
+			}
+			return -1
+		}
+		return int(min(max(order(a)-order(b), -1), 1))
+	})
+	switch {
+	case len(cs) > 0 && (!cs[0].w.Consequence || len(dropped) == 0):
+		c := cs[0]
+		if c.node == 0 && j.first != nil && j.first.Rank == c.w.Rank {
+			f.Exit = j.first
+		} else {
+			f.Exit = &ExitError{Rank: c.w.Rank, Pid: c.w.Pid, Err: errors.New(c.w.Reason)}
+		}
+		f.Node = c.node
+	case len(dropped) > 0:
+		d := dropped[0]
+		idx := slices.Index(plan.Members, d.Node)
+		f.Exit = &ExitError{Rank: idx * plan.RanksPerNode, Err: fmt.Errorf("lost with its node (%s)", d.Reason)}
+		f.Node = d.Node
+	default:
+		f.Exit = &ExitError{Rank: -1, Err: errors.New("the attempt failed, but no node reported a failed rank")}
+	}
+	return f
+}
