@@ -121,7 +121,7 @@ func (m *LeNet) Forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 			if conv, err = G.BroadcastAdd(conv, c.b, nil, []byte{0, 2, 3}); err != nil {
 				return wrap(fmt.Sprintf("conv%d bias", i+1), err)
 			}
-			if conv, err = G.Rectify(conv); err != nil {
+			if conv, err = relu(conv); err != nil {
 				return wrap(fmt.Sprintf("conv%d relu", i+1), err)
 			}
 			if h, err = G.MaxPool2D(conv, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}); err != nil {
@@ -136,7 +136,7 @@ func (m *LeNet) Forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 		if err != nil {
 			return wrap("fc1", err)
 		}
-		if fc1, err = G.Rectify(fc1); err != nil {
+		if fc1, err = relu(fc1); err != nil {
 			return wrap("fc1 relu", err)
 		}
 		if out, err = dense(fc1, params[6], params[7]); err != nil {

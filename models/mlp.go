@@ -99,7 +99,7 @@ func (m *MLP) Forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 				return fmt.Errorf("models: MLP.Forward: layer %d: %w", i, err)
 			}
 			if i+1 < layers {
-				if z, err = G.Rectify(z); err != nil {
+				if z, err = relu(z); err != nil {
 					return fmt.Errorf("models: MLP.Forward: layer %d relu: %w", i, err)
 				}
 			}

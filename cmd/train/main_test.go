@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/datasets"
+	"github.com/ringddp/ringddp/internal/gemm"
 )
 
 // writeMNISTDir writes a small synthetic MNIST-style IDX directory: 400
@@ -129,8 +132,12 @@ func TestRunText(t *testing.T) {
 	data := writeMNISTDir(t)
 	stdout, err := runTrain(t, "-data", data, "-ranks", "2", "-batch", "40", "-epochs", "1", "-hidden", "8", "-optim", "adam")
 	require.NoError(t, err)
+	// The report names the kernel variant and each rank's share of the cores.
+	v, err := gemm.Best()
+	require.NoError(t, err)
+	blasName := fmt.Sprintf("gemm %s ×%d BLAS", v.Name, max(1, runtime.GOMAXPROCS(0)/2))
 	for _, want := range []string{
-		"training mlp (float32", "with DDP on 2 inproc ranks, gonum BLAS: 400 train / 61 test examples",
+		"training mlp (float32", "with DDP on 2 inproc ranks, " + blasName + ": 400 train / 61 test examples",
 		"global batch 40 (20 per rank), 10 steps per epoch, adam lr 0.001",
 		"  epoch 1/1  step 10/10  loss ",
 		"epoch 1/1  train_loss ", "test_acc ", "samples/s", "comm wait ", "optimizer ",
