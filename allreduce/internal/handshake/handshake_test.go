@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"strings"
 	"testing"
@@ -82,10 +81,7 @@ func TestListenerSendsNoMAC(t *testing.T) {
 	answer := make([]byte, HelloLen+MACLen)
 	x.PutPrefix(answer, ModeHMAC, 0)
 	var out bytes.Buffer
-	if _, err := x.Listen(struct {
-		io.Reader
-		io.Writer
-	}{bytes.NewReader(answer), &out}, 0, "the dialer", "authentication failed"); !errors.Is(err, errAuth) {
+	if _, err := x.Listen(readWriter{bytes.NewReader(answer), &out}, 0, "the dialer", "authentication failed"); !errors.Is(err, errAuth) {
 		t.Fatalf("listener: %v, want ErrAuth", err)
 	}
 	want := x.AppendReason([]byte{1}, "authentication failed")
@@ -93,6 +89,14 @@ func TestListenerSendsNoMAC(t *testing.T) {
 		t.Errorf("after the hello: %x, want %x", got, want)
 	}
 }
+
+// readWriter reads from one place and writes to another.
+type readWriter struct {
+	*bytes.Reader
+	w *bytes.Buffer
+}
+
+func (rw readWriter) Write(p []byte) (int, error) { return rw.w.Write(p) }
 
 func TestReadReason(t *testing.T) {
 	p := &Protocol{Order: binary.BigEndian, MaxReason: 4}
