@@ -4,13 +4,10 @@ package mixed_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,39 +28,19 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(modeVar) {
-	case "":
-		os.Exit(m.Run())
-	case "matrix":
-		transporthelp.ExitWith(matrixRank())
-	case "loop":
-		transporthelp.ExitWith(loopRank())
-	}
-	fmt.Fprintln(os.Stderr, "unknown", modeVar)
-	os.Exit(2)
+	transporthelp.RankMain(m, modeVar, map[string]func() error{"matrix": matrixRank, "loop": loopRank})
 }
 
 // dialFromEnv joins the job the environment describes over a mixed
 // endpoint, hosts from hostsVar.
 func dialFromEnv(ctx context.Context) (*mixed.Conn, *rendezvous.TCPStore, error) {
-	env, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	hosts := strings.Split(os.Getenv(hostsVar), ",")
-	cfg := tcp.ConfigFromEnv(env, store)
-	cfg.Timeout = 20 * time.Second
-	cfg.Node = hosts[env.Rank]
-	conn, err := mixed.Dial(ctx, mixed.Config{World: cfg, Hosts: hosts})
-	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	return conn, store, nil
+	return transporthelp.JoinFromEnv(ctx, func(env rendezvous.Env, store *rendezvous.TCPStore) (*mixed.Conn, error) {
+		hosts := strings.Split(os.Getenv(hostsVar), ",")
+		cfg := tcp.ConfigFromEnv(env, store)
+		cfg.Timeout = 20 * time.Second
+		cfg.Node = hosts[env.Rank]
+		return mixed.Dial(ctx, mixed.Config{World: cfg, Hosts: hosts})
+	})
 }
 
 // matrixRank: every algorithm, AllReduce of awkward lengths with every op
@@ -130,49 +107,11 @@ func TestKill9AcrossProcesses(t *testing.T) {
 	}
 	const victim = 1
 	cmds, outs := startRanks(t, []string{"a", "a", "b", "b"}, "loop")
-	deadline := time.Now().Add(30 * time.Second)
+	transporthelp.WaitReady(t, cmds, outs, 30*time.Second)
+	took := transporthelp.KillOne(t, cmds, outs, victim, "")
 	for r := range cmds {
-		for !strings.Contains(outs[r].String(), "ready") {
-			if time.Now().After(deadline) {
-				for _, c := range cmds {
-					_ = c.Process.Kill()
-					_ = c.Wait()
-				}
-				t.Fatalf("rank %d never got ready: %s", r, outs[r])
-			}
-			time.Sleep(5 * time.Millisecond)
+		if r != victim {
+			t.Logf("rank %d exited %v after the kill: %s", r, took[r], strings.TrimSpace(outs[r].String()))
 		}
-	}
-	killed := time.Now()
-	if err := cmds[victim].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmds[victim].Wait()
-	for r, cmd := range cmds {
-		if r == victim {
-			continue
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			err = <-done
-			t.Errorf("rank %d still running 10 s after the kill", r)
-		}
-		el := time.Since(killed)
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("rank %d exited with %v, want status 1", r, err)
-		}
-		if !strings.Contains(outs[r].String(), "rank "+strconv.Itoa(victim)+" failed") {
-			t.Errorf("rank %d's error does not name rank %d: %s", r, victim, outs[r])
-		}
-		if el > time.Second {
-			t.Errorf("rank %d exited %v after the kill, want within a second", r, el)
-		}
-		t.Logf("rank %d exited %v after the kill: %s", r, el, strings.TrimSpace(outs[r].String()))
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/internal/handshake"
-	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
@@ -143,10 +142,24 @@ func TestStoreOtherVersion(t *testing.T) {
 	}
 
 	// A client reaching a server of another version.
-	hello := make([]byte, helloLen)
-	putHello(hello, modeHMAC, make([]byte, nonceLen))
-	binary.BigEndian.PutUint16(hello[4:], storeVersion+1)
-	_, err = DialStore(context.Background(), transporthelp.FakePeer(t, hello), StoreConfig{Secret: testSecret, Timeout: 5 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		hello := make([]byte, helloLen)
+		putHello(hello, modeHMAC, make([]byte, nonceLen))
+		binary.BigEndian.PutUint16(hello[4:], storeVersion+1)
+		_, _ = s.Write(hello)
+		_, _ = io.Copy(io.Discard, s)
+	}()
+	_, err = DialStore(context.Background(), ln.Addr().String(), StoreConfig{Secret: testSecret, Timeout: 5 * time.Second})
 	if want := fmt.Sprintf("server speaks store protocol version %d, this build version %d", storeVersion+1, storeVersion); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), want) {
 		t.Errorf("client: %v, want %q", err, want)
 	}

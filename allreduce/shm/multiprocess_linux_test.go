@@ -4,13 +4,11 @@ package shm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,36 +25,16 @@ import (
 const rankModeVar = "RINGDDP_SHM_TEST_MODE"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(rankModeVar) {
-	case "":
-		os.Exit(m.Run())
-	case "matrix":
-		transporthelp.ExitWith(matrixRank())
-	case "loop":
-		transporthelp.ExitWith(loopRank())
-	}
-	fmt.Fprintln(os.Stderr, "unknown", rankModeVar)
-	os.Exit(2)
+	transporthelp.RankMain(m, rankModeVar, map[string]func() error{"matrix": matrixRank, "loop": loopRank})
 }
 
 // dialFromEnv joins the job the environment describes over shm.
 func dialFromEnv(ctx context.Context) (*shm.Conn, *rendezvous.TCPStore, error) {
-	env, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := shm.ConfigFromEnv(env, store)
-	cfg.Timeout = 20 * time.Second
-	conn, err := shm.Dial(ctx, cfg)
-	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	return conn, store, nil
+	return transporthelp.JoinFromEnv(ctx, func(env rendezvous.Env, store *rendezvous.TCPStore) (*shm.Conn, error) {
+		cfg := shm.ConfigFromEnv(env, store)
+		cfg.Timeout = 20 * time.Second
+		return shm.Dial(ctx, cfg)
+	})
 }
 
 // matrixRank is one rank of the multi-process matrix: every algorithm shm
@@ -131,52 +109,12 @@ func TestKill9AcrossProcesses(t *testing.T) {
 	const n, victim = 4, 2
 	for trial := range trials {
 		cmds, outs := startRanks(t, n, "loop")
-		deadline := time.Now().Add(30 * time.Second)
-		for r := range n {
-			for !strings.Contains(outs[r].String(), "ready") {
-				if time.Now().After(deadline) {
-					for _, c := range cmds {
-						_ = c.Process.Kill()
-						_ = c.Wait()
-					}
-					t.Fatalf("trial %d: rank %d never got ready: %s", trial, r, outs[r])
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
+		transporthelp.WaitReady(t, cmds, outs, 30*time.Second)
 		time.Sleep(time.Duration(trial%5) * 7 * time.Millisecond)
-		killed := time.Now()
-		if err := cmds[victim].Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmds[victim].Wait()
-		for r, cmd := range cmds {
-			if r == victim {
-				continue
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				err = <-done
-				t.Errorf("trial %d: rank %d still running 10 s after the kill", trial, r)
-			}
-			el := time.Since(killed)
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Errorf("trial %d: rank %d exited with %v, want status 1", trial, r, err)
-			}
-			if !strings.Contains(outs[r].String(), "rank 2 failed") {
-				t.Errorf("trial %d: rank %d's error does not name rank 2: %s", trial, r, outs[r])
-			}
-			if el > time.Second {
-				t.Errorf("trial %d: rank %d exited %v after the kill, want within a second", trial, r, el)
-			}
-			if trial == 0 {
-				t.Logf("rank %d exited %v after the kill: %s", r, el, strings.TrimSpace(lastLine(outs[r].String())))
+		took := transporthelp.KillOne(t, cmds, outs, victim, fmt.Sprintf("trial %d: ", trial))
+		for r := range cmds {
+			if trial == 0 && r != victim {
+				t.Logf("rank %d exited %v after the kill: %s", r, took[r], strings.TrimSpace(lastLine(outs[r].String())))
 			}
 		}
 		for _, cmd := range cmds {

@@ -1,8 +1,9 @@
 // Package transporthelp holds what the transports' own tests share
 // beyond the conformance suite (package transporttest): dialing a world
 // of ranks in one process (DialAll), running the test binary again as the
-// ranks of a multi-process job (StartRanks, ExitWith), and the small
-// fixtures of tests that block on a call (Go, Wait, Sink, Header).
+// ranks of a multi-process job (StartRanks, RankMain, JoinFromEnv,
+// WaitReady, KillOne), a fake peer for handshake tests (FakePeer), and the
+// small fixtures of tests that block on a call (Go, Wait, Sink, Header).
 //
 // It is imported by tests only.
 package transporthelp
