@@ -186,15 +186,7 @@ func (rs *Ranks) Close() []error {
 func Groups(tb testing.TB, conns []transport.Conn, opts ...allreduce.GroupOption) []*allreduce.Group {
 	tb.Helper()
 	groups, errs := rankrun.NewGroups(conns, opts...)
-	tb.Cleanup(func() {
-		for r, g := range groups {
-			if g != nil {
-				_ = g.Close()
-			} else {
-				_ = conns[r].Close()
-			}
-		}
-	})
+	tb.Cleanup(func() { rankrun.Close(groups, conns) })
 	if errs != nil {
 		tb.Fatal(FirstError(errs))
 	}

@@ -32,15 +32,7 @@ import (
 // (and with it every connection) when every rank has returned.
 func Run(conns []transport.Conn, fn func(g *allreduce.Group) error, opts ...allreduce.GroupOption) []error {
 	groups, errs := NewGroups(conns, opts...)
-	defer func() {
-		for r, g := range groups {
-			if g != nil {
-				_ = g.Close()
-			} else {
-				_ = conns[r].Close()
-			}
-		}
-	}()
+	defer Close(groups, conns)
 	if errs != nil {
 		return errs
 	}
@@ -50,7 +42,7 @@ func Run(conns []transport.Conn, fn func(g *allreduce.Group) error, opts ...allr
 // NewGroups makes a Group over each of conns with opts. If any fails, errs
 // holds that rank's error and, for every other rank, one saying it was not
 // run; the groups that were made are returned all the same, for the
-// caller to close with the connections that have none. errs is nil when
+// caller to close with the connections that have none (Close). errs is nil when
 // every group was made.
 func NewGroups(conns []transport.Conn, opts ...allreduce.GroupOption) (groups []*allreduce.Group, errs []error) {
 	groups = make([]*allreduce.Group, len(conns))
@@ -71,6 +63,18 @@ func NewGroups(conns []transport.Conn, opts ...allreduce.GroupOption) (groups []
 		}
 	}
 	return groups, made
+}
+
+// Close closes every group of NewGroups, or its connection where it made
+// none.
+func Close(groups []*allreduce.Group, conns []transport.Conn) {
+	for r, g := range groups {
+		if g != nil {
+			_ = g.Close()
+		} else {
+			_ = conns[r].Close()
+		}
+	}
 }
 
 // RunGroups runs fn(i, groups[i]) for every i, each on its own goroutine,
