@@ -323,36 +323,13 @@ type acceptResult struct {
 // acceptHandshake runs the acceptor's side (see the protocol above).
 func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res acceptResult, err error) {
 	res.from = -1
-	hello := make([]byte, helloFixed+maxRunID)
-	typ, mode, err := readPrefix(nc, hello)
+	hello, mode, out, err := readHello(nc, p)
 	if err != nil {
-		var ve *versionError
-		if errors.As(err, &ve) {
-			sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.Peer))
-			res.out = acceptNote
-			return res, err
-		}
-		res.out = acceptIgnore
+		res.out = out
 		return res, err
 	}
 	res.out = acceptIgnore
-	if typ != hsHello {
-		return res, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
-	}
-	if _, err := io.ReadFull(nc, hello[prefixLen:helloFixed]); err != nil {
-		return res, err
-	}
-	runLen := int(hello[helloFixed-1])
-	if _, err := io.ReadFull(nc, hello[helloFixed:helloFixed+runLen]); err != nil {
-		return res, err
-	}
-	hello = hello[:helloFixed+runLen]
-	size := int(binary.BigEndian.Uint32(hello[8:]))
-	from := int(binary.BigEndian.Uint32(hello[12:]))
-	to := int(binary.BigEndian.Uint32(hello[16:]))
-	wire := hello[20]
-	runID := string(hello[helloFixed:])
-	res.from = from
+	res.from = int(binary.BigEndian.Uint32(hello[12:]))
 	if mode != p.mode {
 		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d is %s, the dialer is %s", p.rank, handshake.ModeName(p.mode), handshake.ModeName(mode)))
 		res.out = acceptNote
@@ -372,7 +349,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	}
 
 	proof := make([]byte, proofLen)
-	typ, _, err = readPrefix(nc, proof)
+	typ, _, err := readPrefix(nc, proof)
 	if err != nil {
 		return res, err
 	}
@@ -401,20 +378,8 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	if h.authenticated != nil && !h.authenticated() {
 		return res, errDropped
 	}
-	var problem string
-	switch {
-	case size != p.size:
-		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", p.rank, p.size, from, size)
-	case runID != p.runID:
-		problem = fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
-	case to != p.rank:
-		problem = fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
-	case wire != p.wire:
-		problem = fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
-			p.rank, wireName(p.wire), from, wireName(wire))
-	default:
-		problem = h.admit(from)
-	}
+	from := res.from
+	problem := judgeHello(p, hello, h.admit)
 	verdict := make([]byte, verdictFixed, verdictFixed+2+len(problem)+macLen)
 	putPrefix(verdict, hsVerdict, p.mode)
 	binary.BigEndian.PutUint32(verdict[8:], uint32(p.size))
@@ -436,6 +401,54 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	}
 	res.out, res.key = acceptOK, deriveKey(p, hello, ch[prefixLen:])
 	return res, nil
+}
+
+// readHello reads a dialer's hello, whole, and returns it with its mode;
+// on failure, out is what the failure is worth to the listening rank.
+func readHello(nc net.Conn, p *handshakeParams) (hello []byte, mode byte, out acceptOutcome, err error) {
+	hello = make([]byte, helloFixed+maxRunID)
+	typ, mode, err := readPrefix(nc, hello)
+	var ve *versionError
+	switch {
+	case errors.As(err, &ve):
+		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.Peer))
+		return nil, 0, acceptNote, err
+	case err != nil:
+		return nil, 0, acceptIgnore, err
+	case typ != hsHello:
+		return nil, 0, acceptIgnore, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
+	}
+	if _, err := io.ReadFull(nc, hello[prefixLen:helloFixed]); err != nil {
+		return nil, 0, acceptIgnore, err
+	}
+	runLen := int(hello[helloFixed-1])
+	if _, err := io.ReadFull(nc, hello[helloFixed:helloFixed+runLen]); err != nil {
+		return nil, 0, acceptIgnore, err
+	}
+	return hello[:helloFixed+runLen], mode, acceptIgnore, nil
+}
+
+// judgeHello says why an authenticated dialer, whose hello this is,
+// cannot join (its world size, run id, target rank or wire protection
+// differ from this rank's, or admit refuses it), or "" to admit it.
+func judgeHello(p *handshakeParams, hello []byte, admit func(from int) string) string {
+	size := int(binary.BigEndian.Uint32(hello[8:]))
+	from := int(binary.BigEndian.Uint32(hello[12:]))
+	to := int(binary.BigEndian.Uint32(hello[16:]))
+	wire := hello[20]
+	runID := string(hello[helloFixed:])
+	switch {
+	case size != p.size:
+		return fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", p.rank, p.size, from, size)
+	case runID != p.runID:
+		return fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
+	case to != p.rank:
+		return fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
+	case wire != p.wire:
+		return fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
+			p.rank, wireName(p.wire), from, wireName(wire))
+	}
+	return admit(from)
 }
 
 // errDropped: the listening rank dropped the connection before it
