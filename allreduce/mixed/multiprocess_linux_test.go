@@ -6,13 +6,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/mixed"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -43,41 +40,21 @@ func dialFromEnv(ctx context.Context) (*mixed.Conn, *rendezvous.TCPStore, error)
 	})
 }
 
-// matrixRank: every algorithm, AllReduce of awkward lengths with every op
-// on float32 and int64, compared bit for bit with the reference.
+// matrixRank is one rank of the multi-process matrix (MatrixRank).
 func matrixRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	algos, err := allreducetest.RankMatrix(ctx, conn, allreducetest.CrossProcessLengths(conn.Size()),
-		func(g *allreduce.Group) error { return allreduce.Barrier(ctx, g) })
-	if err != nil {
-		return err
-	}
-	_ = conn.Close()
-	fmt.Printf("rank %d (local %d of %d on %s): %d algorithms ok: %v\n", conn.Rank(), conn.LocalRank(), conn.LocalSize(), conn.NodeName(), len(algos), algos)
-	return nil
-}
-
-// loopRank is a rank of the job a test kills (allreducetest.LoopRing).
-func loopRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return allreducetest.LoopRing(ctx, conn)
-}
-
-func startRanks(t *testing.T, hosts []string, mode string) ([]*exec.Cmd, []*transporthelp.SyncBuf) {
-	t.Helper()
-	return transporthelp.StartRanks(t, len(hosts), func(r int) []string {
-		return []string{modeVar + "=" + mode, hostsVar + "=" + strings.Join(hosts, ","), "GOMAXPROCS=1"}
+	return transporthelp.MatrixRank(dialFromEnv, func(c *mixed.Conn) string {
+		return fmt.Sprintf("rank %d (local %d of %d on %s)", c.Rank(), c.LocalRank(), c.LocalSize(), c.NodeName())
 	})
+}
+
+// loopRank is a rank of the job a test kills.
+func loopRank() error { return transporthelp.LoopRank(dialFromEnv) }
+
+// rankEnv is the environment of a rank of a job on hosts, in mode.
+func rankEnv(hosts []string, mode string) func(r int) []string {
+	return func(int) []string {
+		return []string{modeVar + "=" + mode, hostsVar + "=" + strings.Join(hosts, ","), "GOMAXPROCS=1"}
+	}
 }
 
 // TestMatrixAcrossProcesses: the AllReduce matrix of every algorithm over
@@ -87,13 +64,8 @@ func TestMatrixAcrossProcesses(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "b", "b"}} {
-		cmds, outs := startRanks(t, hosts, "matrix")
-		for r, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("hosts %v, rank %d: %v\n%s", hosts, r, err, outs[r])
-			}
-		}
-		t.Logf("hosts %v: %s", hosts, strings.TrimSpace(outs[0].String()))
+		outs, errs := transporthelp.RunRanks(t, len(hosts), rankEnv(hosts, "matrix"))
+		transporthelp.CheckRanks(t, fmt.Sprintf("hosts %v", hosts), outs, errs)
 	}
 }
 
@@ -106,7 +78,8 @@ func TestKill9AcrossProcesses(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	const victim = 1
-	cmds, outs := startRanks(t, []string{"a", "a", "b", "b"}, "loop")
+	hosts := []string{"a", "a", "b", "b"}
+	cmds, outs := transporthelp.StartRanks(t, len(hosts), rankEnv(hosts, "loop"))
 	transporthelp.WaitReady(t, cmds, outs, 30*time.Second)
 	took := transporthelp.KillOne(t, cmds, outs, victim, "")
 	for r := range cmds {

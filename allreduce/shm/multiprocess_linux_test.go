@@ -6,13 +6,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -37,44 +35,19 @@ func dialFromEnv(ctx context.Context) (*shm.Conn, *rendezvous.TCPStore, error) {
 	})
 }
 
-// matrixRank is one rank of the multi-process matrix: every algorithm shm
-// can run, AllReduce of awkward lengths with every op on float32 and
-// int64, compared bit for bit with the sequential reference.
+// matrixRank is one rank of the multi-process matrix (MatrixRank).
 func matrixRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	algos, err := allreducetest.RankMatrix(ctx, conn, allreducetest.CrossProcessLengths(conn.Size()),
-		func(g *allreduce.Group) error { return allreduce.Barrier(ctx, g) })
-	if err != nil {
-		return err
-	}
-	_ = conn.Close()
-	fmt.Printf("rank %d: %d algorithms ok: %v\n", conn.Rank(), len(algos), algos)
-	return nil
+	return transporthelp.MatrixRank(dialFromEnv, func(c *shm.Conn) string { return fmt.Sprintf("rank %d", c.Rank()) })
 }
 
-// loopRank is a rank of the job a test kills (allreducetest.LoopRing).
-func loopRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return allreducetest.LoopRing(ctx, conn)
-}
+// loopRank is a rank of the job a test kills.
+func loopRank() error { return transporthelp.LoopRank(dialFromEnv) }
 
-// startRanks starts n copies of this test binary as the ranks of one job
-// on this host, in mode.
-func startRanks(t *testing.T, n int, mode string) ([]*exec.Cmd, []*transporthelp.SyncBuf) {
-	t.Helper()
-	return transporthelp.StartRanks(t, n, func(r int) []string {
+// rankEnv is the environment of rank r of n on this host, in mode.
+func rankEnv(n int, mode string) func(r int) []string {
+	return func(r int) []string {
 		return []string{"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n), rankModeVar + "=" + mode, "GOMAXPROCS=1"}
-	})
+	}
 }
 
 // TestMatrixAcrossProcesses: the reduced AllReduce matrix, every
@@ -84,13 +57,8 @@ func TestMatrixAcrossProcesses(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	for _, n := range []int{2, 3, 4, 5} {
-		cmds, outs := startRanks(t, n, "matrix")
-		for r, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
-			}
-		}
-		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+		outs, errs := transporthelp.RunRanks(t, n, rankEnv(n, "matrix"))
+		transporthelp.CheckRanks(t, fmt.Sprintf("%d processes", n), outs, errs)
 	}
 }
 
@@ -108,7 +76,7 @@ func TestKill9AcrossProcesses(t *testing.T) {
 	before := devShm(t)
 	const n, victim = 4, 2
 	for trial := range trials {
-		cmds, outs := startRanks(t, n, "loop")
+		cmds, outs := transporthelp.StartRanks(t, n, rankEnv(n, "loop"))
 		transporthelp.WaitReady(t, cmds, outs, 30*time.Second)
 		time.Sleep(time.Duration(trial%5) * 7 * time.Millisecond)
 		took := transporthelp.KillOne(t, cmds, outs, victim, fmt.Sprintf("trial %d: ", trial))

@@ -187,12 +187,7 @@ func TestAlgorithmsAcrossProcesses(t *testing.T) {
 			return []string{modeVar + "=matrix", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
 				"RINGDDP_NODE=node" + strconv.Itoa(r/2)}
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
-			}
-		}
-		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+		transporthelp.CheckRanks(t, fmt.Sprintf("%d processes", n), outs, errs)
 		if !strings.Contains(outs[0].String(), "hierarchical") || !strings.Contains(outs[0].String(), "tree") {
 			t.Errorf("%d processes: not every algorithm ran: %s", n, outs[0])
 		}
