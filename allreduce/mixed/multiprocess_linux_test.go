@@ -60,9 +60,7 @@ func rankEnv(hosts []string, mode string) func(r int) []string {
 // TestMatrixAcrossProcesses: the AllReduce matrix of every algorithm over
 // processes on 2 simulated hosts × 2 ranks, and 1 + 2 ranks.
 func TestMatrixAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	for _, hosts := range [][]string{{"a", "a", "b", "b"}, {"a", "b", "b"}} {
 		outs, errs := transporthelp.RunRanks(t, len(hosts), rankEnv(hosts, "matrix"))
 		transporthelp.CheckRanks(t, fmt.Sprintf("hosts %v", hosts), outs, errs)
@@ -74,9 +72,7 @@ func TestMatrixAcrossProcesses(t *testing.T) {
 // over shm, the other host's ranks over tcp, and every survivor exits
 // non-zero within a second, naming rank 1.
 func TestKill9AcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	const victim = 1
 	hosts := []string{"a", "a", "b", "b"}
 	cmds, outs := transporthelp.StartRanks(t, len(hosts), rankEnv(hosts, "loop"))

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/shm"
@@ -53,9 +52,7 @@ func rankEnv(n int, mode string) func(r int) []string {
 // TestMatrixAcrossProcesses: the reduced AllReduce matrix, every
 // algorithm shm can run, over 2, 3, 4 and 5 processes.
 func TestMatrixAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	for _, n := range []int{2, 3, 4, 5} {
 		outs, errs := transporthelp.RunRanks(t, n, rankEnv(n, "matrix"))
 		transporthelp.CheckRanks(t, fmt.Sprintf("%d processes", n), outs, errs)
@@ -66,13 +63,8 @@ func TestMatrixAcrossProcesses(t *testing.T) {
 // stream of all-reduces: every survivor exits non-zero within a second,
 // naming rank 2; no process is left, and nothing is left in /dev/shm.
 func TestKill9AcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
-	trials := 5
-	if allreducetest.Soak() {
-		trials = 20
-	}
+	transporthelp.MultiProcess(t)
+	trials := transporthelp.Trials(5, 20)
 	before := devShm(t)
 	const n, victim = 4, 2
 	for trial := range trials {

@@ -109,13 +109,8 @@ func mismatchTrialsRank() error {
 // "connection lost: EOF" instead of the cause in about 0.5% of rank
 // errors. Every rank's error must name the mismatched calls.
 func TestMismatchAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
-	trials := 300
-	if allreducetest.Soak() {
-		trials = 2500
-	}
+	transporthelp.MultiProcess(t)
+	trials := transporthelp.Trials(300, 2500)
 	const n = 4
 	outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
 		return []string{modeVar + "=mismatch", trialsVar + "=" + strconv.Itoa(trials), "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=4"}
@@ -179,9 +174,7 @@ func matrixRank() error {
 // run: 3 processes as nodes of 2 and 1, 5 as 2, 2, 1 (RINGDDP_NODE), so
 // the topology algorithms meet uneven nodes over real sockets.
 func TestAlgorithmsAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	for _, n := range []int{3, 5} {
 		outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
 			return []string{modeVar + "=matrix", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",

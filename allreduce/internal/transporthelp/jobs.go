@@ -61,3 +61,19 @@ func CheckRanks(t *testing.T, what string, outs []*SyncBuf, errs []error) {
 	}
 	t.Logf("%s: %s", what, strings.TrimSpace(outs[0].String()))
 }
+
+// MultiProcess skips t in -short mode: its ranks are processes.
+func MultiProcess(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+}
+
+// Trials is how many trials to run: n, or soak under allreducetest.Soak.
+func Trials(n, soak int) int {
+	if allreducetest.Soak() {
+		return soak
+	}
+	return n
+}
