@@ -5,7 +5,7 @@
 // nothing of ringddp, so every layer may use it.
 package numeric
 
-import "unsafe"
+import "reflect"
 
 // Float is the set of floating-point element types: parameters, gradients
 // and optimizer state.
@@ -25,22 +25,4 @@ const (
 )
 
 // NameOf is the name of T's underlying type.
-func NameOf[T Numeric]() string {
-	var z T
-	switch {
-	case isFloat[T]() && unsafe.Sizeof(z) == 4:
-		return Float32
-	case isFloat[T]():
-		return Float64
-	case unsafe.Sizeof(z) == 4:
-		return Int32
-	}
-	return Int64
-}
-
-// isFloat reports whether T is a floating-point type.
-func isFloat[T Numeric]() bool {
-	var half T = 1
-	half /= 2
-	return half != 0
-}
+func NameOf[T Numeric]() string { return reflect.TypeFor[T]().Kind().String() }
