@@ -43,8 +43,8 @@ type Exchange struct {
 	// not speak the protocol as this side does, or a failed
 	// authentication.
 	ErrProtocol, ErrAuth error
-	// ModeError says that the peer who runs in mode peer, this side in
-	// mode own; nil: "<who> is <mode>, this side is <mode>".
+	// ModeError words a mode mismatch: who runs in mode peer, this side
+	// in mode own. nil: "<who> is <mode>, this side is <mode>".
 	ModeError func(who string, peer, own byte) string
 	// Rand is the source of nonces; nil: crypto/rand.
 	Rand io.Reader
