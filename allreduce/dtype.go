@@ -3,12 +3,12 @@ package allreduce
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // Numeric is the set of element types the collectives support.
-type Numeric interface {
-	~float32 | ~float64 | ~int32 | ~int64
-}
+type Numeric = numeric.Numeric
 
 // DType names an element type on the wire.
 type DType uint8

@@ -15,10 +15,11 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/graphlock"
 	"github.com/ringddp/ringddp/internal/tapevm"
+	"github.com/ringddp/ringddp/numeric"
 )
 
-// Float is the parameter element type: float32 or float64.
-type Float interface{ ~float32 | ~float64 }
+// Float is the parameter element type: float32 or float64 (numeric.Float).
+type Float = numeric.Float
 
 // Optimizer is what Step needs of an optimizer: an update of flat
 // parameters from flat gradients of the same layout (optim's optimizers).

@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // CrossEntropy returns the scalar node
@@ -225,7 +226,8 @@ func (ceGradOp) WriteHash(h hash.Hash) {
 func (op ceGradOp) Hashcode() uint32 { return opHash(op) }
 func (ceGradOp) String() string      { return "CrossEntropyGrad" }
 
-type float interface{ ~float32 | ~float64 }
+// float is an element type of the models (numeric.Float).
+type float = numeric.Float
 
 // ceInputs returns the row-major data of logits and labels (contiguous copies
 // where they are non-contiguous views) and the matrix geometry.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"unsafe"
+
+	"github.com/ringddp/ringddp/numeric"
 )
 
-// Float is the element type the optimizers work on.
-type Float interface{ ~float32 | ~float64 }
+// Float is the element type the optimizers work on (numeric.Float).
+type Float = numeric.Float
 
 // Optimizer updates parameters in place from their gradients.
 //
@@ -52,18 +54,12 @@ var (
 
 // Data type names used in State.DType.
 const (
-	DTypeFloat32 = "float32"
-	DTypeFloat64 = "float64"
+	DTypeFloat32 = numeric.Float32
+	DTypeFloat64 = numeric.Float64
 )
 
 // dtypeOf names T's underlying floating-point type.
-func dtypeOf[T Float]() string {
-	var z T
-	if unsafe.Sizeof(z) == 4 {
-		return DTypeFloat32
-	}
-	return DTypeFloat64
-}
+func dtypeOf[T Float]() string { return numeric.NameOf[T]() }
 
 func sizeOf[T Float]() int64 {
 	var z T

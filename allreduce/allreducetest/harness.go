@@ -1,56 +1,32 @@
 // Package allreducetest is the shared test harness of ringddp's
-// collectives, for every transport: one rank runner (RunRanks, and
-// StartRanks on top of it for ranks kept between jobs), one collective
-// matrix (Matrix), one AllReduce benchmark body (BenchAllReduce), the
-// sequential reference (Reduce) and deterministic test data (Input).
+// collectives, for every transport: the rank runner (RunRanks, over
+// package internal/rankrun, and StartRanks on top of it for ranks kept
+// between jobs), one collective matrix (Matrix), one AllReduce benchmark
+// body (BenchAllReduce), the sequential reference (Reduce) and
+// deterministic test data (Input).
 package allreducetest
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/rankrun"
 )
 
-// RunRanks is the one rank runner of the tests, benchmarks and cmd/bench:
-// it makes a Group over each of conns with opts, runs fn once per rank,
-// each on its own goroutine, and returns every rank's error, by rank.
-//
-// Its failure policy: a rank whose fn returns an error, panics or exits
-// without returning (runtime.Goexit: t.FailNow on a rank's goroutine)
-// aborts its group with that error (Group.Abort; on a transport without
-// transport.Aborter it closes its connection, as a dead process's would
-// be), so the other ranks fail at once with that cause instead of waiting
-// for their timeout. A panic is the rank's error, with its stack. If any
-// rank's NewGroup fails no fn runs: that rank's error is the NewGroup error
-// and every other rank's says it was not run. Every group is closed (and
-// with it every connection) when every rank has returned.
+// RunRanks runs fn once per rank over a Group made over each of conns
+// with opts (rankrun.Run): each rank on its own goroutine, under the one
+// rank runner's failure policy (package internal/rankrun: a rank that fails,
+// panics or exits aborts its group, so the others fail at once with its
+// cause), and returns every rank's error, by rank. Every group is closed
+// when every rank has returned.
 func RunRanks(conns []transport.Conn, fn func(g *allreduce.Group) error, opts ...allreduce.GroupOption) []error {
-	errs := make([]error, len(conns))
-	groups, failed := newGroups(conns, opts, errs)
-	defer func() {
-		for _, g := range groups {
-			if g != nil {
-				_ = g.Close()
-			}
-		}
-	}()
-	if failed {
-		for r, c := range conns {
-			if groups[r] == nil {
-				_ = c.Close()
-			}
-		}
-		return errs
-	}
-	return RunGroups(groups, fn)
+	return rankrun.Run(conns, fn, opts...)
 }
 
 // RunGroups is RunRanks over groups the caller made (say with options
@@ -58,95 +34,11 @@ func RunRanks(conns []transport.Conn, fn func(g *allreduce.Group) error, opts ..
 // per group, on its own goroutine, under RunRanks' failure policy, and
 // every rank's error comes back, by rank.
 func RunGroups(groups []*allreduce.Group, fn func(g *allreduce.Group) error) []error {
-	errs := make([]error, len(groups))
-	var wg sync.WaitGroup
-	for r, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runRank(r, g, fn, &errs[r])
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-// newGroups makes a group per connection; where NewGroup fails it sets that
-// rank's error in errs and every other rank's to "not run".
-func newGroups(conns []transport.Conn, opts []allreduce.GroupOption, errs []error) ([]*allreduce.Group, bool) {
-	groups := make([]*allreduce.Group, len(conns))
-	first := -1
-	for r, c := range conns {
-		g, err := allreduce.NewGroup(c, opts...)
-		if err != nil {
-			errs[r] = err
-			if first < 0 {
-				first = r
-			}
-			continue
-		}
-		groups[r] = g
-	}
-	if first < 0 {
-		return groups, false
-	}
-	for r := range errs {
-		if errs[r] == nil {
-			errs[r] = fmt.Errorf("not run: rank %d could not make its group: %w", first, errs[first])
-		}
-	}
-	return groups, true
-}
-
-// runRank runs fn on rank r's group under RunRanks' failure policy and
-// stores its error in *out (set even when fn exits by runtime.Goexit).
-func runRank(r int, g *allreduce.Group, fn func(g *allreduce.Group) error, out *error) {
-	returned := false
-	defer func() {
-		if p := recover(); p != nil {
-			*out = panicError(r, p)
-		} else if !returned {
-			*out = errGoexit(r)
-		}
-		if *out != nil {
-			fail(g, *out)
-		}
-	}()
-	*out = fn(g)
-	returned = true
+	return rankrun.RunGroups(groups, func(_ int, g *allreduce.Group) error { return fn(g) })
 }
 
 // PanicError is the error of a rank that panicked: its value and stack.
-type PanicError struct {
-	Rank  int
-	Value any
-	Stack []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("rank %d panicked: %v\n%s", e.Rank, e.Value, e.Stack)
-}
-
-// panicError is rank r's panic p; call it in the deferred function that
-// recovered p, so that the stack still holds the panicking frames.
-func panicError(r int, p any) error { return &PanicError{Rank: r, Value: p, Stack: debug.Stack()} }
-
-func errGoexit(r int) error {
-	return fmt.Errorf("rank %d exited without returning (runtime.Goexit: t.FailNow, t.Fatal or t.Skip on a rank's goroutine)", r)
-}
-
-// fail aborts g with err so that its peers fail at once. The cause they
-// get leaves out a panic's stack.
-func fail(g *allreduce.Group, err error) {
-	cause := err
-	if pe := (*PanicError)(nil); errors.As(err, &pe) {
-		cause = fmt.Errorf("rank %d panicked: %v", pe.Rank, pe.Value)
-	}
-	g.Abort(cause)
-	if _, ok := g.Conn().(transport.Aborter); !ok {
-		_ = g.Conn().Close()
-	}
-}
+type PanicError = rankrun.PanicError
 
 // Ranks are ranks kept running between jobs, for suites that run many
 // short collectives on one set of connections (making a world per cell,
@@ -208,10 +100,10 @@ func (rs *Ranks) runJob(r int, g *allreduce.Group, job func(g *allreduce.Group) 
 	returned := false
 	defer func() {
 		if p := recover(); p != nil {
-			err, returned = panicError(r, p), true
+			err, returned = rankrun.Panicked(r, p), true
 		}
 		if !returned {
-			err = errGoexit(r)
+			err = rankrun.Goexited(r)
 		}
 		rs.results <- rankResult{r, err}
 	}()
@@ -256,7 +148,7 @@ func (rs *Ranks) Do(fn func(g *allreduce.Group) error) []error {
 				if !got[r] {
 					errs[r] = rs.errs[r]
 					if errs[r] == nil {
-						errs[r] = errGoexit(r)
+						errs[r] = rankrun.Goexited(r)
 					}
 				}
 			}
@@ -293,18 +185,9 @@ func (rs *Ranks) Close() []error {
 // each run a function use RunRanks.
 func Groups(tb testing.TB, conns []transport.Conn, opts ...allreduce.GroupOption) []*allreduce.Group {
 	tb.Helper()
-	errs := make([]error, len(conns))
-	groups, failed := newGroups(conns, opts, errs)
-	tb.Cleanup(func() {
-		for r, g := range groups {
-			if g != nil {
-				_ = g.Close()
-			} else {
-				_ = conns[r].Close()
-			}
-		}
-	})
-	if failed {
+	groups, errs := rankrun.NewGroups(conns, opts...)
+	tb.Cleanup(func() { rankrun.Close(groups, conns) })
+	if errs != nil {
 		tb.Fatal(FirstError(errs))
 	}
 	return groups

@@ -1,17 +1,13 @@
 package rendezvous
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/untrusted"
+	"github.com/ringddp/ringddp/allreduce/internal/handshake"
 )
 
 // The store handshake. The server speaks first:
@@ -34,7 +30,8 @@ import (
 // the same rule). The version is checked before anything else, on both
 // sides, and a peer of another version is refused with both named. mode is
 // 1 with a secret and 0 for an explicitly insecure store; the two modes
-// refuse each other. MACs are compared in constant time.
+// refuse each other. MACs are compared in constant time. The exchange is
+// handshake.Exchange, shared with the shm transport.
 //
 // Whoever answers a client's connection does get macC over its own nonce,
 // so a client must reach the real server: the launcher binds the store's
@@ -44,31 +41,32 @@ import (
 const (
 	storeMagic   = 0x52445a53 // "RDZS"
 	storeVersion = 1
-	nonceLen     = 32
-	macLen       = sha256.Size
-	helloLen     = 8 + nonceLen
+	nonceLen     = handshake.NonceLen
+	macLen       = handshake.MACLen
+	helloLen     = handshake.HelloLen
 	answerLen    = helloLen + macLen
 	maxReason    = 256
 
-	modeInsecure = 0
-	modeHMAC     = 1
+	modeInsecure = handshake.ModeInsecure
+	modeHMAC     = handshake.ModeHMAC
 
 	// HandshakeTimeout bounds the whole authentication exchange.
 	HandshakeTimeout = 10 * time.Second
+
+	labelClient = "ringddp/rendezvous/client\x00"
+	labelServer = "ringddp/rendezvous/server\x00"
 )
 
-var (
-	labelClient = []byte("ringddp/rendezvous/client\x00")
-	labelServer = []byte("ringddp/rendezvous/server\x00")
-)
-
-func mac(secret, label []byte, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write(label)
-	for _, p := range parts {
-		m.Write(p)
+// storeExchange is the store's handshake with secret in mode mode.
+func storeExchange(secret []byte, mode byte) *handshake.Exchange {
+	return &handshake.Exchange{
+		Protocol:    handshake.Protocol{Magic: storeMagic, Version: storeVersion, Order: binary.BigEndian, MaxReason: maxReason},
+		Name:        "store",
+		Secret:      secret,
+		Mode:        mode,
+		DialerLabel: []byte(labelClient), ListenerLabel: []byte(labelServer),
+		ErrProtocol: ErrProtocol, ErrAuth: ErrAuth,
 	}
-	return m.Sum(nil)
 }
 
 // authMode checks a configuration's secret and returns its mode.
@@ -128,135 +126,22 @@ func CheckSecret(secret []byte) error {
 	return nil
 }
 
-func modeName(m byte) string {
-	if m == modeInsecure {
-		return "insecure (no secret)"
-	}
-	return "authenticated (shared secret)"
-}
-
-func putHello(b []byte, mode byte, nonce []byte) {
-	binary.BigEndian.PutUint32(b[0:], storeMagic)
-	binary.BigEndian.PutUint16(b[4:], storeVersion)
-	b[6], b[7] = mode, 0
-	copy(b[8:], nonce)
-}
-
-// checkHello validates the fixed part of a hello or answer.
-func checkHello(b []byte, mode byte, who string) error {
-	if binary.BigEndian.Uint32(b[0:]) != storeMagic {
-		return fmt.Errorf("%w: %s does not speak the ringddp store protocol", ErrProtocol, who)
-	}
-	if v := binary.BigEndian.Uint16(b[4:]); v != storeVersion {
-		return fmt.Errorf("%w: %s speaks store protocol version %d, this build version %d", ErrProtocol, who, v, storeVersion)
-	}
-	if b[6] != mode {
-		return fmt.Errorf("%w: %s is %s, this side is %s", ErrAuth, who, modeName(b[6]), modeName(mode))
-	}
-	return nil
-}
-
-func newNonce() ([]byte, error) {
-	n := make([]byte, nonceLen)
-	if _, err := rand.Read(n); err != nil {
-		return nil, err
-	}
-	return n, nil
-}
-
 // serverHandshake authenticates a new connection on the server side. The
 // caller has set a deadline. A refused client is told why.
-func serverHandshake(c net.Conn, secret []byte, mode byte) error {
-	nonce, err := newNonce()
+func serverHandshake(c io.ReadWriter, secret []byte, mode byte) error {
+	x := storeExchange(secret, mode)
+	a, err := x.Listen(c, 0, "client", "authentication failed: the server does not accept this client's secret")
 	if err != nil {
 		return err
 	}
-	hello := make([]byte, helloLen)
-	putHello(hello, mode, nonce)
-	if _, err := c.Write(hello); err != nil {
-		return err
-	}
-	answer := make([]byte, answerLen)
-	if _, err := io.ReadFull(c, answer); err != nil {
-		return err
-	}
-	if err := checkHello(answer, mode, "client"); err != nil {
-		refuse(c, err.Error())
-		return err
-	}
-	want := mac(secret, labelClient, hello, answer[:helloLen])
-	if !hmac.Equal(want, answer[helloLen:]) {
-		err := fmt.Errorf("%w: client does not know the secret", ErrAuth)
-		refuse(c, "authentication failed: the server does not accept this client's secret")
-		return err
-	}
-	verdict := make([]byte, 1+macLen)
-	copy(verdict[1:], mac(secret, labelServer, hello, answer))
-	_, err = c.Write(verdict)
-	return err
-}
-
-func refuse(c net.Conn, reason string) {
-	if len(reason) > maxReason {
-		reason = reason[:maxReason]
-	}
-	b := make([]byte, 3+len(reason))
-	b[0] = 1
-	binary.BigEndian.PutUint16(b[1:], uint16(len(reason)))
-	copy(b[3:], reason)
-	_, _ = c.Write(b)
+	return a.Accept(c)
 }
 
 // clientHandshake authenticates a new connection on the client side. The
 // caller has set a deadline.
-func clientHandshake(c net.Conn, secret []byte, mode byte) error {
-	hello := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, hello); err != nil {
-		return fmt.Errorf("reading server hello: %w", err)
-	}
-	if err := checkHello(hello, mode, "server"); err != nil {
-		return err
-	}
-	nonce, err := newNonce()
-	if err != nil {
-		return err
-	}
-	answer := make([]byte, answerLen)
-	putHello(answer, mode, nonce)
-	copy(answer[helloLen:], mac(secret, labelClient, hello, answer[:helloLen]))
-	if _, err := c.Write(answer); err != nil {
-		return err
-	}
-	var status [1]byte
-	if _, err := io.ReadFull(c, status[:]); err != nil {
-		return fmt.Errorf("reading server verdict: %w", err)
-	}
-	switch status[0] {
-	case 0:
-		got := make([]byte, macLen)
-		if _, err := io.ReadFull(c, got); err != nil {
-			return fmt.Errorf("reading server verdict: %w", err)
-		}
-		if !hmac.Equal(got, mac(secret, labelServer, hello, answer)) {
-			return fmt.Errorf("%w: the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)", ErrAuth)
-		}
-		return nil
-	case 1:
-		var l [2]byte
-		if _, err := io.ReadFull(c, l[:]); err != nil {
-			return fmt.Errorf("%w: server refused the connection", ErrAuth)
-		}
-		n := int(binary.BigEndian.Uint16(l[:]))
-		if n > maxReason {
-			return fmt.Errorf("%w: oversized refusal from server", ErrProtocol)
-		}
-		reason := make([]byte, n)
-		if _, err := io.ReadFull(c, reason); err != nil {
-			return fmt.Errorf("%w: server refused the connection", ErrAuth)
-		}
-		return fmt.Errorf("%w: server refused the connection: %s", ErrAuth, untrusted.Printable(reason))
-	}
-	return fmt.Errorf("%w: bad verdict byte %d from server", ErrProtocol, status[0])
+func clientHandshake(c io.ReadWriter, secret []byte, mode byte) error {
+	return storeExchange(secret, mode).Dial(c, nil, handshake.Peer{Name: "server", Of: "server",
+		NoSecret: "the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)"})
 }
 
 // isAuthErr reports errors that retrying cannot fix.

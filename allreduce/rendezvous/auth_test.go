@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/handshake"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
@@ -83,7 +84,7 @@ func TestStoreStrangerGetsNoMAC(t *testing.T) {
 		"guess": func(hello []byte) []byte {
 			a := make([]byte, answerLen)
 			putHello(a, modeHMAC, bytes.Repeat([]byte{7}, nonceLen))
-			copy(a[helloLen:], mac([]byte("a guess at the secret"), labelClient, hello, a[:helloLen]))
+			copy(a[helloLen:], handshake.MAC([]byte("a guess at the secret"), []byte(labelClient), hello, a[:helloLen]))
 			return a
 		},
 		"zeros": func([]byte) []byte {
@@ -164,21 +165,20 @@ func TestStoreOtherVersion(t *testing.T) {
 	}
 }
 
-// storeFakeConn is a net.Conn reading from a byte slice and recording
-// writes.
-type storeFakeConn struct {
-	r io.Reader
+// putHello writes the start of a store hello or answer: the prefix in
+// mode, then nonce.
+func putHello(b []byte, mode byte, nonce []byte) {
+	storeExchange(nil, mode).PutPrefix(b, mode, 0)
+	copy(b[handshake.PrefixLen:], nonce)
+}
+
+// fakeConn reads from a byte slice and records what is written.
+type fakeConn struct {
+	io.Reader
 	w bytes.Buffer
 }
 
-func (c *storeFakeConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
-func (c *storeFakeConn) Write(p []byte) (int, error)      { return c.w.Write(p) }
-func (c *storeFakeConn) Close() error                     { return nil }
-func (c *storeFakeConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (c *storeFakeConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
-func (c *storeFakeConn) SetDeadline(time.Time) error      { return nil }
-func (c *storeFakeConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *storeFakeConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *fakeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // FuzzServerHandshake feeds arbitrary bytes to the store server's side of
 // the handshake as the client's answer: it must not panic, must never
@@ -194,7 +194,7 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add(other)
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c := &storeFakeConn{r: bytes.NewReader(b)}
+		c := &fakeConn{Reader: bytes.NewReader(b)}
 		if err := serverHandshake(c, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a client without the secret: %q", b)
 		}
@@ -219,7 +219,7 @@ func FuzzClientHandshake(f *testing.F) {
 	f.Add(append(append([]byte{}, hello...), 1, 0, 4, 'n', 'o', 'p', 'e'))
 	f.Add(append(append([]byte{}, hello...), 1, 0xff, 0xff))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := clientHandshake(&storeFakeConn{r: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
+		if err := clientHandshake(&fakeConn{Reader: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a server without the secret: %q", b)
 		}
 	})

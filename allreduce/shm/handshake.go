@@ -1,13 +1,11 @@
 package shm
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
 
+	"github.com/ringddp/ringddp/allreduce/internal/handshake"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
@@ -35,24 +33,19 @@ import (
 // each other. Only after the verdict do the two ranks pass their files'
 // descriptors (SCM_RIGHTS, listener first), so a process that has not
 // proved the secret never holds a descriptor of, or maps, any rank's
-// rings.
+// rings. The exchange is handshake.Exchange, shared with the store; the
+// body is the answer's fields between nonceD and macD.
 const (
-	hsMagic    = 0x48534452 // "RDSH"
-	hsVersion  = 1
-	nonceLen   = 32
-	macLen     = sha256.Size
-	helloLen   = 8 + nonceLen
-	answerBody = helloLen + 20 + 1 + maxRunID
-	answerLen  = answerBody + macLen
-	maxReason  = 256
+	hsMagic   = 0x48534452 // "RDSH"
+	hsVersion = 1
+	bodyLen   = 20 + 1 + maxRunID
+	maxReason = 256
 
-	modeInsecure = 0
-	modeHMAC     = 1
-)
+	modeInsecure = handshake.ModeInsecure
+	modeHMAC     = handshake.ModeHMAC
 
-var (
-	labelDialer   = []byte("ringddp/shm/dialer\x00")
-	labelListener = []byte("ringddp/shm/listener\x00")
+	labelDialer   = "ringddp/shm/dialer\x00"
+	labelListener = "ringddp/shm/listener\x00"
 )
 
 // hsParams is what a rank's handshakes check.
@@ -64,68 +57,33 @@ type hsParams struct {
 	runID          string
 }
 
-func (p *hsParams) mac(label []byte, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, p.secret)
-	m.Write(label)
-	for _, b := range parts {
-		m.Write(b)
+// exchange is the handshake of a rank with p.
+func (p *hsParams) exchange() *handshake.Exchange {
+	return &handshake.Exchange{
+		Protocol:    handshake.Protocol{Magic: hsMagic, Version: hsVersion, Order: binary.LittleEndian, MaxReason: maxReason},
+		Name:        "shm",
+		Secret:      p.secret,
+		Mode:        p.mode,
+		DialerLabel: []byte(labelDialer), ListenerLabel: []byte(labelListener),
+		ErrProtocol: ErrProtocol, ErrAuth: ErrAuth,
+		ModeError: func(who string, peer, own byte) string {
+			return fmt.Sprintf("%s runs in mode %d (1: with a secret, 0: insecure), this rank in mode %d", who, peer, own)
+		},
 	}
-	return m.Sum(nil)
-}
-
-func putHello(b []byte, mode byte, nonce []byte) {
-	binary.LittleEndian.PutUint32(b[0:], hsMagic)
-	binary.LittleEndian.PutUint16(b[4:], hsVersion)
-	b[6], b[7] = mode, 0
-	copy(b[8:helloLen], nonce)
-}
-
-func checkHello(b []byte, mode byte, who string) error {
-	if binary.LittleEndian.Uint32(b[0:]) != hsMagic {
-		return fmt.Errorf("%w: %s does not speak the ringddp shm protocol", ErrProtocol, who)
-	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != hsVersion {
-		return fmt.Errorf("%w: %s speaks shm protocol version %d, this build version %d", ErrProtocol, who, v, hsVersion)
-	}
-	if b[6] != mode {
-		return fmt.Errorf("%w: %s runs in mode %d (1: with a secret, 0: insecure), this rank in mode %d", ErrAuth, who, b[6], mode)
-	}
-	return nil
-}
-
-func newNonce() ([]byte, error) {
-	n := make([]byte, nonceLen)
-	_, err := rand.Read(n)
-	return n, err
 }
 
 // listenHandshake authenticates a connection accepted by rank p.rank and
 // returns the dialer's rank. admit registers the rank (false: a duplicate,
-// with the reason). A refused dialer is told why. The caller has set a
-// deadline.
+// with the reason). A refused dialer is told why. The listener checks the
+// proof before it looks at the world the body describes. The caller has
+// set a deadline.
 func listenHandshake(c io.ReadWriter, p *hsParams, admit func(from int) string) (int, error) {
-	nonce, err := newNonce()
+	x := p.exchange()
+	a, err := x.Listen(c, bodyLen, "the dialer", "authentication failed: this rank does not accept the dialer's secret")
 	if err != nil {
 		return -1, err
 	}
-	hello := make([]byte, helloLen)
-	putHello(hello, p.mode, nonce)
-	if _, err := c.Write(hello); err != nil {
-		return -1, err
-	}
-	answer := make([]byte, answerLen)
-	if _, err := io.ReadFull(c, answer); err != nil {
-		return -1, err
-	}
-	if err := checkHello(answer, p.mode, "the dialer"); err != nil {
-		refuse(c, err.Error())
-		return -1, err
-	}
-	if !hmac.Equal(p.mac(labelDialer, hello, answer[:answerBody]), answer[answerBody:]) {
-		refuse(c, "authentication failed: this rank does not accept the dialer's secret")
-		return -1, fmt.Errorf("%w: the dialer does not know the secret", ErrAuth)
-	}
-	b := answer[helloLen:]
+	b := a.Body()
 	size, from, to := binary.LittleEndian.Uint32(b[0:]), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:])
 	slots, slotLen := binary.LittleEndian.Uint32(b[12:]), binary.LittleEndian.Uint32(b[16:])
 	idLen := int(b[20])
@@ -146,45 +104,19 @@ func listenHandshake(c io.ReadWriter, p *hsParams, admit func(from int) string) 
 		reason = admit(int(from))
 	}
 	if reason != "" {
-		refuse(c, reason)
+		x.Refuse(c, reason)
 		return -1, fmt.Errorf("%w: refused rank %d: %s", ErrProtocol, from, reason)
 	}
-	verdict := make([]byte, 1+macLen)
-	copy(verdict[1:], p.mac(labelListener, hello, answer))
-	if _, err := c.Write(verdict); err != nil {
+	if err := a.Accept(c); err != nil {
 		return -1, err
 	}
 	return int(from), nil
 }
 
-func refuse(c io.Writer, reason string) {
-	if len(reason) > maxReason {
-		reason = reason[:maxReason]
-	}
-	b := make([]byte, 3+len(reason))
-	b[0] = 1
-	binary.LittleEndian.PutUint16(b[1:], uint16(len(reason)))
-	copy(b[3:], reason)
-	_, _ = c.Write(b)
-}
-
 // dialHandshake authenticates a connection from rank p.rank to rank to.
 // The caller has set a deadline.
 func dialHandshake(c io.ReadWriter, p *hsParams, to int) error {
-	hello := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, hello); err != nil {
-		return fmt.Errorf("reading rank %d's hello: %w", to, err)
-	}
-	if err := checkHello(hello, p.mode, fmt.Sprintf("rank %d", to)); err != nil {
-		return err
-	}
-	nonce, err := newNonce()
-	if err != nil {
-		return err
-	}
-	answer := make([]byte, answerLen)
-	putHello(answer, p.mode, nonce)
-	b := answer[helloLen:]
+	b := make([]byte, bodyLen)
 	binary.LittleEndian.PutUint32(b[0:], uint32(p.size))
 	binary.LittleEndian.PutUint32(b[4:], uint32(p.rank))
 	binary.LittleEndian.PutUint32(b[8:], uint32(to))
@@ -192,38 +124,6 @@ func dialHandshake(c io.ReadWriter, p *hsParams, to int) error {
 	binary.LittleEndian.PutUint32(b[16:], uint32(p.slotLen))
 	b[20] = byte(len(p.runID))
 	copy(b[21:], p.runID)
-	copy(answer[answerBody:], p.mac(labelDialer, hello, answer[:answerBody]))
-	if _, err := c.Write(answer); err != nil {
-		return err
-	}
-	var status [1]byte
-	if _, err := io.ReadFull(c, status[:]); err != nil {
-		return fmt.Errorf("reading rank %d's verdict: %w", to, err)
-	}
-	switch status[0] {
-	case 0:
-		got := make([]byte, macLen)
-		if _, err := io.ReadFull(c, got); err != nil {
-			return fmt.Errorf("reading rank %d's verdict: %w", to, err)
-		}
-		if !hmac.Equal(got, p.mac(labelListener, hello, answer)) {
-			return fmt.Errorf("%w: rank %d does not know the secret", ErrAuth, to)
-		}
-		return nil
-	case 1:
-		var l [2]byte
-		if _, err := io.ReadFull(c, l[:]); err != nil {
-			return fmt.Errorf("%w: rank %d refused the connection", ErrAuth, to)
-		}
-		n := int(binary.LittleEndian.Uint16(l[:]))
-		if n > maxReason {
-			return fmt.Errorf("%w: oversized refusal from rank %d", ErrProtocol, to)
-		}
-		reason := make([]byte, n)
-		if _, err := io.ReadFull(c, reason); err != nil {
-			return fmt.Errorf("%w: rank %d refused the connection", ErrAuth, to)
-		}
-		return fmt.Errorf("%w: rank %d refused the connection: %s", ErrAuth, to, untrusted.Printable(reason))
-	}
-	return fmt.Errorf("%w: bad verdict byte %d from rank %d", ErrProtocol, status[0], to)
+	peer := fmt.Sprintf("rank %d", to)
+	return p.exchange().Dial(c, b, handshake.Peer{Name: peer, Of: peer + "'s", NoSecret: peer + " does not know the secret"})
 }

@@ -4,18 +4,13 @@ package shm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/shm"
@@ -27,92 +22,40 @@ import (
 const rankModeVar = "RINGDDP_SHM_TEST_MODE"
 
 func TestMain(m *testing.M) {
-	switch os.Getenv(rankModeVar) {
-	case "":
-		os.Exit(m.Run())
-	case "matrix":
-		transporthelp.ExitWith(matrixRank())
-	case "loop":
-		transporthelp.ExitWith(loopRank())
-	}
-	fmt.Fprintln(os.Stderr, "unknown", rankModeVar)
-	os.Exit(2)
+	transporthelp.RankMain(m, rankModeVar, map[string]func() error{"matrix": matrixRank, "loop": loopRank})
 }
 
 // dialFromEnv joins the job the environment describes over shm.
 func dialFromEnv(ctx context.Context) (*shm.Conn, *rendezvous.TCPStore, error) {
-	env, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		return nil, nil, err
-	}
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := shm.ConfigFromEnv(env, store)
-	cfg.Timeout = 20 * time.Second
-	conn, err := shm.Dial(ctx, cfg)
-	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	return conn, store, nil
-}
-
-// matrixRank is one rank of the multi-process matrix: every algorithm shm
-// can run, AllReduce of awkward lengths with every op on float32 and
-// int64, compared bit for bit with the sequential reference.
-func matrixRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	algos, err := allreducetest.RankMatrix(ctx, conn, allreducetest.CrossProcessLengths(conn.Size()),
-		func(g *allreduce.Group) error { return allreduce.Barrier(ctx, g) })
-	if err != nil {
-		return err
-	}
-	_ = conn.Close()
-	fmt.Printf("rank %d: %d algorithms ok: %v\n", conn.Rank(), len(algos), algos)
-	return nil
-}
-
-// loopRank is a rank of the job a test kills (allreducetest.LoopRing).
-func loopRank() error {
-	ctx := context.Background()
-	conn, store, err := dialFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return allreducetest.LoopRing(ctx, conn)
-}
-
-// startRanks starts n copies of this test binary as the ranks of one job
-// on this host, in mode.
-func startRanks(t *testing.T, n int, mode string) ([]*exec.Cmd, []*transporthelp.SyncBuf) {
-	t.Helper()
-	return transporthelp.StartRanks(t, n, func(r int) []string {
-		return []string{"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n), rankModeVar + "=" + mode, "GOMAXPROCS=1"}
+	return transporthelp.JoinFromEnv(ctx, func(env rendezvous.Env, store *rendezvous.TCPStore) (*shm.Conn, error) {
+		cfg := shm.ConfigFromEnv(env, store)
+		cfg.Timeout = 20 * time.Second
+		return shm.Dial(ctx, cfg)
 	})
+}
+
+// matrixRank is one rank of the multi-process matrix (MatrixRank).
+func matrixRank() error {
+	return transporthelp.MatrixRank(dialFromEnv, func(c *shm.Conn) string { return fmt.Sprintf("rank %d", c.Rank()) })
+}
+
+// loopRank is a rank of the job a test kills.
+func loopRank() error { return transporthelp.LoopRank(dialFromEnv) }
+
+// rankEnv is the environment of rank r of n on this host, in mode.
+func rankEnv(n int, mode string) func(r int) []string {
+	return func(r int) []string {
+		return []string{"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(n), rankModeVar + "=" + mode, "GOMAXPROCS=1"}
+	}
 }
 
 // TestMatrixAcrossProcesses: the reduced AllReduce matrix, every
 // algorithm shm can run, over 2, 3, 4 and 5 processes.
 func TestMatrixAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	for _, n := range []int{2, 3, 4, 5} {
-		cmds, outs := startRanks(t, n, "matrix")
-		for r, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
-			}
-		}
-		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+		outs, errs := transporthelp.RunRanks(t, n, rankEnv(n, "matrix"))
+		transporthelp.CheckRanks(t, fmt.Sprintf("%d processes", n), outs, errs)
 	}
 }
 
@@ -120,63 +63,18 @@ func TestMatrixAcrossProcesses(t *testing.T) {
 // stream of all-reduces: every survivor exits non-zero within a second,
 // naming rank 2; no process is left, and nothing is left in /dev/shm.
 func TestKill9AcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
-	trials := 5
-	if allreducetest.Soak() {
-		trials = 20
-	}
+	transporthelp.MultiProcess(t)
+	trials := transporthelp.Trials(5, 20)
 	before := devShm(t)
 	const n, victim = 4, 2
 	for trial := range trials {
-		cmds, outs := startRanks(t, n, "loop")
-		deadline := time.Now().Add(30 * time.Second)
-		for r := range n {
-			for !strings.Contains(outs[r].String(), "ready") {
-				if time.Now().After(deadline) {
-					for _, c := range cmds {
-						_ = c.Process.Kill()
-						_ = c.Wait()
-					}
-					t.Fatalf("trial %d: rank %d never got ready: %s", trial, r, outs[r])
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
+		cmds, outs := transporthelp.StartRanks(t, n, rankEnv(n, "loop"))
+		transporthelp.WaitReady(t, cmds, outs, 30*time.Second)
 		time.Sleep(time.Duration(trial%5) * 7 * time.Millisecond)
-		killed := time.Now()
-		if err := cmds[victim].Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmds[victim].Wait()
-		for r, cmd := range cmds {
-			if r == victim {
-				continue
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				err = <-done
-				t.Errorf("trial %d: rank %d still running 10 s after the kill", trial, r)
-			}
-			el := time.Since(killed)
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Errorf("trial %d: rank %d exited with %v, want status 1", trial, r, err)
-			}
-			if !strings.Contains(outs[r].String(), "rank 2 failed") {
-				t.Errorf("trial %d: rank %d's error does not name rank 2: %s", trial, r, outs[r])
-			}
-			if el > time.Second {
-				t.Errorf("trial %d: rank %d exited %v after the kill, want within a second", trial, r, el)
-			}
-			if trial == 0 {
-				t.Logf("rank %d exited %v after the kill: %s", r, el, strings.TrimSpace(lastLine(outs[r].String())))
+		took := transporthelp.KillOne(t, cmds, outs, victim, fmt.Sprintf("trial %d: ", trial))
+		for r := range cmds {
+			if trial == 0 && r != victim {
+				t.Logf("rank %d exited %v after the kill: %s", r, took[r], strings.TrimSpace(lastLine(outs[r].String())))
 			}
 		}
 		for _, cmd := range cmds {

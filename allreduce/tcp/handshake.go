@@ -1,9 +1,6 @@
 package tcp
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/internal/untrusted"
 
+	"github.com/ringddp/ringddp/allreduce/internal/handshake"
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
 
@@ -60,6 +58,9 @@ import (
 // with from, to and runID as sent in the hello (from: the dialer's rank,
 // to: the acceptor's). It differs per link and per connection (fresh
 // nonces) and is never sent. In insecure mode the key is all zeros.
+//
+// The prefix, the MACs, the nonces and the reasons are package
+// handshake's, shared with the store and the shm transport.
 const (
 	hsMagic = 0x52444448 // "RDDH"
 	// ProtocolVersion is the wire protocol version of this package (2:
@@ -73,12 +74,12 @@ const (
 	hsVerdict   = 4
 	hsRefuse    = 5
 
-	modeInsecure = 0
-	modeHMAC     = 1
+	modeInsecure = handshake.ModeInsecure
+	modeHMAC     = handshake.ModeHMAC
 
-	prefixLen    = 8
-	nonceLen     = 32
-	macLen       = sha256.Size
+	prefixLen    = handshake.PrefixLen
+	nonceLen     = handshake.NonceLen
+	macLen       = handshake.MACLen
 	maxRunID     = mpconn.MaxRunID // the hello carries its length in a byte
 	maxReasonLen = 512
 	helloNonce   = prefixLen + 13 // where nonceD starts in the hello
@@ -88,29 +89,26 @@ const (
 	verdictFixed = prefixLen + 9 // up to and excluding the reason's length
 )
 
-var (
-	labelAcceptor = []byte("ringddp/tcp/v3/acceptor\x00")
-	labelDialer   = []byte("ringddp/tcp/v3/dialer\x00")
-	labelWireKey  = []byte("ringddp wire key v1\x00")
+const (
+	labelAcceptor = "ringddp/tcp/v3/acceptor\x00"
+	labelDialer   = "ringddp/tcp/v3/dialer\x00"
+	labelWireKey  = "ringddp wire key v1\x00"
 )
 
 // errGarbage: the peer does not speak this protocol at all.
-var errGarbage = errors.New("not a ringddp connection")
+var errGarbage = handshake.ErrForeign
 
 // versionError: the peer speaks another version of this protocol.
-type versionError struct{ peer uint16 }
+type versionError = handshake.VersionError
 
-func (e *versionError) Error() string {
-	return fmt.Sprintf("protocol version mismatch: the peer speaks version %d, this rank version %d", e.peer, ProtocolVersion)
+// hsProto is this protocol's prefix and reasons.
+func hsProto() *handshake.Protocol {
+	return &handshake.Protocol{Magic: hsMagic, Version: ProtocolVersion, Order: binary.BigEndian, MaxReason: maxReasonLen}
 }
 
-func hsMAC(secret, label []byte, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write(label)
-	for _, p := range parts {
-		m.Write(p)
-	}
-	return m.Sum(nil)
+// hsMAC is HMAC-SHA256(secret, label | parts...).
+func hsMAC(secret []byte, label string, parts ...[]byte) []byte {
+	return handshake.MAC(secret, []byte(label), parts...)
 }
 
 // deriveKey is a link's session key (see the handshake above); hello is
@@ -127,65 +125,28 @@ func deriveKey(p *handshakeParams, hello, nonceA []byte) wireKey {
 	return k
 }
 
-func putPrefix(b []byte, typ, mode byte) {
-	binary.BigEndian.PutUint32(b[0:], hsMagic)
-	binary.BigEndian.PutUint16(b[4:], ProtocolVersion)
-	b[6], b[7] = typ, mode
-}
+func putPrefix(b []byte, typ, mode byte) { hsProto().PutPrefix(b, typ, mode) }
 
 // readPrefix reads a message prefix into b and returns its type and mode.
 // The magic and then the version are checked before anything else.
 func readPrefix(r io.Reader, b []byte) (typ, mode byte, err error) {
-	if _, err := io.ReadFull(r, b[:prefixLen]); err != nil {
-		return 0, 0, err
-	}
-	if binary.BigEndian.Uint32(b) != hsMagic {
-		return 0, 0, errGarbage
-	}
-	if v := binary.BigEndian.Uint16(b[4:]); v != ProtocolVersion {
-		return 0, 0, &versionError{peer: v}
-	}
-	return b[6], b[7], nil
+	return hsProto().ReadPrefix(r, b)
 }
 
 // readReason reads a u16-prefixed reason of at most maxReasonLen bytes,
 // as sent (pass it through printable before showing it).
 func readReason(r io.Reader) (string, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return "", err
-	}
-	n := int(binary.BigEndian.Uint16(l[:]))
-	if n > maxReasonLen {
-		return "", fmt.Errorf("%w: %d-byte reason", errGarbage, n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return "", err
-	}
-	return string(b), nil
+	b, err := hsProto().ReadReason(r)
+	return string(b), err
 }
 
-func appendReason(b []byte, reason string) []byte {
-	if len(reason) > maxReasonLen {
-		reason = reason[:maxReasonLen]
-	}
-	b = binary.BigEndian.AppendUint16(b, uint16(len(reason)))
-	return append(b, reason...)
-}
+func appendReason(b []byte, reason string) []byte { return hsProto().AppendReason(b, reason) }
 
 // sendRefusal tells the peer why this side hangs up; best effort.
 func sendRefusal(w io.Writer, mode byte, reason string) {
 	b := make([]byte, prefixLen, prefixLen+2+len(reason))
 	putPrefix(b, hsRefuse, mode)
 	_, _ = w.Write(appendReason(b, reason))
-}
-
-func modeName(m byte) string {
-	if m == modeInsecure {
-		return "insecure (no secret)"
-	}
-	return "authenticated (shared secret)"
 }
 
 // handshakeParams is what one side brings to a handshake.
@@ -228,16 +189,7 @@ func wireName(code byte) string {
 	return fmt.Sprintf("unknown (%d)", code)
 }
 
-func (p *handshakeParams) nonce(b []byte) error {
-	r := p.rand
-	if r == nil {
-		r = rand.Reader
-	}
-	if _, err := io.ReadFull(r, b); err != nil {
-		return fmt.Errorf("making a nonce: %w", err)
-	}
-	return nil
-}
+func (p *handshakeParams) nonce(b []byte) error { return handshake.Nonce(p.rand, b) }
 
 // dialHandshake runs the dialer's side with the rank expected at nc and
 // returns the link's session key. fatal reports an answer that retrying
@@ -291,7 +243,7 @@ func dialHandshake(nc net.Conn, p *handshakeParams, to int) (key wireKey, fatal 
 	if _, err := io.ReadFull(nc, got); err != nil {
 		return key, false, err
 	}
-	if !hmac.Equal(got, hsMAC(p.secret, labelAcceptor, hello, ch, proof, verdict)) {
+	if !handshake.Verify(got, p.secret, []byte(labelAcceptor), hello, ch, proof, verdict) {
 		return key, true, fmt.Errorf("authentication failed: the peer does not know this job's secret (RINGDDP_SECRET differs?)")
 	}
 	// Authenticated: what the peer says can be believed.
@@ -329,7 +281,7 @@ func dialerPrefixErr(nc net.Conn, typ, mode byte, err error, p *handshakeParams,
 	case typ != want:
 		return true, fmt.Errorf("%w: handshake message type %d, want %s", errGarbage, typ, wantName)
 	case mode != p.mode:
-		return true, fmt.Errorf("the peer is %s, this rank is %s", modeName(mode), modeName(p.mode))
+		return true, fmt.Errorf("the peer is %s, this rank is %s", handshake.ModeName(mode), handshake.ModeName(p.mode))
 	}
 	return false, nil
 }
@@ -371,40 +323,17 @@ type acceptResult struct {
 // acceptHandshake runs the acceptor's side (see the protocol above).
 func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res acceptResult, err error) {
 	res.from = -1
-	hello := make([]byte, helloFixed+maxRunID)
-	typ, mode, err := readPrefix(nc, hello)
+	hello, mode, out, err := readHello(nc, p)
 	if err != nil {
-		var ve *versionError
-		if errors.As(err, &ve) {
-			sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.peer))
-			res.out = acceptNote
-			return res, err
-		}
-		res.out = acceptIgnore
+		res.out = out
 		return res, err
 	}
 	res.out = acceptIgnore
-	if typ != hsHello {
-		return res, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
-	}
-	if _, err := io.ReadFull(nc, hello[prefixLen:helloFixed]); err != nil {
-		return res, err
-	}
-	runLen := int(hello[helloFixed-1])
-	if _, err := io.ReadFull(nc, hello[helloFixed:helloFixed+runLen]); err != nil {
-		return res, err
-	}
-	hello = hello[:helloFixed+runLen]
-	size := int(binary.BigEndian.Uint32(hello[8:]))
-	from := int(binary.BigEndian.Uint32(hello[12:]))
-	to := int(binary.BigEndian.Uint32(hello[16:]))
-	wire := hello[20]
-	runID := string(hello[helloFixed:])
-	res.from = from
+	res.from = int(binary.BigEndian.Uint32(hello[12:]))
 	if mode != p.mode {
-		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d is %s, the dialer is %s", p.rank, modeName(p.mode), modeName(mode)))
+		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d is %s, the dialer is %s", p.rank, handshake.ModeName(p.mode), handshake.ModeName(mode)))
 		res.out = acceptNote
-		return res, fmt.Errorf("the peer is %s, this rank is %s", modeName(mode), modeName(p.mode))
+		return res, fmt.Errorf("the peer is %s, this rank is %s", handshake.ModeName(mode), handshake.ModeName(p.mode))
 	}
 	if h.spoke != nil {
 		h.spoke()
@@ -420,7 +349,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	}
 
 	proof := make([]byte, proofLen)
-	typ, _, err = readPrefix(nc, proof)
+	typ, _, err := readPrefix(nc, proof)
 	if err != nil {
 		return res, err
 	}
@@ -439,7 +368,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	if _, err := io.ReadFull(nc, proof[prefixLen:]); err != nil {
 		return res, err
 	}
-	if !hmac.Equal(proof[prefixLen:], hsMAC(p.secret, labelDialer, hello, ch, proof[:prefixLen])) {
+	if !handshake.Verify(proof[prefixLen:], p.secret, []byte(labelDialer), hello, ch, proof[:prefixLen]) {
 		sendRefusal(nc, p.mode, fmt.Sprintf("authentication failed: rank %d does not accept the dialer's secret", p.rank))
 		res.out, res.badProof = acceptNote, true
 		return res, fmt.Errorf("authentication failed: the dialer does not know this job's secret (RINGDDP_SECRET differs?)")
@@ -449,20 +378,8 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	if h.authenticated != nil && !h.authenticated() {
 		return res, errDropped
 	}
-	var problem string
-	switch {
-	case size != p.size:
-		problem = fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", p.rank, p.size, from, size)
-	case runID != p.runID:
-		problem = fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
-	case to != p.rank:
-		problem = fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
-	case wire != p.wire:
-		problem = fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
-			p.rank, wireName(p.wire), from, wireName(wire))
-	default:
-		problem = h.admit(from)
-	}
+	from := res.from
+	problem := judgeHello(p, hello, h.admit)
 	verdict := make([]byte, verdictFixed, verdictFixed+2+len(problem)+macLen)
 	putPrefix(verdict, hsVerdict, p.mode)
 	binary.BigEndian.PutUint32(verdict[8:], uint32(p.size))
@@ -484,6 +401,54 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	}
 	res.out, res.key = acceptOK, deriveKey(p, hello, ch[prefixLen:])
 	return res, nil
+}
+
+// readHello reads a dialer's hello, whole, and returns it with its mode;
+// on failure, out is what the failure is worth to the listening rank.
+func readHello(nc net.Conn, p *handshakeParams) (hello []byte, mode byte, out acceptOutcome, err error) {
+	hello = make([]byte, helloFixed+maxRunID)
+	typ, mode, err := readPrefix(nc, hello)
+	var ve *versionError
+	switch {
+	case errors.As(err, &ve):
+		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.Peer))
+		return nil, 0, acceptNote, err
+	case err != nil:
+		return nil, 0, acceptIgnore, err
+	case typ != hsHello:
+		return nil, 0, acceptIgnore, fmt.Errorf("%w: handshake message type %d, want a hello", errGarbage, typ)
+	}
+	if _, err := io.ReadFull(nc, hello[prefixLen:helloFixed]); err != nil {
+		return nil, 0, acceptIgnore, err
+	}
+	runLen := int(hello[helloFixed-1])
+	if _, err := io.ReadFull(nc, hello[helloFixed:helloFixed+runLen]); err != nil {
+		return nil, 0, acceptIgnore, err
+	}
+	return hello[:helloFixed+runLen], mode, acceptIgnore, nil
+}
+
+// judgeHello says why an authenticated dialer, whose hello this is,
+// cannot join (its world size, run id, target rank or wire protection
+// differ from this rank's, or admit refuses it), or "" to admit it.
+func judgeHello(p *handshakeParams, hello []byte, admit func(from int) string) string {
+	size := int(binary.BigEndian.Uint32(hello[8:]))
+	from := int(binary.BigEndian.Uint32(hello[12:]))
+	to := int(binary.BigEndian.Uint32(hello[16:]))
+	wire := hello[20]
+	runID := string(hello[helloFixed:])
+	switch {
+	case size != p.size:
+		return fmt.Sprintf("world size mismatch: rank %d has world size %d, rank %d has %d", p.rank, p.size, from, size)
+	case runID != p.runID:
+		return fmt.Sprintf("run id mismatch: rank %d is in run %q, rank %d in run %q", from, untrusted.Printable([]byte(runID)), p.rank, p.runID)
+	case to != p.rank:
+		return fmt.Sprintf("rank mismatch: rank %d dialed rank %d but reached rank %d", from, to, p.rank)
+	case wire != p.wire:
+		return fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
+			p.rank, wireName(p.wire), from, wireName(wire))
+	}
+	return admit(from)
 }
 
 // errDropped: the listening rank dropped the connection before it

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/internal/transporthelp"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/untrusted"
@@ -113,22 +114,8 @@ func TestSecretModeMismatch(t *testing.T) {
 // TestOtherProtocolVersion: a dialer speaking another version is refused
 // with the reason, and the listening rank names it when it gives up.
 func TestOtherProtocolVersion(t *testing.T) {
-	store := rendezvous.NewMemStore()
-	cfg := testConfig(0, 2, store)
-	cfg.ConnectTimeout = time.Second
-	errc := make(chan error, 1)
-	go func() {
-		c, err := Dial(context.Background(), cfg)
-		if c != nil {
-			c.Close()
-		}
-		errc <- err
-	}()
-	addr, err := store.Get(context.Background(), addrKey("test", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("tcp", string(addr))
+	addr, errc := listenAlone(t, func(cfg *Config) { cfg.ConnectTimeout = time.Second })
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,32 +136,25 @@ func TestOtherProtocolVersion(t *testing.T) {
 	}
 
 	// And a dialer that reaches a listener of another version gives up at once.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		var b [prefixLen]byte
-		putPrefix(b[:], hsRefuse, modeHMAC)
-		binary.BigEndian.PutUint16(b[4:], ProtocolVersion+1)
-		_, _ = c.Write(b[:])
-		_, _ = io.Copy(io.Discard, c)
-	}()
-	store2 := rendezvous.NewMemStore()
-	_ = store2.Set(context.Background(), addrKey("test", 0), []byte(ln.Addr().String()))
+	var b [prefixLen]byte
+	putPrefix(b[:], hsRefuse, modeHMAC)
+	binary.BigEndian.PutUint16(b[4:], ProtocolVersion+1)
+	dialFakePeer(t, b[:], "protocol version mismatch")
+}
+
+// dialFakePeer dials, as rank 1 of 2, a rank 0 that answers with reply,
+// and checks that the dialer gives up at once with an error saying want.
+func dialFakePeer(t *testing.T, reply []byte, want string) {
+	t.Helper()
+	store := rendezvous.NewMemStore()
+	_ = store.Set(context.Background(), addrKey("test", 0), []byte(transporthelp.FakePeer(t, reply)))
 	start := time.Now()
-	c, err := Dial(context.Background(), testConfig(1, 2, store2))
+	c, err := Dial(context.Background(), testConfig(1, 2, store))
 	if c != nil {
 		c.Close()
 	}
-	if err == nil || !strings.Contains(err.Error(), "protocol version mismatch") {
-		t.Errorf("dialer: %v, want a protocol version mismatch", err)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("dialer: %v, want %q", err, want)
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("dialer took %v", el)
@@ -353,36 +333,10 @@ func TestVersion2PeerRefused(t *testing.T) {
 // version 2 listener (which refuses the version 3 hello with a version 2
 // prefix) gives up at once naming both versions.
 func TestDialerRefusesVersion2Listener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		b := make([]byte, prefixLen, prefixLen+40)
-		putPrefix(b, hsRefuse, modeHMAC)
-		binary.BigEndian.PutUint16(b[4:], 2)
-		_, _ = c.Write(appendReason(b, "rank 0 speaks protocol version 2, not 3"))
-		_, _ = io.Copy(io.Discard, c)
-	}()
-	store := rendezvous.NewMemStore()
-	_ = store.Set(context.Background(), addrKey("test", 0), []byte(ln.Addr().String()))
-	start := time.Now()
-	c, err := Dial(context.Background(), testConfig(1, 2, store))
-	if c != nil {
-		c.Close()
-	}
-	if err == nil || !strings.Contains(err.Error(), "the peer speaks version 2, this rank version 3") {
-		t.Errorf("dialer: %v, want a protocol version mismatch naming both", err)
-	}
-	if el := time.Since(start); el > 3*time.Second {
-		t.Errorf("dialer took %v", el)
-	}
+	b := make([]byte, prefixLen, prefixLen+40)
+	putPrefix(b, hsRefuse, modeHMAC)
+	binary.BigEndian.PutUint16(b[4:], 2)
+	dialFakePeer(t, appendReason(b, "rank 0 speaks protocol version 2, not 3"), "the peer speaks version 2, this rank version 3")
 }
 
 // TestWeakSecretRefused: Config validation refuses weak secrets, naming

@@ -17,27 +17,16 @@ import (
 	"github.com/ringddp/ringddp/allreduce/tcp"
 )
 
-// rankTrialsVar makes the test binary, re-executed by a multi-process
-// test, run as one rank of its job instead of running the tests: its value
-// is the number of trials.
-const rankTrialsVar = "RINGDDP_TCP_TEST_TRIALS"
-
-// rankMatrixVar makes the re-executed test binary run the reduced
-// algorithm matrix as one rank (mismatchTrialsRank's sibling).
-const rankMatrixVar = "RINGDDP_TCP_TEST_MATRIX"
+// The multi-process tests re-execute this test binary as ranks: modeVar
+// says what a rank runs ("mismatch" or "matrix"), trialsVar how many
+// trials a "mismatch" rank runs.
+const (
+	modeVar   = "RINGDDP_TCP_TEST_MODE"
+	trialsVar = "RINGDDP_TCP_TEST_TRIALS"
+)
 
 func TestMain(m *testing.M) {
-	if os.Getenv(rankMatrixVar) != "" {
-		transporthelp.ExitWith(matrixRank())
-	}
-	if v := os.Getenv(rankTrialsVar); v != "" {
-		trials, err := strconv.Atoi(v)
-		if err == nil {
-			err = mismatchTrialsRank(trials)
-		}
-		transporthelp.ExitWith(err)
-	}
-	os.Exit(m.Run())
+	transporthelp.RankMain(m, modeVar, map[string]func() error{"mismatch": mismatchTrialsRank, "matrix": matrixRank})
 }
 
 // trialCounts is what one rank of the multi-process mismatch test saw.
@@ -47,16 +36,18 @@ type trialCounts struct {
 }
 
 // mismatchTrialsRank is one rank of the multi-process mismatch test:
-// trials times, a fresh mesh (run id "t<i>"), a Barrier, then recursive
+// trialsVar times, a fresh mesh (run id "t<i>"), a Barrier, then recursive
 // doubling AllReduce(float64 × 30000, Max) with rank 3 passing 30001
 // elements, then a Barrier. It prints its trialCounts as JSON.
-func mismatchTrialsRank(trials int) error {
+func mismatchTrialsRank() error {
 	ctx := context.Background()
-	env, err := rendezvous.FromEnv(os.Getenv)
+	trials, err := strconv.Atoi(os.Getenv(trialsVar))
 	if err != nil {
 		return err
 	}
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
+	env, store, err := transporthelp.JoinFromEnv(ctx, func(env rendezvous.Env, _ *rendezvous.TCPStore) (rendezvous.Env, error) {
+		return env, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -118,16 +109,11 @@ func mismatchTrialsRank(trials int) error {
 // "connection lost: EOF" instead of the cause in about 0.5% of rank
 // errors. Every rank's error must name the mismatched calls.
 func TestMismatchAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
-	trials := 300
-	if allreducetest.Soak() {
-		trials = 2500
-	}
+	transporthelp.MultiProcess(t)
+	trials := transporthelp.Trials(300, 2500)
 	const n = 4
 	outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
-		return []string{rankTrialsVar + "=" + strconv.Itoa(trials), "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=4"}
+		return []string{modeVar + "=mismatch", trialsVar + "=" + strconv.Itoa(trials), "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=4"}
 	})
 	for r, err := range errs {
 		if err != nil {
@@ -154,22 +140,16 @@ func TestMismatchAcrossProcesses(t *testing.T) {
 // (every rank computes it from every rank's deterministic input).
 func matrixRank() error {
 	ctx := context.Background()
-	env, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{})
+	conn, store, err := transporthelp.JoinFromEnv(ctx, func(env rendezvous.Env, store *rendezvous.TCPStore) (*tcp.Conn, error) {
+		cfg := tcp.ConfigFromEnv(env, store)
+		cfg.Timeout = 20 * time.Second
+		return tcp.Dial(ctx, cfg)
+	})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	cfg := tcp.ConfigFromEnv(env, store)
-	cfg.Timeout = 20 * time.Second
-	conn, err := tcp.Dial(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	n := env.WorldSize
+	n := conn.Size()
 	algos, err := allreducetest.RankMatrix(ctx, conn, []int{0, 1, n - 1, n + 1, 1000, 70000}, nil)
 	if err != nil {
 		return err
@@ -183,10 +163,10 @@ func matrixRank() error {
 		return err
 	}
 	if want := (n + 1) / 2; topo.Nodes() != want {
-		return fmt.Errorf("rank %d: topology %v, want %d nodes (RINGDDP_NODE)", env.Rank, topo, want)
+		return fmt.Errorf("rank %d: topology %v, want %d nodes (RINGDDP_NODE)", conn.Rank(), topo, want)
 	}
 	_ = conn.Close()
-	fmt.Printf("rank %d: %d algorithms ok on %v: %v\n", env.Rank, len(algos), topo, algos)
+	fmt.Printf("rank %d: %d algorithms ok on %v: %v\n", conn.Rank(), len(algos), topo, algos)
 	return nil
 }
 
@@ -194,20 +174,13 @@ func matrixRank() error {
 // run: 3 processes as nodes of 2 and 1, 5 as 2, 2, 1 (RINGDDP_NODE), so
 // the topology algorithms meet uneven nodes over real sockets.
 func TestAlgorithmsAcrossProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process")
-	}
+	transporthelp.MultiProcess(t)
 	for _, n := range []int{3, 5} {
 		outs, errs := transporthelp.RunRanks(t, n, func(r int) []string {
-			return []string{rankMatrixVar + "=1", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
+			return []string{modeVar + "=matrix", "LOCAL_RANK=" + strconv.Itoa(r%2), "LOCAL_WORLD_SIZE=2",
 				"RINGDDP_NODE=node" + strconv.Itoa(r/2)}
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Errorf("%d processes, rank %d: %v\n%s", n, r, err, outs[r])
-			}
-		}
-		t.Logf("%d processes: %s", n, strings.TrimSpace(outs[0].String()))
+		transporthelp.CheckRanks(t, fmt.Sprintf("%d processes", n), outs, errs)
 		if !strings.Contains(outs[0].String(), "hierarchical") || !strings.Contains(outs[0].String(), "tree") {
 			t.Errorf("%d processes: not every algorithm ran: %s", n, outs[0])
 		}

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/rankrun"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 
@@ -134,7 +134,7 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Al
 		// A rank that fails aborts its group, so the others fail at once
 		// instead of waiting for their timeout; the groups and endpoints
 		// are closed when every rank has returned.
-		errs = allreducetest.RunRanks(f.conns, func(g *allreduce.Group) error {
+		errs = rankrun.Run(f.conns, func(g *allreduce.Group) error {
 			return rankMain(ctx, sw, g, rows)
 		}, opts...)
 		close(rows)

@@ -71,9 +71,8 @@ func cudaMain(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("-op %q: -transport cuda runs allreduce, reducescatter or allgather", *op)
 	}
-	dts := map[string]allreduce.DType{"float32": allreduce.Float32, "float64": allreduce.Float64, "int32": allreduce.Int32, "int64": allreduce.Int64}
 	var ok bool
-	if cfg.DType, ok = dts[*dtype]; !ok {
+	if cfg.DType, ok = dtypes[*dtype]; !ok {
 		return fmt.Errorf("-dtype %q: want float32, float64, int32 or int64", *dtype)
 	}
 	ops := map[string]allreduce.ReduceOp{"sum": allreduce.Sum, "avg": allreduce.Avg, "max": allreduce.Max, "min": allreduce.Min, "prod": allreduce.Prod}

@@ -23,6 +23,13 @@ var forbidden = map[string][]string{
 	"datasets":            {"allreduce", "ddp", "zero", "optim", "models"},
 	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
 	"zero":                {"models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+
+	// The handshake sits below every protocol that authenticates, the
+	// numeric vocabulary below everything; the rank runner above allreduce,
+	// below the trainer and the commands.
+	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
+	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"internal/rankrun":             {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 }
 
 func TestDependenciesPointOneWay(t *testing.T) {

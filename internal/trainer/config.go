@@ -10,6 +10,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // Model, dtype and optimizer names accepted in Config.
@@ -17,8 +18,8 @@ const (
 	ModelMLP = "mlp"
 	ModelCNN = "cnn"
 
-	Float32 = "float32"
-	Float64 = "float64"
+	Float32 = numeric.Float32
+	Float64 = numeric.Float64
 
 	OptimSGD   = "sgd"
 	OptimAdam  = "adam"

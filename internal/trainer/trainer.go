@@ -71,6 +71,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
+	"github.com/ringddp/ringddp/internal/rankrun"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 
@@ -187,7 +188,6 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 		groups[i] = g
 	}
 	results := make([]*Result, len(conns))
-	errs := make([]error, len(conns))
 	recs := make([]*trace.Recorder, len(conns))
 	if cfg.Trace != "" {
 		for i, g := range groups {
@@ -195,25 +195,10 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 			recs[i].SetOffset(clk.offset[i])
 		}
 	}
-	done := make(chan struct{})
-	for i, g := range groups {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			defer func() {
-				if p := recover(); p != nil {
-					errs[i] = fmt.Errorf("trainer: rank %d panicked: %v", g.Rank(), p)
-					g.Abort(errs[i])
-				}
-			}()
-			results[i], errs[i] = runRank[T](ctx, cfg, g, train, test, ck, rankEnv{rec: recs[i], offset: clk.offset[i]})
-			if errs[i] != nil && !errors.Is(errs[i], context.Canceled) && !errors.Is(errs[i], context.DeadlineExceeded) {
-				g.Abort(fmt.Errorf("rank %d failed: %w", g.Rank(), errs[i]))
-			}
-		}()
-	}
-	for range groups {
-		<-done
-	}
+	errs := rankrun.RunGroups(groups, func(i int, g *allreduce.Group) (err error) {
+		results[i], err = runRank[T](ctx, cfg, g, train, test, ck, rankEnv{rec: recs[i], offset: clk.offset[i]})
+		return err
+	})
 	for _, g := range groups {
 		_ = g.Close()
 	}
@@ -225,7 +210,7 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 		}
 		ranks[i] = g.Rank()
 	}
-	err := rootCause(errs, groups)
+	err := rankrun.Err(groups, errs)
 	if cfg.Trace != "" {
 		// Written on failure too: the timeline shows where a rank stopped.
 		path := traceFile(cfg.Trace, ranks, conns[0].Size())
@@ -234,23 +219,4 @@ func runRanks[T Float](ctx context.Context, cfg Config, train, test *datasets.Da
 		}
 	}
 	return results[lead], err
-}
-
-// rootCause picks the error to report: the first one that is not merely a
-// consequence of another rank's failure.
-func rootCause(errs []error, groups []*allreduce.Group) error {
-	var first error
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		err = fmt.Errorf("rank %d: %w", groups[i].Rank(), err)
-		if first == nil {
-			first = err
-		}
-		if !errors.Is(err, allreduce.ErrGroupFailed) && !errors.Is(err, transport.ErrPeer) {
-			return err
-		}
-	}
-	return first
 }

@@ -1,8 +1,11 @@
 // Package transporthelp holds what the transports' own tests share
 // beyond the conformance suite (package transporttest): dialing a world
-// of ranks in one process (DialAll), running the test binary again as the
-// ranks of a multi-process job (StartRanks, ExitWith), and the small
-// fixtures of tests that block on a call (Go, Wait, Sink, Header).
+// of ranks in one process (DialAll); running the test binary again as the
+// ranks of a multi-process job (StartRanks, RunRanks, RankMain,
+// JoinFromEnv), the jobs those ranks run (MatrixRank, LoopRank) and the
+// checks on them (CheckRanks, WaitReady, KillOne); a fake peer for
+// handshake tests (FakePeer); and the small fixtures of tests that block
+// on a call (Go, Wait, Sink, Header).
 //
 // It is imported by tests only.
 package transporthelp
