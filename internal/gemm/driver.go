@@ -74,7 +74,7 @@ func scaleC[T scalar](beta T, m, n int, c []T, ldc int) {
 // [n0, n1) of C, with the loops of the package comment:
 //
 //	for each nc columns jc:
-//	  for each kc steps pc:        pack B[pc:pc+kc, jc:jc+nc]
+//	  for each kc steps pc:        pack B[pc:pc+kc, jc:jc+nc] if needed
 //	    for each mc rows ic:       pack alpha·A[ic:ic+mc, pc:pc+kc] if needed
 //	      for each nr columns jr:  one micro-panel of B, in L1
 //	        for each mr rows ir:   micro-kernel on C[ic+ir, jc+jr]
@@ -86,12 +86,12 @@ func multiply[T scalar](bl *blocking[T], w *workspace[T], p *product[T], m0, m1,
 		nc := min(bl.nc, n1-jc)
 		for pc := 0; pc < p.k; pc += bl.kc {
 			kc := min(bl.kc, p.k-pc)
-			packB(bl, w.b, p, pc, kc, jc, nc)
+			bp := panelOfB(bl, w, p, pc, kc, jc, nc)
 			for ic := m0; ic < m1; ic += bl.mc {
 				mc := min(bl.mc, m1-ic)
 				blk := blockOfA(bl, w, p, ic, mc, pc, kc)
 				accumulate := !p.set || pc > 0
-				macroKernel(bl, w, p, &blk, ic, mc, jc, nc, kc, accumulate)
+				macroKernel(bl, w, p, &blk, &bp, ic, mc, jc, nc, kc, accumulate)
 			}
 		}
 	}
@@ -150,9 +150,48 @@ func blockOfA[T scalar](bl *blocking[T], w *workspace[T], p *product[T], ic, mc,
 	return blk
 }
 
-// macroKernel runs the micro-kernel over one block of A and packed panel
-// of B. Blocks of C that the matrix cuts short go through w.edge.
-func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], blk *aBlock[T], ic, mc, jc, nc, kc int, accumulate bool) {
+// bPanel says where the micro-kernel reads a kc×nc panel of B: micro-panel
+// q (columns q·nr …) starts at panel(q), its rows rsb bytes apart. The last
+// micro-panel, when nc is not a multiple of nr, is always packed (with
+// zero columns) so that no kernel reads past B.
+type bPanel[T scalar] struct {
+	base      []T // B itself, or the packed panel
+	panelStep int // elements from one micro-panel to the next
+	rsb       int
+	lastFull  int // micro-panels [0, lastFull) read from base; the rest packed
+	edge      []T // the packed last micro-panel
+}
+
+func (bp *bPanel[T]) panel(q int) *T {
+	if q < bp.lastFull {
+		return &bp.base[q*bp.panelStep]
+	}
+	return &bp.edge[0]
+}
+
+// panelOfB decides whether the micro-kernels read B where it is or packed.
+// A row-major B (not transposed) is read in place, its nr-wide rows being
+// contiguous, unless its rows are a multiple of 4 KiB apart (conflictStride:
+// the kc rows of a micro-panel would share a few L1 sets). A transposed B
+// is always packed: its nr values of a row are a column apart.
+func panelOfB[T scalar](bl *blocking[T], w *workspace[T], p *product[T], pc, kc, jc, nc int) bPanel[T] {
+	size := int(unsafe.Sizeof(T(0)))
+	if p.bTrans || (p.ldb*size)%conflictStride == 0 {
+		packB(bl, w.b, p, pc, kc, jc, nc)
+		return bPanel[T]{base: w.b, panelStep: bl.nr * kc, rsb: bl.nr * size, lastFull: ceilDiv(nc, bl.nr)}
+	}
+	full := nc / bl.nr
+	bp := bPanel[T]{base: p.b[pc*p.ldb+jc:], panelStep: bl.nr, rsb: p.ldb * size, lastFull: full}
+	if full*bl.nr < nc {
+		packB(bl, w.b, p, pc, kc, jc+full*bl.nr, nc-full*bl.nr)
+		bp.edge = w.b
+	}
+	return bp
+}
+
+// macroKernel runs the micro-kernel over one block of A and panel of B.
+// Blocks of C that the matrix cuts short go through w.edge.
+func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], blk *aBlock[T], bp *bPanel[T], ic, mc, jc, nc, kc int, accumulate bool) {
 	mr, nr := bl.mr, bl.nr
 	acc := 0
 	if accumulate {
@@ -160,7 +199,11 @@ func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], blk 
 	}
 	size := int(unsafe.Sizeof(T(0)))
 	for jr := 0; jr < nc; jr += nr {
-		bPanel := &w.b[jr*kc]
+		bq := jr / nr
+		b, rsb := bp.panel(bq), bp.rsb
+		if bq >= bp.lastFull {
+			rsb = nr * size
+		}
 		cols := min(nr, nc-jr)
 		for ir := 0; ir < mc; ir += mr {
 			q := ir / mr
@@ -171,10 +214,10 @@ func macroKernel[T scalar](bl *blocking[T], w *workspace[T], p *product[T], blk 
 			rows := min(mr, mc-ir)
 			at := (ic+ir)*p.ldc + jc + jr
 			if rows == mr && cols == nr {
-				bl.kernel(kc, blk.panel(q), rsa, csa, bPanel, &p.c[at], p.ldc, acc)
+				bl.kernel(kc, blk.panel(q), rsa, csa, b, rsb, &p.c[at], p.ldc, acc)
 				continue
 			}
-			bl.kernel(kc, blk.panel(q), rsa, csa, bPanel, &w.edge[0], nr, 0)
+			bl.kernel(kc, blk.panel(q), rsa, csa, b, rsb, &w.edge[0], nr, 0)
 			for i := 0; i < rows; i++ {
 				dst := p.c[at+i*p.ldc : at+i*p.ldc+cols]
 				src := w.edge[i*nr : i*nr+cols]

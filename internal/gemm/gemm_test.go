@@ -236,3 +236,29 @@ func TestStridesOfAInPlaceAndPacked(t *testing.T) {
 		}
 	}
 }
+
+// A row-major B is read in place unless its rows are a multiple of 4 KiB
+// apart (see panelOfB); a transposed one is packed. All agree with the
+// reference, with the last micro-panel partial or not.
+func TestStridesOfBInPlaceAndPacked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, v := range assemblyVariantsHere(t) {
+		for _, tB := range transposes {
+			for _, ldb := range []int{1024, 1023, 512} {
+				for _, n := range []int{64, 70} {
+					k := 33
+					cols := n
+					if tB == blas.Trans {
+						cols = k
+					}
+					cl := newCall(rng, blas.NoTrans, tB, 30, n, k, ldb-cols, 1, 0)
+					want, tol := cl.reference(eps64)
+					compare(t, fmt.Sprintf("%s d %v ldb=%d n=%d", v.Name, tB, cl.ldb, n), packedD(v, 1, cl), want, tol)
+					cl.to32Exact()
+					want, tol = cl.reference(eps32)
+					compare(t, fmt.Sprintf("%s s %v ldb=%d n=%d", v.Name, tB, cl.ldb, n), packedS(v, 1, cl), want, tol)
+				}
+			}
+		}
+	}
+}

@@ -4,14 +4,14 @@
 
 package gemm
 
-// sgemmKernel14x32AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×32 panel of B.
-func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
+// sgemmKernel14x32AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a kc×32 panel of B (steps rsb bytes apart).
+func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 
-// dgemmKernel14x16AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×16 panel of B.
-func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)
+// dgemmKernel14x16AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
+func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
 
-// sgemmKernel6x16AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×16 panel of B.
-func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
+// sgemmKernel6x16AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
+func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 
-// dgemmKernel6x8AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×8 panel of B.
-func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)
+// dgemmKernel6x8AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a kc×8 panel of B (steps rsb bytes apart).
+func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)

@@ -4,12 +4,13 @@
 
 #include "textflag.h"
 
-// func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
+// func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 // Requires: AVX, AVX512F
-TEXT ·sgemmKernel14x32AVX512(SB), NOSPLIT, $0-64
+TEXT ·sgemmKernel14x32AVX512(SB), NOSPLIT, $0-72
 	MOVQ kc+0(FP), CX
 	MOVQ b+32(FP), BX
-	MOVQ c+40(FP), DI
+	MOVQ rsb+40(FP), DX
+	MOVQ c+48(FP), DI
 	MOVQ rsa+16(FP), R10
 	MOVQ csa+24(FP), R12
 	LEAQ (R10)(R10*2), R11
@@ -55,6 +56,7 @@ TEXT ·sgemmKernel14x32AVX512(SB), NOSPLIT, $0-64
 sgemmKernel14x32AVX512_loop:
 	VMOVUPS      (BX), Z28
 	VMOVUPS      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Z30
 	VFMADD231PS  Z28, Z30, Z0
 	VFMADD231PS  Z29, Z30, Z1
@@ -100,8 +102,9 @@ sgemmKernel14x32AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPS      128(BX), Z28
-	VMOVUPS      192(BX), Z29
+	VMOVUPS      (BX), Z28
+	VMOVUPS      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Z30
 	VFMADD231PS  Z28, Z30, Z0
 	VFMADD231PS  Z29, Z30, Z1
@@ -147,8 +150,9 @@ sgemmKernel14x32AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPS      256(BX), Z28
-	VMOVUPS      320(BX), Z29
+	VMOVUPS      (BX), Z28
+	VMOVUPS      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Z30
 	VFMADD231PS  Z28, Z30, Z0
 	VFMADD231PS  Z29, Z30, Z1
@@ -194,8 +198,9 @@ sgemmKernel14x32AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPS      384(BX), Z28
-	VMOVUPS      448(BX), Z29
+	VMOVUPS      (BX), Z28
+	VMOVUPS      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Z30
 	VFMADD231PS  Z28, Z30, Z0
 	VFMADD231PS  Z29, Z30, Z1
@@ -241,7 +246,6 @@ sgemmKernel14x32AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	ADDQ         $0x00000200, BX
 	DECQ         SI
 	JNZ          sgemmKernel14x32AVX512_loop
 
@@ -252,6 +256,7 @@ sgemmKernel14x32AVX512_tail:
 sgemmKernel14x32AVX512_tailloop:
 	VMOVUPS      (BX), Z28
 	VMOVUPS      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Z30
 	VFMADD231PS  Z28, Z30, Z0
 	VFMADD231PS  Z29, Z30, Z1
@@ -297,14 +302,13 @@ sgemmKernel14x32AVX512_tailloop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	ADDQ         $0x00000080, BX
 	DECQ         CX
 	JNZ          sgemmKernel14x32AVX512_tailloop
 
 sgemmKernel14x32AVX512_store:
-	MOVQ  ldc+48(FP), DX
+	MOVQ  ldc+56(FP), DX
 	SHLQ  $0x02, DX
-	MOVQ  accumulate+56(FP), R13
+	MOVQ  accumulate+64(FP), R13
 	TESTQ R13, R13
 	JZ    sgemmKernel14x32AVX512_set
 
@@ -427,12 +431,13 @@ sgemmKernel14x32AVX512_set:
 	VZEROUPPER
 	RET
 
-// func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)
+// func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
 // Requires: AVX, AVX512F
-TEXT ·dgemmKernel14x16AVX512(SB), NOSPLIT, $0-64
+TEXT ·dgemmKernel14x16AVX512(SB), NOSPLIT, $0-72
 	MOVQ kc+0(FP), CX
 	MOVQ b+32(FP), BX
-	MOVQ c+40(FP), DI
+	MOVQ rsb+40(FP), DX
+	MOVQ c+48(FP), DI
 	MOVQ rsa+16(FP), R10
 	MOVQ csa+24(FP), R12
 	LEAQ (R10)(R10*2), R11
@@ -478,6 +483,7 @@ TEXT ·dgemmKernel14x16AVX512(SB), NOSPLIT, $0-64
 dgemmKernel14x16AVX512_loop:
 	VMOVUPD      (BX), Z28
 	VMOVUPD      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Z30
 	VFMADD231PD  Z28, Z30, Z0
 	VFMADD231PD  Z29, Z30, Z1
@@ -523,8 +529,9 @@ dgemmKernel14x16AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPD      128(BX), Z28
-	VMOVUPD      192(BX), Z29
+	VMOVUPD      (BX), Z28
+	VMOVUPD      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Z30
 	VFMADD231PD  Z28, Z30, Z0
 	VFMADD231PD  Z29, Z30, Z1
@@ -570,8 +577,9 @@ dgemmKernel14x16AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPD      256(BX), Z28
-	VMOVUPD      320(BX), Z29
+	VMOVUPD      (BX), Z28
+	VMOVUPD      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Z30
 	VFMADD231PD  Z28, Z30, Z0
 	VFMADD231PD  Z29, Z30, Z1
@@ -617,8 +625,9 @@ dgemmKernel14x16AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	VMOVUPD      384(BX), Z28
-	VMOVUPD      448(BX), Z29
+	VMOVUPD      (BX), Z28
+	VMOVUPD      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Z30
 	VFMADD231PD  Z28, Z30, Z0
 	VFMADD231PD  Z29, Z30, Z1
@@ -664,7 +673,6 @@ dgemmKernel14x16AVX512_loop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	ADDQ         $0x00000200, BX
 	DECQ         SI
 	JNZ          dgemmKernel14x16AVX512_loop
 
@@ -675,6 +683,7 @@ dgemmKernel14x16AVX512_tail:
 dgemmKernel14x16AVX512_tailloop:
 	VMOVUPD      (BX), Z28
 	VMOVUPD      64(BX), Z29
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Z30
 	VFMADD231PD  Z28, Z30, Z0
 	VFMADD231PD  Z29, Z30, Z1
@@ -720,14 +729,13 @@ dgemmKernel14x16AVX512_tailloop:
 	ADDQ         R12, AX
 	ADDQ         R12, R8
 	ADDQ         R12, R9
-	ADDQ         $0x00000080, BX
 	DECQ         CX
 	JNZ          dgemmKernel14x16AVX512_tailloop
 
 dgemmKernel14x16AVX512_store:
-	MOVQ  ldc+48(FP), DX
+	MOVQ  ldc+56(FP), DX
 	SHLQ  $0x03, DX
-	MOVQ  accumulate+56(FP), R13
+	MOVQ  accumulate+64(FP), R13
 	TESTQ R13, R13
 	JZ    dgemmKernel14x16AVX512_set
 
@@ -850,12 +858,13 @@ dgemmKernel14x16AVX512_set:
 	VZEROUPPER
 	RET
 
-// func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, c *float32, ldc int, accumulate int)
+// func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 // Requires: AVX, FMA3
-TEXT ·sgemmKernel6x16AVX2(SB), NOSPLIT, $0-64
+TEXT ·sgemmKernel6x16AVX2(SB), NOSPLIT, $0-72
 	MOVQ kc+0(FP), CX
 	MOVQ b+32(FP), BX
-	MOVQ c+40(FP), DI
+	MOVQ rsb+40(FP), DX
+	MOVQ c+48(FP), DI
 	MOVQ rsa+16(FP), R10
 	MOVQ csa+24(FP), R12
 	LEAQ (R10)(R10*2), R11
@@ -883,6 +892,7 @@ TEXT ·sgemmKernel6x16AVX2(SB), NOSPLIT, $0-64
 sgemmKernel6x16AVX2_loop:
 	VMOVUPS      (BX), Y12
 	VMOVUPS      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Y14
 	VFMADD231PS  Y12, Y14, Y0
 	VFMADD231PS  Y13, Y14, Y1
@@ -903,8 +913,9 @@ sgemmKernel6x16AVX2_loop:
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPS      64(BX), Y12
-	VMOVUPS      96(BX), Y13
+	VMOVUPS      (BX), Y12
+	VMOVUPS      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Y14
 	VFMADD231PS  Y12, Y14, Y0
 	VFMADD231PS  Y13, Y14, Y1
@@ -925,8 +936,9 @@ sgemmKernel6x16AVX2_loop:
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPS      128(BX), Y12
-	VMOVUPS      160(BX), Y13
+	VMOVUPS      (BX), Y12
+	VMOVUPS      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Y14
 	VFMADD231PS  Y12, Y14, Y0
 	VFMADD231PS  Y13, Y14, Y1
@@ -947,8 +959,9 @@ sgemmKernel6x16AVX2_loop:
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPS      192(BX), Y12
-	VMOVUPS      224(BX), Y13
+	VMOVUPS      (BX), Y12
+	VMOVUPS      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Y14
 	VFMADD231PS  Y12, Y14, Y0
 	VFMADD231PS  Y13, Y14, Y1
@@ -969,7 +982,6 @@ sgemmKernel6x16AVX2_loop:
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	ADDQ         $0x00000100, BX
 	DECQ         SI
 	JNZ          sgemmKernel6x16AVX2_loop
 
@@ -980,6 +992,7 @@ sgemmKernel6x16AVX2_tail:
 sgemmKernel6x16AVX2_tailloop:
 	VMOVUPS      (BX), Y12
 	VMOVUPS      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSS (AX), Y14
 	VFMADD231PS  Y12, Y14, Y0
 	VFMADD231PS  Y13, Y14, Y1
@@ -1000,14 +1013,13 @@ sgemmKernel6x16AVX2_tailloop:
 	VFMADD231PS  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	ADDQ         $0x00000040, BX
 	DECQ         CX
 	JNZ          sgemmKernel6x16AVX2_tailloop
 
 sgemmKernel6x16AVX2_store:
-	MOVQ  ldc+48(FP), DX
+	MOVQ  ldc+56(FP), DX
 	SHLQ  $0x02, DX
-	MOVQ  accumulate+56(FP), R13
+	MOVQ  accumulate+64(FP), R13
 	TESTQ R13, R13
 	JZ    sgemmKernel6x16AVX2_set
 
@@ -1066,12 +1078,13 @@ sgemmKernel6x16AVX2_set:
 	VZEROUPPER
 	RET
 
-// func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, c *float64, ldc int, accumulate int)
+// func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
 // Requires: AVX, FMA3
-TEXT ·dgemmKernel6x8AVX2(SB), NOSPLIT, $0-64
+TEXT ·dgemmKernel6x8AVX2(SB), NOSPLIT, $0-72
 	MOVQ kc+0(FP), CX
 	MOVQ b+32(FP), BX
-	MOVQ c+40(FP), DI
+	MOVQ rsb+40(FP), DX
+	MOVQ c+48(FP), DI
 	MOVQ rsa+16(FP), R10
 	MOVQ csa+24(FP), R12
 	LEAQ (R10)(R10*2), R11
@@ -1099,6 +1112,7 @@ TEXT ·dgemmKernel6x8AVX2(SB), NOSPLIT, $0-64
 dgemmKernel6x8AVX2_loop:
 	VMOVUPD      (BX), Y12
 	VMOVUPD      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Y14
 	VFMADD231PD  Y12, Y14, Y0
 	VFMADD231PD  Y13, Y14, Y1
@@ -1119,8 +1133,9 @@ dgemmKernel6x8AVX2_loop:
 	VFMADD231PD  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPD      64(BX), Y12
-	VMOVUPD      96(BX), Y13
+	VMOVUPD      (BX), Y12
+	VMOVUPD      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Y14
 	VFMADD231PD  Y12, Y14, Y0
 	VFMADD231PD  Y13, Y14, Y1
@@ -1141,8 +1156,9 @@ dgemmKernel6x8AVX2_loop:
 	VFMADD231PD  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPD      128(BX), Y12
-	VMOVUPD      160(BX), Y13
+	VMOVUPD      (BX), Y12
+	VMOVUPD      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Y14
 	VFMADD231PD  Y12, Y14, Y0
 	VFMADD231PD  Y13, Y14, Y1
@@ -1163,8 +1179,9 @@ dgemmKernel6x8AVX2_loop:
 	VFMADD231PD  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	VMOVUPD      192(BX), Y12
-	VMOVUPD      224(BX), Y13
+	VMOVUPD      (BX), Y12
+	VMOVUPD      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Y14
 	VFMADD231PD  Y12, Y14, Y0
 	VFMADD231PD  Y13, Y14, Y1
@@ -1185,7 +1202,6 @@ dgemmKernel6x8AVX2_loop:
 	VFMADD231PD  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	ADDQ         $0x00000100, BX
 	DECQ         SI
 	JNZ          dgemmKernel6x8AVX2_loop
 
@@ -1196,6 +1212,7 @@ dgemmKernel6x8AVX2_tail:
 dgemmKernel6x8AVX2_tailloop:
 	VMOVUPD      (BX), Y12
 	VMOVUPD      32(BX), Y13
+	ADDQ         DX, BX
 	VBROADCASTSD (AX), Y14
 	VFMADD231PD  Y12, Y14, Y0
 	VFMADD231PD  Y13, Y14, Y1
@@ -1216,14 +1233,13 @@ dgemmKernel6x8AVX2_tailloop:
 	VFMADD231PD  Y13, Y14, Y11
 	ADDQ         R12, AX
 	ADDQ         R12, R8
-	ADDQ         $0x00000040, BX
 	DECQ         CX
 	JNZ          dgemmKernel6x8AVX2_tailloop
 
 dgemmKernel6x8AVX2_store:
-	MOVQ  ldc+48(FP), DX
+	MOVQ  ldc+56(FP), DX
 	SHLQ  $0x03, DX
-	MOVQ  accumulate+56(FP), R13
+	MOVQ  accumulate+64(FP), R13
 	TESTQ R13, R13
 	JZ    dgemmKernel6x8AVX2_set
 

@@ -10,11 +10,12 @@ import (
 type scalar interface{ float32 | float64 }
 
 // microKernel multiplies an MR×kc block of A (element (i, p) at byte
-// offset i·rsa + p·csa from a) by a packed kc×NR micro-panel of B and adds
-// the product to the MR×NR block of row-major C at c, whose rows are ldc
-// elements apart, or stores it there when accumulate is 0 (see the
-// generator in _asm for the exact contract).
-type microKernel[T scalar] func(kc int, a *T, rsa, csa int, b, c *T, ldc int, accumulate int)
+// offset i·rsa + p·csa from a) by a kc×NR block of B (row p at byte offset
+// p·rsb from b, its NR elements contiguous) and adds the product to the
+// MR×NR block of row-major C at c, whose rows are ldc elements apart, or
+// stores it there when accumulate is 0 (see the generator in _asm for the
+// exact contract).
+type microKernel[T scalar] func(kc int, a *T, rsa, csa int, b *T, rsb int, c *T, ldc int, accumulate int)
 
 // blocking is one element type's micro-kernel and the cache blocks
 // around it: kc steps of k per packed panel, mc rows of A per packed block

@@ -8,14 +8,15 @@
 // Every kernel has the same contract, written for float32 (float64 is the same
 // with 8-byte elements):
 //
-//	func kernel(kc int, a *float32, rsa, csa int, b, c *float32, ldc int, accumulate int)
+//	func kernel(kc int, a *float32, rsa, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 //
 // It multiplies an MR×kc block of A, element (i, p) at byte offset
-// i·rsa + p·csa from a, by a packed kc×NR micro-panel of B, element (p, j)
-// at b[p*NR+j], and adds the product to the MR×NR block of row-major C at
+// i·rsa + p·csa from a, by a kc×NR block of B whose rows are rsb bytes
+// apart (element (p, j) at byte offset p·rsb + j·size from b: a packed
+// micro-panel has rsb = NR elements, a row-major B its row stride), and adds the product to the MR×NR block of row-major C at
 // c (row stride ldc elements), or stores it there when accumulate is 0:
 //
-//	C[i][j] (+)= Σ_p A(i, p) · b[p*NR+j]   for i < MR, j < NR, p < kc
+//	C[i][j] (+)= Σ_p A(i, p) · B(p, j)   for i < MR, j < NR, p < kc
 //
 // The strides let one kernel read A packed (rsa = one element, csa = MR
 // elements), straight from a row-major matrix (rsa = its row stride, csa
@@ -100,10 +101,11 @@ func kernel(e elem, x isa, mr, nv int) {
 		panic(fmt.Sprintf("%dx%d needs more than %d registers", mr, nr, x.regs))
 	}
 	name := fmt.Sprintf("%sgemmKernel%dx%d%s", e.prefix, mr, nr, x.name)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(kc int, a *%[1]s, rsa, csa int, b, c *%[1]s, ldc int, accumulate int)", e.goType))
-	Doc(fmt.Sprintf("%s sets or adds to C (row stride ldc) a %d×kc block of A (rows rsa, steps csa bytes apart) times a packed kc×%d panel of B.", name, mr, nr))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(kc int, a *%[1]s, rsa, csa int, b *%[1]s, rsb int, c *%[1]s, ldc int, accumulate int)", e.goType))
+	Doc(fmt.Sprintf("%s sets or adds to C (row stride ldc) a %d×kc block of A (rows rsa, steps csa bytes apart) times a kc×%d panel of B (steps rsb bytes apart).", name, mr, nr))
 	kc := Load(Param("kc"), RCX)
 	b := Load(Param("b"), RBX)
+	rsb := Load(Param("rsb"), RDX) // DX holds ldc only once the loop is done
 	c := Load(Param("c"), RDI)
 	L := Load(Param("rsa"), R10)
 	csa := Load(Param("csa"), R12)
@@ -144,8 +146,9 @@ func kernel(e elem, x isa, mr, nv int) {
 	}
 	step := func(p int) {
 		for v := 0; v < nv; v++ {
-			e.move(Mem{Base: b, Disp: (p*nr + v*lanes) * e.bytes}, bv(v))
+			e.move(Mem{Base: b, Disp: v * x.bytes}, bv(v))
 		}
+		ADDQ(rsb, b)
 		for i := 0; i < mr; i++ {
 			e.bcast(rowA(i), av)
 			for v := 0; v < nv; v++ {
@@ -164,7 +167,6 @@ func kernel(e elem, x isa, mr, nv int) {
 	for p := 0; p < unroll; p++ {
 		step(p)
 	}
-	ADDQ(U32(unroll*nr*e.bytes), b)
 	DECQ(count)
 	JNZ(LabelRef(name + "_loop"))
 
@@ -173,7 +175,6 @@ func kernel(e elem, x isa, mr, nv int) {
 	JZ(LabelRef(name + "_store"))
 	Label(name + "_tailloop")
 	step(0)
-	ADDQ(U32(nr*e.bytes), b)
 	DECQ(kc)
 	JNZ(LabelRef(name + "_tailloop"))
 
