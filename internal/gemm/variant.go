@@ -32,12 +32,25 @@ type Variant struct {
 	Name string
 	f32  blocking[float32]
 	f64  blocking[float64]
-	// needs names the CPU features the variant requires, for messages.
+	// needs names the CPU features the variant requires, for messages;
+	// runs says whether this CPU has them.
 	needs string
+	runs  bool
 }
 
 // gonumVariant is the fallback every machine has.
-var gonumVariant = Variant{Name: "gonum", needs: "nothing"}
+func gonumVariant() Variant { return Variant{Name: "gonum", needs: "nothing", runs: true} }
+
+// assemblyVariants lists the assembly variants this CPU runs, fastest first.
+func assemblyVariants() []Variant {
+	var vs []Variant
+	for _, v := range allAssemblyVariants() {
+		if v.runs {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
 
 // VariantEnv is the environment variable that forces a variant by name
 // (for tests and benchmarks): "avx512", "avx2" or "gonum".
@@ -45,17 +58,7 @@ const VariantEnv = "RINGDDP_GEMM"
 
 // Variants lists the variants this CPU can run, fastest first; gonum's is
 // always last.
-func Variants() []Variant { return append(assemblyVariants(), gonumVariant) }
-
-// AllVariantNames lists every variant of this build's architecture, run
-// here or not, so that tests can say which ones they skipped.
-func AllVariantNames() []string {
-	names := []string{}
-	for _, v := range allAssemblyVariants() {
-		names = append(names, v.Name)
-	}
-	return append(names, gonumVariant.Name)
-}
+func Variants() []Variant { return append(assemblyVariants(), gonumVariant()) }
 
 // Best returns the fastest variant this CPU runs, or the one that the
 // environment variable VariantEnv names. A name the CPU cannot run, or
