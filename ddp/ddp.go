@@ -72,6 +72,7 @@ type DDP[T Float] struct {
 	cfg     config
 	reduce  BucketCollective[T] // nil: the default all-reduce (Avg)
 	loss    *G.Node             // the node given to Backward
+	grads   G.Nodes             // the parameters' gradient nodes, from Backward
 
 	paramArena []T
 	gradArena  []T // len(paramArena) elements of commArena
@@ -284,8 +285,27 @@ func (d *DDP[T]) Backward(loss *G.Node) error {
 		if len(grads) != len(d.params) {
 			return fmt.Errorf("ddp: backward gave %d gradients for %d parameters", len(grads), len(d.params))
 		}
+		d.grads = grads
 		return nil
 	})
+}
+
+// Outputs returns the nodes a step computes for DDP after Backward: the
+// loss, then each parameter's gradient (whose hooks hand it to the
+// buckets), in a fresh slice. A tape machine compiled on the subgraph of
+// these roots (and of whatever else the caller reads), as in
+//
+//	vm := G.NewTapeMachine(g.SubgraphRoots(d.Outputs()...))
+//
+// computes only what they need: gorgonia's Grad also builds the gradient
+// of every other input of the model, the data batch included (for an MLP
+// the largest matrix product of the backward pass), which a machine
+// compiled on the whole graph computes every step and nobody reads.
+func (d *DDP[T]) Outputs() G.Nodes {
+	if d.loss == nil {
+		return nil
+	}
+	return append(G.Nodes{d.loss}, d.grads...)
 }
 
 // NoSync runs fn with gradient synchronisation off, like PyTorch's

@@ -181,8 +181,10 @@ func trainRank(ctx context.Context, group *allreduce.Group, data *datasets.Datas
 	if err := d.Backward(loss); err != nil {
 		return err
 	}
+	// Compile only what a step needs (the loss and the parameters'
+	// gradients), not the gradient of the input batch that G.Grad builds too.
 	var vm G.VM
-	_ = graphlock.Do(func() error { vm = G.NewTapeMachine(graph); return nil })
+	_ = graphlock.Do(func() error { vm = G.NewTapeMachine(graph.SubgraphRoots(d.Outputs()...)); return nil })
 	defer vm.Close()
 
 	opt, err := optim.NewSGD[float32](optim.SGDConfig{LR: 0.01, Momentum: 0.5})

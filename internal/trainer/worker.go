@@ -140,7 +140,12 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	if err := w.rep.Backward(loss); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	if err := graphlock.Do(func() error { w.vm = G.NewTapeMachine(graph); return nil }); err != nil {
+	// Only what the step needs: the loss and the parameters' gradients
+	// (not the gradient of the input batch that gorgonia's Grad also builds).
+	if err := graphlock.Do(func() error {
+		w.vm = G.NewTapeMachine(graph.SubgraphRoots(w.d.Outputs()...))
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	lo, hi := allreduce.ChunkBounds(test.Len(), n, g.Rank())
