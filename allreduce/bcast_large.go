@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -65,7 +66,7 @@ func (g *Group) broadcast(ctx context.Context, h transport.Header, c *call) erro
 // node.
 func (g *Group) useChain(kind Kind, bytes int) bool {
 	if g.rooted != RootedAuto || g.size <= 2 || g.tune.chainMin > 0 {
-		return g.chainFor(kind, bytes, Shape{})
+		return g.chainFor(kind, bytes, cost.Shape{})
 	}
 	picks := &g.chainPicks[0]
 	if kind == KindReduce {
@@ -87,7 +88,7 @@ func (g *Group) useChain(kind Kind, bytes int) bool {
 // chain faster than the binomial tree at the lower end of the size class
 // (as Auto chooses). A test's tuning.chainMin sets a fixed threshold
 // instead of the model.
-func (g *Group) chainFor(kind Kind, bytes int, s Shape) bool {
+func (g *Group) chainFor(kind Kind, bytes int, s cost.Shape) bool {
 	switch {
 	case g.size <= 2 || g.rooted == RootedTree:
 		return false
@@ -102,27 +103,27 @@ func (g *Group) chainFor(kind Kind, bytes int, s Shape) bool {
 // chainFaster reports whether m prices the chain below the binomial tree
 // for a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s. On
 // a tie (within a relative 1e-9: both at the cores bound of their equal
-// work, cores.go) the shorter schedule wins: the one whose time without
+// work, cost.Work) the shorter schedule wins: the one whose time without
 // the bound is less (the chain, on large buffers: over 4 tcp processes on
 // 2 cores it measured 1.4-2x faster than the tree from 1 MiB, where both
 // are bound).
-func chainFaster(m Model, s Shape, kind Kind, b float64) bool {
+func chainFaster(m cost.Model, s cost.Shape, kind Kind, b float64) bool {
 	tree, chain := rootedCosts(m, s, kind, b)
 	if math.Abs(chain-tree) > 1e-9*math.Max(chain, tree) || m.Cores <= 0 {
 		return chain < tree
 	}
 	reduce := kind == KindReduce
-	return chainCost(m, s, b, reduce) < binomialCost(m, s, b, reduce)
+	return cost.Chain(m, s, b, chainSegmentsFor(s.Ranks, b), reduce) < cost.Binomial(m, s, b, reduce)
 }
 
 // knownShape is the group's shape if known, else its ranks on one node.
-func (g *Group) knownShape() Shape {
+func (g *Group) knownShape() cost.Shape {
 	g.seq.mu.Lock()
 	defer g.seq.mu.Unlock()
 	if g.shape != nil {
 		return *g.shape
 	}
-	return FlatShape(g.size)
+	return cost.FlatShape(g.size)
 }
 
 // RootedScheduleFor is the schedule a Broadcast (kind KindBroadcast) or
@@ -137,26 +138,26 @@ func (g *Group) RootedScheduleFor(kind Kind, bytes int) RootedSchedule {
 
 // rootedCosts are the binomial tree's and the chain's predicted times for
 // a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s, the
-// agreement step included (rooted_cost.go), each raised to its cores
-// bound (cores.go), the chain's +Inf below three ranks.
-func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
+// agreement step included (cost.Binomial, cost.Chain), each raised to its cores
+// bound (cost.Work), the chain's +Inf below three ranks.
+func rootedCosts(m cost.Model, s cost.Shape, kind Kind, b float64) (tree, chain float64) {
 	reduce := kind == KindReduce
-	tree = m.bounded(binomialCost(m, s, b, reduce), binomialWork(m, s, b, reduce), b)
-	chain = m.bounded(chainCost(m, s, b, reduce), chainWork(m, s, b, reduce), b)
+	tree = m.Bounded(cost.Binomial(m, s, b, reduce), cost.BinomialWork(m, s, b, reduce), b)
+	chain = m.Bounded(cost.Chain(m, s, b, chainSegmentsFor(s.Ranks, b), reduce), cost.ChainWork(m, s, b, chainSegmentsFor(s.Ranks, b), reduce), b)
 	return tree, chain
 }
 
-// rootedWork is the busiest node's work (cores.go) of the schedule
+// rootedWork is the busiest node's work (cost.Work) of the schedule
 // broadcastCost or reduceCost prices: the faster of the two.
-func rootedWork(m Model, s Shape, kind Kind, b float64) float64 {
+func rootedWork(m cost.Model, s cost.Shape, kind Kind, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
 	reduce := kind == KindReduce
 	if chainFaster(m, s, kind, b) {
-		return chainWork(m, s, b, reduce)
+		return cost.ChainWork(m, s, b, chainSegmentsFor(s.Ranks, b), reduce)
 	}
-	return binomialWork(m, s, b, reduce)
+	return cost.BinomialWork(m, s, b, reduce)
 }
 
 // RootedPrediction is the predicted time of Broadcast and Reduce on a
@@ -172,7 +173,7 @@ type RootedPrediction struct {
 // (KindReduce) of bytes on shape s under m, and says which schedule a
 // group with that model runs for it (the faster at the lower end of the
 // size class, as the group chooses once per class).
-func PredictRooted(m Model, s Shape, kind Kind, bytes int) (RootedPrediction, error) {
+func PredictRooted(m cost.Model, s cost.Shape, kind Kind, bytes int) (RootedPrediction, error) {
 	if kind != KindBroadcast && kind != KindReduce {
 		return RootedPrediction{}, fmt.Errorf("%w: PredictRooted of %v: only Broadcast and Reduce have a schedule to choose", ErrInvalid, kind)
 	}
@@ -208,10 +209,16 @@ func chainSegmentsOf(n, m, count int) int {
 	return min(max(s, 1), count)
 }
 
+// chainSegmentsFor is how many segments the formulas cut a chain of n
+// ranks over b bytes into (chainSegmentsOf, one element a byte).
+func chainSegmentsFor(n int, b float64) int {
+	return chainSegmentsOf(n, int(b), max(int(b), 1))
+}
+
 // broadcastCost is the predicted time of Broadcast of b bytes on a group
 // of shape s: the faster of the binomial tree and, on three ranks or
 // more, the chain (what useChain picks), agreement step included.
-func broadcastCost(m Model, s Shape, b float64) float64 {
+func broadcastCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
@@ -220,7 +227,7 @@ func broadcastCost(m Model, s Shape, b float64) float64 {
 
 // reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
 // each step also reducing what it receives.
-func reduceCost(m Model, s Shape, b float64) float64 {
+func reduceCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}

@@ -232,3 +232,9 @@ func (c *call) validate(size int) error {
 	}
 	return nil
 }
+
+// CollectiveBytes is the bytes per rank of the collective a message with
+// header h belongs to (its Count elements of its DType): what
+// cost.Model.CacheWork is keyed on, and what the simulator needs to key
+// its own alike (sim.Config.CollectiveBytes).
+func CollectiveBytes(h transport.Header) int { return int(h.Count) * elemSize(h) }

@@ -1,6 +1,7 @@
 package allreduce
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"testing"
 
@@ -18,14 +19,14 @@ func TestChainChoice(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pm := range []bool{false, true} {
-			g, err := NewGroup(w.Conn(0), WithModel(DefaultModel(pm)))
+			g, err := NewGroup(w.Conn(0), WithModel(cost.DefaultModel(pm)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, kind := range []Kind{KindBroadcast, KindReduce} {
 				for b := 1; b <= 256<<20; b *= 4 {
 					got := g.useChain(kind, b)
-					s, cb := FlatShape(n), float64(classBytes(sizeClass(b)))
+					s, cb := cost.FlatShape(n), float64(classBytes(sizeClass(b)))
 					tree, chain := rootedCosts(g.model, s, kind, cb)
 					if want := n > 2 && chain < tree; got != want {
 						t.Errorf("n=%d %v %d B: chain %v, want %v (tree %.3g s, chain %.3g s)", n, kind, b, got, want, tree, chain)
@@ -47,7 +48,7 @@ func TestChainChoice(t *testing.T) {
 // TestPredictRootedKinds: only Broadcast and Reduce have schedules to
 // predict.
 func TestPredictRootedKinds(t *testing.T) {
-	if _, err := PredictRooted(DefaultModel(false), FlatShape(4), KindAllGather, 1<<20); err == nil {
+	if _, err := PredictRooted(cost.DefaultModel(false), cost.FlatShape(4), KindAllGather, 1<<20); err == nil {
 		t.Error("PredictRooted of an AllGather: no error")
 	}
 }

@@ -53,14 +53,14 @@
 // so a mismatch is still found there instead of hanging.
 //
 // The AllReduce algorithm is chosen per Group (WithAlgorithm). Auto takes
-// the argmin of the cost model (costmodel.go): each algorithm's file gives
+// the argmin of the cost model (package cost): each algorithm's file gives
 // its predicted time as a formula of the link model (α per message, β per
 // byte, within and between nodes; γ per reduced byte), the group's shape
 // and the bytes, and, where a node's ranks share fewer cores than they
 // need (Model.Cores), at least its busiest node's work over those cores
-// (cores.go); Auto evaluates them once per power-of-two size class and
+// (cost.Work); Auto evaluates them once per power-of-two size class and
 // caches the pick, among the algorithms whose requirements the group
-// meets. The model is DefaultModel's (a measured in-process or loopback
+// meets. The model is cost.DefaultModel's (a measured in-process or loopback
 // tcp profile) unless WithModel gives a calibrated one (cmd/bench
 // -calibrate writes it; RINGDDP_PROFILE names it to the commands).
 // Broadcast and Reduce choose between the binomial tree and the pipelined

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"sort"
 
@@ -111,13 +112,13 @@ const unfoldStep = ^uint32(0) - 1
 // fold (one reducing step) and the unfold (one copy). With a fold, some
 // active ranks start a step later than their partners, so the time is
 // the latest of the P active ranks' clocks, pairStepsCost.
-func doublingCost(m Model, s Shape, b float64) float64 {
+func doublingCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	return pairStepsCost(m, s, b, doublingSteps(n, b))
 }
@@ -132,8 +133,8 @@ func doublingSteps(n int, b float64) []pairStep {
 	return steps
 }
 
-// doublingWork is recursive doubling's work (cores.go).
-func doublingWork(m Model, s Shape, b float64) float64 {
+// doublingWork is recursive doubling's work (cost.Work).
+func doublingWork(m cost.Model, s cost.Shape, b float64) float64 {
 	return pairStepsWork(m, s, b, doublingSteps(s.Ranks, b))
 }
 
@@ -153,32 +154,32 @@ type pairStep struct {
 // steps — c_v ← max(c_v + x·β, max(c_v, c_partner + α + x·β) + x·γ) — so
 // ranks that the fold delays are accounted exactly, each step's exchange
 // as its lock-step pieces (Model.pieces); O(P log P) per piece.
-func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
+func pairStepsCost(m cost.Model, s cost.Shape, b float64, steps []pairStep) float64 {
 	f := foldOf(s.Ranks)
 	clock := make([]float64, f.p2)
 	next := make([]float64, f.p2)
 	for v := 0; v < f.rem; v++ {
 		r := f.real(v)
-		clock[v] = m.oneWay(m.between(s, r-1, r), b, true)
+		clock[v] = m.OneWay(m.Between(s, r-1, r), b, true)
 	}
-	nics := m.nicsOf(s, f)
+	nics := nicsOf(m, s, f)
 	for _, st := range steps {
-		k := m.pieces(st.bytes) // lock-step pieces of the exchange
+		k := m.Pieces(st.bytes) // lock-step pieces of the exchange
 		x := st.bytes / k
 		for range int(k) {
 			start := nics.slots(clock, st.mask, x)
 			for v := range clock {
 				p := v ^ st.mask
-				l := m.between(s, f.real(v), f.real(p))
+				l := m.Between(s, f.real(v), f.real(p))
 				sendStart, recvStart := clock[v], clock[p]
 				if start != nil {
 					sendStart, recvStart = start[v], start[p]
 				}
-				got := math.Max(clock[v], recvStart+l.time(x))
+				got := math.Max(clock[v], recvStart+l.Time(x))
 				if st.reduce {
 					got += x * m.Gamma
 				}
-				next[v] = math.Max(sendStart+l.transfer(x), got)
+				next[v] = math.Max(sendStart+l.Transfer(x), got)
 			}
 			clock, next = next, clock
 		}
@@ -187,36 +188,36 @@ func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
 	for v, c := range clock {
 		if v < f.rem {
 			r := f.real(v)
-			c += m.oneWay(m.between(s, r, r-1), b, false)
+			c += m.OneWay(m.Between(s, r, r-1), b, false)
 		}
 		end = math.Max(end, c)
 	}
 	return end
 }
 
-// pairStepsWork is the work (cores.go) of the schedule pairStepsCost
+// pairStepsWork is the work (cost.Work) of the schedule pairStepsCost
 // prices: the fold's messages of M bytes (reduced) and the unfold's, sent
 // one way, and each step's message of every active rank to its partner,
 // an exchange (Model.ExchangeWork).
-func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
+func pairStepsWork(m cost.Model, s cost.Shape, b float64, steps []pairStep) float64 {
 	f := foldOf(s.Ranks)
-	w := newNodeWork(m, s)
+	w := cost.NewWork(m, s)
 	for v := 0; v < f.rem; v++ {
 		r := f.real(v)
-		w.send(r-1, r, b, 1)
-		w.reduce(r, b)
-		w.send(r, r-1, b, 1)
+		w.Send(r-1, r, b, 1)
+		w.Reduce(r, b)
+		w.Send(r, r-1, b, 1)
 	}
 	for _, st := range steps {
 		for v := 0; v < f.p2; v++ {
 			r := f.real(v)
-			w.exchange(r, f.real(v^st.mask), st.bytes, 1)
+			w.Exchange(r, f.real(v^st.mask), st.bytes, 1)
 			if st.reduce {
-				w.reduce(r, st.bytes)
+				w.Reduce(r, st.bytes)
 			}
 		}
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
 // stepNICs are the shared NICs (Model.NICs) of the P active ranks of a
@@ -224,8 +225,8 @@ func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
 // model, so that a step's messages between nodes take their NIC's slots
 // as the simulator gives them.
 type stepNICs struct {
-	m     Model
-	s     Shape
+	m     cost.Model
+	s     cost.Shape
 	f     hdFold
 	nic   []int // by active rank
 	queue [][]int
@@ -234,13 +235,13 @@ type stepNICs struct {
 
 // nicsOf is the shared NICs of fold f's active ranks on shape s, or nil
 // when nothing is shared.
-func (m Model) nicsOf(s Shape, f hdFold) *stepNICs {
+func nicsOf(m cost.Model, s cost.Shape, f hdFold) *stepNICs {
 	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
 		return nil
 	}
 	n := &stepNICs{m: m, s: s, f: f, nic: make([]int, f.p2), queue: make([][]int, s.Nodes*m.NICs), free: make([]float64, s.Nodes*m.NICs)}
 	for v := range n.nic {
-		n.nic[v] = m.nicOf(s, f.real(v))
+		n.nic[v] = m.NICOf(s, f.real(v))
 	}
 	return n
 }
@@ -264,7 +265,7 @@ func (n *stepNICs) slots(clock []float64, mask int, x float64) []float64 {
 			n.queue[n.nic[v]] = append(n.queue[n.nic[v]], v)
 		}
 	}
-	tx := n.m.Inter.transfer(x)
+	tx := n.m.Inter.Transfer(x)
 	for i, q := range n.queue {
 		sort.Slice(q, func(a, b int) bool {
 			if clock[q[a]] != clock[q[b]] {

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"math/bits"
 	"slices"
@@ -175,7 +176,7 @@ func (g *Group) dtreeAllReduce(ctx context.Context, h transport.Header, c *call)
 		return err
 	}
 	es := c.dt.Size()
-	segElems := max(1, orDefault(g.tune.treeSegment, g.model.maxSegment(treeSegmentBytes))/es)
+	segElems := max(1, orDefault(g.tune.treeSegment, g.model.MaxSegment(treeSegmentBytes))/es)
 	var (
 		nodes  [2]treeNode
 		halves [2][]byte // tree t's half of the buffer
@@ -305,13 +306,13 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 // takes its two children's segments of one tree before it sends its own
 // of the other, which its parent there takes before its own children's),
 // not by the sender's port.
-func treeCost(m Model, s Shape, b float64) float64 {
+func treeCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
 	}
 	if b == 0 {
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	fsegs, c := treeSegments(m, b)
 	segs := int(fsegs)
@@ -321,7 +322,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	clock := make([]float64, n)
 	for r := range nodes {
 		nodes[r] = [2]treeNode{dtreeNode(n, r, 0), dtreeNode(n, r, 1)}
-		clock[r] = m.between(s, mod(r-1, n), r).Alpha // the agreement step
+		clock[r] = m.Between(s, mod(r-1, n), r).Alpha // the agreement step
 	}
 	// Ports ≥ 1: each rank's ports and its links (by peer; a rank has at
 	// most 6 tree links) are busy until these times.
@@ -367,8 +368,8 @@ func treeCost(m Model, s Shape, b float64) float64 {
 					}
 					if p := to[r]; p >= 0 {
 						any = true
-						l := m.between(s, r, p)
-						tx := l.queuedTransfer(c)
+						l := m.Between(s, r, p)
+						tx := l.QueuedTransfer(c)
 						start := clock[r]
 						if ports > 0 {
 							port := 0
@@ -396,7 +397,7 @@ func treeCost(m Model, s Shape, b float64) float64 {
 							start = nics.slot(r, p, start, tx)
 							sent[r] = start + tx
 						}
-						arrival[r] = start + m.alpha(l, from[r] < 0) + tx // a round that only sends: a lone send
+						arrival[r] = start + m.AlphaOf(l, from[r] < 0) + tx // a round that only sends: a lone send
 					}
 				}
 				if !any {
@@ -440,15 +441,15 @@ func treeCost(m Model, s Shape, b float64) float64 {
 // but reached later go first, as there, without moving the sends already
 // placed (an approximation: TestCostMatchesSimulatorSharedNICs).
 type roundNICs struct {
-	m    Model
-	s    Shape
+	m    cost.Model
+	s    cost.Shape
 	busy [][]interval // by NIC (Model.nicOf), in order of start, disjoint
 }
 
 type interval struct{ start, end float64 }
 
 // newRoundNICs is nil when nothing is shared.
-func newRoundNICs(m Model, s Shape) *roundNICs {
+func newRoundNICs(m cost.Model, s cost.Shape) *roundNICs {
 	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
 		return nil
 	}
@@ -463,7 +464,7 @@ func (n *roundNICs) slot(r, p int, ready, tx float64) float64 {
 	if n == nil || r/n.s.LocalSize == p/n.s.LocalSize {
 		return ready
 	}
-	i := n.m.nicOf(n.s, r)
+	i := n.m.NICOf(n.s, r)
 	b := n.busy[i]
 	at := sort.Search(len(b), func(j int) bool { return b[j].end > ready }) // the first interval it can meet
 	start := ready
@@ -498,31 +499,31 @@ func (n *roundNICs) forget(t float64) {
 	}
 }
 
-// treeWork is Tree's work (cores.go): in each tree every edge carries the
+// treeWork is Tree's work (cost.Work): in each tree every edge carries the
 // half's S segments up, reduced by the parent, and down again.
-func treeWork(m Model, s Shape, b float64) float64 {
+func treeWork(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 || b == 0 {
 		return 0
 	}
-	w := newNodeWork(m, s)
+	w := cost.NewWork(m, s)
 	segs, c := treeSegments(m, b)
 	for r := range n {
 		for t := range 2 {
 			if p := dtreeNode(n, r, t).parent; p >= 0 {
-				w.send(r, p, c, segs)
-				w.reduce(p, segs*c)
-				w.send(p, r, c, segs)
+				w.Send(r, p, c, segs)
+				w.Reduce(p, segs*c)
+				w.Send(p, r, c, segs)
 			}
 		}
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
 // treeSegments is how many segments of how many bytes each half of b
 // bytes goes in under m (as the formulas count them).
-func treeSegments(m Model, b float64) (segs, c float64) {
+func treeSegments(m cost.Model, b float64) (segs, c float64) {
 	half := b / 2
-	segs = math.Max(1, math.Ceil(half/float64(m.maxSegment(treeSegmentBytes))))
+	segs = math.Max(1, math.Ceil(half/float64(m.MaxSegment(treeSegmentBytes))))
 	return segs, half / segs
 }

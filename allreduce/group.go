@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"sync"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -53,14 +54,14 @@ type Group struct {
 
 	tune tuning // segment sizes and thresholds (dtree.go); zero: defaults
 
-	// The cost model Auto chooses by (costmodel.go): model (DefaultModel
-	// unless modelSet); shape, the group's Shape once known (learnt on
+	// The cost model Auto chooses by (package cost): model (cost.DefaultModel
+	// unless modelSet); shape, the group's cost.Shape once known (learnt on
 	// Auto's first call, or set by the algorithm that made the sub-group);
 	// picks, Auto's choice per size class (sizeClass), Auto (0) where not
 	// yet made. Used by the call holding the turn.
-	model    Model
+	model    cost.Model
 	modelSet bool
-	shape    *Shape
+	shape    *cost.Shape
 	picks    [65]Algorithm
 	// rooted is the schedule of Broadcast and Reduce (rooted.go);
 	// chainPicks, under RootedAuto, is Broadcast's [0] and Reduce's [1]
@@ -119,11 +120,11 @@ func (g *Group) AlgorithmFor(bytes int) Algorithm {
 	g.seq.mu.Lock()
 	sh := g.shape
 	g.seq.mu.Unlock()
-	var s Shape
+	var s cost.Shape
 	if sh != nil {
 		s = *sh
 	} else {
-		s = FlatShape(g.size)
+		s = cost.FlatShape(g.size)
 		s.PeerMemory, s.LendLimit = lending(g.conn)
 	}
 	return Choose(g.model, s, classBytes(sizeClass(bytes)))
@@ -152,11 +153,11 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		o(g)
 	}
 	if !g.modelSet {
-		s := FlatShape(n)
+		s := cost.FlatShape(n)
 		s.PeerMemory, s.LendLimit = lending(conn)
-		g.model = DefaultModelFor(s)
+		g.model = cost.DefaultModelFor(s)
 	} else if err := g.model.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := g.checkAlgorithm(); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math/bits"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -350,13 +351,13 @@ func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) er
 // steps moving the same sizes back, each α + x·β (+ x·γ) over the link
 // between the partners, with the fold and unfold of doubling.go when N is
 // not a power of two (pairStepsCost).
-func hdCost(m Model, s Shape, b float64) float64 {
+func hdCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	return pairStepsCost(m, s, b, hdSteps(n, b))
 }
@@ -374,7 +375,7 @@ func hdSteps(n int, b float64) []pairStep {
 	return append(rs, ag...)
 }
 
-// hdWork is halving-doubling's work (cores.go).
-func hdWork(m Model, s Shape, b float64) float64 {
+// hdWork is halving-doubling's work (cost.Work).
+func hdWork(m cost.Model, s cost.Shape, b float64) float64 {
 	return pairStepsWork(m, s, b, hdSteps(s.Ranks, b))
 }

@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"context"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -167,41 +168,41 @@ func sameBytes(a, b []byte) bool {
 // its left neighbour each step: (N-1)·(2(α + c·β) + c·γ). On K > 1 nodes
 // of L ranks the ring crosses K inter-node links and N-K intra-node ones,
 // and the time of each phase is its longest path (ringPhaseCost).
-func ringCost(m Model, s Shape, b float64) float64 {
+func ringCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	c := b / float64(n)
-	k := m.pieces(c) // each step's exchange goes as k pieces of c/k
+	k := m.Pieces(c) // each step's exchange goes as k pieces of c/k
 	steps, p := int(k)*(n-1), c/k
 	if s.Nodes <= 1 {
-		return float64(steps) * (2*m.Intra.time(p) + p*m.Gamma)
+		return float64(steps) * (2*m.Intra.Time(p) + p*m.Gamma)
 	}
-	hops := s.ringInterHops(steps)
-	return ringPhaseCost(steps, hops, m.Intra.time(p)+p*m.Gamma, m.Inter.time(p)+p*m.Gamma, math.Max(m.Inter.transfer(p), p*m.Gamma)) +
-		ringPhaseCost(steps, hops, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
+	hops := ringInterHops(s, steps)
+	return ringPhaseCost(steps, hops, m.Intra.Time(p)+p*m.Gamma, m.Inter.Time(p)+p*m.Gamma, math.Max(m.Inter.Transfer(p), p*m.Gamma)) +
+		ringPhaseCost(steps, hops, m.Intra.Time(p), m.Inter.Time(p), m.Inter.Transfer(p))
 }
 
-// ringWork is the ring's work (cores.go): every rank sends 2(N-1)
+// ringWork is the ring's work (cost.Work): every rank sends 2(N-1)
 // chunks of M/N to its right neighbour and reduces N-1 of them. On 2
 // ranks the right neighbour is the left one: the sends are exchanges
 // (Model.ExchangeWork).
-func ringWork(m Model, s Shape, b float64) float64 {
+func ringWork(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
-	w := newNodeWork(m, s)
+	w := cost.NewWork(m, s)
 	for r := range n {
-		send := w.send
+		send := w.Send
 		if n == 2 {
-			send = w.exchange
+			send = w.Exchange
 		}
 		send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
-		w.reduce(r, float64(n-1)*b/float64(n))
+		w.Reduce(r, float64(n-1)*b/float64(n))
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
 // ringPhaseCost is the time of one phase of the ring, steps steps of
@@ -221,7 +222,7 @@ func ringPhaseCost(steps, inter int, moveIntra, moveInter, stay float64) float64
 // ring of s's ranks cross (nodes are blocks of LocalSize consecutive
 // ranks, the last one SmallestNode): ⌈w/L⌉ on even nodes; more where a
 // smaller node puts two boundaries closer.
-func (s Shape) ringInterHops(w int) int {
+func ringInterHops(s cost.Shape, w int) int {
 	n := s.Ranks
 	if s.Nodes <= 1 || n <= 1 || w <= 0 {
 		return 0
@@ -229,7 +230,7 @@ func (s Shape) ringInterHops(w int) int {
 	// boundary[r]: the hop from rank r to r+1 (mod n) crosses nodes.
 	boundary := make([]int, n)
 	for r := range n {
-		if s.nodeOfRank(r) != s.nodeOfRank((r+1)%n) {
+		if s.NodeOfRank(r) != s.NodeOfRank((r+1)%n) {
 			boundary[r] = 1
 		}
 	}
@@ -249,13 +250,4 @@ func (s Shape) ringInterHops(w int) int {
 		}
 	}
 	return full*perCircle + best
-}
-
-// nodeOfRank is rank r's node on s: blocks of LocalSize consecutive ranks
-// (as between places them).
-func (s Shape) nodeOfRank(r int) int {
-	if s.Nodes <= 1 || s.LocalSize <= 0 {
-		return 0
-	}
-	return min(r/s.LocalSize, s.Nodes-1)
 }

@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -16,7 +17,7 @@ type Algorithm uint8
 // that file, a constant here and the row.
 const (
 	// Auto picks, per size class, the algorithm the group's cost model
-	// predicts fastest (Choose; costmodel.go), among those whose
+	// predicts fastest (Choose; package cost), among those whose
 	// requirements the group meets.
 	Auto Algorithm = iota
 	// Ring is reduce-scatter then all-gather around the ring of ranks
@@ -67,21 +68,21 @@ type algorithmSpec struct {
 	needs requirement
 	run   func(g *Group, ctx context.Context, h transport.Header, c *call) error
 	// cost is the predicted time in seconds of an AllReduce of the given
-	// bytes (costmodel.go), the schedule's; nil for Auto.
-	cost func(m Model, s Shape, bytes float64) float64
+	// bytes (package cost), the schedule's; nil for Auto.
+	cost func(m cost.Model, s cost.Shape, bytes float64) float64
 	// work is the busiest node's work in seconds of one core, which the
-	// cores bound divides (cores.go); nil for Auto.
-	work func(m Model, s Shape, bytes float64) float64
+	// cores bound divides (cost.Work); nil for Auto.
+	work func(m cost.Model, s cost.Shape, bytes float64) float64
 }
 
 // predict is the algorithm's predicted time: its schedule's, raised to
-// the cores bound of its work (cores.go).
-func (s algorithmSpec) predict(m Model, sh Shape, b float64) float64 {
+// the cores bound of its work (cost.Work).
+func (s algorithmSpec) predict(m cost.Model, sh cost.Shape, b float64) float64 {
 	t := s.cost(m, sh, b)
 	if m.Cores <= 0 {
 		return t
 	}
-	return m.bounded(t, s.work(m, sh, b), b)
+	return m.Bounded(t, s.work(m, sh, b), b)
 }
 
 // spec is the algorithm table: parsing, NewGroup's validation, the
@@ -223,34 +224,34 @@ type memoSharer interface {
 
 // choiceKey is everything Choose depends on.
 type choiceKey struct {
-	m     Model
-	s     Shape
+	m     cost.Model
+	s     cost.Shape
 	bytes int
 }
 
 // choose is Choose for this group's model, worked out once for all the
 // ranks of a process where the transport shares a memo (on the
 // simulator's 1024 ranks Tree's formula alone takes seconds at 256 MiB).
-func (g *Group) choose(s Shape, bytes int) Algorithm {
+func (g *Group) choose(s cost.Shape, bytes int) Algorithm {
 	if ms, ok := g.rootConn().(memoSharer); ok {
 		return ms.SharedMemo().Do(choiceKey{g.model, s, bytes}, func() any { return Choose(g.model, s, bytes) }).(Algorithm)
 	}
 	return Choose(g.model, s, bytes)
 }
 
-// costShape is the group's Shape for the cost model.
-func (g *Group) costShape(ctx context.Context) (Shape, error) {
+// costShape is the group's cost.Shape for the cost model.
+func (g *Group) costShape(ctx context.Context) (cost.Shape, error) {
 	g.seq.mu.Lock()
 	known := g.shape
 	g.seq.mu.Unlock()
 	if known != nil {
 		return *known, nil
 	}
-	s := FlatShape(g.size)
+	s := cost.FlatShape(g.size)
 	if g.node != "" {
 		topo, err := g.learnTopology(ctx)
 		if err != nil {
-			return Shape{}, err
+			return cost.Shape{}, err
 		}
 		s = topo.shape()
 	}
@@ -261,9 +262,9 @@ func (g *Group) costShape(ctx context.Context) (Shape, error) {
 	return s, nil
 }
 
-// shape is the cost model's Shape of a topology.
-func (t Topology) shape() Shape {
-	s := Shape{Ranks: t.Size(), Nodes: t.Nodes(), Topology: true, SmallestNode: t.Size()}
+// shape is the cost model's cost.Shape of a topology.
+func (t Topology) shape() cost.Shape {
+	s := cost.Shape{Ranks: t.Size(), Nodes: t.Nodes(), Topology: true, SmallestNode: t.Size()}
 	for k := range s.Nodes {
 		s.LocalSize = max(s.LocalSize, len(t.Members(k)))
 		s.SmallestNode = min(s.SmallestNode, len(t.Members(k)))

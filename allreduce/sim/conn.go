@@ -322,7 +322,7 @@ func checkRecv(n int, sink transport.Sink) error {
 func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work, alpha float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
-	tx := l.transfer(len(p), f)
+	tx := transfer(l, len(p), f)
 	start, port := max(t, c.egressFree), -1
 	if k := w.cfg.Ports; k > 0 {
 		if c.portFree == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"maps"
 	"math"
@@ -45,7 +46,7 @@ func (p autoPick) ratio() float64 {
 
 // autoPicks is m's Auto at every size of samples (one calibration: one
 // shape per size), in increasing size.
-func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
+func autoPicks(m cost.Model, samples []refitSample) []autoPick {
 	return groupBySize(samples).picks(m)
 }
 
@@ -65,7 +66,7 @@ func groupBySize(samples []refitSample) sizeGroups {
 }
 
 // picks is m's Auto at every size of g (autoPicks).
-func (g sizeGroups) picks(m allreduce.Model) []autoPick {
+func (g sizeGroups) picks(m cost.Model) []autoPick {
 	out := make([]autoPick, 0, len(g.sizes))
 	for _, bytes := range g.sizes {
 		at := g.at[bytes]

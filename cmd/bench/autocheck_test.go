@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"strings"
 	"testing"
@@ -14,9 +15,9 @@ import (
 // pick and the ratio; and a size where the pick was not timed counts as
 // past the goal.
 func TestAutoPicks(t *testing.T) {
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	m := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	m := cost.Model{Intra: l, Inter: l, Gamma: 2e-10}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(m, shape, 4)
 	picks := autoPicks(m, samples)
 	if len(picks) != 8 { // 4 KiB … 64 MiB by 4: the sizes of predictedSamples

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"os"
 	"slices"
@@ -15,7 +16,7 @@ import (
 
 // calibrate is -calibrate FILE: it measures this machine's cost model
 // over the run's transport and writes it, with every algorithm's measured
-// times, as a profile (allreduce.WriteProfile):
+// times, as a profile (cost.WriteProfile):
 //
 //  1. α and β: a ring exchange among all the ranks at once over the
 //     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
@@ -33,7 +34,7 @@ import (
 //     model.
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
-// and writes the profile. The groups keep allreduce.DefaultModel (only
+// and writes the profile. The groups keep cost.DefaultModel (only
 // rank 0's process knows the fitted one, and the ranks' models must
 // agree); the predictions use the fitted model.
 func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) error {
@@ -63,8 +64,8 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		// Segment is the transport's, not fitted: the groups timed
 		// below run with it (they keep the default model).
 		// Cores is the host's (or -cores), not fitted: the refit tries it
-		// and no cores bound (refitWithCores, allreduce/cores.go).
-		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
+		// and no cores bound (refitWithCores, cost.Work).
+		m := cost.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
 		}
@@ -106,20 +107,20 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	if err := printAutoPicks(w, autoPicks(refit, samples)); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
+	prof := cost.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
 	for _, r := range append(slices.Clone(p.rows), rooted...) {
-		m := allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
+		m := cost.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
 		if r.Op != "allreduce" {
 			m.Collective = r.Op
 		}
 		prof.Measurements = append(prof.Measurements, m)
 	}
-	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
+	if err := cost.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
 	}
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
-		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
+		cfg.calibrate, len(prof.Measurements), cfg.calibrate, cost.ProfileEnv, cfg.calibrate)
 	return err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"path/filepath"
 	"slices"
@@ -23,12 +24,12 @@ func TestCalibrate(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, s := range []string{"# alpha = ", "# beta  = ", "# gamma = ", "pred", "ratio", "profile written to " + path,
-		"# cores bound (allreduce.Model.Cores): refitted rms prediction error "} {
+		"# cores bound (cost.Model.Cores): refitted rms prediction error "} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
 	}
-	p, err := allreduce.ReadProfile(path)
+	p, err := cost.ReadProfile(path, allreduce.KnownMeasurement)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -54,7 +55,7 @@ const missPenalty = 0.01
 // m predicts it below the fastest (0 where m predicts it above), summed
 // and weighted by choiceWeight. With none, m's Auto meets the goal at
 // every size (it picks the fastest or one within autoGoal of it).
-func rankPenalty(m allreduce.Model, g sizeGroups) float64 {
+func rankPenalty(m cost.Model, g sizeGroups) float64 {
 	sum := 0.0
 	for _, bytes := range g.sizes { // in order: the sum is the same every run
 		at := g.at[bytes]
@@ -82,7 +83,7 @@ func rankPenalty(m allreduce.Model, g sizeGroups) float64 {
 
 // choiceMisses is the number of sizes where m's Auto misses the goal on
 // the samples of g, and the worst ratio over all sizes (autocheck.go).
-func choiceMisses(m allreduce.Model, g sizeGroups) (misses int, worst float64) {
+func choiceMisses(m cost.Model, g sizeGroups) (misses int, worst float64) {
 	for _, p := range g.picks(m) {
 		r := p.ratio()
 		worst = max(worst, r)
@@ -96,13 +97,13 @@ func choiceMisses(m allreduce.Model, g sizeGroups) (misses int, worst float64) {
 // refitForChoices is the refit for choices from fitted model m (of
 // refit error e): the model to keep, its refit error, and the report's
 // line (empty when m's Auto misses nothing).
-func refitForChoices(m allreduce.Model, e float64, samples []refitSample) (allreduce.Model, float64, string) {
+func refitForChoices(m cost.Model, e float64, samples []refitSample) (cost.Model, float64, string) {
 	g := groupBySize(samples)
 	misses, worst := choiceMisses(m, g)
 	if misses == 0 {
 		return m, e, ""
 	}
-	errf := func(c allreduce.Model) float64 {
+	errf := func(c cost.Model) float64 {
 		n, _ := choiceMisses(c, g)
 		return refitError(c, samples) + rankPenalty(c, g) + missPenalty*float64(n)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"strings"
 	"testing"
@@ -18,9 +19,9 @@ func TestRefitForChoices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	truth := cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(truth, shape, 2)
 	if m, e, line := refitForChoices(truth, 0, samples); m != truth || e != 0 || line != "" {
 		t.Fatalf("on the model's own times: %+v, error %g, %q", m, e, line)

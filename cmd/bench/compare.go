@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"math"
 	"os"
@@ -211,7 +212,7 @@ func compare(cfg *config, w io.Writer) error {
 
 // predictedFor is the model's time for algorithm a (auto: the one it
 // picks) at bytes on shape, false where a cannot run there.
-func predictedFor(m allreduce.Model, shape allreduce.Shape, name string, bytes int) (float64, bool) {
+func predictedFor(m cost.Model, shape cost.Shape, name string, bytes int) (float64, bool) {
 	a, err := allreduce.ParseAlgorithm(name)
 	if err != nil {
 		return 0, false

@@ -3,17 +3,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/ringddp/ringddp/allreduce"
 )
 
 // writeRuns writes one -json file per run: for each algorithm and size a
 // row whose time is the model's prediction times that run's factor.
-func writeRuns(t *testing.T, dir string, m allreduce.Model, shape allreduce.Shape, algos []string, sizes []int, factors []float64) {
+func writeRuns(t *testing.T, dir string, m cost.Model, shape cost.Shape, algos []string, sizes []int, factors []float64) {
 	t.Helper()
 	for i, f := range factors {
 		var b strings.Builder

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"math"
 	"os"
@@ -69,7 +70,7 @@ type config struct {
 	localSize  int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
 	nodes      int                        // -nodes (0: not given)
 	payload    string                     // -sim-payload: auto, real or none
-	model      *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
+	model      *cost.Model                // the cost model (profile, flags, sim defaults); nil: none given for a real transport
 	modelFrom  string                     // where model came from, for the reports
 	explain    bool                       // -explain: print the cost model's predictions and picks, run nothing
 	compare    string                     // -compare: earlier runs' -json rows to check against the model (files or globs, comma-separated); run nothing

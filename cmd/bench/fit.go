@@ -1,9 +1,8 @@
 package main
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"slices"
-
-	"github.com/ringddp/ringddp/allreduce"
 )
 
 // The two regimes of the link fit (linkFit): messages of at most
@@ -17,7 +16,7 @@ const (
 // linkFit is a link fitted to ring-exchange times, and the sizes each
 // parameter came from.
 type linkFit struct {
-	link       allreduce.Link
+	link       cost.Link
 	alphaSizes []int
 	betaSizes  []int
 	cacheSizes []int // the sizes the cache regime was fitted on (none: no such regime)
@@ -118,8 +117,8 @@ func fitLink(bytes []int, secs []float64) linkFit {
 }
 
 // linkTransfer is the per-byte part of a message of b bytes over l, in
-// the regime it falls in (allreduce.Link's own is unexported).
-func linkTransfer(l allreduce.Link, b int) float64 {
+// the regime it falls in (cost.Link's own is unexported).
+func linkTransfer(l cost.Link, b int) float64 {
 	switch {
 	case l.SmallBytes > 0 && b <= l.SmallBytes:
 		return float64(b) * l.SmallBeta
@@ -133,7 +132,7 @@ func linkTransfer(l allreduce.Link, b int) float64 {
 // mid-sized ones must move to count as a regime of their own.
 const cacheSpeedup = 1.5
 
-// fitCache fits the cache regime (allreduce.Link's CacheBeta and
+// fitCache fits the cache regime (cost.Link's CacheBeta and
 // CacheBytes): the mid-sized messages (between the α and β regimes),
 // from the smallest up, whose time per byte beyond α is at most
 // 1/cacheSpeedup of β; CacheBytes is the largest of them and CacheBeta
@@ -165,7 +164,7 @@ func medianOf(xs []float64) float64 {
 	return median(slices.Clone(xs))
 }
 
-// fitSmall splits the small-message regime (allreduce.Link's SmallBeta
+// fitSmall splits the small-message regime (cost.Link's SmallBeta
 // and SmallBytes) off the cache regime: the longest run of the cache
 // regime's sizes, from the smallest up and leaving at least one, whose
 // times per byte beyond α are all at most 1/cacheSpeedup of the median of

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"strconv"
 	"strings"
@@ -38,7 +39,7 @@ type row struct {
 	Ratio  *float64 `json:"ratio,omitempty"`
 	// shape is the group's shape the prediction was made for (with a
 	// model, for all-reduce), for -calibrate's refit.
-	shape allreduce.Shape
+	shape cost.Shape
 	// minUS is, for -calibrate's rows, the fastest round's time.
 	minUS float64
 

@@ -11,6 +11,7 @@ const module = "github.com/ringddp/ringddp"
 // forbidden lists, per package (relative to the module), the module
 // packages it must not depend on, directly or not.
 var forbidden = map[string][]string{
+	"allreduce/cost":      {"allreduce", "allreduce/sim", "allreduce/transport", "allreduce/inproc", "allreduce/tcp", "allreduce/shm", "allreduce/mixed", "allreduce/rendezvous", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/transport": {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/inproc":    {"allreduce", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
