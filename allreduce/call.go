@@ -123,12 +123,19 @@ func callError(rank int, call transport.Header, err error) error {
 	if errors.As(err, &mm) {
 		via := relays(err)
 		if own, ok := mm.From(rank); ok {
+			mine := describeHeader(own.Local)
+			if own.Local.Group != call.Group {
+				// The mismatch met a collective this call runs inside
+				// itself (Auto learning the topology, a composition's
+				// sub-group): the user's call comes first.
+				mine = describeHeader(call) + ", in its " + mine
+			}
 			found := ""
 			if mm.Rank != rank {
 				found = fmt.Sprintf(" (found by rank %d%s)", mm.Rank, viaText(via, mm.Rank))
 			}
 			return fmt.Errorf("allreduce: rank %d called %s (message of %d bytes) but rank %d called %s (message of %d bytes)%s: %w",
-				rank, describeHeader(own.Local), own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
+				rank, mine, own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
 		}
 		return fmt.Errorf("allreduce: rank %d, %s: rank %d called %s but rank %d called %s (found by rank %d%s): %w",
 			rank, describeHeader(call),

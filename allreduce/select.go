@@ -239,7 +239,23 @@ func (g *Group) choose(s cost.Shape, bytes int) Algorithm {
 	return Choose(g.model, s, bytes)
 }
 
-// costShape is the group's cost.Shape for the cost model.
+// Shape is the group's shape for the cost model (cost.Shape): its ranks;
+// the nodes they sit on, with the largest and the smallest node's ranks,
+// when the ranks know their nodes (learnt as Topology learns it: a
+// collective every rank calls, once; it also spares Auto's first call
+// learning it); and whether they share memory. Commands and packages that
+// price the group's collectives ask it rather than derive it.
+func (g *Group) Shape(ctx context.Context) (cost.Shape, error) {
+	if g.node != "" {
+		if _, err := g.Topology(ctx); err != nil {
+			return cost.Shape{}, err
+		}
+	}
+	return g.costShape(ctx)
+}
+
+// costShape is the group's shape for the cost model (Shape), learning the
+// topology inside the collective that holds the turn.
 func (g *Group) costShape(ctx context.Context) (cost.Shape, error) {
 	g.seq.mu.Lock()
 	known := g.shape

@@ -1,37 +1,10 @@
 package main
 
 import (
-	"context"
 	"github.com/ringddp/ringddp/allreduce/cost"
-	"math"
 
 	"github.com/ringddp/ringddp/allreduce"
 )
-
-// groupShape is the cost model's shape of g: its ranks, the nodes they
-// sit on when the transport names each rank's node (Topology, a
-// collective every rank calls; it also spares Auto's first call learning
-// it) and whether they share memory.
-func groupShape(ctx context.Context, g *allreduce.Group) (cost.Shape, error) {
-	s := cost.FlatShape(g.Size())
-	if nn, ok := g.Conn().(interface{ NodeName() string }); ok && nn.NodeName() != "" {
-		topo, err := g.Topology(ctx)
-		if err != nil {
-			return s, err
-		}
-		s = cost.Shape{Ranks: topo.Size(), Nodes: topo.Nodes(), Topology: true}
-		for k := range s.Nodes {
-			s.LocalSize = max(s.LocalSize, len(topo.Members(k)))
-		}
-	}
-	if _, limit, ok := allreduce.PeerMemoryOf(g.Conn()); ok {
-		s.PeerMemory = true
-		if limit != math.MaxInt {
-			s.LendLimit = limit
-		}
-	}
-	return s, nil
-}
 
 // predictRow adds the model's columns to rank 0's row: on the simulator
 // the bandwidth of the link a topology-blind algorithm pays (between

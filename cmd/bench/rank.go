@@ -92,7 +92,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		// their first, timed call). The simulator spares it the others:
 		// on 1024 ranks it is a million messages.
 		var err error
-		if shape, err = groupShape(ctx, g); err != nil {
+		if shape, err = g.Shape(ctx); err != nil {
 			return err
 		}
 	}
