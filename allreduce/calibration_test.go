@@ -3,7 +3,6 @@ package allreduce_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
 )
 

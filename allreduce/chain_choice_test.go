@@ -1,10 +1,11 @@
 package allreduce
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
+	"context"
 	"math"
 	"testing"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 )
 
@@ -24,10 +25,16 @@ func TestChainChoice(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, kind := range []Kind{KindBroadcast, KindReduce} {
+				useChain := func(b int) bool {
+					a, err := g.pick(context.Background(), kind, b)
+					return err == nil && a == uint8(RootedChain)
+				}
 				for b := 1; b <= 256<<20; b *= 4 {
-					got := g.useChain(kind, b)
+					got := useChain(b)
 					s, cb := cost.FlatShape(n), float64(classBytes(sizeClass(b)))
-					tree, chain := rootedCosts(g.model, s, kind, cb)
+					tr, _ := scheduleOf(kind, uint8(RootedTree))
+					ch, _ := scheduleOf(kind, uint8(RootedChain))
+					tree, chain := tr.predict(g.model, s, cb), ch.predict(g.model, s, cb)
 					if want := n > 2 && chain < tree; got != want {
 						t.Errorf("n=%d %v %d B: chain %v, want %v (tree %.3g s, chain %.3g s)", n, kind, b, got, want, tree, chain)
 					}
@@ -37,8 +44,8 @@ func TestChainChoice(t *testing.T) {
 						t.Errorf("n=%d %v %d B: PredictRooted %+v, %v; the group goes by chain: %v", n, kind, b, p, err, got)
 					}
 				}
-				if n > 2 && (!g.useChain(kind, 64<<20) || g.useChain(kind, 64<<10)) {
-					t.Errorf("n=%d %v: chain at 64 MiB %v, at 64 KiB %v; want true, false", n, kind, g.useChain(kind, 64<<20), g.useChain(kind, 64<<10))
+				if n > 2 && (!useChain(64<<20) || useChain(64<<10)) {
+					t.Errorf("n=%d %v: chain at 64 MiB %v, at 64 KiB %v; want true, false", n, kind, useChain(64<<20), useChain(64<<10))
 				}
 			}
 		}

@@ -2,11 +2,11 @@ package allreduce_test
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestWorkMatchesSimulator: the work each formula counts (cost.Work) is

@@ -3,7 +3,6 @@ package allreduce_test
 import (
 	"context"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 )
 

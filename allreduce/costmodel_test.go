@@ -1,7 +1,6 @@
 package allreduce_test
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // randomModel is a model with links between 100 ns and 1 ms per message

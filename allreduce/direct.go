@@ -2,9 +2,9 @@ package allreduce
 
 import (
 	"context"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 

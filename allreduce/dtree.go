@@ -2,12 +2,12 @@ package allreduce
 
 import (
 	"context"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"math/bits"
 	"slices"
 	"sort"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 

@@ -2,8 +2,8 @@ package allreduce
 
 import (
 	"context"
-	"github.com/ringddp/ringddp/allreduce/cost"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -88,18 +88,19 @@ func hierarchicalCost(m cost.Model, s cost.Shape, b float64) float64 {
 	// ranks of the node sent theirs long before the local root, back from
 	// the inter-node phase, sends its own with the data right behind it.
 	intra, inter := s.IntraShape(), s.InterShape()
-	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b) - m.Agree(intra)
+	return t + bestCost(m, intra, KindReduce, b) + autoCost(m, inter, b) + bestCost(m, intra, KindBroadcast, b) - m.Agree(intra)
 }
 
 // hierarchicalWork is the work (cost.Work) of a node of L ranks: its
 // Reduce and Broadcast, and its rank's part of the inter-node all-reduce.
 func hierarchicalWork(m cost.Model, s cost.Shape, b float64) float64 {
 	intra := s.IntraShape()
-	return rootedWork(m, intra, KindReduce, b) + autoWork(m, s.InterShape(), b) + rootedWork(m, intra, KindBroadcast, b)
+	return bestWork(m, intra, KindReduce, b) + autoWork(m, s.InterShape(), b) + bestWork(m, intra, KindBroadcast, b)
 }
 
 // autoCost is the predicted time of Auto's choice for b bytes on shape s,
-// as a sub-group of a composition runs it.
+// as a sub-group of a composition runs it (chosen at the lower end of
+// b's size class, as a group does).
 func autoCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks <= 1 {
 		return 0

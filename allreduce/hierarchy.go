@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"fmt"
+
 	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
@@ -126,7 +127,7 @@ func (g *Group) learnTopology(ctx context.Context) (Topology, error) {
 // must not run that algorithm itself, and runs what its formula prices.
 func (g *Group) algorithmSubgroup(members []int, id uint32) *Group {
 	sub := g.subgroup(members, id)
-	sub.algorithm, sub.rooted = Auto, RootedAuto
+	sub.asked = [KindBarrier]uint8{}
 	return sub
 }
 

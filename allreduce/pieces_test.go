@@ -3,13 +3,13 @@ package allreduce_test
 import (
 	"context"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 )
 

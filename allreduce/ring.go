@@ -2,9 +2,9 @@ package allreduce
 
 import (
 	"context"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -250,4 +250,66 @@ func ringInterHops(s cost.Shape, w int) int {
 		}
 	}
 	return full*perCircle + best
+}
+
+// ringReduceScatterCost is the ring ReduceScatter's predicted time: the
+// ring all-reduce's first phase, N-1 steps of c = M/N bytes each reduced
+// (ringHalfCost); the agreement step alone when there is nothing to move.
+func ringReduceScatterCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfCost(m, s, b, true)
+}
+
+// ringAllGatherCost is the ring AllGather's predicted time: the ring
+// all-reduce's second phase, N-1 steps of c = M/N bytes copied.
+func ringAllGatherCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfCost(m, s, b, false)
+}
+
+// ringHalfCost is one phase of ringCost on its own, reducing or copying.
+func ringHalfCost(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	switch {
+	case n == 1:
+		return 0
+	case b == 0:
+		return m.Agree(s)
+	}
+	c := b / float64(n)
+	k := m.Pieces(c)
+	steps, p := int(k)*(n-1), c/k
+	g := 0.0
+	if reduce {
+		g = p * m.Gamma
+	}
+	if s.Nodes <= 1 {
+		return float64(steps) * (m.Intra.Time(p) + g)
+	}
+	return ringPhaseCost(steps, ringInterHops(s, steps), m.Intra.Time(p)+g, m.Inter.Time(p)+g, math.Max(m.Inter.Transfer(p), g))
+}
+
+// ringReduceScatterWork and ringAllGatherWork are the work (cost.Work) of
+// one phase: every rank sends N-1 chunks of M/N to its right neighbour,
+// and in a ReduceScatter reduces them.
+func ringReduceScatterWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfWork(m, s, b, true)
+}
+
+func ringAllGatherWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfWork(m, s, b, false)
+}
+
+func ringHalfWork(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	w := cost.NewWork(m, s)
+	for r := range n {
+		send := w.Send
+		if n == 2 {
+			send = w.Exchange
+		}
+		send(r, (r+1)%n, b/float64(n), float64(n-1))
+		if reduce {
+			w.Reduce(r, float64(n-1)*b/float64(n))
+		}
+	}
+	return w.Busiest()
 }

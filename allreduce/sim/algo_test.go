@@ -3,7 +3,6 @@ package sim_test
 import (
 	"context"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"os"
 	"runtime/debug"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )

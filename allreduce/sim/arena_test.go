@@ -2,13 +2,13 @@ package sim_test
 
 import (
 	"bytes"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"runtime"
 	"runtime/debug"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 )
 

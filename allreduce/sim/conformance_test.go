@@ -1,10 +1,10 @@
 package sim_test
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/allreduce/transport/transporttest"

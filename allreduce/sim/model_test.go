@@ -2,12 +2,12 @@ package sim_test
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )

@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"slices"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // algoAll is the -algo value that runs auto and every algorithm that can

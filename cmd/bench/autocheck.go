@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"maps"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The check -calibrate ends with: the fitted model's Auto (its argmin,

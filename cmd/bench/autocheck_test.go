@@ -1,12 +1,12 @@
 package main
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The check against samples the model itself made: Auto picks the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"os"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // calibrate is -calibrate FILE: it measures this machine's cost model

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"path/filepath"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestCalibrate: -calibrate on in-process ranks with tiny sizes prints

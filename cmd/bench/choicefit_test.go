@@ -1,12 +1,12 @@
 package main
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The refit for choices: on samples a model made, its Auto misses nothing

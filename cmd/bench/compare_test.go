@@ -3,11 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // writeRuns writes one -json file per run: for each algorithm and size a

@@ -2,13 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestExplain: per size, every algorithm that can run on the transport and

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"slices"
+
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The two regimes of the link fit (linkFit): messages of at most

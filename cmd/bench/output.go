@@ -3,13 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // row is one size's result. The JSON keys are the report's stable schema;

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
-
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // predictRow adds the model's columns to rank 0's row: on the simulator

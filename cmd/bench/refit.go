@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"math"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The refit: the ring exchange measures α, β and γ of one step with every

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // profileSamples are a stored profile's measurements as refit samples, on

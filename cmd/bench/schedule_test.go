@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestSchedules: -schedule runs broadcast's and reduce's schedules, each a

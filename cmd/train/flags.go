@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ringddp/ringddp/allreduce/cost"
 	"io"
 	"math"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
