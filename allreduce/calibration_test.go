@@ -190,7 +190,7 @@ func rootedSources(t *testing.T) map[string]rootedMeasurements {
 	return out
 }
 
-// The schedule Broadcast and Reduce run by the calibrated models (useChain,
+// The schedule Broadcast and Reduce run by the calibrated models (the selector,
 // PredictRooted), against both schedules measured (testdata/rooted: 4
 // ranks over tcp and in process, 64 KiB to 64 MiB, medians of six runs
 // alternating the order; docs/scaling.md; and a profile's, where it has

@@ -75,7 +75,9 @@ func (c *call) header(group uint32, seq uint64) transport.Header {
 	}
 }
 
-// describeCall renders a call as it appears in error messages.
+// describe renders a call as it appears in error messages: its sequence
+// number, kind, element type and count, and its op and root where it has
+// them (describeHeader, DescribeCall).
 func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int64) string {
 	s := fmt.Sprintf("#%d %v(%v × %d", seq, kind, dt, count)
 	switch kind {
@@ -91,6 +93,8 @@ func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int6
 	return s + ")"
 }
 
+// describeHeader is describe of the call a message header belongs to,
+// with its sub-group and the schedule its agreement message says.
 func describeHeader(h transport.Header) string {
 	s := describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
 	if h.Group != 0 {

@@ -74,22 +74,6 @@ import (
 // treeSegmentBytes is Tree's default segment size.
 const treeSegmentBytes = 256 << 10
 
-// tuning is a Group's segment sizes and thresholds for the pipelined and
-// large-message algorithms; zero fields take the defaults. Tests shrink
-// them so that multi-segment paths run on small inputs (export_test.go).
-type tuning struct {
-	treeSegment  int // bytes per segment of Tree (treeSegmentBytes)
-	chainSegment int // bytes per segment of the pipelined chains (chainSegments)
-	chainMin     int // smallest Broadcast or Reduce sent by chain; 0: the cost model's choice (useChain)
-}
-
-func orDefault(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
-}
-
 // btree is rank r's place in NCCL's in-order binary tree of n ranks
 // (ncclGetBtree): its parent (-1 at the root), its children (-1 where
 // there is none), which child of its parent it is (0: the lower, 1: the

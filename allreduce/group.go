@@ -378,27 +378,6 @@ func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	return fmt.Errorf("%w: unknown collective %v", ErrInvalid, c.kind)
 }
 
-// exchange sends sp to rank to while receiving n bytes from rank from into
-// sink: one step of a ring.
-func (g *Group) exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
-	if g.exchanger != nil {
-		return g.exchanger.Exchange(ctx, to, sh, sp, from, rh, n, sink)
-	}
-	sent := make(chan error, 1)
-	go func() { sent <- g.conn.Send(ctx, to, sh, sp) }()
-	rerr := g.conn.Recv(ctx, from, rh, n, sink)
-	if rerr != nil {
-		if a, ok := g.conn.(transport.Aborter); ok {
-			a.Abort(rerr)
-		}
-	}
-	serr := <-sent
-	if rerr != nil {
-		return rerr
-	}
-	return serr
-}
-
 // scratchBytes returns an 8-byte aligned scratch buffer of n bytes, reused
 // across calls.
 func (g *Group) scratchBytes(n int) []byte {
@@ -411,5 +390,3 @@ func (g *Group) scratchBytes(n int) []byte {
 	}
 	return asBytes(g.scratch[:words])[:n]
 }
-
-func mod(a, n int) int { return ((a % n) + n) % n }

@@ -150,18 +150,6 @@ func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *c
 	return nil
 }
 
-func (g *Group) checkLen(what string, got, want int) error {
-	if got != want {
-		return errLen(what, got, want)
-	}
-	return nil
-}
-
-// sameBytes reports whether a and b are the same memory.
-func sameBytes(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
 // ringCost is the ring's predicted time: 2(N-1) steps of c = M/N bytes,
 // the first N-1 also reducing (each step k lock-step pieces of c/k where
 // the model has a Segment: as a ring of k(N-1) steps per phase). On one kind of link every rank waits for

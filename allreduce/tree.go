@@ -2,7 +2,6 @@ package allreduce
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -104,8 +103,4 @@ func (g *Group) treeReduce(ctx context.Context, h transport.Header, c *call) err
 		g.divide(c.dt, c.buf, n)
 	}
 	return nil
-}
-
-func errLen(what string, got, want int) error {
-	return fmt.Errorf("%w: %s is %d bytes, want %d", ErrInvalid, what, got, want)
 }

@@ -176,7 +176,7 @@ func printRounds(cfg *config, w io.Writer, rounds [][]row) (*printer, error) {
 // rounds, the schedules' order rotated, each cell the median of its
 // rounds, printed as a table each. They go into the profile beside the
 // all-reduce times, for checking the model's choice of schedule
-// (useChain) against; the refit does not use them. None on two ranks,
+// (the selector) against; the refit does not use them. None on two ranks,
 // where there is only the tree.
 func timeRooted(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) ([]row, error) {
 	if cfg.ranks < 3 {
