@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
 )
@@ -170,15 +171,12 @@ func simDefaultModel(given map[string]bool, f *modelFlags) cost.Model {
 // betaOfGbps is the seconds per byte of a rate in gigabits per second.
 func betaOfGbps(gbps float64) float64 { return 8 / (gbps * 1e9) }
 
-// gbpsOfBeta is the rate in gigabits per second of beta seconds per byte.
-func gbpsOfBeta(beta float64) float64 { return 8 / (beta * 1e9) }
-
 // describeModel spells a model out in the flags' units: each link's
 // bandwidth, its latency and its regimes of smaller messages, γ, the
 // ports when a rank's sends overlap, and what a node's ranks share.
 func describeModel(m cost.Model) string {
 	s := fmt.Sprintf("inter %s α %.3g µs%s; intra %s α %.3g µs%s; γ %s",
-		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), rateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), rateText(m.Gamma))
+		calibrate.RateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), calibrate.RateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), calibrate.RateText(m.Gamma))
 	if m.Ports > 0 {
 		s += fmt.Sprintf("; ports %d", m.Ports)
 	}
@@ -208,20 +206,12 @@ func describeModel(m cost.Model) string {
 func regimesText(l cost.Link) string {
 	var s string
 	if l.CacheBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), rateText(l.CacheBeta))
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), calibrate.RateText(l.CacheBeta))
 	}
 	if l.SmallBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), rateText(l.SmallBeta))
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), calibrate.RateText(l.SmallBeta))
 	}
 	return s
-}
-
-// rateText is beta seconds per byte as Gb/s and GB/s.
-func rateText(beta float64) string {
-	if beta == 0 {
-		return "∞ Gb/s"
-	}
-	return fmt.Sprintf("%.4g Gb/s (%.4g GB/s)", gbpsOfBeta(beta), 1/beta/1e9)
 }
 
 // peerMemory reports whether the transport's ranks can read one

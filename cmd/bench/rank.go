@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/internal/trace"
 )
@@ -174,7 +174,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		if rank != 0 {
 			continue
 		}
-		r := newRow(cfg, sw.name(), count*esz, count, median(s.times), wrong)
+		r := newRow(cfg, sw.name(), count*esz, count, calibrate.Median(s.times), wrong)
 		r.virtual = virtual
 		predictRow(cfg, g, shape, &r)
 		select {
@@ -272,11 +272,3 @@ func fill[T allreduce.Numeric](s []T, v T) {
 }
 
 // median of xs; it sorts xs.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return (xs[m-1] + xs[m]) / 2
-}

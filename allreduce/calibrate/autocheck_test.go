@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"math"
@@ -19,7 +19,7 @@ func TestAutoPicks(t *testing.T) {
 	m := cost.Model{Intra: l, Inter: l, Gamma: 2e-10}
 	shape := cost.FlatShape(4)
 	samples := predictedSamples(m, shape, 4)
-	picks := autoPicks(m, samples)
+	picks := AutoPicks(m, samples)
 	if len(picks) != 8 { // 4 KiB … 64 MiB by 4: the sizes of predictedSamples
 		t.Fatalf("%d sizes, want 8", len(picks))
 	}
@@ -32,7 +32,7 @@ func TestAutoPicks(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	if err := printAutoPicks(&b, picks); err != nil {
+	if err := PrintAutoPicks(&b, picks); err != nil {
 		t.Fatal(err)
 	}
 	if out := b.String(); strings.Contains(out, "warning") || !strings.Contains(out, "8 of 8 sizes within 10%") {
@@ -61,9 +61,9 @@ func TestAutoPicks(t *testing.T) {
 			kept = append(kept, s)
 		}
 	}
-	picks = autoPicks(m, kept)
+	picks = AutoPicks(m, kept)
 	b.Reset()
-	if err := printAutoPicks(&b, picks); err != nil {
+	if err := PrintAutoPicks(&b, picks); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"fmt"
@@ -94,10 +94,10 @@ func choiceMisses(m cost.Model, g sizeGroups) (misses int, worst float64) {
 	return misses, worst
 }
 
-// refitForChoices is the refit for choices from fitted model m (of
+// RefitForChoices is the refit for choices from fitted model m (of
 // refit error e): the model to keep, its refit error, and the report's
 // line (empty when m's Auto misses nothing).
-func refitForChoices(m cost.Model, e float64, samples []refitSample) (cost.Model, float64, string) {
+func RefitForChoices(m cost.Model, e float64, samples []Sample) (cost.Model, float64, string) {
 	g := groupBySize(samples)
 	misses, worst := choiceMisses(m, g)
 	if misses == 0 {

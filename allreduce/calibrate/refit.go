@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
@@ -59,32 +58,18 @@ const (
 	refitRounds = 6
 )
 
-// refitSample is one measured all-reduce: an algorithm, its shape, bytes
+// Sample is one measured all-reduce: an algorithm, its shape, bytes
 // and measured seconds.
-type refitSample struct {
+type Sample struct {
 	algo    allreduce.Algorithm
 	shape   cost.Shape
 	bytes   int
 	seconds float64
 }
 
-// refitSamples are the rows of single algorithms (auto's rows repeat one
-// of them) that have a shape and a positive time.
-func refitSamples(rows []row) []refitSample {
-	var out []refitSample
-	for _, r := range rows {
-		a, err := allreduce.ParseAlgorithm(r.Algo)
-		if err != nil || a == allreduce.Auto || r.shape.Ranks == 0 || r.TimeUS <= 0 {
-			continue
-		}
-		out = append(out, refitSample{a, r.shape, r.Bytes, r.TimeUS * 1e-6})
-	}
-	return out
-}
-
 // refitError is the mean squared log ratio of m's predictions to the
 // samples' times (+Inf if any prediction is missing or not positive).
-func refitError(m cost.Model, samples []refitSample) float64 {
+func refitError(m cost.Model, samples []Sample) float64 {
 	sum := 0.0
 	for _, s := range samples {
 		pred, ok := allreduce.PredictAlgorithm(m, s.shape, s.algo, s.bytes)
@@ -200,7 +185,7 @@ const maxRegimeSpeedup = 16
 // together (two passes of a coarse scan of each), from the current ones or,
 // for a regime m lacks, half the rate above it. It returns the best model
 // and its error.
-func refitRegimes(m cost.Model, samples []refitSample) (cost.Model, float64) {
+func refitRegimes(m cost.Model, samples []Sample) (cost.Model, float64) {
 	best, bestErr := m, refitError(m, samples)
 	for _, cache := range refitRegimeSizes {
 		for _, small := range refitRegimeSizes {
@@ -259,7 +244,7 @@ func refitRegimes(m cost.Model, samples []refitSample) (cost.Model, float64) {
 
 // refitModel fits m to the samples (see the refit above) and returns the
 // fitted model and the error before and after.
-func refitModel(m cost.Model, samples []refitSample) (cost.Model, float64, float64) {
+func refitModel(m cost.Model, samples []Sample) (cost.Model, float64, float64) {
 	before := refitError(m, samples)
 	if len(samples) == 0 || math.IsInf(before, 1) {
 		return m, before, before
@@ -298,7 +283,7 @@ func refitModel(m cost.Model, samples []refitSample) (cost.Model, float64, float
 
 // maxPortsOf is the most Ports the refit tries for samples: one fewer
 // than their most ranks (a rank sends to at most N−1 peers at once).
-func maxPortsOf(samples []refitSample) int {
+func maxPortsOf(samples []Sample) int {
 	k := 0
 	for _, s := range samples {
 		k = max(k, s.shape.Ranks-1)
@@ -307,7 +292,7 @@ func maxPortsOf(samples []refitSample) int {
 }
 
 // bestOf is the candidate of least refit error (the first on a tie).
-func bestOf(candidates []cost.Model, samples []refitSample) cost.Model {
+func bestOf(candidates []cost.Model, samples []Sample) cost.Model {
 	var best cost.Model
 	bestErr := math.Inf(1)
 	for _, c := range candidates {
@@ -321,7 +306,7 @@ func bestOf(candidates []cost.Model, samples []refitSample) cost.Model {
 // refitDescend is the refit's coordinate descent from model m of error
 // e: refitRounds passes over the moves, each taking the best candidate
 // that lowers the error. It returns the model and its error.
-func refitDescend(m cost.Model, e float64, samples []refitSample, moves []func(cost.Model) []cost.Model) (cost.Model, float64) {
+func refitDescend(m cost.Model, e float64, samples []Sample, moves []func(cost.Model) []cost.Model) (cost.Model, float64) {
 	return descend(m, e, moves, func(c cost.Model) float64 { return refitError(c, samples) })
 }
 
@@ -348,10 +333,10 @@ func descend(m cost.Model, e float64, moves []func(cost.Model) []cost.Model, err
 	return m, e
 }
 
-// refitWithCores is -calibrate's refit: with m's Cores (the host's) and
+// RefitWithCores is -calibrate's refit: with m's Cores (the host's) and
 // without the cores bound (cost.Work), keeping the one that fits
 // the samples better, and a line saying so.
-func refitWithCores(m cost.Model, samples []refitSample) (fitted cost.Model, before, after float64, note string) {
+func RefitWithCores(m cost.Model, samples []Sample) (fitted cost.Model, before, after float64, note string) {
 	fitted, before, after = refitModel(m, samples)
 	if m.Cores <= 0 {
 		return fitted, before, after, ""
@@ -372,24 +357,24 @@ func refitWithCores(m cost.Model, samples []refitSample) (fitted cost.Model, bef
 // percent: exp(√e) − 1.
 func rmsText(e float64) string { return fmt.Sprintf("%.0f%%", 100*(math.Exp(math.Sqrt(e))-1)) }
 
-// printRefit reports the refit's model and errors, and the accuracy of
+// PrintRefit reports the refit's model and errors, and the accuracy of
 // the refitted model per algorithm.
-func printRefit(w io.Writer, before, after float64, m cost.Model, samples []refitSample) error {
+func PrintRefit(w io.Writer, before, after float64, m cost.Model, samples []Sample) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rmsText(before), rmsText(after))
-	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, rateText(m.Intra.Beta))
+	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, RateText(m.Intra.Beta))
 	if m.Intra.CacheBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, rateText(m.Intra.CacheBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, RateText(m.Intra.CacheBeta))
 	}
 	if m.Intra.SmallBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, rateText(m.Intra.SmallBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, RateText(m.Intra.SmallBeta))
 	}
-	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
+	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, RateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
 	if m.Cores > 0 {
 		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
 	}
 	if m.Cores > 0 && m.CacheWorkBytes > 0 {
-		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, allreducetest.FormatBytes(m.CacheWorkBytes))
+		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, bytesText(m.CacheWorkBytes))
 	}
 	fmt.Fprintf(&b, "; lone alpha %.3g (a lone send's α, against an exchange's)", loneAlpha(m))
 	b.WriteString("\n")
@@ -405,7 +390,7 @@ func printRefit(w io.Writer, before, after float64, m cost.Model, samples []refi
 			ratios[name] = append(ratios[name], s.seconds/p)
 		}
 	}
-	writeRatios(&b, order, ratios)
+	WriteRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -523,4 +508,10 @@ func regimeMove(field func(l *cost.Link) (*int, *float64), start func(l cost.Lin
 		}
 		return out
 	}
+}
+
+// NewSample is a measured all-reduce of algorithm a on shape s: bytes
+// per rank, its measured seconds.
+func NewSample(a allreduce.Algorithm, s cost.Shape, bytes int, seconds float64) Sample {
+	return Sample{a, s, bytes, seconds}
 }

@@ -1,6 +1,8 @@
-package main
+package calibrate
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/allreduce/shm"
 	"math"
 	"os"
 	"path/filepath"
@@ -8,19 +10,21 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // profileSamples are a stored profile's measurements as refit samples, on
 // the shape the profile's ranks had: one node; in process they share
 // memory, over shm they lend copies, over tcp and shm they know their
 // node (the host).
-func profileSamples(t *testing.T, p cost.Profile) []refitSample {
+func profileSamples(t *testing.T, p cost.Profile) []Sample {
 	t.Helper()
 	shape := cost.FlatShape(p.Ranks)
-	shape.PeerMemory, shape.LendLimit = peerMemory(p.Transport), lendLimit(p.Transport)
+	shape.PeerMemory = p.Transport == "inproc" || p.Transport == "shm"
+	if p.Transport == "shm" {
+		shape.LendLimit = shm.ExposeLimit
+	}
 	shape.Topology = p.Transport != "inproc"
-	var out []refitSample
+	var out []Sample
 	for _, m := range p.Measurements {
 		if m.Collective != "" {
 			continue // broadcast's and reduce's: the refit fits all-reduce
@@ -30,7 +34,7 @@ func profileSamples(t *testing.T, p cost.Profile) []refitSample {
 			t.Fatal(err)
 		}
 		if a != allreduce.Auto && m.Seconds > 0 {
-			out = append(out, refitSample{a, shape, m.Bytes, m.Seconds})
+			out = append(out, Sample{a, shape, m.Bytes, m.Seconds})
 		}
 	}
 	return out
@@ -68,12 +72,12 @@ func TestRefitProfiles(t *testing.T) {
 				return
 			}
 			m, before, after := refitModel(p.Model, samples)
-			m, after, choiceNote := refitForChoices(m, after, samples) // as -calibrate does
+			m, after, choiceNote := RefitForChoices(m, after, samples) // as -calibrate does
 			if choiceNote != "" {
 				t.Log(choiceNote)
 			}
 			var b strings.Builder
-			if err := printRefit(&b, before, after, m, samples); err != nil {
+			if err := PrintRefit(&b, before, after, m, samples); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%s:\n%s", f, b.String())
@@ -176,12 +180,12 @@ func TestRefitRecoversCacheWork(t *testing.T) {
 // predictedSamples are refit samples made by model truth on shape: ring,
 // doubling, Tree and halving-doubling at 4 KiB to 64 MiB, each size factor
 // times the last.
-func predictedSamples(truth cost.Model, shape cost.Shape, factor int) []refitSample {
-	var samples []refitSample
+func predictedSamples(truth cost.Model, shape cost.Shape, factor int) []Sample {
+	var samples []Sample
 	for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
 		for b := 4 << 10; b <= 64<<20; b *= factor {
 			s, _ := allreduce.PredictAlgorithm(truth, shape, a, b)
-			samples = append(samples, refitSample{a, shape, b, s})
+			samples = append(samples, Sample{a, shape, b, s})
 		}
 	}
 	return samples
