@@ -21,14 +21,7 @@ import (
 // topology algorithms learn the topology.
 func simulate(tb testing.TB, m cost.Model, n, localSize int, a allreduce.Algorithm, bytes int) float64 {
 	tb.Helper()
-	w, err := sim.NewWorld(sim.Config{
-		Ranks:           n,
-		LocalSize:       localSize,
-		TimingOnly:      true,
-		Timeout:         time.Minute,
-		CollectiveBytes: allreduce.CollectiveBytes,
-		Model:           m,
-	})
+	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, Model: m, CollectiveBytes: allreduce.CollectiveBytes, TimingOnly: true, Timeout: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}

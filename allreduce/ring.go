@@ -180,17 +180,7 @@ func ringCost(m cost.Model, s cost.Shape, b float64) float64 {
 // ranks the right neighbour is the left one: the sends are exchanges
 // (Model.ExchangeWork).
 func ringWork(m cost.Model, s cost.Shape, b float64) float64 {
-	n := s.Ranks
-	w := cost.NewWork(m, s)
-	for r := range n {
-		send := w.Send
-		if n == 2 {
-			send = w.Exchange
-		}
-		send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
-		w.Reduce(r, float64(n-1)*b/float64(n))
-	}
-	return w.Busiest()
+	return ringWorkOf(m, s, b, 2*(s.Ranks-1), true)
 }
 
 // ringPhaseCost is the time of one phase of the ring, steps steps of
@@ -287,6 +277,13 @@ func ringAllGatherWork(m cost.Model, s cost.Shape, b float64) float64 {
 }
 
 func ringHalfWork(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
+	return ringWorkOf(m, s, b, s.Ranks-1, reduce)
+}
+
+// ringWorkOf is the work of a ring in which every rank sends sends chunks
+// of M/N to its right neighbour (exchanges on 2 ranks, where the right
+// neighbour is the left one) and, when reduce is set, reduces N-1 of them.
+func ringWorkOf(m cost.Model, s cost.Shape, b float64, sends int, reduce bool) float64 {
 	n := s.Ranks
 	w := cost.NewWork(m, s)
 	for r := range n {
@@ -294,7 +291,7 @@ func ringHalfWork(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
 		if n == 2 {
 			send = w.Exchange
 		}
-		send(r, (r+1)%n, b/float64(n), float64(n-1))
+		send(r, (r+1)%n, b/float64(n), float64(sends))
 		if reduce {
 			w.Reduce(r, float64(n-1)*b/float64(n))
 		}

@@ -131,14 +131,7 @@ func TestRootedScheduleRuns(t *testing.T) {
 // group said it runs (RootedScheduleFor).
 func simulateRooted(tb testing.TB, m cost.Model, n, localSize int, kind allreduce.Kind, s allreduce.RootedSchedule, bytes int) (float64, allreduce.RootedSchedule) {
 	tb.Helper()
-	w, err := sim.NewWorld(sim.Config{
-		Ranks:           n,
-		LocalSize:       localSize,
-		TimingOnly:      true,
-		Timeout:         time.Minute,
-		CollectiveBytes: allreduce.CollectiveBytes,
-		Model:           m,
-	})
+	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, Model: m, CollectiveBytes: allreduce.CollectiveBytes, TimingOnly: true, Timeout: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}
