@@ -308,21 +308,7 @@ func treeCost(m cost.Model, s cost.Shape, b float64) float64 {
 		nodes[r] = [2]treeNode{dtreeNode(n, r, 0), dtreeNode(n, r, 1)}
 		clock[r] = m.Between(s, mod(r-1, n), r).Alpha // the agreement step
 	}
-	// Ports ≥ 1: each rank's ports and its links (by peer; a rank has at
-	// most 6 tree links) are busy until these times.
-	type linkBusy struct {
-		peer int
-		free float64
-	}
-	ports := m.Ports
-	var portFree [][]float64
-	var linkFree [][]linkBusy
-	if ports > 0 {
-		portFree, linkFree = make([][]float64, n), make([][]linkBusy, n)
-		for r := range portFree {
-			portFree[r] = make([]float64, ports)
-		}
-	}
+	tp := newTreePorts(n, m.Ports)
 	arrival := make([]float64, n) // of the segment rank r sends this round
 	sent := make([]float64, n)    // when rank r is free of its send
 	to, from := make([]int, n), make([]int, n)
@@ -333,54 +319,13 @@ func treeCost(m cost.Model, s cost.Shape, b float64) float64 {
 				t, j := slot>>1, slot&1
 				any := false
 				for r := range nodes {
-					nd := &nodes[r][t]
-					to[r], from[r] = -1, -1
-					if phase == 0 {
-						if k := q - nd.level; nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
-							to[r] = nd.parent
-						}
-						if k := q - nd.childLevel[j]; nd.child[j] >= 0 && k >= 0 && k < segs {
-							from[r] = nd.child[j]
-						}
-					} else {
-						if k := q - (top - nd.parentLevel); nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
-							from[r] = nd.parent
-						}
-						if k := q - (top - nd.level); nd.child[j] >= 0 && k >= 0 && k < segs {
-							to[r] = nd.child[j]
-						}
-					}
+					to[r], from[r] = treeRound(&nodes[r][t], phase, q, j, top, segs)
 					if p := to[r]; p >= 0 {
 						any = true
 						l := m.Between(s, r, p)
 						tx := l.QueuedTransfer(c)
-						start := clock[r]
-						if ports > 0 {
-							port := 0
-							for i, x := range portFree[r] {
-								if x < portFree[r][port] {
-									port = i
-								}
-							}
-							li := -1
-							for i, lb := range linkFree[r] {
-								if lb.peer == p {
-									li = i
-								}
-							}
-							if li < 0 {
-								li = len(linkFree[r])
-								linkFree[r] = append(linkFree[r], linkBusy{p, 0})
-							}
-							start = math.Max(start, math.Max(portFree[r][port], linkFree[r][li].free))
-							ready := start
-							start = nics.slot(r, p, ready, tx)
-							portFree[r][port], linkFree[r][li].free = start+tx, start+tx
-							sent[r] = ready
-						} else {
-							start = nics.slot(r, p, start, tx)
-							sent[r] = start + tx
-						}
+						start, free := tp.post(r, p, clock[r], tx, nics)
+						sent[r] = free
 						arrival[r] = start + m.AlphaOf(l, from[r] < 0) + tx // a round that only sends: a lone send
 					}
 				}
@@ -415,6 +360,85 @@ func treeCost(m cost.Model, s cost.Shape, b float64) float64 {
 		end = math.Max(end, x)
 	}
 	return end
+}
+
+// treeRound is whom a rank at node nd of its tree sends to and receives
+// from (-1: none) in slot j of period q of phase 0 (up: segments to the
+// parent, reduced there) or 1 (down: from the parent to the children).
+func treeRound(nd *treeNode, phase, q, j, top, segs int) (to, from int) {
+	to, from = -1, -1
+	if phase == 0 {
+		if k := q - nd.level; nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+			to = nd.parent
+		}
+		if k := q - nd.childLevel[j]; nd.child[j] >= 0 && k >= 0 && k < segs {
+			from = nd.child[j]
+		}
+		return to, from
+	}
+	if k := q - (top - nd.parentLevel); nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+		from = nd.parent
+	}
+	if k := q - (top - nd.level); nd.child[j] >= 0 && k >= 0 && k < segs {
+		to = nd.child[j]
+	}
+	return to, from
+}
+
+// treePorts are, with Ports ≥ 1, the times each rank's ports and its
+// links (by peer; a rank has at most 6 tree links) are busy until; nil
+// with Ports 0.
+type treePorts struct {
+	portFree [][]float64
+	linkFree [][]linkBusy
+}
+
+type linkBusy struct {
+	peer int
+	free float64
+}
+
+func newTreePorts(n, ports int) *treePorts {
+	if ports <= 0 {
+		return nil
+	}
+	tp := &treePorts{portFree: make([][]float64, n), linkFree: make([][]linkBusy, n)}
+	for r := range tp.portFree {
+		tp.portFree[r] = make([]float64, ports)
+	}
+	return tp
+}
+
+// post is when rank r's segment to p, taking tx on the wire, starts (its
+// clock at the latest; with ports, also its first free port and its link
+// to p; between nodes, its NIC's slot), and when r is free of it (Ports
+// 0: the send holds it; else when it was ready).
+func (tp *treePorts) post(r, p int, clock, tx float64, nics *roundNICs) (start, free float64) {
+	if tp == nil {
+		start = nics.slot(r, p, clock, tx)
+		return start, start + tx
+	}
+	port := 0
+	for i, x := range tp.portFree[r] {
+		if x < tp.portFree[r][port] {
+			port = i
+		}
+	}
+	li := -1
+	for i, lb := range tp.linkFree[r] {
+		if lb.peer == p {
+			li = i
+		}
+	}
+	if li < 0 {
+		li = len(tp.linkFree[r])
+		tp.linkFree[r] = append(tp.linkFree[r], linkBusy{p, 0})
+	}
+	start = math.Max(clock, math.Max(tp.portFree[r][port], tp.linkFree[r][li].free))
+	ready := start
+	start = nics.slot(r, p, ready, tx)
+	tp.portFree[r][port], tp.linkFree[r][li].free = start+tx, start+tx
+	return start, ready
 }
 
 // roundNICs are the shared NICs (Model.NICs) of Tree's formula: a send
