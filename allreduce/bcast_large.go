@@ -2,9 +2,9 @@ package allreduce
 
 import (
 	"context"
-	"fmt"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -34,7 +34,7 @@ import (
 // α/β = chainLatencyBytes, and keeps segments between chainMinSegmentBytes
 // and chainMaxSegmentBytes. The binomial tree takes ⌈log2 N⌉(α + β·M).
 // Which of the two a Broadcast or Reduce runs is the group's cost model's
-// argmin (useChain), per size class, as Auto is for AllReduce.
+// argmin (the selector, selector.go), per size class, as for AllReduce.
 const (
 	// chainLatencyBytes is α/β: the bytes a link moves in the time one
 	// message costs. 256 KiB: on loopback TCP a message's cost (goroutine
@@ -48,144 +48,6 @@ const (
 	chainMinSegmentBytes = 64 << 10
 	chainMaxSegmentBytes = 8 << 20
 )
-
-// broadcast is Broadcast: the binomial tree or, on three ranks or more,
-// the pipelined chain, whichever the cost model predicts faster
-// (useChain).
-func (g *Group) broadcast(ctx context.Context, h transport.Header, c *call) error {
-	if g.useChain(KindBroadcast, len(c.buf)) {
-		return g.chainBroadcast(ctx, h, c)
-	}
-	return g.treeBroadcast(ctx, h, c)
-}
-
-// useChain says whether a Broadcast (kind KindBroadcast) or Reduce of the
-// given bytes goes by chain (chainFor), the cost model's choice made once
-// per size class, on the group's shape if known, else its ranks on one
-// node.
-func (g *Group) useChain(kind Kind, bytes int) bool {
-	if g.rooted != RootedAuto || g.size <= 2 || g.tune.chainMin > 0 {
-		return g.chainFor(kind, bytes, Shape{})
-	}
-	picks := &g.chainPicks[0]
-	if kind == KindReduce {
-		picks = &g.chainPicks[1]
-	}
-	k := sizeClass(bytes)
-	if picks[k] == 0 {
-		picks[k] = 1
-		if g.chainFor(kind, bytes, g.knownShape()) {
-			picks[k] = 2
-		}
-	}
-	return picks[k] == 2
-}
-
-// chainFor says whether a Broadcast or Reduce of the given bytes on a
-// group of shape s goes by chain: on three ranks or more, under
-// RootedChain, or under RootedAuto when the group's model predicts the
-// chain faster than the binomial tree at the lower end of the size class
-// (as Auto chooses). A test's tuning.chainMin sets a fixed threshold
-// instead of the model.
-func (g *Group) chainFor(kind Kind, bytes int, s Shape) bool {
-	switch {
-	case g.size <= 2 || g.rooted == RootedTree:
-		return false
-	case g.rooted == RootedChain:
-		return true
-	case g.tune.chainMin > 0:
-		return bytes >= g.tune.chainMin
-	}
-	return chainFaster(g.model, s, kind, float64(classBytes(sizeClass(bytes))))
-}
-
-// chainFaster reports whether m prices the chain below the binomial tree
-// for a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s. On
-// a tie (within a relative 1e-9: both at the cores bound of their equal
-// work, cores.go) the shorter schedule wins: the one whose time without
-// the bound is less (the chain, on large buffers: over 4 tcp processes on
-// 2 cores it measured 1.4-2x faster than the tree from 1 MiB, where both
-// are bound).
-func chainFaster(m Model, s Shape, kind Kind, b float64) bool {
-	tree, chain := rootedCosts(m, s, kind, b)
-	if math.Abs(chain-tree) > 1e-9*math.Max(chain, tree) || m.Cores <= 0 {
-		return chain < tree
-	}
-	reduce := kind == KindReduce
-	return chainCost(m, s, b, reduce) < binomialCost(m, s, b, reduce)
-}
-
-// knownShape is the group's shape if known, else its ranks on one node.
-func (g *Group) knownShape() Shape {
-	g.seq.mu.Lock()
-	defer g.seq.mu.Unlock()
-	if g.shape != nil {
-		return *g.shape
-	}
-	return FlatShape(g.size)
-}
-
-// RootedScheduleFor is the schedule a Broadcast (kind KindBroadcast) or
-// Reduce of the given bytes runs on g: RootedTree or RootedChain, as
-// AlgorithmFor says for AllReduce.
-func (g *Group) RootedScheduleFor(kind Kind, bytes int) RootedSchedule {
-	if g.chainFor(kind, bytes, g.knownShape()) {
-		return RootedChain
-	}
-	return RootedTree
-}
-
-// rootedCosts are the binomial tree's and the chain's predicted times for
-// a Broadcast (kind KindBroadcast) or Reduce of b bytes on shape s, the
-// agreement step included (rooted_cost.go), each raised to its cores
-// bound (cores.go), the chain's +Inf below three ranks.
-func rootedCosts(m Model, s Shape, kind Kind, b float64) (tree, chain float64) {
-	reduce := kind == KindReduce
-	tree = m.bounded(binomialCost(m, s, b, reduce), binomialWork(m, s, b, reduce), b)
-	chain = m.bounded(chainCost(m, s, b, reduce), chainWork(m, s, b, reduce), b)
-	return tree, chain
-}
-
-// rootedWork is the busiest node's work (cores.go) of the schedule
-// broadcastCost or reduceCost prices: the faster of the two.
-func rootedWork(m Model, s Shape, kind Kind, b float64) float64 {
-	if s.Ranks == 1 {
-		return 0
-	}
-	reduce := kind == KindReduce
-	if chainFaster(m, s, kind, b) {
-		return chainWork(m, s, b, reduce)
-	}
-	return binomialWork(m, s, b, reduce)
-}
-
-// RootedPrediction is the predicted time of Broadcast and Reduce on a
-// shape, under a model: each schedule's (agreement step included; the
-// chain's +Inf below three ranks) and the one a group runs, Chain set
-// when it is the chain.
-type RootedPrediction struct {
-	TreeSeconds, ChainSeconds float64
-	Chain                     bool
-}
-
-// PredictRooted predicts a Broadcast (kind KindBroadcast) or Reduce
-// (KindReduce) of bytes on shape s under m, and says which schedule a
-// group with that model runs for it (the faster at the lower end of the
-// size class, as the group chooses once per class).
-func PredictRooted(m Model, s Shape, kind Kind, bytes int) (RootedPrediction, error) {
-	if kind != KindBroadcast && kind != KindReduce {
-		return RootedPrediction{}, fmt.Errorf("%w: PredictRooted of %v: only Broadcast and Reduce have a schedule to choose", ErrInvalid, kind)
-	}
-	if s.Ranks == 1 {
-		return RootedPrediction{ChainSeconds: math.Inf(1)}, nil
-	}
-	tree, chain := rootedCosts(m, s, kind, float64(bytes))
-	p := RootedPrediction{TreeSeconds: tree, ChainSeconds: chain}
-	if s.Ranks > 2 {
-		p.Chain = chainFaster(m, s, kind, float64(classBytes(sizeClass(bytes))))
-	}
-	return p, nil
-}
 
 // chainSegments is the number of segments of a chain over count elements
 // of es bytes (see chainLatencyBytes; a test's tuning.chainSegment fixes
@@ -208,25 +70,25 @@ func chainSegmentsOf(n, m, count int) int {
 	return min(max(s, 1), count)
 }
 
-// broadcastCost is the predicted time of Broadcast of b bytes on a group
-// of shape s: the faster of the binomial tree and, on three ranks or
-// more, the chain (what useChain picks), agreement step included.
-func broadcastCost(m Model, s Shape, b float64) float64 {
-	if s.Ranks == 1 {
-		return 0
-	}
-	return min(rootedCosts(m, s, KindBroadcast, b))
+// chainSegmentsFor is how many segments the formulas cut a chain of n
+// ranks over b bytes into (chainSegmentsOf, one element a byte).
+func chainSegmentsFor(n int, b float64) int {
+	return chainSegmentsOf(n, int(b), max(int(b), 1))
 }
 
-// reduceCost is the predicted time of Reduce of b bytes: as Broadcast,
-// each step also reducing what it receives.
-func reduceCost(m Model, s Shape, b float64) float64 {
-	if s.Ranks == 1 {
-		return 0
-	}
-	return min(rootedCosts(m, s, KindReduce, b))
+// chainBroadcastCost is the chain Broadcast's predicted time
+// (cost.Chain, in the segments chainSegmentsFor cuts), agreement step
+// included; +Inf below three ranks. chainBroadcastWork is its work
+// (cost.ChainWork).
+func chainBroadcastCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.Chain(m, s, b, chainSegmentsFor(s.Ranks, b), false)
 }
 
+func chainBroadcastWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.ChainWork(m, s, b, chainSegmentsFor(s.Ranks, b), false)
+}
+
+// chainBroadcast is the pipelined chain Broadcast (above).
 func (g *Group) chainBroadcast(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err

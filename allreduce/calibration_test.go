@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
 )
 
@@ -52,11 +53,11 @@ func TestAutoOnCalibrationData(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			p, err := allreduce.ReadProfile(f)
+			p, err := cost.ReadProfile(f, allreduce.KnownMeasurement)
 			if err != nil {
 				t.Fatal(err)
 			}
-			shape := allreduce.FlatShape(p.Ranks)
+			shape := cost.FlatShape(p.Ranks)
 			shape.PeerMemory = p.Transport == "inproc" || p.Transport == "shm"
 			if p.Transport == "shm" {
 				shape.LendLimit = shm.ExposeLimit // shm lends copies
@@ -155,7 +156,7 @@ func rootedSources(t *testing.T) map[string]rootedMeasurements {
 		t.Fatal(err)
 	}
 	for _, f := range profiles {
-		p, err := allreduce.ReadProfile(f)
+		p, err := cost.ReadProfile(f, allreduce.KnownMeasurement)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func rootedSources(t *testing.T) map[string]rootedMeasurements {
 	return out
 }
 
-// The schedule Broadcast and Reduce run by the calibrated models (useChain,
+// The schedule Broadcast and Reduce run by the calibrated models (the selector,
 // PredictRooted), against both schedules measured (testdata/rooted: 4
 // ranks over tcp and in process, 64 KiB to 64 MiB, medians of six runs
 // alternating the order; docs/scaling.md; and a profile's, where it has
@@ -225,11 +226,11 @@ func TestRootedChoiceOnMeasurements(t *testing.T) {
 	for f, rm := range rootedSources(t) {
 		lim := limitsOf(f)
 		t.Run(filepath.Base(filepath.Dir(f))+"/"+filepath.Base(f), func(t *testing.T) {
-			p, err := allreduce.ReadProfile(filepath.Join("testdata", "profiles", fmt.Sprintf("%s-%d.json", rm.Transport, rm.Ranks)))
+			p, err := cost.ReadProfile(filepath.Join("testdata", "profiles", fmt.Sprintf("%s-%d.json", rm.Transport, rm.Ranks)), allreduce.KnownMeasurement)
 			if err != nil {
 				t.Fatal(err)
 			}
-			shape := allreduce.FlatShape(rm.Ranks)
+			shape := cost.FlatShape(rm.Ranks)
 			slices.SortFunc(rm.Cells, func(a, b rootedCells) int {
 				if a.Collective != b.Collective {
 					return strings.Compare(a.Collective, b.Collective)

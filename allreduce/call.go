@@ -75,7 +75,9 @@ func (c *call) header(group uint32, seq uint64) transport.Header {
 	}
 }
 
-// describeCall renders a call as it appears in error messages.
+// describe renders a call as it appears in error messages: its sequence
+// number, kind, element type and count, and its op and root where it has
+// them (describeHeader, DescribeCall).
 func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int64) string {
 	s := fmt.Sprintf("#%d %v(%v × %d", seq, kind, dt, count)
 	switch kind {
@@ -91,6 +93,8 @@ func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int6
 	return s + ")"
 }
 
+// describeHeader is describe of the call a message header belongs to,
+// with its sub-group and the schedule its agreement message says.
 func describeHeader(h transport.Header) string {
 	s := describe(h.Seq, Kind(h.Kind), DType(h.DType), ReduceOp(h.Op), int(h.Root), h.Count)
 	if h.Group != 0 {
@@ -123,12 +127,19 @@ func callError(rank int, call transport.Header, err error) error {
 	if errors.As(err, &mm) {
 		via := relays(err)
 		if own, ok := mm.From(rank); ok {
+			mine := describeHeader(own.Local)
+			if own.Local.Group != call.Group {
+				// The mismatch met a collective this call runs inside
+				// itself (Auto learning the topology, a composition's
+				// sub-group): the user's call comes first.
+				mine = describeHeader(call) + ", in its " + mine
+			}
 			found := ""
 			if mm.Rank != rank {
 				found = fmt.Sprintf(" (found by rank %d%s)", mm.Rank, viaText(via, mm.Rank))
 			}
 			return fmt.Errorf("allreduce: rank %d called %s (message of %d bytes) but rank %d called %s (message of %d bytes)%s: %w",
-				rank, describeHeader(own.Local), own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
+				rank, mine, own.LocalBytes, own.Peer, describeHeader(own.Remote), own.RemoteBytes, found, err)
 		}
 		return fmt.Errorf("allreduce: rank %d, %s: rank %d called %s but rank %d called %s (found by rank %d%s): %w",
 			rank, describeHeader(call),
@@ -232,3 +243,9 @@ func (c *call) validate(size int) error {
 	}
 	return nil
 }
+
+// CollectiveBytes is the bytes per rank of the collective a message with
+// header h belongs to (its Count elements of its DType): what
+// cost.Model.CacheWork is keyed on, and what the simulator needs to key
+// its own alike (sim.Config.CollectiveBytes).
+func CollectiveBytes(h transport.Header) int { return int(h.Count) * elemSize(h) }

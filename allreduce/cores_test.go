@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
-// TestWorkMatchesSimulator: the work each formula counts (cores.go) is
+// TestWorkMatchesSimulator: the work each formula counts (cost.Work) is
 // the work the simulator counts for the same schedule. With no latency
 // (α = 0) every schedule's critical path is a chain of its own transfers
 // and reductions, so on one node with one core (Model.Cores = 1,
@@ -24,8 +25,8 @@ import (
 // of pairwise exchanges (doubling's and halving-doubling's steps, the
 // ring's on 2 ranks) cost 0.6 of a one-way byte's in both.
 func TestWorkMatchesSimulator(t *testing.T) {
-	l := allreduce.Link{Beta: 1 / 5e9, CacheBeta: 1 / 20e9, CacheBytes: 64 << 10}
-	base := allreduce.Model{Intra: l, Inter: l, Gamma: 1 / 8e9, Cores: 1}
+	l := cost.Link{Beta: 1 / 5e9, CacheBeta: 1 / 20e9, CacheBytes: 64 << 10}
+	base := cost.Model{Intra: l, Inter: l, Gamma: 1 / 8e9, Cores: 1}
 	for _, n := range []int{2, 3, 4, 5, 8} {
 		for i, ports := range []int{0, 2} {
 			for j, seg := range []int{0, 64 << 10} {
@@ -37,7 +38,7 @@ func TestWorkMatchesSimulator(t *testing.T) {
 				if n%2 == 1 { // and the cache-work regime, below 1 MiB + 12
 					m.CacheWork, m.CacheWorkBytes = 0.9, 1<<20+12
 				}
-				shape := allreduce.FlatShape(n)
+				shape := cost.FlatShape(n)
 				for _, bytes := range []int{0, 4, 12 << 10, 1<<20 + 12, 4 << 20} {
 					name := fmt.Sprintf("n=%d/ports=%d/seg=%d/exchange=%g/cache=%g/%d", n, ports, seg, m.ExchangeWork, m.CacheWork, bytes)
 					for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
@@ -91,13 +92,13 @@ func TestWorkMatchesSimulator(t *testing.T) {
 // node, exchanged bytes at 0.8 of a one-way byte's work, links within a
 // node 10 times those between, 4 KiB to 4 MiB.
 func TestCoresBoundOnNodes(t *testing.T) {
-	m := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+	m := cost.Model{
+		Intra: cost.Link{Alpha: 1e-6, Beta: 1 / 100e9},
+		Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
 		Gamma: 1 / 20e9, Ports: 2, Cores: 2, ExchangeWork: 0.8,
 	}
 	for _, tc := range []struct{ n, local int }{{8, 4}, {10, 4}, {12, 3}} {
-		shape := allreduce.NodesShape(tc.n, tc.local)
+		shape := cost.NodesShape(tc.n, tc.local)
 		for _, p := range allreduce.Predict(m, shape, 0) {
 			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
 				want, _ := allreduce.PredictAlgorithm(m, shape, p.Algorithm, bytes)

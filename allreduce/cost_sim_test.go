@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 )
 
@@ -18,14 +19,9 @@ import (
 // localSize, under model m, and returns its virtual time: from a common
 // start until the last rank is done. A first call (untimed) lets the
 // topology algorithms learn the topology.
-func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Algorithm, bytes int) float64 {
+func simulate(tb testing.TB, m cost.Model, n, localSize int, a allreduce.Algorithm, bytes int) float64 {
 	tb.Helper()
-	w, err := sim.NewWorld(sim.Config{
-		Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
-		Intra: simLink(m.Intra), Inter: simLink(m.Inter),
-		Gamma: m.Gamma, Ports: m.Ports, NICs: m.NICs, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha,
-		CacheWork: m.CacheWork, CacheWorkBytes: m.CacheWorkBytes, CollectiveBytes: allreduce.CollectiveBytes,
-	})
+	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, Model: m, CollectiveBytes: allreduce.CollectiveBytes, TimingOnly: true, Timeout: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -55,10 +51,6 @@ func simulate(tb testing.TB, m allreduce.Model, n, localSize int, a allreduce.Al
 	return w.MaxNow() - start[0]
 }
 
-func simLink(l allreduce.Link) sim.Link {
-	return sim.Link{Alpha: l.Alpha, Beta: l.Beta, CacheBeta: l.CacheBeta, CacheBytes: l.CacheBytes, SmallBeta: l.SmallBeta, SmallBytes: l.SmallBytes}
-}
-
 // The cost model's formula of each algorithm equals the simulator's
 // virtual time for its schedule on ideal links (no contention) within 1%:
 // the formula and the schedule agree about the steps and the bytes. Tree's
@@ -72,7 +64,7 @@ func simLink(l allreduce.Link) sim.Link {
 // sender no longer waits for it, where doubling.go counts it as Ports 0
 // does, an upper bound (hierarchical 11%, torus and mesh 3.5%). Their
 // Broadcast and Reduce within a node follow every rank's clock, as Tree's
-// formula does (rooted_cost.go): exact (they were the 11%, before).
+// formula does (cost.Binomial, cost.Chain): exact (they were the 11%, before).
 func TestCostMatchesSimulator(t *testing.T) {
 	tolerance := func(a allreduce.Algorithm, twoLinks bool, ports int) float64 {
 		switch {
@@ -87,18 +79,18 @@ func TestCostMatchesSimulator(t *testing.T) {
 		}
 		return 0.01
 	}
-	uniform := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+	uniform := cost.Model{
+		Intra: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+		Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
 		Gamma: 1 / 20e9,
 	}
-	twoLevel := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+	twoLevel := cost.Model{
+		Intra: cost.Link{Alpha: 1e-6, Beta: 1 / 100e9},
+		Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
 		Gamma: 1 / 20e9,
 	}
 	type tcase struct {
-		m            allreduce.Model
+		m            cost.Model
 		n, localSize int
 	}
 	var cases []tcase
@@ -139,7 +131,7 @@ func TestCostMatchesSimulator(t *testing.T) {
 		cases = append(cases, tc)
 	}
 	for _, tc := range cases {
-		shape := allreduce.NodesShape(tc.n, tc.localSize)
+		shape := cost.NodesShape(tc.n, tc.localSize)
 		for _, a := range allreduce.Algorithms() {
 			if a == allreduce.Auto || a == allreduce.Direct {
 				continue
@@ -173,9 +165,9 @@ func TestCostMatchesSimulator(t *testing.T) {
 // formulas are within 15% there).
 func TestAutoIsFastestSimulated(t *testing.T) {
 	for _, nics := range []int{0, 1} {
-		m := allreduce.Model{
-			Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 125e9},
-			Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 12.5e9},
+		m := cost.Model{
+			Intra: cost.Link{Alpha: 1e-6, Beta: 1 / 125e9},
+			Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 12.5e9},
 			Gamma: 1 / 8e9, NICs: nics,
 		}
 		slack := map[int]float64{0: 1.02, 1: 1.05}[nics]
@@ -183,13 +175,13 @@ func TestAutoIsFastestSimulated(t *testing.T) {
 		for _, bytes := range []int{1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20} {
 			auto := simulate(t, m, n, local, allreduce.Auto, bytes)
 			best, bestT := allreduce.Auto, auto
-			for _, p := range allreduce.Predict(m, allreduce.NodesShape(n, local), bytes) {
+			for _, p := range allreduce.Predict(m, cost.NodesShape(n, local), bytes) {
 				if got := simulate(t, m, n, local, p.Algorithm, bytes); got < bestT {
 					best, bestT = p.Algorithm, got
 				}
 			}
 			if auto > slack*bestT {
-				t.Errorf("nics %d, %d bytes: Auto (%v) simulated %.1f µs, %v %.1f µs", nics, bytes, allreduce.Choose(m, allreduce.NodesShape(n, local), bytes), auto*1e6, best, bestT*1e6)
+				t.Errorf("nics %d, %d bytes: Auto (%v) simulated %.1f µs, %v %.1f µs", nics, bytes, allreduce.Choose(m, cost.NodesShape(n, local), bytes), auto*1e6, best, bestT*1e6)
 			}
 		}
 	}
@@ -210,15 +202,15 @@ func TestAutoIsFastestSimulated(t *testing.T) {
 // rounds in schedule order where the simulator serves in time order:
 // at most 6.5%).
 func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
-	m := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+	m := cost.Model{
+		Intra: cost.Link{Alpha: 1e-6, Beta: 1 / 100e9},
+		Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
 		Gamma: 1 / 20e9,
 	}
 	for _, tc := range []struct{ n, local, nics int }{{16, 4, 1}, {32, 8, 1}, {32, 8, 2}, {24, 8, 1}} {
 		tm := m
 		tm.NICs = tc.nics
-		shape := allreduce.NodesShape(tc.n, tc.local)
+		shape := cost.NodesShape(tc.n, tc.local)
 		for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.HalvingDoubling, allreduce.Tree, allreduce.Hierarchical, allreduce.Torus, allreduce.Mesh} {
 			for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {
 				t.Run(fmt.Sprintf("n=%d/local=%d/nics=%d/%v/%d", tc.n, tc.local, tc.nics, a, bytes), func(t *testing.T) {
@@ -258,15 +250,15 @@ func TestCostMatchesSimulatorSharedNICs(t *testing.T) {
 // smaller node brings closer: ringInterHops; it was 14-22% under on a
 // node of one rank).
 func TestCostUnevenNodes(t *testing.T) {
-	m := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1 / 100e9},
-		Inter: allreduce.Link{Alpha: 5e-6, Beta: 1 / 10e9},
+	m := cost.Model{
+		Intra: cost.Link{Alpha: 1e-6, Beta: 1 / 100e9},
+		Inter: cost.Link{Alpha: 5e-6, Beta: 1 / 10e9},
 		Gamma: 1 / 20e9,
 	}
 	for _, ports := range []int{0, 2} {
 		m.Ports = ports
 		for _, tc := range []struct{ n, local int }{{10, 4}, {14, 4}, {22, 8}, {13, 4}, {7, 3}, {17, 8}} {
-			shape := allreduce.NodesShape(tc.n, tc.local)
+			shape := cost.NodesShape(tc.n, tc.local)
 			singleton := shape.SmallestNode == 1
 			for _, a := range []allreduce.Algorithm{allreduce.Torus, allreduce.Mesh, allreduce.Hierarchical, allreduce.Ring} {
 				for _, bytes := range []int{4 << 10, 256 << 10, 4 << 20} {

@@ -10,15 +10,16 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // randomModel is a model with links between 100 ns and 1 ms per message
 // and 0.1 to 1000 GB/s.
-func randomModel(rng *rand.Rand) allreduce.Model {
-	link := func() allreduce.Link {
-		return allreduce.Link{Alpha: 1e-7 * float64(int(1)<<rng.IntN(14)), Beta: 1 / (1e8 * float64(int(1)<<rng.IntN(14)))}
+func randomModel(rng *rand.Rand) cost.Model {
+	link := func() cost.Link {
+		return cost.Link{Alpha: 1e-7 * float64(int(1)<<rng.IntN(14)), Beta: 1 / (1e8 * float64(int(1)<<rng.IntN(14)))}
 	}
-	return allreduce.Model{Intra: link(), Inter: link(), Gamma: 1 / (1e8 * float64(int(1)<<rng.IntN(10)))}
+	return cost.Model{Intra: link(), Inter: link(), Gamma: 1 / (1e8 * float64(int(1)<<rng.IntN(10)))}
 }
 
 // Auto never picks an algorithm the group cannot run, whatever the model,
@@ -28,7 +29,7 @@ func TestChooseMeetsRequirements(t *testing.T) {
 	for i := 0; i < 3000; i++ {
 		m := randomModel(rng)
 		n := 1 + rng.IntN(300)
-		s := allreduce.NodesShape(n, rng.IntN(n+1))
+		s := cost.NodesShape(n, rng.IntN(n+1))
 		if rng.IntN(3) == 0 {
 			s.Topology = false
 			s.Nodes, s.LocalSize = 1, n
@@ -67,7 +68,7 @@ func TestAutoFollowsModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	latency := allreduce.Model{Intra: allreduce.Link{Alpha: 1e-3, Beta: 1e-15}, Inter: allreduce.Link{Alpha: 1e-3, Beta: 1e-15}, Gamma: 1e-15}
+	latency := cost.Model{Intra: cost.Link{Alpha: 1e-3, Beta: 1e-15}, Inter: cost.Link{Alpha: 1e-3, Beta: 1e-15}, Gamma: 1e-15}
 	g, err := allreduce.NewGroup(plainConn{conns[0]}, allreduce.WithModel(latency))
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func TestAutoFollowsModel(t *testing.T) {
 			t.Errorf("latency-bound model, %d bytes: Auto runs %v, want doubling", b, a)
 		}
 	}
-	bandwidth := allreduce.Model{Intra: allreduce.Link{Alpha: 1e-9, Beta: 1e-9}, Inter: allreduce.Link{Alpha: 1e-9, Beta: 1e-9}, Gamma: 1e-9}
+	bandwidth := cost.Model{Intra: cost.Link{Alpha: 1e-9, Beta: 1e-9}, Inter: cost.Link{Alpha: 1e-9, Beta: 1e-9}, Gamma: 1e-9}
 	g2, err := allreduce.NewGroup(plainConn{conns[1]}, allreduce.WithModel(bandwidth))
 	if err != nil {
 		t.Fatal(err)
@@ -98,28 +99,28 @@ func TestAutoFollowsModel(t *testing.T) {
 func TestProfileFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "p.json")
-	want := allreduce.Profile{Transport: "tcp", Ranks: 4, Model: allreduce.DefaultModel(false),
-		Measurements: []allreduce.Measurement{{Algorithm: "ring", Bytes: 1024, Seconds: 1e-4}}}
-	if err := allreduce.WriteProfile(path, want); err != nil {
+	want := cost.Profile{Transport: "tcp", Ranks: 4, Model: cost.DefaultModel(false),
+		Measurements: []cost.Measurement{{Algorithm: "ring", Bytes: 1024, Seconds: 1e-4}}}
+	if err := cost.WriteProfile(path, want); err != nil {
 		t.Fatal(err)
 	}
-	got, err := allreduce.ReadProfile(path)
+	got, err := cost.ReadProfile(path, allreduce.KnownMeasurement)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Model != want.Model || got.Ranks != 4 || len(got.Measurements) != 1 || got.Version != allreduce.ProfileVersion {
+	if got.Model != want.Model || got.Ranks != 4 || len(got.Measurements) != 1 || got.Version != cost.ProfileVersion {
 		t.Fatalf("read back %+v, wrote %+v", got, want)
 	}
-	p, ok, err := allreduce.ProfileFromEnv(func(k string) string {
-		if k == allreduce.ProfileEnv {
+	p, ok, err := cost.ProfileFromEnv(func(k string) string {
+		if k == cost.ProfileEnv {
 			return path
 		}
 		return ""
-	})
+	}, allreduce.KnownMeasurement)
 	if err != nil || !ok || p.Model != want.Model {
 		t.Fatalf("ProfileFromEnv: %+v %v %v", p, ok, err)
 	}
-	if _, ok, err := allreduce.ProfileFromEnv(func(string) string { return "" }); ok || err != nil {
+	if _, ok, err := cost.ProfileFromEnv(func(string) string { return "" }, nil); ok || err != nil {
 		t.Fatalf("unset env: ok %v err %v", ok, err)
 	}
 	for name, body := range map[string]string{
@@ -144,7 +145,7 @@ func TestProfileFiles(t *testing.T) {
 		if err := os.WriteFile(bad, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := allreduce.ReadProfile(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		if _, err := cost.ReadProfile(bad, allreduce.KnownMeasurement); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%s: ReadProfile error %v, want one naming the file", name, err)
 		}
 	}
@@ -164,30 +165,30 @@ func TestProfileCompatibility(t *testing.T) {
 	if err := os.WriteFile(old, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := allreduce.ReadProfile(old)
+	p, err := cost.ReadProfile(old, allreduce.KnownMeasurement)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := allreduce.Link{Alpha: 1e-5, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 512 << 10}
-	if want := (allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10}); p.Model != want {
+	l := cost.Link{Alpha: 1e-5, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 512 << 10}
+	if want := (cost.Model{Intra: l, Inter: l, Gamma: 2e-10}); p.Model != want {
 		t.Fatalf("old profile read as %+v, want %+v", p.Model, want)
 	}
 	m := p.Model
 	m.Ports = 3
 	m.Intra.SmallBeta, m.Intra.SmallBytes = 1e-10, 32<<10
 	path := filepath.Join(dir, "new.json")
-	if err := allreduce.WriteProfile(path, allreduce.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
+	if err := cost.WriteProfile(path, cost.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := allreduce.ReadProfile(path); err != nil || got.Model != m {
+	if got, err := cost.ReadProfile(path, allreduce.KnownMeasurement); err != nil || got.Model != m {
 		t.Fatalf("read back %+v (%v), wrote %+v", got.Model, err, m)
 	}
 	// The small regime costs its own β; Ports 0 and 1 give Tree on two
 	// ranks (one link each way) the same time, more ports never more.
-	small, _ := allreduce.PredictAlgorithm(m, allreduce.FlatShape(4), allreduce.Ring, 16<<10)
+	small, _ := allreduce.PredictAlgorithm(m, cost.FlatShape(4), allreduce.Ring, 16<<10)
 	m2 := m
 	m2.Intra.SmallBytes = 0
-	cached, _ := allreduce.PredictAlgorithm(m2, allreduce.FlatShape(4), allreduce.Ring, 16<<10)
+	cached, _ := allreduce.PredictAlgorithm(m2, cost.FlatShape(4), allreduce.Ring, 16<<10)
 	if !(small < cached) {
 		t.Errorf("ring at 16 KiB: %v s with the small regime, %v s without", small, cached)
 	}
@@ -195,7 +196,7 @@ func TestProfileCompatibility(t *testing.T) {
 		prev := math.Inf(1)
 		for ports := 0; ports <= n; ports++ {
 			m.Ports = ports
-			tree, ok := allreduce.PredictAlgorithm(m, allreduce.FlatShape(n), allreduce.Tree, 4<<20)
+			tree, ok := allreduce.PredictAlgorithm(m, cost.FlatShape(n), allreduce.Tree, 4<<20)
 			if !ok || tree > prev*(1+1e-12) {
 				t.Errorf("n=%d: Tree %v s with %d ports, %v s with one fewer", n, tree, ports, prev)
 			}

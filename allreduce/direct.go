@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -132,7 +133,7 @@ func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
 // not wait), the whole segment reduced from the N copies, (N-1)·S bytes,
 // and the result copied out; two-shot two waits (Expose, Arrive) and the
 // in-place formula's reduction and copies.
-func directCost(m Model, s Shape, b float64) float64 {
+func directCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
@@ -140,11 +141,11 @@ func directCost(m Model, s Shape, b float64) float64 {
 	if s.LendLimit > 0 {
 		segs := max(math.Ceil(b/float64(s.LendLimit)), 1)
 		seg := b / segs
-		per := m.Intra.transfer(seg)
+		per := m.Intra.Transfer(seg)
 		if seg <= oneShotMaxBytes {
-			per += m.Intra.Alpha + float64(n-1)*seg*m.Gamma + m.Intra.transfer(seg)
+			per += m.Intra.Alpha + float64(n-1)*seg*m.Gamma + m.Intra.Transfer(seg)
 		} else {
-			per += 2*m.Intra.Alpha + seg*float64(n-1)/float64(n)*m.Gamma + float64(n-1)*m.Intra.transfer(seg/float64(n))
+			per += 2*m.Intra.Alpha + seg*float64(n-1)/float64(n)*m.Gamma + float64(n-1)*m.Intra.Transfer(seg/float64(n))
 		}
 		return segs * per
 	}
@@ -152,18 +153,18 @@ func directCost(m Model, s Shape, b float64) float64 {
 		// One-shot: every rank reduces the whole buffer from the N
 		// views into scratch, (N-1)·M bytes, then copies it out; two
 		// waits (Expose, Release).
-		return 2*m.Intra.Alpha + float64(n-1)*b*m.Gamma + m.Intra.transfer(b)
+		return 2*m.Intra.Alpha + float64(n-1)*b*m.Gamma + m.Intra.Transfer(b)
 	}
 	// The chunks a rank copies lie in N buffers of M bytes: their rate is
 	// that of the whole buffer's regime (what the caches hold is the
 	// working set, not one chunk).
 	part := b * float64(n-1) / float64(n)
-	return 3*m.Intra.Alpha + part*m.Gamma + part*m.Intra.transfer(b)/b
+	return 3*m.Intra.Alpha + part*m.Gamma + part*m.Intra.Transfer(b)/b
 }
 
-// directWork is Direct's work (cores.go): every rank does the copies and
+// directWork is Direct's work (cost.Work): every rank does the copies and
 // reductions directCost prices, side by side (one node: the ranks share
 // memory).
-func directWork(m Model, s Shape, b float64) float64 {
-	return float64(s.Ranks) * directCost(m.withoutLatency(), s, b)
+func directWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return float64(s.Ranks) * directCost(m.WithoutLatency(), s, b)
 }

@@ -33,11 +33,13 @@
 //	AllReduce      torus: RS in node, L rings, AG in node    1+(L-1)+2(K-1)+(L-1)  2(N-1)/N·M, 2(K-1)/K·M/L between nodes
 //	AllReduce      mesh: AR in node, AR between nodes        1+2(L-1)+2(K-1)    2(L-1)/L·M within + 2(K-1)/K·M between
 //	ReduceScatter  ring                                      N-1                (N-1)/N·M
+//	ReduceScatter  hd: agreement + recursive halving         1+log2 P (+2)      (P-1)/P·M (+M below 2R)
 //	AllGather      ring                                      N-1                (N-1)/N·M (M = gathered size)
-//	Broadcast      agreement + binomial tree (< 2 MiB, N=2)  1+⌈log2 N⌉         ≤ ⌈log2 N⌉·M (root)
-//	Broadcast      agreement + pipelined chain (≥ 2 MiB)     1+S+N-2            M (every rank but the last)
-//	Reduce         agreement + binomial tree (< 2 MiB, N=2)  1+⌈log2 N⌉         M (each non-root, once)
-//	Reduce         agreement + pipelined chain (≥ 2 MiB)     1+S+N-2            M (each non-root)
+//	AllGather      hd: agreement + recursive doubling        1+log2 P (+2)      (P-1)/P·M (+M below 2R)
+//	Broadcast      agreement + binomial tree (small; N ≤ 2)  1+⌈log2 N⌉         ≤ ⌈log2 N⌉·M (root)
+//	Broadcast      agreement + pipelined chain (large)       1+S+N-2            M (every rank but the last)
+//	Reduce         agreement + binomial tree (small; N ≤ 2)  1+⌈log2 N⌉         M (each non-root, once)
+//	Reduce         agreement + pipelined chain (large)       1+S+N-2            M (each non-root)
 //	Barrier        dissemination                             ⌈log2 N⌉           0
 //	(any, 0 elements; ReduceScatter/AllGather on 1 rank) agreement   1          0
 //
@@ -52,19 +54,25 @@
 // (a tree's leaves only receive; a call with no elements sends nothing),
 // so a mismatch is still found there instead of hanging.
 //
-// The AllReduce algorithm is chosen per Group (WithAlgorithm). Auto takes
-// the argmin of the cost model (costmodel.go): each algorithm's file gives
+// Every collective's algorithms are rows of one schedule table keyed by
+// (collective, algorithm) (schedules.go): each row's schedule, what it
+// needs of the group, and its cost formula. A group runs the row it asks
+// for (WithAlgorithm, WithRootedSchedule, WithSchedule) or Auto's pick
+// (selector.go), the same way for every collective; where the binomial
+// tree gives way to the chain is the model's pick, not a fixed size.
+// Auto takes the argmin of the cost model (package cost): each algorithm's file gives
 // its predicted time as a formula of the link model (α per message, β per
 // byte, within and between nodes; γ per reduced byte), the group's shape
 // and the bytes, and, where a node's ranks share fewer cores than they
 // need (Model.Cores), at least its busiest node's work over those cores
-// (cores.go); Auto evaluates them once per power-of-two size class and
+// (cost.Work); Auto evaluates them once per power-of-two size class and
 // caches the pick, among the algorithms whose requirements the group
-// meets. The model is DefaultModel's (a measured in-process or loopback
+// meets. The model is cost.DefaultModel's (a measured in-process or loopback
 // tcp profile) unless WithModel gives a calibrated one (cmd/bench
 // -calibrate writes it; RINGDDP_PROFILE names it to the commands).
 // Broadcast and Reduce choose between the binomial tree and the pipelined
-// chain the same way, unless WithRootedSchedule fixes one (rooted.go).
+// chain the same way; ReduceScatter and AllGather run the ring unless
+// WithSchedule asks for halving-doubling (Auto does not pick it).
 //
 // Exactness: every rank ends bitwise identical, whatever the values (±0,
 // NaN payloads, ±Inf, denormals), and the same run to run. For floats

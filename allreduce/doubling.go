@@ -2,9 +2,8 @@ package allreduce
 
 import (
 	"context"
-	"math"
-	"sort"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -111,15 +110,15 @@ const unfoldStep = ^uint32(0) - 1
 // fold (one reducing step) and the unfold (one copy). With a fold, some
 // active ranks start a step later than their partners, so the time is
 // the latest of the P active ranks' clocks, pairStepsCost.
-func doublingCost(m Model, s Shape, b float64) float64 {
+func doublingCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
-	return pairStepsCost(m, s, b, doublingSteps(n, b))
+	return pairStepsCost(m, s, pairFold{in: b, reduce: true, out: b}, doublingSteps(n, b))
 }
 
 // doublingSteps are recursive doubling's steps among the active ranks:
@@ -132,150 +131,7 @@ func doublingSteps(n int, b float64) []pairStep {
 	return steps
 }
 
-// doublingWork is recursive doubling's work (cores.go).
-func doublingWork(m Model, s Shape, b float64) float64 {
-	return pairStepsWork(m, s, b, doublingSteps(s.Ranks, b))
-}
-
-// pairStep is one step of recursive doubling or halving among the active
-// ranks of hdFold: partners v and v XOR mask exchange bytes, reducing or
-// copying.
-type pairStep struct {
-	mask   int
-	bytes  float64
-	reduce bool
-}
-
-// pairStepsCost is the time of the fold of N ranks onto P (each even rank
-// r < 2R sends its M bytes to r+1, which reduces them), the steps among
-// the P active ranks, and the unfold (r+1 sends the M-byte result back),
-// under the link model: every active rank's clock is followed through the
-// steps — c_v ← max(c_v + x·β, max(c_v, c_partner + α + x·β) + x·γ) — so
-// ranks that the fold delays are accounted exactly, each step's exchange
-// as its lock-step pieces (Model.pieces); O(P log P) per piece.
-func pairStepsCost(m Model, s Shape, b float64, steps []pairStep) float64 {
-	f := foldOf(s.Ranks)
-	clock := make([]float64, f.p2)
-	next := make([]float64, f.p2)
-	for v := 0; v < f.rem; v++ {
-		r := f.real(v)
-		clock[v] = m.oneWay(m.between(s, r-1, r), b, true)
-	}
-	nics := m.nicsOf(s, f)
-	for _, st := range steps {
-		k := m.pieces(st.bytes) // lock-step pieces of the exchange
-		x := st.bytes / k
-		for range int(k) {
-			start := nics.slots(clock, st.mask, x)
-			for v := range clock {
-				p := v ^ st.mask
-				l := m.between(s, f.real(v), f.real(p))
-				sendStart, recvStart := clock[v], clock[p]
-				if start != nil {
-					sendStart, recvStart = start[v], start[p]
-				}
-				got := math.Max(clock[v], recvStart+l.time(x))
-				if st.reduce {
-					got += x * m.Gamma
-				}
-				next[v] = math.Max(sendStart+l.transfer(x), got)
-			}
-			clock, next = next, clock
-		}
-	}
-	end := 0.0
-	for v, c := range clock {
-		if v < f.rem {
-			r := f.real(v)
-			c += m.oneWay(m.between(s, r, r-1), b, false)
-		}
-		end = math.Max(end, c)
-	}
-	return end
-}
-
-// pairStepsWork is the work (cores.go) of the schedule pairStepsCost
-// prices: the fold's messages of M bytes (reduced) and the unfold's, sent
-// one way, and each step's message of every active rank to its partner,
-// an exchange (Model.ExchangeWork).
-func pairStepsWork(m Model, s Shape, b float64, steps []pairStep) float64 {
-	f := foldOf(s.Ranks)
-	w := newNodeWork(m, s)
-	for v := 0; v < f.rem; v++ {
-		r := f.real(v)
-		w.send(r-1, r, b, 1)
-		w.reduce(r, b)
-		w.send(r, r-1, b, 1)
-	}
-	for _, st := range steps {
-		for v := 0; v < f.p2; v++ {
-			r := f.real(v)
-			w.exchange(r, f.real(v^st.mask), st.bytes, 1)
-			if st.reduce {
-				w.reduce(r, st.bytes)
-			}
-		}
-	}
-	return w.busiest()
-}
-
-// stepNICs are the shared NICs (Model.NICs) of the P active ranks of a
-// pair-step schedule: for each active rank its node's NIC, and the link
-// model, so that a step's messages between nodes take their NIC's slots
-// as the simulator gives them.
-type stepNICs struct {
-	m     Model
-	s     Shape
-	f     hdFold
-	nic   []int // by active rank
-	queue [][]int
-	free  []float64
-}
-
-// nicsOf is the shared NICs of fold f's active ranks on shape s, or nil
-// when nothing is shared.
-func (m Model) nicsOf(s Shape, f hdFold) *stepNICs {
-	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
-		return nil
-	}
-	n := &stepNICs{m: m, s: s, f: f, nic: make([]int, f.p2), queue: make([][]int, s.Nodes*m.NICs), free: make([]float64, s.Nodes*m.NICs)}
-	for v := range n.nic {
-		n.nic[v] = m.nicOf(s, f.real(v))
-	}
-	return n
-}
-
-// slots is when each active rank's message of x bytes to its partner
-// (v ^ mask) starts, its ranks at clocks clock: at its clock within a
-// node; between nodes at the later of its clock and its NIC's free time,
-// a NIC taking its messages in order of clock, then rank (as the
-// simulator's NICs do). nil when nothing is shared.
-func (n *stepNICs) slots(clock []float64, mask int, x float64) []float64 {
-	if n == nil {
-		return nil
-	}
-	start := append([]float64(nil), clock...)
-	for i := range n.queue {
-		n.queue[i] = n.queue[i][:0]
-	}
-	for v := range clock {
-		a, b := n.f.real(v), n.f.real(v^mask)
-		if a/n.s.LocalSize != b/n.s.LocalSize {
-			n.queue[n.nic[v]] = append(n.queue[n.nic[v]], v)
-		}
-	}
-	tx := n.m.Inter.transfer(x)
-	for i, q := range n.queue {
-		sort.Slice(q, func(a, b int) bool {
-			if clock[q[a]] != clock[q[b]] {
-				return clock[q[a]] < clock[q[b]]
-			}
-			return q[a] < q[b]
-		})
-		for _, v := range q {
-			start[v] = math.Max(clock[v], n.free[i])
-			n.free[i] = start[v] + tx
-		}
-	}
-	return start
+// doublingWork is recursive doubling's work (cost.Work).
+func doublingWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return pairStepsWork(m, s, pairFold{in: b, reduce: true, out: b}, doublingSteps(s.Ranks, b))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -72,22 +73,6 @@ import (
 
 // treeSegmentBytes is Tree's default segment size.
 const treeSegmentBytes = 256 << 10
-
-// tuning is a Group's segment sizes and thresholds for the pipelined and
-// large-message algorithms; zero fields take the defaults. Tests shrink
-// them so that multi-segment paths run on small inputs (export_test.go).
-type tuning struct {
-	treeSegment  int // bytes per segment of Tree (treeSegmentBytes)
-	chainSegment int // bytes per segment of the pipelined chains (chainSegments)
-	chainMin     int // smallest Broadcast or Reduce sent by chain; 0: the cost model's choice (useChain)
-}
-
-func orDefault(v, def int) int {
-	if v > 0 {
-		return v
-	}
-	return def
-}
 
 // btree is rank r's place in NCCL's in-order binary tree of n ranks
 // (ncclGetBtree): its parent (-1 at the root), its children (-1 where
@@ -175,7 +160,7 @@ func (g *Group) dtreeAllReduce(ctx context.Context, h transport.Header, c *call)
 		return err
 	}
 	es := c.dt.Size()
-	segElems := max(1, orDefault(g.tune.treeSegment, g.model.maxSegment(treeSegmentBytes))/es)
+	segElems := max(1, orDefault(g.tune.treeSegment, g.model.MaxSegment(treeSegmentBytes))/es)
 	var (
 		nodes  [2]treeNode
 		halves [2][]byte // tree t's half of the buffer
@@ -305,13 +290,13 @@ func (g *Group) dtreeStep(ctx context.Context, h transport.Header, step uint32, 
 // takes its two children's segments of one tree before it sends its own
 // of the other, which its parent there takes before its own children's),
 // not by the sender's port.
-func treeCost(m Model, s Shape, b float64) float64 {
+func treeCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 {
 		return 0
 	}
 	if b == 0 {
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	fsegs, c := treeSegments(m, b)
 	segs := int(fsegs)
@@ -321,23 +306,9 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	clock := make([]float64, n)
 	for r := range nodes {
 		nodes[r] = [2]treeNode{dtreeNode(n, r, 0), dtreeNode(n, r, 1)}
-		clock[r] = m.between(s, mod(r-1, n), r).Alpha // the agreement step
+		clock[r] = m.Between(s, mod(r-1, n), r).Alpha // the agreement step
 	}
-	// Ports ≥ 1: each rank's ports and its links (by peer; a rank has at
-	// most 6 tree links) are busy until these times.
-	type linkBusy struct {
-		peer int
-		free float64
-	}
-	ports := m.Ports
-	var portFree [][]float64
-	var linkFree [][]linkBusy
-	if ports > 0 {
-		portFree, linkFree = make([][]float64, n), make([][]linkBusy, n)
-		for r := range portFree {
-			portFree[r] = make([]float64, ports)
-		}
-	}
+	tp := newTreePorts(n, m.Ports)
 	arrival := make([]float64, n) // of the segment rank r sends this round
 	sent := make([]float64, n)    // when rank r is free of its send
 	to, from := make([]int, n), make([]int, n)
@@ -348,55 +319,14 @@ func treeCost(m Model, s Shape, b float64) float64 {
 				t, j := slot>>1, slot&1
 				any := false
 				for r := range nodes {
-					nd := &nodes[r][t]
-					to[r], from[r] = -1, -1
-					if phase == 0 {
-						if k := q - nd.level; nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
-							to[r] = nd.parent
-						}
-						if k := q - nd.childLevel[j]; nd.child[j] >= 0 && k >= 0 && k < segs {
-							from[r] = nd.child[j]
-						}
-					} else {
-						if k := q - (top - nd.parentLevel); nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
-							from[r] = nd.parent
-						}
-						if k := q - (top - nd.level); nd.child[j] >= 0 && k >= 0 && k < segs {
-							to[r] = nd.child[j]
-						}
-					}
+					to[r], from[r] = treeRound(&nodes[r][t], phase, q, j, top, segs)
 					if p := to[r]; p >= 0 {
 						any = true
-						l := m.between(s, r, p)
-						tx := l.queuedTransfer(c)
-						start := clock[r]
-						if ports > 0 {
-							port := 0
-							for i, x := range portFree[r] {
-								if x < portFree[r][port] {
-									port = i
-								}
-							}
-							li := -1
-							for i, lb := range linkFree[r] {
-								if lb.peer == p {
-									li = i
-								}
-							}
-							if li < 0 {
-								li = len(linkFree[r])
-								linkFree[r] = append(linkFree[r], linkBusy{p, 0})
-							}
-							start = math.Max(start, math.Max(portFree[r][port], linkFree[r][li].free))
-							ready := start
-							start = nics.slot(r, p, ready, tx)
-							portFree[r][port], linkFree[r][li].free = start+tx, start+tx
-							sent[r] = ready
-						} else {
-							start = nics.slot(r, p, start, tx)
-							sent[r] = start + tx
-						}
-						arrival[r] = start + m.alpha(l, from[r] < 0) + tx // a round that only sends: a lone send
+						l := m.Between(s, r, p)
+						tx := l.QueuedTransfer(c)
+						start, free := tp.post(r, p, clock[r], tx, nics)
+						sent[r] = free
+						arrival[r] = start + m.AlphaOf(l, from[r] < 0) + tx // a round that only sends: a lone send
 					}
 				}
 				if !any {
@@ -432,6 +362,85 @@ func treeCost(m Model, s Shape, b float64) float64 {
 	return end
 }
 
+// treeRound is whom a rank at node nd of its tree sends to and receives
+// from (-1: none) in slot j of period q of phase 0 (up: segments to the
+// parent, reduced there) or 1 (down: from the parent to the children).
+func treeRound(nd *treeNode, phase, q, j, top, segs int) (to, from int) {
+	to, from = -1, -1
+	if phase == 0 {
+		if k := q - nd.level; nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+			to = nd.parent
+		}
+		if k := q - nd.childLevel[j]; nd.child[j] >= 0 && k >= 0 && k < segs {
+			from = nd.child[j]
+		}
+		return to, from
+	}
+	if k := q - (top - nd.parentLevel); nd.parent >= 0 && nd.side == j && k >= 0 && k < segs {
+		from = nd.parent
+	}
+	if k := q - (top - nd.level); nd.child[j] >= 0 && k >= 0 && k < segs {
+		to = nd.child[j]
+	}
+	return to, from
+}
+
+// treePorts are, with Ports ≥ 1, the times each rank's ports and its
+// links (by peer; a rank has at most 6 tree links) are busy until; nil
+// with Ports 0.
+type treePorts struct {
+	portFree [][]float64
+	linkFree [][]linkBusy
+}
+
+type linkBusy struct {
+	peer int
+	free float64
+}
+
+func newTreePorts(n, ports int) *treePorts {
+	if ports <= 0 {
+		return nil
+	}
+	tp := &treePorts{portFree: make([][]float64, n), linkFree: make([][]linkBusy, n)}
+	for r := range tp.portFree {
+		tp.portFree[r] = make([]float64, ports)
+	}
+	return tp
+}
+
+// post is when rank r's segment to p, taking tx on the wire, starts (its
+// clock at the latest; with ports, also its first free port and its link
+// to p; between nodes, its NIC's slot), and when r is free of it (Ports
+// 0: the send holds it; else when it was ready).
+func (tp *treePorts) post(r, p int, clock, tx float64, nics *roundNICs) (start, free float64) {
+	if tp == nil {
+		start = nics.slot(r, p, clock, tx)
+		return start, start + tx
+	}
+	port := 0
+	for i, x := range tp.portFree[r] {
+		if x < tp.portFree[r][port] {
+			port = i
+		}
+	}
+	li := -1
+	for i, lb := range tp.linkFree[r] {
+		if lb.peer == p {
+			li = i
+		}
+	}
+	if li < 0 {
+		li = len(tp.linkFree[r])
+		tp.linkFree[r] = append(tp.linkFree[r], linkBusy{p, 0})
+	}
+	start = math.Max(clock, math.Max(tp.portFree[r][port], tp.linkFree[r][li].free))
+	ready := start
+	start = nics.slot(r, p, ready, tx)
+	tp.portFree[r][port], tp.linkFree[r][li].free = start+tx, start+tx
+	return start, ready
+}
+
 // roundNICs are the shared NICs (Model.NICs) of Tree's formula: a send
 // between nodes takes the earliest gap at or after its ready time that
 // its NIC has for its transfer. The formula takes a round's sends in rank
@@ -440,15 +449,15 @@ func treeCost(m Model, s Shape, b float64) float64 {
 // but reached later go first, as there, without moving the sends already
 // placed (an approximation: TestCostMatchesSimulatorSharedNICs).
 type roundNICs struct {
-	m    Model
-	s    Shape
+	m    cost.Model
+	s    cost.Shape
 	busy [][]interval // by NIC (Model.nicOf), in order of start, disjoint
 }
 
 type interval struct{ start, end float64 }
 
 // newRoundNICs is nil when nothing is shared.
-func newRoundNICs(m Model, s Shape) *roundNICs {
+func newRoundNICs(m cost.Model, s cost.Shape) *roundNICs {
 	if m.NICs <= 0 || s.Nodes <= 1 || s.LocalSize <= 0 {
 		return nil
 	}
@@ -463,7 +472,7 @@ func (n *roundNICs) slot(r, p int, ready, tx float64) float64 {
 	if n == nil || r/n.s.LocalSize == p/n.s.LocalSize {
 		return ready
 	}
-	i := n.m.nicOf(n.s, r)
+	i := n.m.NICOf(n.s, r)
 	b := n.busy[i]
 	at := sort.Search(len(b), func(j int) bool { return b[j].end > ready }) // the first interval it can meet
 	start := ready
@@ -498,31 +507,31 @@ func (n *roundNICs) forget(t float64) {
 	}
 }
 
-// treeWork is Tree's work (cores.go): in each tree every edge carries the
+// treeWork is Tree's work (cost.Work): in each tree every edge carries the
 // half's S segments up, reduced by the parent, and down again.
-func treeWork(m Model, s Shape, b float64) float64 {
+func treeWork(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	if n == 1 || b == 0 {
 		return 0
 	}
-	w := newNodeWork(m, s)
+	w := cost.NewWork(m, s)
 	segs, c := treeSegments(m, b)
 	for r := range n {
 		for t := range 2 {
 			if p := dtreeNode(n, r, t).parent; p >= 0 {
-				w.send(r, p, c, segs)
-				w.reduce(p, segs*c)
-				w.send(p, r, c, segs)
+				w.Send(r, p, c, segs)
+				w.Reduce(p, segs*c)
+				w.Send(p, r, c, segs)
 			}
 		}
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
 // treeSegments is how many segments of how many bytes each half of b
 // bytes goes in under m (as the formulas count them).
-func treeSegments(m Model, b float64) (segs, c float64) {
+func treeSegments(m cost.Model, b float64) (segs, c float64) {
 	half := b / 2
-	segs = math.Max(1, math.Ceil(half/float64(m.maxSegment(treeSegmentBytes))))
+	segs = math.Max(1, math.Ceil(half/float64(m.MaxSegment(treeSegmentBytes))))
 	return segs, half / segs
 }

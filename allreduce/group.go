@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -23,7 +24,6 @@ type Group struct {
 	exchanger transport.Exchanger // nil when conn lacks the capability
 	rank      int
 	size      int
-	algorithm Algorithm
 
 	// id is the Group field of every header this group sends: 0 for a
 	// group made by NewGroup, derived from the parent's for a split one,
@@ -53,21 +53,20 @@ type Group struct {
 
 	tune tuning // segment sizes and thresholds (dtree.go); zero: defaults
 
-	// The cost model Auto chooses by (costmodel.go): model (DefaultModel
-	// unless modelSet); shape, the group's Shape once known (learnt on
-	// Auto's first call, or set by the algorithm that made the sub-group);
-	// picks, Auto's choice per size class (sizeClass), Auto (0) where not
-	// yet made. Used by the call holding the turn.
-	model    Model
-	modelSet bool
-	shape    *Shape
-	picks    [65]Algorithm
-	// rooted is the schedule of Broadcast and Reduce (rooted.go);
-	// chainPicks, under RootedAuto, is Broadcast's [0] and Reduce's [1]
-	// choice per size class: 0 not yet made, 1 the binomial tree, 2 the
-	// chain (useChain).
-	rooted     RootedSchedule
-	chainPicks [2][65]uint8
+	// The selector's state (selector.go): model, the cost model Auto
+	// chooses by (cost.DefaultModelFor the group unless modelSet);
+	// shape, the group's shape once known (learnt on Auto's first
+	// AllReduce, or set by the algorithm that made the sub-group); asked,
+	// the row of the schedule table each collective asked for, by Kind (0:
+	// Auto); picks, Auto's choice per collective and size class
+	// (sizeClass), 0 where not yet made, used by the call holding the
+	// turn; badOption, an option's error for NewGroup.
+	model     cost.Model
+	modelSet  bool
+	shape     *cost.Shape
+	asked     [KindBarrier]uint8
+	picks     [KindBarrier][65]uint8
+	badOption error
 
 	// virtual is the transport's virtual memory (virtual.go), nil when it
 	// has none; virtualCall says the running call's buffers are virtual.
@@ -99,36 +98,6 @@ type sequencer struct {
 // GroupOption configures a Group.
 type GroupOption func(*Group)
 
-// WithAlgorithm sets the AllReduce algorithm. An algorithm whose
-// requirements the transport does not meet (Direct without shared memory)
-// is an error at NewGroup, before any communication.
-func WithAlgorithm(a Algorithm) GroupOption { return func(g *Group) { g.algorithm = a } }
-
-// Algorithm is the AllReduce algorithm in use for large buffers (64 MiB):
-// AlgorithmFor(64 MiB).
-func (g *Group) Algorithm() Algorithm { return g.AlgorithmFor(64 << 20) }
-
-// AlgorithmFor is the AllReduce algorithm a call of the given bytes runs:
-// the one asked for, or Auto's choice for its size class. Before Auto's
-// first call has learnt the topology of a group whose ranks know their
-// nodes, it answers for the ranks on one node.
-func (g *Group) AlgorithmFor(bytes int) Algorithm {
-	if g.algorithm != Auto {
-		return g.algorithm
-	}
-	g.seq.mu.Lock()
-	sh := g.shape
-	g.seq.mu.Unlock()
-	var s Shape
-	if sh != nil {
-		s = *sh
-	} else {
-		s = FlatShape(g.size)
-		s.PeerMemory, s.LendLimit = lending(g.conn)
-	}
-	return Choose(g.model, s, classBytes(sizeClass(bytes)))
-}
-
 // NewGroup makes a Group over conn. The Group owns conn and closes it.
 func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 	if conn == nil {
@@ -152,16 +121,13 @@ func NewGroup(conn transport.Conn, opts ...GroupOption) (*Group, error) {
 		o(g)
 	}
 	if !g.modelSet {
-		s := FlatShape(n)
+		s := cost.FlatShape(n)
 		s.PeerMemory, s.LendLimit = lending(conn)
-		g.model = DefaultModelFor(s)
+		g.model = cost.DefaultModelFor(s)
 	} else if err := g.model.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := g.checkAlgorithm(); err != nil {
-		return nil, err
-	}
-	if err := g.checkRooted(); err != nil {
+	if err := g.checkAsked(); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -395,47 +361,21 @@ func (g *Group) start(ctx context.Context, c call) *Work {
 	return w
 }
 
-// execute dispatches to the algorithm.
+// execute dispatches to the row of the schedule table the call runs.
 func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	h := c.header(g.id, seq)
 	g.startCall(c)
-	switch c.kind {
-	case KindAllReduce:
-		spec, _ := g.algorithm.spec()
-		return spec.run(g, ctx, h, c)
-	case KindReduceScatter:
-		return g.ringReduceScatter(ctx, h, c)
-	case KindAllGather:
-		return g.ringAllGather(ctx, h, c)
-	case KindBroadcast:
-		return g.broadcast(ctx, h, c)
-	case KindReduce:
-		return g.reduce(ctx, h, c)
-	case KindBarrier:
+	if c.kind == KindBarrier {
 		return g.disseminationBarrier(ctx, h)
 	}
-	return fmt.Errorf("%w: unknown collective %v", ErrInvalid, c.kind)
-}
-
-// exchange sends sp to rank to while receiving n bytes from rank from into
-// sink: one step of a ring.
-func (g *Group) exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
-	if g.exchanger != nil {
-		return g.exchanger.Exchange(ctx, to, sh, sp, from, rh, n, sink)
-	}
-	sent := make(chan error, 1)
-	go func() { sent <- g.conn.Send(ctx, to, sh, sp) }()
-	rerr := g.conn.Recv(ctx, from, rh, n, sink)
-	if rerr != nil {
-		if a, ok := g.conn.(transport.Aborter); ok {
-			a.Abort(rerr)
+	if _, ok := scheduleOf(c.kind, 1); ok {
+		s, err := g.scheduleFor(ctx, c.kind, callBytes(c))
+		if err != nil {
+			return err
 		}
+		return s.run(g, ctx, h, c)
 	}
-	serr := <-sent
-	if rerr != nil {
-		return rerr
-	}
-	return serr
+	return fmt.Errorf("%w: unknown collective %v", ErrInvalid, c.kind)
 }
 
 // scratchBytes returns an 8-byte aligned scratch buffer of n bytes, reused
@@ -450,5 +390,3 @@ func (g *Group) scratchBytes(n int) []byte {
 	}
 	return asBytes(g.scratch[:words])[:n]
 }
-
-func mod(a, n int) int { return ((a % n) + n) % n }

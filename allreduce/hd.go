@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/bits"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -49,39 +50,7 @@ import (
 // its holder, before the all-gather.
 //
 // The two halves are also a ReduceScatter and an AllGather of their own
-// (hdReduceScatter, hdAllGather: ChunkBounds layout, rank r's chunk on
-// rank r), with the masks P/2, ..., 1 so that active rank v's block is v's
-// ranks' chunks: chunks 2v and 2v+1 for v < R, chunk v+R above. Not yet
-// dispatched to; tests reach them through export_test.go.
-
-// hdFold is the fold of N ranks onto P, the largest power of two ≤ N:
-// the R = N-P even ranks below 2R hand their data to the odd rank above.
-type hdFold struct{ n, p2, rem int }
-
-func foldOf(n int) hdFold {
-	p2 := 1 << (bits.Len(uint(n)) - 1)
-	return hdFold{n: n, p2: p2, rem: n - p2}
-}
-
-// virtual is rank r's number among the P active ranks, or -1 for a rank
-// that sits out (an even rank below 2R).
-func (f hdFold) virtual(r int) int {
-	if r < 2*f.rem {
-		if r%2 == 0 {
-			return -1
-		}
-		return r / 2
-	}
-	return r - f.rem
-}
-
-// real is the rank of active rank v.
-func (f hdFold) real(v int) int {
-	if v < f.rem {
-		return 2*v + 1
-	}
-	return v + f.rem
-}
+// (hd_halves.go).
 
 // hdMask is the partner mask of halving step i (0-based) over p2 ranks.
 func hdMask(p2, i int, highFirst bool) int {
@@ -224,141 +193,20 @@ func (g *Group) hdAllReduce(ctx context.Context, h transport.Header, c *call) er
 	return nil
 }
 
-// hdChunkBlocks is the block layout of the stand-alone halves: active rank
-// v's block is the chunks (g.chunkBytes) of the ranks it stands for —
-// 2v and 2v+1 below R, v+R above — so blocks are contiguous and in order.
-func (g *Group) hdChunkBlocks(c *call, f hdFold) func(b int) (int, int) {
-	return func(b int) (int, int) {
-		first, last := b+f.rem, b+f.rem
-		if b < f.rem {
-			first, last = 2*b, 2*b+1
-		}
-		lo, _ := g.chunkBytes(c, first)
-		_, hi := g.chunkBytes(c, last)
-		return lo, hi
-	}
-}
-
-// hdReduceScatter is a ReduceScatter (call semantics and layout of
-// ringReduceScatter: c.src is read, rank r's chunk goes to c.buf) by
-// recursive halving. After the agreement step: the fold (even rank r below
-// 2R sends its whole src to r+1), log2 P halving steps over the blocks of
-// hdChunkBlocks, then each odd rank below 2R sends its even partner that
-// rank's chunk. Bytes sent per rank: (P-1)/P·M, plus M from the even ranks
-// below 2R and M/N from the odd ones. Scratch: M bytes.
-func (g *Group) hdReduceScatter(ctx context.Context, h transport.Header, c *call) error {
-	n, r := g.size, g.rank
-	lo, hi := g.chunkBytes(c, r)
-	if err := g.checkLen("source", len(c.src), c.count*c.dt.Size()); err != nil {
-		return err
-	}
-	if err := g.checkLen("destination (this rank's chunk)", len(c.buf), hi-lo); err != nil {
-		return err
-	}
-	if n == 1 || c.count == 0 {
-		g.localCopy(c.buf, c.src)
-		return g.agree(ctx, h)
-	}
-	if err := g.agree(ctx, h); err != nil {
-		return err
-	}
-	f := foldOf(n)
-	steps := uint32(bits.TrailingZeros(uint(f.p2)))
-	unfold := 1 + steps
-	v := f.virtual(r)
-	if v < 0 { // an even rank below 2R: contribute, then take my chunk
-		if err := g.send(ctx, h, 0, r+1, c.src); err != nil {
-			return err
-		}
-		return g.recvCopy(ctx, h, unfold, r+1, c.buf)
-	}
-	work := g.scratchBytes(len(c.src))
-	src := c.src
-	if r < 2*f.rem {
-		if err := g.recvReduce(ctx, h, 0, r-1, c.src, work, receivedFirst); err != nil {
-			return err
-		}
-		src = work
-	}
-	if _, err := g.hdReduceScatterSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), src, work); err != nil {
-		return err
-	}
-	if c.op == Avg {
-		blo, bhi := g.hdChunkBlocks(c, f)(v)
-		g.divide(c.dt, work[blo:bhi], n)
-	}
-	g.localCopy(c.buf, work[lo:hi])
-	if r < 2*f.rem {
-		plo, phi := g.chunkBytes(c, r-1)
-		return g.send(ctx, h, unfold, r-1, work[plo:phi])
-	}
-	return nil
-}
-
-// hdAllGather is an AllGather (call semantics and layout of ringAllGather:
-// c.src is rank r's chunk of c.buf) by recursive doubling. After the
-// agreement step: each even rank r below 2R sends its chunk to r+1, log2 P
-// doubling steps over the blocks of hdChunkBlocks, then each odd rank
-// below 2R sends r-1 the whole result. Bytes sent per rank: (P-1)/P·M
-// (M the gathered size), plus M/N from the even ranks below 2R and M from
-// the odd ones.
-func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) error {
-	n, r := g.size, g.rank
-	lo, hi := g.chunkBytes(c, r)
-	if err := g.checkLen("destination", len(c.buf), c.count*c.dt.Size()); err != nil {
-		return err
-	}
-	if err := g.checkLen("source (this rank's chunk)", len(c.src), hi-lo); err != nil {
-		return err
-	}
-	if !sameBytes(c.buf[lo:hi], c.src) {
-		g.localCopy(c.buf[lo:hi], c.src)
-	}
-	if n == 1 || c.count == 0 {
-		return g.agree(ctx, h)
-	}
-	if err := g.agree(ctx, h); err != nil {
-		return err
-	}
-	f := foldOf(n)
-	steps := uint32(bits.TrailingZeros(uint(f.p2)))
-	unfold := 1 + steps
-	v := f.virtual(r)
-	if v < 0 {
-		if err := g.send(ctx, h, 0, r+1, c.buf[lo:hi]); err != nil {
-			return err
-		}
-		return g.recvCopy(ctx, h, unfold, r+1, c.buf)
-	}
-	if r < 2*f.rem {
-		plo, phi := g.chunkBytes(c, r-1)
-		if err := g.recvCopy(ctx, h, 0, r-1, c.buf[plo:phi]); err != nil {
-			return err
-		}
-	}
-	if err := g.hdAllGatherSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), c.buf); err != nil {
-		return err
-	}
-	if r < 2*f.rem {
-		return g.send(ctx, h, unfold, r-1, c.buf)
-	}
-	return nil
-}
-
 // hdCost is halving-doubling's predicted time: log2 P reduce-scatter
 // steps moving and reducing M/2, M/4, ..., M/P, the all-gather's log2 P
 // steps moving the same sizes back, each α + x·β (+ x·γ) over the link
 // between the partners, with the fold and unfold of doubling.go when N is
 // not a power of two (pairStepsCost).
-func hdCost(m Model, s Shape, b float64) float64 {
+func hdCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
-	return pairStepsCost(m, s, b, hdSteps(n, b))
+	return pairStepsCost(m, s, pairFold{in: b, reduce: true, out: b}, hdSteps(n, b))
 }
 
 // hdSteps are halving-doubling's steps among the active ranks: the
@@ -374,7 +222,7 @@ func hdSteps(n int, b float64) []pairStep {
 	return append(rs, ag...)
 }
 
-// hdWork is halving-doubling's work (cores.go).
-func hdWork(m Model, s Shape, b float64) float64 {
-	return pairStepsWork(m, s, b, hdSteps(s.Ranks, b))
+// hdWork is halving-doubling's work (cost.Work).
+func hdWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return pairStepsWork(m, s, pairFold{in: b, reduce: true, out: b}, hdSteps(s.Ranks, b))
 }

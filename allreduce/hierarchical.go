@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -75,36 +76,32 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 // hierarchicalCost is the 2D ring's predicted time: the agreement step,
 // the intra-node Reduce, Auto's all-reduce among the K local roots over
 // the inter-node link, and the intra-node Broadcast.
-func hierarchicalCost(m Model, s Shape, b float64) float64 {
+func hierarchicalCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	t := agreeCost(m, s)
+	t := m.Agree(s)
 	if b == 0 {
 		return t
 	}
 	// The Broadcast's agreement step is off the critical path: the other
 	// ranks of the node sent theirs long before the local root, back from
 	// the inter-node phase, sends its own with the data right behind it.
-	intra, inter := s.intraShape(), s.interShape()
-	return t + reduceCost(m, intra, b) + autoCost(m, inter, b) + broadcastCost(m, intra, b) - agreeCost(m, intra)
+	intra, inter := s.IntraShape(), s.InterShape()
+	return t + bestCost(m, intra, KindReduce, b) + autoCost(m, inter, b) + bestCost(m, intra, KindBroadcast, b) - m.Agree(intra)
 }
 
-// hierarchicalWork is the work (cores.go) of a node of L ranks: its
+// hierarchicalWork is the work (cost.Work) of a node of L ranks: its
 // Reduce and Broadcast, and its rank's part of the inter-node all-reduce.
-func hierarchicalWork(m Model, s Shape, b float64) float64 {
-	intra := s.intraShape()
-	return rootedWork(m, intra, KindReduce, b) + autoWork(m, s.interShape(), b) + rootedWork(m, intra, KindBroadcast, b)
+func hierarchicalWork(m cost.Model, s cost.Shape, b float64) float64 {
+	intra := s.IntraShape()
+	return bestWork(m, intra, KindReduce, b) + autoWork(m, s.InterShape(), b) + bestWork(m, intra, KindBroadcast, b)
 }
-
-// intraShape is the shape of the ranks of the largest node, interShape
-// that of one rank per node: the sub-groups of hierarchy.go.
-func (s Shape) intraShape() Shape { return Shape{Ranks: s.LocalSize, Nodes: 1, LocalSize: s.LocalSize} }
-func (s Shape) interShape() Shape { return Shape{Ranks: s.Nodes, Nodes: s.Nodes, LocalSize: 1} }
 
 // autoCost is the predicted time of Auto's choice for b bytes on shape s,
-// as a sub-group of a composition runs it.
-func autoCost(m Model, s Shape, b float64) float64 {
+// as a sub-group of a composition runs it (chosen at the lower end of
+// b's size class, as a group does).
+func autoCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks <= 1 {
 		return 0
 	}
@@ -112,9 +109,9 @@ func autoCost(m Model, s Shape, b float64) float64 {
 	return sp.predict(m, s, b)
 }
 
-// autoWork is the work (cores.go) of the busiest node in Auto's choice
+// autoWork is the work (cost.Work) of the busiest node in Auto's choice
 // for b bytes on shape s, as autoCost prices it.
-func autoWork(m Model, s Shape, b float64) float64 {
+func autoWork(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks <= 1 {
 		return 0
 	}

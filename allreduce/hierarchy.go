@@ -3,6 +3,8 @@ package allreduce
 import (
 	"context"
 	"fmt"
+
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The topology-aware AllReduce algorithms — Hierarchical (hierarchical.go),
@@ -87,7 +89,7 @@ func (g *Group) hierarchy(ctx context.Context) (*hierarchy, error) {
 	}
 	if mine := hy.members[hy.node]; len(mine) > 1 {
 		hy.intra = g.algorithmSubgroup(mine, childID(g.id, "intra-node", uint64(hy.node)))
-		hy.intra.shape = &Shape{Ranks: len(mine), Nodes: 1, LocalSize: len(mine)}
+		hy.intra.shape = &cost.Shape{Ranks: len(mine), Nodes: 1, LocalSize: len(mine)}
 	}
 	g.hier = hy
 	return hy, nil
@@ -125,7 +127,7 @@ func (g *Group) learnTopology(ctx context.Context) (Topology, error) {
 // must not run that algorithm itself, and runs what its formula prices.
 func (g *Group) algorithmSubgroup(members []int, id uint32) *Group {
 	sub := g.subgroup(members, id)
-	sub.algorithm, sub.rooted = Auto, RootedAuto
+	sub.asked = [KindBarrier]uint8{}
 	return sub
 }
 
@@ -165,8 +167,8 @@ func (hy *hierarchy) interGroup(g *Group, s, sideBySide int) *Group {
 		members[k] = m[slotHolder(hy.slots, len(m), s)]
 	}
 	sub := g.algorithmSubgroup(members, childID(g.id, "inter-node", uint64(s)))
-	sub.shape = &Shape{Ranks: len(members), Nodes: len(members), LocalSize: 1}
-	sub.model = sub.model.sharedBy(sideBySide)
+	sub.shape = &cost.Shape{Ranks: len(members), Nodes: len(members), LocalSize: 1}
+	sub.model = sub.model.SharedBy(sideBySide)
 	hy.inter[s] = sub
 	return sub
 }

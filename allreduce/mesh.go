@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -80,11 +81,11 @@ func (g *Group) meshAllReduce(ctx context.Context, h transport.Header, c *call) 
 	return nil
 }
 
-// meshWork is the work (cores.go) of a node of L ranks: its intra-node
+// meshWork is the work (cost.Work) of a node of L ranks: its intra-node
 // all-reduce and its L ranks' parts of the inter-node all-reduces of the
 // whole buffer.
-func meshWork(m Model, s Shape, b float64) float64 {
-	return autoWork(m, s.intraShape(), b) + float64(s.LocalSize)*autoWork(m.sharedBy(s.LocalSize), s.interShape(), b)
+func meshWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return autoWork(m, s.IntraShape(), b) + float64(s.LocalSize)*autoWork(m.SharedBy(s.LocalSize), s.InterShape(), b)
 }
 
 // meshCost is the 2D mesh's predicted time: the agreement step, Auto's
@@ -92,17 +93,17 @@ func meshWork(m Model, s Shape, b float64) float64 {
 // among one rank per node (the L of them in parallel). On uneven nodes a
 // rank of the smallest node holds up to ⌈L/L_min⌉ slots and runs that
 // many inter-node all-reduces one after another (torusCost).
-func meshCost(m Model, s Shape, b float64) float64 {
+func meshCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	t := agreeCost(m, s)
+	t := m.Agree(s)
 	if b == 0 {
 		return t
 	}
-	intra, slots := autoCost(m, s.intraShape(), b), s.slotsPerRank()
+	intra, slots := autoCost(m, s.IntraShape(), b), s.SlotsPerRank()
 	if slots > 1 {
-		intra = math.Max(intra, autoCost(m, s.smallestShape(), b))
+		intra = math.Max(intra, autoCost(m, s.SmallestShape(), b))
 	}
-	return t + intra + float64(slots)*autoCost(m.sharedBy(s.LocalSize), s.interShape(), b)
+	return t + intra + float64(slots)*autoCost(m.SharedBy(s.LocalSize), s.InterShape(), b)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 )
 
@@ -24,7 +25,7 @@ import (
 // root and its second rank; Tree's leaves and interior ranks): both must
 // cut it the same.
 func TestMatrixInPieces(t *testing.T) {
-	m := allreduce.DefaultModel(true)
+	m := cost.DefaultModel(true)
 	m.Segment = 20
 	for _, tc := range []struct {
 		name string
@@ -46,7 +47,7 @@ func TestMatrixInPieces(t *testing.T) {
 // TestSegmentValidated: a negative segment is refused when the group is
 // made.
 func TestSegmentValidated(t *testing.T) {
-	m := allreduce.DefaultModel(true)
+	m := cost.DefaultModel(true)
 	m.Segment = -1
 	conns, _, err := allreducetest.InprocConns(1, time.Second)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestSegmentValidated(t *testing.T) {
 // sequential reference on every rank, for every algorithm the group runs
 // them with (the ring; Auto).
 func TestVariableChunksInPieces(t *testing.T) {
-	m := allreduce.DefaultModel(true)
+	m := cost.DefaultModel(true)
 	m.Segment = 12
 	counts := []int{0, 7, 1, 13, 0}
 	n, total := len(counts), 0

@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -30,16 +31,17 @@ import (
 //
 // A round's step number is the round, as in the broadcast chain.
 
-// reduce is Reduce: the binomial tree or, on three ranks or more, the
-// pipelined chain, whichever the cost model predicts faster (useChain,
-// bcast_large.go).
-func (g *Group) reduce(ctx context.Context, h transport.Header, c *call) error {
-	if g.useChain(KindReduce, len(c.buf)) {
-		return g.chainReduce(ctx, h, c)
-	}
-	return g.treeReduce(ctx, h, c)
+// chainReduceCost and chainReduceWork are the chain Reduce's predicted
+// time and work, as chainBroadcastCost's, each received segment reduced.
+func chainReduceCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.Chain(m, s, b, chainSegmentsFor(s.Ranks, b), true)
 }
 
+func chainReduceWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.ChainWork(m, s, b, chainSegmentsFor(s.Ranks, b), true)
+}
+
+// chainReduce is the pipelined chain Reduce (above).
 func (g *Group) chainReduce(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err

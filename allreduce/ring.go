@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -149,59 +150,37 @@ func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *c
 	return nil
 }
 
-func (g *Group) checkLen(what string, got, want int) error {
-	if got != want {
-		return errLen(what, got, want)
-	}
-	return nil
-}
-
-// sameBytes reports whether a and b are the same memory.
-func sameBytes(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
 // ringCost is the ring's predicted time: 2(N-1) steps of c = M/N bytes,
 // the first N-1 also reducing (each step k lock-step pieces of c/k where
 // the model has a Segment: as a ring of k(N-1) steps per phase). On one kind of link every rank waits for
 // its left neighbour each step: (N-1)·(2(α + c·β) + c·γ). On K > 1 nodes
 // of L ranks the ring crosses K inter-node links and N-K intra-node ones,
 // and the time of each phase is its longest path (ringPhaseCost).
-func ringCost(m Model, s Shape, b float64) float64 {
+func ringCost(m cost.Model, s cost.Shape, b float64) float64 {
 	n := s.Ranks
 	switch {
 	case n == 1:
 		return 0
 	case b == 0:
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	c := b / float64(n)
-	k := m.pieces(c) // each step's exchange goes as k pieces of c/k
+	k := m.Pieces(c) // each step's exchange goes as k pieces of c/k
 	steps, p := int(k)*(n-1), c/k
 	if s.Nodes <= 1 {
-		return float64(steps) * (2*m.Intra.time(p) + p*m.Gamma)
+		return float64(steps) * (2*m.Intra.Time(p) + p*m.Gamma)
 	}
-	hops := s.ringInterHops(steps)
-	return ringPhaseCost(steps, hops, m.Intra.time(p)+p*m.Gamma, m.Inter.time(p)+p*m.Gamma, math.Max(m.Inter.transfer(p), p*m.Gamma)) +
-		ringPhaseCost(steps, hops, m.Intra.time(p), m.Inter.time(p), m.Inter.transfer(p))
+	hops := ringInterHops(s, steps)
+	return ringPhaseCost(steps, hops, m.Intra.Time(p)+p*m.Gamma, m.Inter.Time(p)+p*m.Gamma, math.Max(m.Inter.Transfer(p), p*m.Gamma)) +
+		ringPhaseCost(steps, hops, m.Intra.Time(p), m.Inter.Time(p), m.Inter.Transfer(p))
 }
 
-// ringWork is the ring's work (cores.go): every rank sends 2(N-1)
+// ringWork is the ring's work (cost.Work): every rank sends 2(N-1)
 // chunks of M/N to its right neighbour and reduces N-1 of them. On 2
 // ranks the right neighbour is the left one: the sends are exchanges
 // (Model.ExchangeWork).
-func ringWork(m Model, s Shape, b float64) float64 {
-	n := s.Ranks
-	w := newNodeWork(m, s)
-	for r := range n {
-		send := w.send
-		if n == 2 {
-			send = w.exchange
-		}
-		send(r, (r+1)%n, b/float64(n), float64(2*(n-1)))
-		w.reduce(r, float64(n-1)*b/float64(n))
-	}
-	return w.busiest()
+func ringWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringWorkOf(m, s, b, 2*(s.Ranks-1), true)
 }
 
 // ringPhaseCost is the time of one phase of the ring, steps steps of
@@ -221,7 +200,7 @@ func ringPhaseCost(steps, inter int, moveIntra, moveInter, stay float64) float64
 // ring of s's ranks cross (nodes are blocks of LocalSize consecutive
 // ranks, the last one SmallestNode): ⌈w/L⌉ on even nodes; more where a
 // smaller node puts two boundaries closer.
-func (s Shape) ringInterHops(w int) int {
+func ringInterHops(s cost.Shape, w int) int {
 	n := s.Ranks
 	if s.Nodes <= 1 || n <= 1 || w <= 0 {
 		return 0
@@ -229,7 +208,7 @@ func (s Shape) ringInterHops(w int) int {
 	// boundary[r]: the hop from rank r to r+1 (mod n) crosses nodes.
 	boundary := make([]int, n)
 	for r := range n {
-		if s.nodeOfRank(r) != s.nodeOfRank((r+1)%n) {
+		if s.NodeOfRank(r) != s.NodeOfRank((r+1)%n) {
 			boundary[r] = 1
 		}
 	}
@@ -251,11 +230,71 @@ func (s Shape) ringInterHops(w int) int {
 	return full*perCircle + best
 }
 
-// nodeOfRank is rank r's node on s: blocks of LocalSize consecutive ranks
-// (as between places them).
-func (s Shape) nodeOfRank(r int) int {
-	if s.Nodes <= 1 || s.LocalSize <= 0 {
+// ringReduceScatterCost is the ring ReduceScatter's predicted time: the
+// ring all-reduce's first phase, N-1 steps of c = M/N bytes each reduced
+// (ringHalfCost); the agreement step alone when there is nothing to move.
+func ringReduceScatterCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfCost(m, s, b, true)
+}
+
+// ringAllGatherCost is the ring AllGather's predicted time: the ring
+// all-reduce's second phase, N-1 steps of c = M/N bytes copied.
+func ringAllGatherCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfCost(m, s, b, false)
+}
+
+// ringHalfCost is one phase of ringCost on its own, reducing or copying.
+func ringHalfCost(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
+	n := s.Ranks
+	switch {
+	case n == 1:
 		return 0
+	case b == 0:
+		return m.Agree(s)
 	}
-	return min(r/s.LocalSize, s.Nodes-1)
+	c := b / float64(n)
+	k := m.Pieces(c)
+	steps, p := int(k)*(n-1), c/k
+	g := 0.0
+	if reduce {
+		g = p * m.Gamma
+	}
+	if s.Nodes <= 1 {
+		return float64(steps) * (m.Intra.Time(p) + g)
+	}
+	return ringPhaseCost(steps, ringInterHops(s, steps), m.Intra.Time(p)+g, m.Inter.Time(p)+g, math.Max(m.Inter.Transfer(p), g))
+}
+
+// ringReduceScatterWork and ringAllGatherWork are the work (cost.Work) of
+// one phase: every rank sends N-1 chunks of M/N to its right neighbour,
+// and in a ReduceScatter reduces them.
+func ringReduceScatterWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfWork(m, s, b, true)
+}
+
+func ringAllGatherWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return ringHalfWork(m, s, b, false)
+}
+
+func ringHalfWork(m cost.Model, s cost.Shape, b float64, reduce bool) float64 {
+	return ringWorkOf(m, s, b, s.Ranks-1, reduce)
+}
+
+// ringWorkOf is the work of a ring in which every rank sends sends chunks
+// of M/N to its right neighbour (exchanges on 2 ranks, where the right
+// neighbour is the left one) and, when reduce is set, reduces N-1 of them.
+func ringWorkOf(m cost.Model, s cost.Shape, b float64, sends int, reduce bool) float64 {
+	n := s.Ranks
+	w := cost.NewWork(m, s)
+	for r := range n {
+		send := w.Send
+		if n == 2 {
+			send = w.Exchange
+		}
+		send(r, (r+1)%n, b/float64(n), float64(sends))
+		if reduce {
+			w.Reduce(r, float64(n-1)*b/float64(n))
+		}
+	}
+	return w.Busiest()
 }

@@ -2,7 +2,10 @@ package allreduce
 
 import (
 	"fmt"
+	"math"
 	"strings"
+
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // RootedSchedule is the schedule of Broadcast and Reduce (the collectives
@@ -65,12 +68,47 @@ func ParseRootedSchedule(name string) (RootedSchedule, error) {
 // calls (RootedAuto unless set), like OpenMPI's coll_tuned_bcast_algorithm;
 // groups split from it inherit it. An unknown value is an error at
 // NewGroup.
-func WithRootedSchedule(s RootedSchedule) GroupOption { return func(g *Group) { g.rooted = s } }
+func WithRootedSchedule(s RootedSchedule) GroupOption {
+	return func(g *Group) { g.asked[KindBroadcast], g.asked[KindReduce] = uint8(s), uint8(s) }
+}
 
-// checkRooted reports an unknown schedule.
-func (g *Group) checkRooted() error {
-	if g.rooted > RootedChain {
-		return fmt.Errorf("%w: unknown Broadcast/Reduce schedule %v (want one of %s)", ErrInvalid, g.rooted, RootedScheduleNames())
+// RootedScheduleFor is the schedule a Broadcast (kind KindBroadcast) or
+// Reduce of the given bytes runs on g: RootedTree or RootedChain, as
+// AlgorithmFor says for AllReduce (on the group's shape if known, else
+// its ranks on one node).
+func (g *Group) RootedScheduleFor(kind Kind, bytes int) RootedSchedule {
+	if kind != KindBroadcast && kind != KindReduce {
+		return RootedTree
 	}
-	return nil
+	return RootedSchedule(g.pickOn(kind, bytes, g.knownShape()))
+}
+
+// RootedPrediction is the predicted time of Broadcast and Reduce on a
+// shape, under a model: each schedule's (agreement step included; the
+// chain's +Inf below three ranks) and the one a group runs, Chain set
+// when it is the chain.
+type RootedPrediction struct {
+	TreeSeconds, ChainSeconds float64
+	Chain                     bool
+}
+
+// PredictRooted predicts a Broadcast (kind KindBroadcast) or Reduce
+// (KindReduce) of bytes on shape s under m, and says which schedule a
+// group with that model runs for it (the faster at the lower end of the
+// size class, as the group chooses once per class).
+func PredictRooted(m cost.Model, s cost.Shape, kind Kind, bytes int) (RootedPrediction, error) {
+	if kind != KindBroadcast && kind != KindReduce {
+		return RootedPrediction{}, fmt.Errorf("%w: PredictRooted of %v: only Broadcast and Reduce have a schedule to choose", ErrInvalid, kind)
+	}
+	if s.Ranks == 1 {
+		return RootedPrediction{ChainSeconds: math.Inf(1)}, nil
+	}
+	tree, _ := scheduleOf(kind, uint8(RootedTree))
+	chain, _ := scheduleOf(kind, uint8(RootedChain))
+	b := float64(bytes)
+	p := RootedPrediction{TreeSeconds: tree.predict(m, s, b), ChainSeconds: chain.predict(m, s, b)}
+	if s.Ranks > 2 {
+		p.Chain = chooseRow(m, s, kind, classBytes(sizeClass(bytes))) == uint8(RootedChain)
+	}
+	return p, nil
 }

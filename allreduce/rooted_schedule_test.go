@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -78,17 +79,17 @@ func TestRootedSchedulesExact(t *testing.T) {
 // them, with one egress, one port or two, messages whole or in 64 KiB
 // pieces, and a cache regime. On two ranks every schedule is the tree.
 func TestRootedScheduleRuns(t *testing.T) {
-	link := allreduce.Link{Alpha: 5e-6, Beta: 1 / 5e9, CacheBeta: 1 / 10e9, CacheBytes: 128 << 10}
-	slow := allreduce.Link{Alpha: 20e-6, Beta: 1 / 1.25e9}
+	link := cost.Link{Alpha: 5e-6, Beta: 1 / 5e9, CacheBeta: 1 / 10e9, CacheBytes: 128 << 10}
+	slow := cost.Link{Alpha: 20e-6, Beta: 1 / 1.25e9}
 	worst := 0.0
 	for _, ports := range []int{0, 1, 2} {
 		for _, segment := range []int{0, 64 << 10} {
 			for _, shape := range []struct{ n, local int }{{2, 0}, {3, 0}, {7, 0}, {8, 3}, {13, 0}} {
-				m := allreduce.Model{Intra: link, Inter: link, Gamma: 1 / 8e9, Ports: ports, Segment: segment}
-				s := allreduce.FlatShape(shape.n)
+				m := cost.Model{Intra: link, Inter: link, Gamma: 1 / 8e9, Ports: ports, Segment: segment}
+				s := cost.FlatShape(shape.n)
 				if shape.local > 0 {
 					m.Inter = slow
-					s = allreduce.Shape{Ranks: shape.n, Nodes: (shape.n + shape.local - 1) / shape.local, LocalSize: shape.local}
+					s = cost.Shape{Ranks: shape.n, Nodes: (shape.n + shape.local - 1) / shape.local, LocalSize: shape.local}
 				}
 				for _, kind := range []allreduce.Kind{allreduce.KindBroadcast, allreduce.KindReduce} {
 					for _, bytes := range []int{0, 4 << 10, 300 << 10, 8 << 20} {
@@ -128,11 +129,9 @@ func TestRootedScheduleRuns(t *testing.T) {
 // float32 Sum) of the given bytes on n simulated ranks (on nodes of
 // localSize, 0 for one node) under schedule s, and the schedule rank 0's
 // group said it runs (RootedScheduleFor).
-func simulateRooted(tb testing.TB, m allreduce.Model, n, localSize int, kind allreduce.Kind, s allreduce.RootedSchedule, bytes int) (float64, allreduce.RootedSchedule) {
+func simulateRooted(tb testing.TB, m cost.Model, n, localSize int, kind allreduce.Kind, s allreduce.RootedSchedule, bytes int) (float64, allreduce.RootedSchedule) {
 	tb.Helper()
-	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, TimingOnly: true, Timeout: time.Minute,
-		Intra: simLink(m.Intra), Inter: simLink(m.Inter), Gamma: m.Gamma, Ports: m.Ports, Cores: m.Cores, ExchangeWork: m.ExchangeWork, LoneAlpha: m.LoneAlpha,
-		CacheWork: m.CacheWork, CacheWorkBytes: m.CacheWorkBytes, CollectiveBytes: allreduce.CollectiveBytes})
+	w, err := sim.NewWorld(sim.Config{Ranks: n, LocalSize: localSize, Model: m, CollectiveBytes: allreduce.CollectiveBytes, TimingOnly: true, Timeout: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}

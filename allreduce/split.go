@@ -73,14 +73,14 @@ func (g *Group) subgroup(members []int, id uint32) *Group {
 	root := g.rootConn()
 	sc := &subConn{root: root, world: world, rank: rank}
 	child := &Group{conn: sc, rank: rank, size: len(members), id: id, worldRank: g.worldRank,
-		world: world, node: g.node, seq: g.seq, algorithm: g.algorithm, rooted: g.rooted,
+		world: world, node: g.node, seq: g.seq, asked: g.asked,
 		model: g.model, modelSet: true, virtual: g.virtual}
 	if ex, ok := root.(transport.Exchanger); ok {
 		sc.ex = ex
 		child.exchanger = sc
 	}
-	if child.checkAlgorithm() != nil {
-		child.algorithm = Auto
+	if child.checkAsked() != nil {
+		child.asked[KindAllReduce] = uint8(Auto)
 	}
 	return child
 }

@@ -105,3 +105,24 @@ func (g *Group) combiner(h transport.Header, local, out []byte, order operandOrd
 	sink.local, sink.out, sink.receivedFirst = local, out, order == receivedFirst
 	return sink
 }
+
+// exchange sends sp to rank to while receiving n bytes from rank from into
+// sink: one step of a ring.
+func (g *Group) exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	if g.exchanger != nil {
+		return g.exchanger.Exchange(ctx, to, sh, sp, from, rh, n, sink)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- g.conn.Send(ctx, to, sh, sp) }()
+	rerr := g.conn.Recv(ctx, from, rh, n, sink)
+	if rerr != nil {
+		if a, ok := g.conn.(transport.Aborter); ok {
+			a.Abort(rerr)
+		}
+	}
+	serr := <-sent
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}

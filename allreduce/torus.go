@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -95,13 +96,13 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 	return nil
 }
 
-// torusWork is the work (cores.go) of a node of L ranks: its ring
+// torusWork is the work (cost.Work) of a node of L ranks: its ring
 // reduce-scatter and all-gather, and its L ranks' parts of the inter-node
 // all-reduces of M/L bytes.
-func torusWork(m Model, s Shape, b float64) float64 {
+func torusWork(m cost.Model, s cost.Shape, b float64) float64 {
 	l := s.LocalSize
 	c := b / float64(l)
-	return ringWork(m, s.intraShape(), b) + float64(l)*autoWork(m.sharedBy(l), s.interShape(), c)
+	return ringWork(m, s.IntraShape(), b) + float64(l)*autoWork(m.SharedBy(l), s.InterShape(), c)
 }
 
 // torusCost is the 2D torus's predicted time: the agreement step, the
@@ -113,11 +114,11 @@ func torusWork(m Model, s Shape, b float64) float64 {
 // flight) in L_min-1 steps (the later of that and the largest node's ring),
 // and it runs s inter-node all-reduces one after another, which the other
 // nodes' holders of those slots wait for.
-func torusCost(m Model, s Shape, b float64) float64 {
+func torusCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	t := agreeCost(m, s)
+	t := m.Agree(s)
 	if b == 0 {
 		return t
 	}
@@ -126,13 +127,13 @@ func torusCost(m Model, s Shape, b float64) float64 {
 	// chunks: n-1 reduce-scatter and n-1 all-gather steps, each as its
 	// lock-step pieces.
 	ring := func(n int, x float64) float64 {
-		k := m.pieces(x)
-		return float64(n-1) * (2*k*m.Intra.time(x/k) + x*m.Gamma)
+		k := m.Pieces(x)
+		return float64(n-1) * (2*k*m.Intra.Time(x/k) + x*m.Gamma)
 	}
-	slots := s.slotsPerRank()
+	slots := s.SlotsPerRank()
 	intra := ring(s.LocalSize, c)
 	if slots > 1 {
 		intra = math.Max(intra, ring(s.SmallestNode, float64(slots)*c))
 	}
-	return t + intra + float64(slots)*autoCost(m.sharedBy(s.LocalSize), s.interShape(), c)
+	return t + intra + float64(slots)*autoCost(m.SharedBy(s.LocalSize), s.InterShape(), c)
 }

@@ -2,8 +2,8 @@ package allreduce
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -20,6 +20,27 @@ import (
 // the same run to run. Non-root buffers are left unchanged (partial
 // results live in scratch).
 
+// binomialBroadcastCost and binomialBroadcastWork are the binomial
+// Broadcast's predicted time (cost.Binomial, agreement step included) and
+// work (cost.BinomialWork); binomialReduceCost and binomialReduceWork the
+// binomial Reduce's.
+func binomialBroadcastCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.Binomial(m, s, b, false)
+}
+
+func binomialBroadcastWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.BinomialWork(m, s, b, false)
+}
+
+func binomialReduceCost(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.Binomial(m, s, b, true)
+}
+
+func binomialReduceWork(m cost.Model, s cost.Shape, b float64) float64 {
+	return cost.BinomialWork(m, s, b, true)
+}
+
+// treeBroadcast is the binomial Broadcast (above).
 func (g *Group) treeBroadcast(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err
@@ -49,6 +70,7 @@ func (g *Group) treeBroadcast(ctx context.Context, h transport.Header, c *call) 
 	return nil
 }
 
+// treeReduce is the binomial Reduce (above).
 func (g *Group) treeReduce(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen("buffer", len(c.buf), c.count*c.dt.Size()); err != nil {
 		return err
@@ -81,8 +103,4 @@ func (g *Group) treeReduce(ctx context.Context, h transport.Header, c *call) err
 		g.divide(c.dt, c.buf, n)
 	}
 	return nil
-}
-
-func errLen(what string, got, want int) error {
-	return fmt.Errorf("%w: %s is %d bytes, want %d", ErrInvalid, what, got, want)
 }

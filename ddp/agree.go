@@ -113,15 +113,15 @@ func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int) error {
 // agreement's values, which follow it in the commArena (hi is the end of
 // the gradient arena). Every gradient element is reduced in the same order
 // as by reduceBucket:
-//   - in-process (direct), by recursive doubling, and on 2 ranks whatever
-//     the algorithm (one addition, which commutes), the order does not
-//     depend on an element's position: one all-reduce of the bucket and
-//     the values;
-//   - a ring over 3 or more ranks reduces chunk q in the order q+1, ..., q,
-//     so a longer buffer would move chunk boundaries: a reduce-scatter and
-//     an all-gather with the bucket's own chunk layout and the values
-//     appended to the last chunk, which is the ring all-reduce step for
-//     step;
+//   - where the algorithm's order does not depend on an element's place
+//     (allreduce.OrderAnyPlace: in-process direct, recursive doubling), and
+//     on 2 ranks whatever the algorithm (one addition, which commutes):
+//     one all-reduce of the bucket and the values;
+//   - the ring's order over 3 or more ranks (allreduce.OrderRingChunks)
+//     reduces chunk q in the order q+1, ..., q, so a longer buffer would
+//     move chunk boundaries: a reduce-scatter and an all-gather with the
+//     bucket's own chunk layout and the values appended to the last chunk,
+//     which is the ring all-reduce step for step;
 //   - otherwise (a bucket that Auto would reduce by recursive doubling or
 //     directly but whose appended values would tip it over to another
 //     algorithm; the tree,
@@ -145,9 +145,9 @@ func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int) error {
 	withExtras := g.AlgorithmFor(bytes + k*int(unsafe.Sizeof(z)))
 	switch {
 	case d.reduce != nil:
-	case n <= 2 || alg == withExtras && (alg == allreduce.Direct || alg == allreduce.Doubling):
+	case n <= 2 || alg == withExtras && alg.Order() == allreduce.OrderAnyPlace:
 		return allreduce.AllReduce(ctx, g, d.commArena[lo:hi+k], allreduce.Avg)
-	case alg == allreduce.Ring:
+	case alg.Order() == allreduce.OrderRingChunks:
 		return d.ringWithExtras(ctx, lo, hi)
 	}
 	if err := d.reduceBucket(ctx, lo, hi); err != nil {

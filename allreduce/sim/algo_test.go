@@ -13,6 +13,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -27,10 +28,12 @@ const seed = 0x5eed
 // a slow link, so that every term shows in the clocks.
 func costs(ranks, localSize int, timingOnly bool) sim.Config {
 	c := sim.Config{
-		Ranks: ranks, LocalSize: localSize, TimingOnly: timingOnly,
-		Intra: sim.Link{Alpha: 2e-6, Beta: 1.0 / 100e9},
-		Inter: sim.Link{Alpha: 15e-6, Beta: 1.0 / 12.5e9},
-		Gamma: 1.0 / 20e9, SlowRank: -1, Timeout: 2 * time.Minute,
+		Ranks:      ranks,
+		LocalSize:  localSize,
+		TimingOnly: timingOnly,
+		SlowRank:   -1,
+		Timeout:    2 * time.Minute,
+		Model:      cost.Model{Intra: cost.Link{Alpha: 2e-6, Beta: 1.0 / 100e9}, Inter: cost.Link{Alpha: 15e-6, Beta: 1.0 / 12.5e9}, Gamma: 1.0 / 20e9},
 	}
 	if ranks > 2 {
 		c.SlowRank, c.SlowFactor = ranks/2, 1.5

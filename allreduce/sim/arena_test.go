@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 )
 
@@ -77,7 +78,7 @@ func (r *recordingPlacer) Place(n int) []byte { r.calls++; return r.dst[:n] }
 
 func TestVirtualPayload(t *testing.T) {
 	const n = 1 << 20
-	cfg := sim.Config{Ranks: 2, LocalSize: 1, Intra: intra, Inter: inter, Gamma: gamma, TimingOnly: true}
+	cfg := sim.Config{Ranks: 2, LocalSize: 1, TimingOnly: true, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma}}
 	w := newWorld(t, cfg)
 	p := w.Buffer(n)
 	// Into a reducing sink: not called; α + nβ + nγ charged.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -12,38 +13,6 @@ import (
 // progress before it fails with transport.ErrTimeout, unless
 // Config.Timeout says otherwise.
 const DefaultTimeout = 30 * time.Second
-
-// Link is the cost of one class of link: a message of n bytes occupies
-// the sender's egress port for n·Beta seconds and arrives Alpha + n·Beta
-// seconds after it started.
-type Link struct {
-	Alpha float64 // seconds per message (latency)
-	Beta  float64 // seconds per byte (inverse bandwidth)
-	// CacheBeta, where CacheBytes > 0, is the seconds per byte of
-	// messages of at most CacheBytes bytes instead of Beta (memory that
-	// fits the caches, as allreduce.Link's cache regime).
-	CacheBeta  float64
-	CacheBytes int
-	// SmallBeta, where SmallBytes > 0, is the seconds per byte of
-	// messages of at most SmallBytes bytes, before the cache regime (as
-	// allreduce.Link's small-message regime: loopback messages that fit
-	// the socket buffers).
-	SmallBeta  float64
-	SmallBytes int
-}
-
-// transfer is the time a message of n bytes occupies the sender's egress
-// port at factor f: n·Beta·f, or n·SmallBeta·f or n·CacheBeta·f in the
-// small-message or cache regime.
-func (l Link) transfer(n int, f float64) float64 {
-	switch {
-	case l.SmallBytes > 0 && n <= l.SmallBytes:
-		return float64(n) * l.SmallBeta * f
-	case l.CacheBytes > 0 && n <= l.CacheBytes:
-		return float64(n) * l.CacheBeta * f
-	}
-	return float64(n) * l.Beta * f
-}
 
 // SlowLink makes the directed link From → To slower: Alpha and Beta of
 // every message on it are multiplied by Factor.
@@ -60,59 +29,57 @@ type Config struct {
 	// smaller when it does not divide Ranks). 0, or Ranks or more, puts
 	// every rank on one node.
 	LocalSize int
-	// Intra is the link between two ranks of one node (a rank to itself
-	// included), Inter the link between ranks of different nodes.
-	Intra, Inter Link
-	// Gamma is the cost in seconds per byte of reducing a received
-	// message (a receive into a sink that is not a transport.Placer).
-	Gamma float64
-	// Ports is how many messages a rank can have on the wire at once, to
-	// distinct peers, with the rank going on while they travel (its
-	// egress ports: NICs with DMA, or connections each with a writer and
-	// a socket buffer). 0, the default, is a rank that sends one message
-	// at a time and is itself busy for each message's n·β; k ≥ 1 is a
-	// rank whose send is handed to the first of its k ports to be free
-	// (and waits only for that), each port carrying one message at a time
-	// and each link (ordered pair of ranks) one message at a time. See
-	// the package documentation's link model.
-	Ports int
-	// NICs, when ≥ 1, is how many NICs the ranks of a node share for
-	// their inter-node messages: local rank i sends through NIC i mod
-	// NICs of its node, which carries one message at a time, in the
-	// order the messages were ready (nic.go). 0, the default, gives
-	// every rank its own inter-node link. A rank must end its program by
-	// blocking in AlignClocks or closing: a rank that stops calling
-	// without either holds up its NIC.
-	NICs int
-	// Cores, when ≥ 1, is how many cores the ranks of a node share for
-	// the work of their messages (each send's n·β, at the link's
-	// large-message rate Beta whatever the message's size regime) and
-	// reductions (n·γ): AlignClocks sets the clocks to no earlier than
-	// the previous alignment plus the busiest node's work since then
-	// divided by Cores, the allreduce package's cores bound (Model.Cores),
-	// which binds when a node's ranks outnumber its cores. The bound holds
-	// between alignments, not inside them: time a collective between two
-	// AlignClocks. 0, the default: no bound.
-	Cores int
-	// ExchangeWork, with Cores set, is the work of a byte sent by an
-	// Exchange whose destination is the rank it receives from (a pairwise
-	// exchange), as a fraction of a one-way byte's n·β (the allreduce
-	// package's Model.ExchangeWork). 0, the default, is 1.
-	ExchangeWork float64
-	// LoneAlpha is the α of a lone send, a message sent by Send (its
-	// sender receives nothing in that step), as a fraction of its link's
-	// Alpha; an Exchange's message keeps Alpha (the allreduce package's
-	// Model.LoneAlpha). 0, the default, is 1.
-	LoneAlpha float64
-	// CacheWork and CacheWorkBytes, with Cores set: the work counted
-	// between two alignments is CacheWork times itself when the largest
-	// collective a message of it belongs to has at most CacheWorkBytes
-	// bytes per rank (the allreduce package's Model.CacheWork), which
-	// CollectiveBytes tells from a message's header (allreduce.
-	// CollectiveBytes: the simulator does not know the element types).
-	// 0, the default: no regime.
-	CacheWork       float64
-	CacheWorkBytes  int
+	// Model is the cost model the world runs by (package cost): its
+	// links, reduction cost, ports, shared NICs and cores bound.
+	//
+	//   - Intra is the link between two ranks of one node (a rank to
+	//     itself included), Inter the link between ranks of different
+	//     nodes; a message of n bytes occupies the sender's egress port
+	//     for n·β (β of the size regime n falls in: cost.Link) and arrives
+	//     α + n·β after it started.
+	//   - Gamma is the cost in seconds per byte of reducing a received
+	//     message (a receive into a sink that is not a transport.Placer).
+	//   - Ports is how many messages a rank can have on the wire at once,
+	//     to distinct peers, with the rank going on while they travel (its
+	//     egress ports). 0 is a rank that sends one message at a time and
+	//     is itself busy for each message's n·β; k ≥ 1 is a rank whose
+	//     send is handed to the first of its k ports to be free (and waits
+	//     only for that), each port carrying one message at a time and
+	//     each link (ordered pair of ranks) one message at a time. See the
+	//     package documentation's link model.
+	//   - NICs, when ≥ 1, is how many NICs the ranks of a node share for
+	//     their inter-node messages: local rank i sends through NIC i mod
+	//     NICs of its node, which carries one message at a time, in the
+	//     order the messages were ready (nic.go). 0 gives every rank its
+	//     own inter-node link. A rank must end its program by blocking in
+	//     AlignClocks or closing: a rank that stops calling without either
+	//     holds up its NIC.
+	//   - Cores, when ≥ 1, is how many cores the ranks of a node share for
+	//     the work of their messages (each send's n·β, at the link's
+	//     large-message rate Beta whatever the message's size regime) and
+	//     reductions (n·γ): AlignClocks sets the clocks to no earlier than
+	//     the previous alignment plus the busiest node's work since then
+	//     divided by Cores (cost.Model.Bounded). The bound holds between
+	//     alignments, not inside them: time a collective between two
+	//     AlignClocks. 0: no bound.
+	//   - ExchangeWork, with Cores set, is the work of a byte sent by an
+	//     Exchange whose destination is the rank it receives from (a
+	//     pairwise exchange), as a fraction of a one-way byte's n·β. 0 is 1.
+	//   - LoneAlpha is the α of a lone send, a message sent by Send (its
+	//     sender receives nothing in that step), as a fraction of its
+	//     link's Alpha; an Exchange's message keeps Alpha. 0 is 1.
+	//   - CacheWork and CacheWorkBytes, with Cores set: the work counted
+	//     between two alignments is CacheWork times itself when the
+	//     largest collective a message of it belongs to has at most
+	//     CacheWorkBytes bytes per rank, which CollectiveBytes tells from
+	//     a message's header. 0: no regime.
+	//
+	// Segment is the schedules' business, not the world's: it is ignored.
+	cost.Model
+	// CollectiveBytes is the bytes per rank of the collective a message
+	// belongs to, from its header (allreduce.CollectiveBytes: the
+	// simulator does not know the element types); needed with
+	// CacheWorkBytes.
 	CollectiveBytes func(transport.Header) int
 	// SlowRank, when SlowFactor is not 0, is a rank every message of
 	// which (sent or received) has Alpha and Beta multiplied by
@@ -210,3 +177,7 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// transfer is the time a message of n bytes occupies the sender's egress
+// port over l at factor f: its per-byte part (cost.Link.Transfer) times f.
+func transfer(l cost.Link, n int, f float64) float64 { return l.Transfer(float64(n)) * f }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/allreduce/transport/transporttest"
@@ -20,8 +21,11 @@ func TestConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			transporttest.Run(t, func(t *testing.T, n int) []transport.Conn {
 				w := newWorld(t, sim.Config{
-					Ranks: n, LocalSize: 2, TimingOnly: timingOnly, Timeout: 5 * time.Second,
-					Intra: sim.Link{Alpha: 1e-6, Beta: 1e-9}, Inter: sim.Link{Alpha: 1e-5, Beta: 1e-8}, Gamma: 1e-10,
+					Ranks:      n,
+					LocalSize:  2,
+					TimingOnly: timingOnly,
+					Timeout:    5 * time.Second,
+					Model:      cost.Model{Intra: cost.Link{Alpha: 1e-6, Beta: 1e-9}, Inter: cost.Link{Alpha: 1e-5, Beta: 1e-8}, Gamma: 1e-10},
 				})
 				return w.Endpoints()
 			})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,7 +321,7 @@ func checkRecv(n int, sink transport.Sink) error {
 func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work, alpha float64) (float64, error) {
 	w := c.world
 	l, f := w.cost(c.rank, to)
-	tx := l.transfer(len(p), f)
+	tx := transfer(l, len(p), f)
 	start, port := max(t, c.egressFree), -1
 	if k := w.cfg.Ports; k > 0 {
 		if c.portFree == nil {
@@ -541,171 +540,4 @@ func (c *Conn) report(err error) {
 		poke(c.wake)
 	}
 	c.mu.Unlock()
-}
-
-// AlignClocks is a barrier of zero virtual cost over every rank of the
-// world: it waits (in real time) until every rank has called it, then sets
-// every rank's clock to the latest of their clocks (with Config.Cores, at
-// least the cores bound: coresBound). It can be called any
-// number of times. It fails if a rank closed or aborted.
-func (c *Conn) AlignClocks(ctx context.Context) error {
-	if err := c.enter(); err != nil {
-		return err
-	}
-	w := c.world
-	if r := w.failedRank.Load(); r >= 0 {
-		return w.peerErr(int(r))
-	}
-	t := c.Now()
-	a := &w.align
-	a.mu.Lock()
-	g := a.gen
-	g.max = max(g.max, t)
-	a.arrived++
-	if a.arrived == w.size {
-		a.arrived = 0
-		g.max = max(g.max, w.coresBound(a.last))
-		a.last = g.max
-		a.gen = &alignGen{done: make(chan struct{})}
-		a.mu.Unlock()
-		for _, p := range w.conns {
-			p.mu.Lock()
-			if p.blocked && p.waitFrom == waitAlign {
-				p.unblockLocked()
-			}
-			p.mu.Unlock()
-		}
-		close(g.done)
-		c.setClock(g.max)
-		return nil
-	}
-	c.mu.Lock()
-	zero := c.blockLocked(waitAlign, transport.Header{}, 0)
-	c.mu.Unlock()
-	a.mu.Unlock()
-	if zero {
-		w.checkDeadlock()
-	}
-	err := c.awaitAlign(ctx, g)
-	if err != nil {
-		a.mu.Lock()
-		if a.gen == g {
-			a.arrived--
-		}
-		a.mu.Unlock()
-		return err
-	}
-	c.setClock(g.max)
-	return nil
-}
-
-func (c *Conn) awaitAlign(ctx context.Context, g *alignGen) error {
-	w := c.world
-	c.timer.Reset(w.timeout)
-	defer c.timer.Stop()
-	for {
-		select {
-		case <-g.done:
-			return c.leave(nil)
-		case <-c.wake:
-			c.mu.Lock()
-			err := c.deadlock
-			c.deadlock = nil
-			c.mu.Unlock()
-			if err != nil {
-				return c.leave(err)
-			}
-		case <-ctx.Done():
-			return c.leave(ctx.Err())
-		case <-c.end.Dead():
-			return c.leave(c.end.Err())
-		case <-w.failed:
-			select {
-			case <-g.done:
-				return c.leave(nil)
-			default:
-			}
-			return c.leave(w.peerErr(int(w.failedRank.Load())))
-		case <-c.timer.C:
-			return c.leave(&transport.TimeoutError{Peer: -1, What: "AlignClocks", After: w.timeout.String()})
-		}
-	}
-}
-
-func (c *Conn) setClock(t float64) {
-	c.tmu.Lock()
-	c.storeClockLocked(t)
-	c.tmu.Unlock()
-}
-
-// message is one pending message: its header and length, its arrival
-// time, and a pooled copy of its payload (nil when virtual or empty).
-type message struct {
-	h       transport.Header
-	n       int
-	arrival float64
-	buf     *[]byte
-	virtual bool
-}
-
-func (m *message) release() {
-	if m.buf != nil {
-		putBuf(m.buf)
-		m.buf = nil
-	}
-}
-
-// fifo is the queue of pending messages from one sender to one receiver.
-type fifo struct {
-	msgs []message
-	head int
-}
-
-func (q *fifo) push(m message) { q.msgs = append(q.msgs, m) }
-
-func (q *fifo) pop() (message, bool) {
-	if q.head == len(q.msgs) {
-		return message{}, false
-	}
-	m := q.msgs[q.head]
-	q.msgs[q.head] = message{}
-	q.head++
-	if q.head == len(q.msgs) {
-		q.msgs, q.head = q.msgs[:0], 0
-	}
-	return m, true
-}
-
-// drop releases every pending message.
-func (q *fifo) drop() {
-	for i := q.head; i < len(q.msgs); i++ {
-		q.msgs[i].release()
-	}
-	q.msgs, q.head = nil, 0
-}
-
-func poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// Payload copies come from pools by size class (powers of two).
-var bufPools [64]sync.Pool
-
-func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
-
-func getBuf(n int) *[]byte {
-	k := sizeClass(n)
-	if b, ok := bufPools[k].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, 1<<k)
-	return &b
-}
-
-func putBuf(b *[]byte) {
-	bufPools[sizeClass(cap(*b))].Put(b)
 }

@@ -92,7 +92,7 @@
 //
 //	previous alignment + max over nodes (Σ its ranks' work since) / C
 //
-// the allreduce package's cores bound (cores.go): a node whose ranks
+// the allreduce package's cores bound (cost.Work): a node whose ranks
 // share C cores cannot have done more work than C cores do. It applies at
 // the alignments only, so a collective is timed between two.
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -16,13 +17,13 @@ import (
 // eager), so no goroutines are needed.
 
 var (
-	intra = sim.Link{Alpha: 1e-6, Beta: 1e-9}
-	inter = sim.Link{Alpha: 20e-6, Beta: 1e-8}
+	intra = cost.Link{Alpha: 1e-6, Beta: 1e-9}
+	inter = cost.Link{Alpha: 20e-6, Beta: 1e-8}
 	gamma = 5e-11
 )
 
 func modelWorld(t *testing.T, ranks, localSize int) *sim.World {
-	return newWorld(t, sim.Config{Ranks: ranks, LocalSize: localSize, Intra: intra, Inter: inter, Gamma: gamma})
+	return newWorld(t, sim.Config{Ranks: ranks, LocalSize: localSize, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma}})
 }
 
 // near requires got to equal want up to rounding.
@@ -102,7 +103,7 @@ func TestEgressSerialised(t *testing.T) {
 func TestPorts(t *testing.T) {
 	const n = 4096
 	tx := n * intra.Beta
-	w := newWorld(t, sim.Config{Ranks: 4, Intra: intra, Inter: inter, Gamma: gamma, Ports: 2})
+	w := newWorld(t, sim.Config{Ranks: 4, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma, Ports: 2}})
 	send(t, w, 0, 1, hdr(0), n)
 	near(t, 0, w.Now(0), "sender after one send")
 	send(t, w, 0, 2, hdr(0), n) // the second port
@@ -117,7 +118,7 @@ func TestPorts(t *testing.T) {
 	near(t, tx+intra.Alpha+tx, w.Now(3), "third receiver")
 
 	// One link carries one message at a time, whatever the ports.
-	w = newWorld(t, sim.Config{Ranks: 2, Intra: intra, Inter: inter, Gamma: gamma, Ports: 4})
+	w = newWorld(t, sim.Config{Ranks: 2, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma, Ports: 4}})
 	send(t, w, 0, 1, hdr(0), n)
 	send(t, w, 0, 1, hdr(1), n)
 	near(t, tx, w.Now(0), "sender after two sends on one link")
@@ -127,7 +128,7 @@ func TestPorts(t *testing.T) {
 
 	// An exchange with a port: the clock is the receive's end, the send
 	// having left at once.
-	w = newWorld(t, sim.Config{Ranks: 2, Intra: intra, Inter: inter, Gamma: gamma, Ports: 1})
+	w = newWorld(t, sim.Config{Ranks: 2, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma, Ports: 1}})
 	c0, c1 := w.Conn(0), w.Conn(1)
 	require.NoError(t, c1.Send(bg, 0, hdr(0), make([]byte, 1)))
 	require.NoError(t, c0.Exchange(bg, 1, hdr(0), make([]byte, 4*n), 1, hdr(0), 1, &sink{}))
@@ -137,12 +138,12 @@ func TestPorts(t *testing.T) {
 // The small-message and cache regimes of a link: each message's bytes
 // cost the β of the smallest regime it fits.
 func TestLinkRegimes(t *testing.T) {
-	l := sim.Link{Alpha: 1e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 8192, SmallBeta: 1e-10, SmallBytes: 1024}
+	l := cost.Link{Alpha: 1e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 8192, SmallBeta: 1e-10, SmallBytes: 1024}
 	for _, c := range []struct {
 		n    int
 		beta float64
 	}{{1024, l.SmallBeta}, {1025, l.CacheBeta}, {8192, l.CacheBeta}, {8193, l.Beta}} {
-		w := newWorld(t, sim.Config{Ranks: 2, Intra: l, Inter: l})
+		w := newWorld(t, sim.Config{Ranks: 2, Model: cost.Model{Intra: l, Inter: l}})
 		send(t, w, 0, 1, hdr(0), c.n)
 		recvPlace(t, w, 1, 0, hdr(0), c.n)
 		near(t, l.Alpha+float64(c.n)*c.beta, w.Now(1), fmt.Sprintf("%d bytes", c.n))
@@ -223,9 +224,11 @@ func TestExchangeMaxRule(t *testing.T) {
 func TestSlowFactors(t *testing.T) {
 	const n = 1000
 	cfg := sim.Config{
-		Ranks: 3, Intra: intra, Inter: inter, Gamma: gamma,
-		SlowRank: 1, SlowFactor: 3,
-		SlowLinks: []sim.SlowLink{{From: 0, To: 2, Factor: 2}, {From: 1, To: 2, Factor: 5}, {From: 1, To: 2, Factor: 1.5}},
+		Ranks:      3,
+		SlowRank:   1,
+		SlowFactor: 3,
+		SlowLinks:  []sim.SlowLink{{From: 0, To: 2, Factor: 2}, {From: 1, To: 2, Factor: 5}, {From: 1, To: 2, Factor: 1.5}},
+		Model:      cost.Model{Intra: intra, Inter: inter, Gamma: gamma},
 	}
 	for _, l := range []struct {
 		from, to int
@@ -240,7 +243,7 @@ func TestSlowFactors(t *testing.T) {
 		near(t, intra.Alpha*l.f+n*intra.Beta*l.f, w.Now(l.to), "receiver")
 	}
 	// SlowFactor 0, or a negative SlowRank, means no slow rank.
-	for _, c := range []sim.Config{{Ranks: 2, Intra: intra, SlowRank: 0}, {Ranks: 2, Intra: intra, SlowRank: -1, SlowFactor: 7}} {
+	for _, c := range []sim.Config{{Ranks: 2, Model: cost.Model{Intra: intra}, SlowRank: 0}, {Ranks: 2, Model: cost.Model{Intra: intra}, SlowRank: -1, SlowFactor: 7}} {
 		w := newWorld(t, c)
 		send(t, w, 0, 1, hdr(0), n)
 		recvPlace(t, w, 1, 0, hdr(0), n)
@@ -278,7 +281,7 @@ func TestAdvanceAlignClocks(t *testing.T) {
 }
 
 func TestConfigInvalid(t *testing.T) {
-	ok := sim.Config{Ranks: 4, LocalSize: 2, Intra: intra, Inter: inter, Gamma: gamma}
+	ok := sim.Config{Ranks: 4, LocalSize: 2, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma}}
 	for field, mod := range map[string]func(*sim.Config){
 		"Config.Ranks":               func(c *sim.Config) { c.Ranks = 0 },
 		"Config.LocalSize":           func(c *sim.Config) { c.LocalSize = -1 },

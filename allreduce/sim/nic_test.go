@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -18,7 +19,7 @@ import (
 // nicWorld is 4 ranks on 2 nodes of 2, whose ranks share nics NICs per
 // node, with ports egress ports per rank.
 func nicWorld(t *testing.T, nics, ports int) *sim.World {
-	return newWorld(t, sim.Config{Ranks: 4, LocalSize: 2, Intra: intra, Inter: inter, Gamma: gamma, NICs: nics, Ports: ports, Timeout: 10 * time.Second})
+	return newWorld(t, sim.Config{Ranks: 4, LocalSize: 2, Timeout: 10 * time.Second, Model: cost.Model{Intra: intra, Inter: inter, Gamma: gamma, NICs: nics, Ports: ports}})
 }
 
 // runPrograms runs one program per rank of w, each on its own goroutine
@@ -114,7 +115,7 @@ func TestSharedNIC(t *testing.T) {
 // closes; if it never does, the request fails at the real-time timeout,
 // naming the NIC.
 func TestSharedNICWaitsForSlowerRank(t *testing.T) {
-	cfg := sim.Config{Ranks: 4, LocalSize: 2, Intra: intra, Inter: inter, NICs: 1, Timeout: 300 * time.Millisecond}
+	cfg := sim.Config{Ranks: 4, LocalSize: 2, Timeout: 300 * time.Millisecond, Model: cost.Model{Intra: intra, Inter: inter, NICs: 1}}
 	w := newWorld(t, cfg)
 	w.Conn(0).Advance(1)
 	err := w.Conn(0).Send(bg, 2, hdr(0), make([]byte, 8)) // rank 1 (clock 0) never calls

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -207,7 +208,7 @@ func (w *World) node(r int) int { return r / w.localSize }
 
 // cost is the link of a message from → to and the factor its α and β
 // are multiplied by.
-func (w *World) cost(from, to int) (l Link, f float64) {
+func (w *World) cost(from, to int) (l cost.Link, f float64) {
 	l = w.cfg.Inter
 	if w.node(from) == w.node(to) {
 		l = w.cfg.Intra
@@ -353,7 +354,7 @@ func (w *World) peerErr(r int) error {
 // coresBound is the earliest the ranks can have done the work counted
 // since the previous alignment at time since, with Config.Cores set: since
 // plus the busiest node's work divided by its cores (the allreduce
-// package's cores bound, cores.go); since itself without Cores. It resets
+// package's cores bound, cost.Work); since itself without Cores. It resets
 // the counts. The caller is the last rank into AlignClocks, every other
 // rank waits in it, so no rank counts meanwhile.
 func (w *World) coresBound(since float64) float64 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // algoAll is the -algo value that runs auto and every algorithm that can
@@ -16,7 +17,7 @@ const algoAll = "all"
 // (auto, then every algorithm that can run on a group of shape s, in the
 // table's order). A list (or all) is for -op allreduce only, the other
 // collectives having one algorithm each.
-func parseAlgos(s string, op collective, shape allreduce.Shape) ([]allreduce.Algorithm, error) {
+func parseAlgos(s string, op collective, shape cost.Shape) ([]allreduce.Algorithm, error) {
 	if s == algoAll {
 		if op.kind != allreduce.KindAllReduce {
 			return nil, fmt.Errorf("-algo all: -op %s has one algorithm", op.name)
@@ -63,9 +64,9 @@ func parseSchedules(s string) ([]allreduce.RootedSchedule, error) {
 
 // runnable lists the algorithms (Auto aside) that can run on a group of
 // shape s, in the table's order.
-func runnable(s allreduce.Shape) []allreduce.Algorithm {
+func runnable(s cost.Shape) []allreduce.Algorithm {
 	var out []allreduce.Algorithm
-	for _, p := range allreduce.Predict(allreduce.DefaultModelFor(s), s, 0) {
+	for _, p := range allreduce.Predict(cost.DefaultModelFor(s), s, 0) {
 		out = append(out, p.Algorithm)
 	}
 	return out
@@ -83,6 +84,6 @@ func algoNames(as []allreduce.Algorithm) string {
 // needsTopology reports whether algorithm a needs to know each rank's
 // node: it cannot run on ranks whose nodes are unknown.
 func needsTopology(a allreduce.Algorithm) bool {
-	blind := allreduce.Shape{Ranks: 2, Nodes: 1, LocalSize: 2, PeerMemory: true}
+	blind := cost.Shape{Ranks: 2, Nodes: 1, LocalSize: 2, PeerMemory: true}
 	return a != allreduce.Auto && !slices.Contains(runnable(blind), a)
 }

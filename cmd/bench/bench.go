@@ -48,7 +48,7 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 		w = io.Discard // rank 0's process prints the report
 	}
 	if cfg.calibrate != "" {
-		return calibrate(ctx, cfg, eps, w)
+		return runCalibration(ctx, cfg, eps, w)
 	}
 	p := newPrinter(cfg, w)
 	if err := p.header(); err != nil {

@@ -11,11 +11,13 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // calibrate is -calibrate FILE: it measures this machine's cost model
 // over the run's transport and writes it, with every algorithm's measured
-// times, as a profile (allreduce.WriteProfile):
+// times, as a profile (cost.WriteProfile):
 //
 //  1. α and β: a ring exchange among all the ranks at once over the
 //     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
@@ -33,15 +35,15 @@ import (
 //     model.
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
-// and writes the profile. The groups keep allreduce.DefaultModel (only
+// and writes the profile. The groups keep cost.DefaultModel (only
 // rank 0's process knows the fitted one, and the ranks' models must
 // agree); the predictions use the fitted model.
-func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) error {
+func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) error {
 	f, err := eps.next(ctx)
 	if err != nil {
 		return err
 	}
-	sizes := pingSizes(cfg.calibMax)
+	sizes := calibrate.PingSizes(cfg.calibMax)
 	perStep, err := ringExchange(ctx, cfg, f.conns, sizes, false)
 	var reduced []float64
 	large := largeSizes(sizes)
@@ -54,7 +56,7 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 	}
 	holds0 := perStep != nil
 	if holds0 {
-		fit := fitLink(sizes, perStep)
+		fit := calibrate.FitLink(sizes, perStep)
 		kernel, gbytes, err := measureGamma(cfg)
 		if err != nil {
 			return fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
@@ -63,8 +65,8 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		// Segment is the transport's, not fitted: the groups timed
 		// below run with it (they keep the default model).
 		// Cores is the host's (or -cores), not fitted: the refit tries it
-		// and no cores bound (refitWithCores, allreduce/cores.go).
-		m := allreduce.Model{Intra: fit.link, Inter: fit.link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
+		// and no cores bound (refitWithCores, cost.Work).
+		m := cost.Model{Intra: fit.Link, Inter: fit.Link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("-calibrate: the fitted model: %w", err)
 		}
@@ -92,34 +94,34 @@ func calibrate(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) er
 		return nil
 	}
 	samples := refitSamples(p.rows)
-	refit, before, after, coresNote := refitWithCores(*cfg.model, samples)
-	refit, after, choiceNote := refitForChoices(refit, after, samples)
+	refit, before, after, coresNote := calibrate.RefitWithCores(*cfg.model, samples)
+	refit, after, choiceNote := calibrate.RefitForChoices(refit, after, samples)
 	if err := printAccuracy(w, p.rows); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	if _, err := io.WriteString(w, coresNote+choiceNote); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if err := printRefit(w, before, after, refit, samples); err != nil {
+	if err := calibrate.PrintRefit(w, before, after, refit, samples); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if err := printAutoPicks(w, autoPicks(refit, samples)); err != nil {
+	if err := calibrate.PrintAutoPicks(w, calibrate.AutoPicks(refit, samples)); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	prof := allreduce.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
+	prof := cost.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
 	prof.Host, _ = os.Hostname()
 	for _, r := range append(slices.Clone(p.rows), rooted...) {
-		m := allreduce.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
+		m := cost.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
 		if r.Op != "allreduce" {
 			m.Collective = r.Op
 		}
 		prof.Measurements = append(prof.Measurements, m)
 	}
-	if err := allreduce.WriteProfile(cfg.calibrate, prof); err != nil {
+	if err := cost.WriteProfile(cfg.calibrate, prof); err != nil {
 		return fmt.Errorf("-calibrate %s: %w", cfg.calibrate, err)
 	}
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
-		cfg.calibrate, len(prof.Measurements), cfg.calibrate, allreduce.ProfileEnv, cfg.calibrate)
+		cfg.calibrate, len(prof.Measurements), cfg.calibrate, cost.ProfileEnv, cfg.calibrate)
 	return err
 }
 
@@ -175,7 +177,7 @@ func printRounds(cfg *config, w io.Writer, rounds [][]row) (*printer, error) {
 // rounds, the schedules' order rotated, each cell the median of its
 // rounds, printed as a table each. They go into the profile beside the
 // all-reduce times, for checking the model's choice of schedule
-// (useChain) against; the refit does not use them. None on two ranks,
+// (the selector) against; the refit does not use them. None on two ranks,
 // where there is only the tree.
 func timeRooted(ctx context.Context, cfg *config, eps *endpoints, w io.Writer) ([]row, error) {
 	if cfg.ranks < 3 {
@@ -232,16 +234,16 @@ func fitGamma(sizes []int, perStep []float64, large []int, reduced []float64, ke
 	if len(extra) == 0 {
 		return kernel
 	}
-	return median(extra)
+	return calibrate.Median(extra)
 }
 
 // printFit reports the ring exchange, the fitted link and γ.
-func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit linkFit, large []int, reduced []float64, gamma, kernel float64, gbytes int) error {
+func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit calibrate.LinkFit, large []int, reduced []float64, gamma, kernel float64, gbytes int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ringddp bench -calibrate: transport %s, ranks %d\n", cfg.transport, cfg.ranks)
 	fmt.Fprintf(&b, "# ring exchange, every rank at once (send right, receive left): time per step, median of %d rounds (after %d untimed)\n", cfg.iters, cfg.warmup)
 	fmt.Fprintf(&b, "#%12s %12s %12s %12s\n#%12s %12s %12s %12s\n", "size", "copy", "fit", "reduce", "(B)", "(us)", "(us)", "(us)")
-	l := fit.link
+	l := fit.Link
 	for i, n := range sizes {
 		red := "-"
 		for j, m := range large {
@@ -258,20 +260,20 @@ func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit link
 		}
 		fmt.Fprintf(&b, "%13d %12.2f %12.2f %12s\n", n, perStep[i]*1e6, fit*1e6, red)
 	}
-	fmt.Fprintf(&b, "# alpha = %.3f us: median of (time - size*beta) over %s\n", l.Alpha*1e6, sizeRange(fit.alphaSizes))
-	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): median of (time - smallest time) / (size - smallest size) over %s\n", l.Beta*1e9, rateText(l.Beta), sizeRange(fit.betaSizes))
+	fmt.Fprintf(&b, "# alpha = %.3f us: median of (time - size*beta) over %s\n", l.Alpha*1e6, sizeRange(fit.AlphaSizes))
+	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): median of (time - smallest time) / (size - smallest size) over %s\n", l.Beta*1e9, calibrate.RateText(l.Beta), sizeRange(fit.BetaSizes))
 	if l.CacheBytes > 0 {
 		fmt.Fprintf(&b, "# cache regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
-			allreducetest.FormatBytes(l.CacheBytes), l.CacheBeta*1e9, rateText(l.CacheBeta), sizeRange(fit.cacheSizes))
+			allreducetest.FormatBytes(l.CacheBytes), l.CacheBeta*1e9, calibrate.RateText(l.CacheBeta), sizeRange(fit.CacheSizes))
 	} else {
 		b.WriteString("# cache regime: none (no mid-sized message moved 1.5x faster per byte than the large ones)\n")
 	}
 	if l.SmallBytes > 0 {
 		fmt.Fprintf(&b, "# small-message regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
-			allreducetest.FormatBytes(l.SmallBytes), l.SmallBeta*1e9, rateText(l.SmallBeta), sizeRange(fit.smallSizes))
+			allreducetest.FormatBytes(l.SmallBytes), l.SmallBeta*1e9, calibrate.RateText(l.SmallBeta), sizeRange(fit.SmallSizes))
 	}
 	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
-		gamma*1e9, rateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, rateText(kernel))
+		gamma*1e9, calibrate.RateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, calibrate.RateText(kernel))
 	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -304,25 +306,9 @@ func printAccuracy(w io.Writer, rows []row) error {
 	}
 	var b strings.Builder
 	b.WriteString("# measured / predicted, per algorithm over the sizes: median [min, max], sizes within 25%\n")
-	writeRatios(&b, order, ratios)
+	calibrate.WriteRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// writeRatios writes one line per algorithm (in order) of its measured /
-// predicted ratios over the sizes: median, range, and how many within 25%.
-func writeRatios(b *strings.Builder, order []string, ratios map[string][]float64) {
-	for _, a := range order {
-		rs := ratios[a]
-		lo, hi, within := rs[0], rs[0], 0
-		for _, x := range rs {
-			lo, hi = min(lo, x), max(hi, x)
-			if withinAccuracy(x) {
-				within++
-			}
-		}
-		fmt.Fprintf(b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, medianOf(rs), lo, hi, within, len(rs))
-	}
 }
 
 // calibRounds is how many times -calibrate sweeps every algorithm: 5, as
@@ -351,7 +337,7 @@ func medianRows(rounds [][]row) []row {
 			}
 		}
 		r.minUS = slices.Min(times)
-		t := median(times)
+		t := calibrate.Median(times)
 		if r.TimeUS > 0 {
 			f := r.TimeUS / t
 			r.AlgBW, r.BusBW = r.AlgBW*f, r.BusBW*f
@@ -389,5 +375,19 @@ func inAlgoOrder[A fmt.Stringer](rows []row, algos []A) []row {
 	}
 	out := slices.Clone(rows)
 	slices.SortStableFunc(out, func(a, b row) int { return index(a) - index(b) })
+	return out
+}
+
+// refitSamples are the rows of single algorithms (auto's rows repeat one
+// of them) that have a shape and a positive time.
+func refitSamples(rows []row) []calibrate.Sample {
+	var out []calibrate.Sample
+	for _, r := range rows {
+		a, err := allreduce.ParseAlgorithm(r.Algo)
+		if err != nil || a == allreduce.Auto || r.shape.Ranks == 0 || r.TimeUS <= 0 {
+			continue
+		}
+		out = append(out, calibrate.NewSample(a, r.shape, r.Bytes, r.TimeUS*1e-6))
+	}
 	return out
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // -compare checks earlier runs against the cost model: the prediction
@@ -26,16 +28,6 @@ import (
 // default, as -explain), their ratio and the range of the runs' ratios,
 // and per algorithm how many sizes are within 25% and the rms of the log
 // ratio. Runs nothing.
-
-// withinBand is the accuracy the issue asks of a prediction: the measured
-// time within 25% of it.
-const withinBand = 0.25
-
-// withinAccuracy reports whether a measured/predicted ratio is within
-// withinBand (-compare's and -calibrate's counts).
-func withinAccuracy(ratio float64) bool {
-	return ratio >= 1-withinBand && ratio <= 1+withinBand
-}
 
 // compareRuns is what -compare read: every run's time (seconds) by
 // algorithm and bytes, the algorithms in their first row's order, and how
@@ -159,7 +151,7 @@ func compare(cfg *config, w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ringddp bench -compare: %d file(s) of all-reduce runs over %s on %d ranks (%s), against the model's predictions\n", runs.files, cfg.transport, cfg.ranks, cfg.compare)
 	fmt.Fprintf(&b, "# model: %s (%s)\n", describeModel(m), from)
-	fmt.Fprintf(&b, "# each cell: the median of the runs' times / the predicted time (µs), their ratio, [the runs' ratios' range]; * within %.0f%%\n#\n", withinBand*100)
+	fmt.Fprintf(&b, "# each cell: the median of the runs' times / the predicted time (µs), their ratio, [the runs' ratios' range]; * within %.0f%%\n#\n", calibrate.WithinBand*100)
 	fmt.Fprintf(&b, "#%12s", "size (B)")
 	for _, a := range algos {
 		fmt.Fprintf(&b, "  %-34s", a)
@@ -178,14 +170,14 @@ func compare(cfg *config, w io.Writer) error {
 				fmt.Fprintf(&b, "  %-34s", "-")
 				continue
 			}
-			med := median(times)
+			med := calibrate.Median(times)
 			ratio := med / pred
 			lo, hi := slices.Min(times)/pred, slices.Max(times)/pred
 			mark := " "
 			res := results[a]
 			res.sizes++
 			res.sumSquares += math.Log(ratio) * math.Log(ratio)
-			if withinAccuracy(ratio) {
+			if calibrate.WithinAccuracy(ratio) {
 				res.within++
 				mark = "*"
 			}
@@ -202,16 +194,16 @@ func compare(cfg *config, w io.Writer) error {
 		if res.sizes > 0 {
 			rms = math.Sqrt(res.sumSquares / float64(res.sizes))
 		}
-		fmt.Fprintf(&b, "# %-12s within %.0f%%: %d of %d sizes; rms of the log ratio %.1f%%\n", a, withinBand*100, res.within, res.sizes, 100*rms)
+		fmt.Fprintf(&b, "# %-12s within %.0f%%: %d of %d sizes; rms of the log ratio %.1f%%\n", a, calibrate.WithinBand*100, res.within, res.sizes, 100*rms)
 	}
-	fmt.Fprintf(&b, "# all          within %.0f%%: %d of %d cells\n", withinBand*100, total, cells)
+	fmt.Fprintf(&b, "# all          within %.0f%%: %d of %d cells\n", calibrate.WithinBand*100, total, cells)
 	_, err = io.WriteString(w, b.String())
 	return err
 }
 
 // predictedFor is the model's time for algorithm a (auto: the one it
 // picks) at bytes on shape, false where a cannot run there.
-func predictedFor(m allreduce.Model, shape allreduce.Shape, name string, bytes int) (float64, bool) {
+func predictedFor(m cost.Model, shape cost.Shape, name string, bytes int) (float64, bool) {
 	a, err := allreduce.ParseAlgorithm(name)
 	if err != nil {
 		return 0, false

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // writeRuns writes one -json file per run: for each algorithm and size a
 // row whose time is the model's prediction times that run's factor.
-func writeRuns(t *testing.T, dir string, m allreduce.Model, shape allreduce.Shape, algos []string, sizes []int, factors []float64) {
+func writeRuns(t *testing.T, dir string, m cost.Model, shape cost.Shape, algos []string, sizes []int, factors []float64) {
 	t.Helper()
 	for i, f := range factors {
 		var b strings.Builder

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/internal/launch"
 )
@@ -69,7 +70,7 @@ type config struct {
 	localSize  int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
 	nodes      int                        // -nodes (0: not given)
 	payload    string                     // -sim-payload: auto, real or none
-	model      *allreduce.Model           // the cost model (profile, flags, sim defaults); nil: none given for a real transport
+	model      *cost.Model                // the cost model (profile, flags, sim defaults); nil: none given for a real transport
 	modelFrom  string                     // where model came from, for the reports
 	explain    bool                       // -explain: print the cost model's predictions and picks, run nothing
 	compare    string                     // -compare: earlier runs' -json rows to check against the model (files or globs, comma-separated); run nothing
@@ -168,14 +169,8 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	}
 	cfg.algo = *algo
 	var err error
-	if cfg.dtype, ok = dtypes[*dtype]; !ok {
-		return nil, fmt.Errorf("-dtype %q: unknown element type (valid: %s)", *dtype, names(dtypes))
-	}
-	if cfg.redop, ok = redops[*redop]; !ok {
-		return nil, fmt.Errorf("-redop %q: unknown reduction (valid: %s)", *redop, names(redops))
-	}
-	if cfg.redop == allreduce.Avg && !cfg.dtype.IsFloat() {
-		return nil, fmt.Errorf("-redop avg needs a floating-point -dtype (float32 or float64), not %s", cfg.dtype)
+	if err := cfg.resolveElements(*dtype, *redop); err != nil {
+		return nil, err
 	}
 	if cfg.ranks < 1 {
 		return nil, fmt.Errorf("-ranks %d: need at least 1", cfg.ranks)
@@ -203,44 +198,79 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 	if err := xf.resolve(cfg, given); err != nil {
 		return nil, err
 	}
-	if cfg.transport == launch.Inproc {
-		cfg.tr.LocalSize = cfg.localSize
-		for _, a := range cfg.algos {
-			if err := inprocRuns(a, cfg.localSize); err != nil {
-				return nil, fmt.Errorf("-algo %s: %w (in process, -local-size K or -nodes K simulates nodes)", a, err)
-			}
-		}
+	if err := cfg.resolveInproc(); err != nil {
+		return nil, err
 	}
-	if cfg.iters < 1 {
-		return nil, fmt.Errorf("-iters %d: need at least 1", cfg.iters)
-	}
-	if cfg.warmup < 0 {
-		return nil, fmt.Errorf("-warmup %d: must not be negative", cfg.warmup)
-	}
-	if cfg.minBytes, err = allreducetest.ParseBytes(*minS); err != nil {
-		return nil, fmt.Errorf("-min: %w", err)
-	}
-	if cfg.maxBytes, err = allreducetest.ParseBytes(*maxS); err != nil {
-		return nil, fmt.Errorf("-max: %w", err)
-	}
-	if cfg.minBytes > cfg.maxBytes {
-		return nil, fmt.Errorf("-min %s is larger than -max %s", *minS, *maxS)
-	}
-	switch {
-	case cfg.factor == 1 && cfg.minBytes != cfg.maxBytes:
-		return nil, fmt.Errorf("-factor 1 needs -min equal to -max (got -min %s, -max %s); use -factor 2 or more", *minS, *maxS)
-	case cfg.factor < 1:
-		return nil, fmt.Errorf("-factor %d: need at least 2 (1 only when -min equals -max)", cfg.factor)
-	case cfg.minBytes == 0 && cfg.maxBytes > 0:
-		return nil, errors.New("-min 0: sizes grow by multiplying, so -min must be at least 1 byte unless -max is 0 too")
-	}
-	if cfg.op.rooted && (cfg.root < 0 || cfg.root >= cfg.ranks) {
-		return nil, fmt.Errorf("-root %d: out of range for -ranks %d (valid: 0..%d)", cfg.root, cfg.ranks, cfg.ranks-1)
+	if err := cfg.resolveSweep(*minS, *maxS); err != nil {
+		return nil, err
 	}
 	if !cfg.op.rooted {
 		cfg.root = -1
 	}
 	return cfg, nil
+}
+
+// resolveElements reads -dtype and -redop.
+func (cfg *config) resolveElements(dtype, redop string) error {
+	var ok bool
+	if cfg.dtype, ok = dtypes[dtype]; !ok {
+		return fmt.Errorf("-dtype %q: unknown element type (valid: %s)", dtype, names(dtypes))
+	}
+	if cfg.redop, ok = redops[redop]; !ok {
+		return fmt.Errorf("-redop %q: unknown reduction (valid: %s)", redop, names(redops))
+	}
+	if cfg.redop == allreduce.Avg && !cfg.dtype.IsFloat() {
+		return fmt.Errorf("-redop avg needs a floating-point -dtype (float32 or float64), not %s", cfg.dtype)
+	}
+	return nil
+}
+
+// resolveInproc gives in-process ranks their nodes (-local-size) and
+// checks that every -algo runs there.
+func (cfg *config) resolveInproc() error {
+	if cfg.transport != launch.Inproc {
+		return nil
+	}
+	cfg.tr.LocalSize = cfg.localSize
+	for _, a := range cfg.algos {
+		if err := inprocRuns(a, cfg.localSize); err != nil {
+			return fmt.Errorf("-algo %s: %w (in process, -local-size K or -nodes K simulates nodes)", a, err)
+		}
+	}
+	return nil
+}
+
+// resolveSweep checks the sweep's flags (-iters, -warmup, -min, -max,
+// -factor, -root) and reads the sizes.
+func (cfg *config) resolveSweep(minS, maxS string) error {
+	var err error
+	if cfg.iters < 1 {
+		return fmt.Errorf("-iters %d: need at least 1", cfg.iters)
+	}
+	if cfg.warmup < 0 {
+		return fmt.Errorf("-warmup %d: must not be negative", cfg.warmup)
+	}
+	if cfg.minBytes, err = allreducetest.ParseBytes(minS); err != nil {
+		return fmt.Errorf("-min: %w", err)
+	}
+	if cfg.maxBytes, err = allreducetest.ParseBytes(maxS); err != nil {
+		return fmt.Errorf("-max: %w", err)
+	}
+	if cfg.minBytes > cfg.maxBytes {
+		return fmt.Errorf("-min %s is larger than -max %s", minS, maxS)
+	}
+	switch {
+	case cfg.factor == 1 && cfg.minBytes != cfg.maxBytes:
+		return fmt.Errorf("-factor 1 needs -min equal to -max (got -min %s, -max %s); use -factor 2 or more", minS, maxS)
+	case cfg.factor < 1:
+		return fmt.Errorf("-factor %d: need at least 2 (1 only when -min equals -max)", cfg.factor)
+	case cfg.minBytes == 0 && cfg.maxBytes > 0:
+		return errors.New("-min 0: sizes grow by multiplying, so -min must be at least 1 byte unless -max is 0 too")
+	}
+	if cfg.op.rooted && (cfg.root < 0 || cfg.root >= cfg.ranks) {
+		return fmt.Errorf("-root %d: out of range for -ranks %d (valid: 0..%d)", cfg.root, cfg.ranks, cfg.ranks-1)
+	}
+	return nil
 }
 
 // inprocRuns reports why in-process ranks on nodes of localSize (0: no

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 )
 
 // Drift between a calibration's rounds. Each cell of -calibrate's tables
@@ -42,7 +44,7 @@ func roundPaces(rounds [][]row) []float64 {
 		if times == nil {
 			continue
 		}
-		med := medianOf(times)
+		med := calibrate.MedianOf(times)
 		for r, t := range times {
 			sums[r] += math.Log(t / med)
 		}

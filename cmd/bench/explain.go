@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // explanation is one size of -explain: every runnable algorithm's
@@ -22,7 +23,7 @@ type explanation struct {
 // explain prints, for every size of the sweep, each all-reduce algorithm
 // that can run on the flags' shape (plannedShape) with its predicted time
 // under the run's model (the profile, the model flags, the simulator's
-// defaults, else allreduce.DefaultModel), and the algorithm Auto picks
+// defaults, else cost.DefaultModel), and the algorithm Auto picks
 // (allreduce.Choose). It runs nothing.
 func explain(cfg *config, w io.Writer) error {
 	if cfg.op.kind == allreduce.KindBroadcast || cfg.op.kind == allreduce.KindReduce {
@@ -69,7 +70,7 @@ func explain(cfg *config, w io.Writer) error {
 }
 
 // explainHeader says what the table predicts with and names its columns.
-func explainHeader(cfg *config, w io.Writer, m allreduce.Model, from string, shape allreduce.Shape, algos []allreduce.Algorithm) error {
+func explainHeader(cfg *config, w io.Writer, m cost.Model, from string, shape cost.Shape, algos []allreduce.Algorithm) error {
 	topo := "topology unknown"
 	if shape.Topology {
 		topo = fmt.Sprintf("%d node(s) of up to %d ranks", shape.Nodes, shape.LocalSize)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestExplain: per size, every algorithm that can run on the transport and
@@ -144,12 +144,12 @@ func predictedUS(t *testing.T, args ...string) map[string]float64 {
 // with the model flags on top.
 func TestProfileModel(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.json")
-	m := allreduce.Model{
-		Intra: allreduce.Link{Alpha: 1e-6, Beta: 1e-10},
-		Inter: allreduce.Link{Alpha: 3e-6, Beta: 1e-9},
+	m := cost.Model{
+		Intra: cost.Link{Alpha: 1e-6, Beta: 1e-10},
+		Inter: cost.Link{Alpha: 3e-6, Beta: 1e-9},
 		Gamma: 1e-10,
 	}
-	if err := allreduce.WriteProfile(path, allreduce.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
+	if err := cost.WriteProfile(path, cost.Profile{Transport: "tcp", Ranks: 4, Model: m}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := parseConfig([]string{"-profile", path, "-alpha-us", "7"}, nil)
@@ -161,12 +161,12 @@ func TestProfileModel(t *testing.T) {
 	if cfg.model == nil || *cfg.model != want || !strings.Contains(cfg.modelFrom, path+" with -alpha-us") {
 		t.Errorf("model %+v from %q, want %+v", cfg.model, cfg.modelFrom, want)
 	}
-	t.Setenv(allreduce.ProfileEnv, path)
+	t.Setenv(cost.ProfileEnv, path)
 	cfg, err = parseConfig([]string{"-transport", "sim"}, nil)
 	if err != nil || cfg.model == nil || *cfg.model != m {
-		t.Errorf("$%s: model %+v, %v", allreduce.ProfileEnv, cfg.model, err)
+		t.Errorf("$%s: model %+v, %v", cost.ProfileEnv, cfg.model, err)
 	}
-	t.Setenv(allreduce.ProfileEnv, "")
+	t.Setenv(cost.ProfileEnv, "")
 	if cfg, err = parseConfig(nil, nil); err != nil || cfg.model != nil {
 		t.Errorf("no profile, no flags: model %+v, %v (want none)", cfg.model, err)
 	}

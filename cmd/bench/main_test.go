@@ -15,6 +15,7 @@ import (
 	"github.com/ringddp/ringddp/internal/launch/selftest"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 )
 
 var rowKeys = []string{"algbw_gbps", "algo", "busbw_gbps", "bytes", "count", "dtype", "op", "ranks", "time_us", "transport", "wrong"}
@@ -244,10 +245,10 @@ func TestFlagErrors(t *testing.T) {
 }
 
 func TestMedian(t *testing.T) {
-	if m := median([]float64{5, 1, 3}); m != 3 {
+	if m := calibrate.Median([]float64{5, 1, 3}); m != 3 {
 		t.Errorf("median of 3 = %v", m)
 	}
-	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+	if m := calibrate.Median([]float64{4, 1, 3, 2}); m != 2.5 {
 		t.Errorf("median of 4 = %v", m)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
 )
 
@@ -45,59 +47,59 @@ func modelFlagNames() []string {
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.profile, "profile", "", "cost-model profile (JSON, as -calibrate writes it) that Auto chooses by and -explain and the pred_us column predict with; default $"+allreduce.ProfileEnv+". -inter-gbps, -intra-gbps, -alpha-us, -intra-alpha-us and -gamma-gbps override its parameters")
+	fs.StringVar(&f.profile, "profile", "", "cost-model profile (JSON, as -calibrate writes it) that Auto chooses by and -explain and the pred_us column predict with; default $"+cost.ProfileEnv+". -inter-gbps, -intra-gbps, -alpha-us, -intra-alpha-us and -gamma-gbps override its parameters")
 	fs.Float64Var(&f.interGbps, "inter-gbps", 0, fmt.Sprintf("bandwidth between nodes in gigabits per second (Gb/s, as NICs are sold; GB/s × 8); default the profile's, else %d with -transport sim", defaultInterGbps))
 	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
 	fs.Float64Var(&f.alphaUS, "alpha-us", 0, fmt.Sprintf("latency per message between nodes in µs (the model's inter-node α); default the profile's, else %d with -transport sim", defaultInterAlphaUS))
 	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
-	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (allreduce.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
-	fs.IntVar(&f.nics, "nics", 0, "how many NICs the ranks of a node share for their inter-node messages (allreduce.Model.NICs; with -transport sim the simulator's NICs too, one message at a time each): 0, a link per rank; default the profile's, else 0")
-	fs.IntVar(&f.cores, "cores", 0, "how many cores the ranks of a node share for moving and reducing bytes (allreduce.Model.Cores; with -transport sim the simulator's cores bound too): every prediction is at least the busiest node's work divided by it; 0, no bound; default the profile's, else 0; with -calibrate, default this host's logical CPUs")
-	fs.StringVar(&f.segment, "segment", "", fmt.Sprintf("largest message an exchange sends at once (allreduce.Model.Segment; K, M suffixes): larger exchanges go in lock-step pieces of at most this size; 0: whole; default the profile's, else the transport's (%s over tcp, none in process, over shm and in the simulator)", allreducetest.FormatBytes(allreduce.TCPSegmentBytes)))
-	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and allreduce.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/allreduce.DefaultModel(false).Gamma/1e9))
+	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (cost.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
+	fs.IntVar(&f.nics, "nics", 0, "how many NICs the ranks of a node share for their inter-node messages (cost.Model.NICs; with -transport sim the simulator's NICs too, one message at a time each): 0, a link per rank; default the profile's, else 0")
+	fs.IntVar(&f.cores, "cores", 0, "how many cores the ranks of a node share for moving and reducing bytes (cost.Model.Cores; with -transport sim the simulator's cores bound too): every prediction is at least the busiest node's work divided by it; 0, no bound; default the profile's, else 0; with -calibrate, default this host's logical CPUs")
+	fs.StringVar(&f.segment, "segment", "", fmt.Sprintf("largest message an exchange sends at once (cost.Model.Segment; K, M suffixes): larger exchanges go in lock-step pieces of at most this size; 0: whole; default the profile's, else the transport's (%s over tcp, none in process, over shm and in the simulator)", allreducetest.FormatBytes(cost.TCPSegmentBytes)))
+	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and cost.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/cost.DefaultModel(false).Gamma/1e9))
 }
 
 // resolve works out the run's model: the profile's (-profile, else
 // $RINGDDP_PROFILE), else the simulator's defaults with -transport sim,
-// else allreduce.DefaultModel(peerMemory) when a model flag is given,
+// else cost.DefaultModel(peerMemory) when a model flag is given,
 // with every given model flag applied on top. m is nil when nothing says
 // what the model is (a real transport without profile or model flags):
 // the groups then use DefaultModel themselves. from says where it came
 // from.
-func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string]bool, getenv func(string) string) (m *allreduce.Model, from string, err error) {
-	var base allreduce.Model
+func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string]bool, getenv func(string) string) (m *cost.Model, from string, err error) {
+	var base cost.Model
 	switch {
 	case f.profile != "":
-		p, err := allreduce.ReadProfile(f.profile)
+		p, err := cost.ReadProfile(f.profile, allreduce.KnownMeasurement)
 		if err != nil {
 			return nil, "", fmt.Errorf("-profile: %w", err)
 		}
 		base, from = p.Model, "profile "+f.profile
 	default:
-		p, ok, err := allreduce.ProfileFromEnv(getenv)
+		p, ok, err := cost.ProfileFromEnv(getenv, allreduce.KnownMeasurement)
 		switch {
 		case err != nil:
 			return nil, "", err
 		case ok:
-			base, from = p.Model, "profile $"+allreduce.ProfileEnv+"="+getenv(allreduce.ProfileEnv)
+			base, from = p.Model, "profile $"+cost.ProfileEnv+"="+getenv(cost.ProfileEnv)
 		case transport == simTransport:
 			base, from = simDefaultModel(given, f), "simulator defaults"
 		default:
-			base, from = defaultModel(transport), "allreduce.DefaultModel"
+			base, from = defaultModel(transport), "cost.DefaultModel"
 		}
 	}
 	var set []string
 	for _, o := range []struct {
 		name  string
 		v     float64
-		apply func(m *allreduce.Model, v float64)
+		apply func(m *cost.Model, v float64)
 		rate  bool // a rate in Gb/s (> 0, inf allowed), else a latency in µs (≥ 0)
 	}{
-		{"inter-gbps", f.interGbps, func(m *allreduce.Model, v float64) { m.Inter.Beta = betaOfGbps(v) }, true},
-		{"intra-gbps", f.intraGbps, func(m *allreduce.Model, v float64) { m.Intra.Beta = betaOfGbps(v) }, true},
-		{"alpha-us", f.alphaUS, func(m *allreduce.Model, v float64) { m.Inter.Alpha = v * 1e-6 }, false},
-		{"intra-alpha-us", f.intraAlphaUS, func(m *allreduce.Model, v float64) { m.Intra.Alpha = v * 1e-6 }, false},
-		{"gamma-gbps", f.gammaGbps, func(m *allreduce.Model, v float64) { m.Gamma = betaOfGbps(v) }, true},
+		{"inter-gbps", f.interGbps, func(m *cost.Model, v float64) { m.Inter.Beta = betaOfGbps(v) }, true},
+		{"intra-gbps", f.intraGbps, func(m *cost.Model, v float64) { m.Intra.Beta = betaOfGbps(v) }, true},
+		{"alpha-us", f.alphaUS, func(m *cost.Model, v float64) { m.Inter.Alpha = v * 1e-6 }, false},
+		{"intra-alpha-us", f.intraAlphaUS, func(m *cost.Model, v float64) { m.Intra.Alpha = v * 1e-6 }, false},
+		{"gamma-gbps", f.gammaGbps, func(m *cost.Model, v float64) { m.Gamma = betaOfGbps(v) }, true},
 	} {
 		if !given[o.name] {
 			continue
@@ -142,7 +144,7 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 	}
 	if len(set) > 0 {
 		from += " with " + strings.Join(set, ", ")
-	} else if from == "allreduce.DefaultModel" {
+	} else if from == "cost.DefaultModel" {
 		return nil, "", nil
 	}
 	if err := base.Validate(); err != nil {
@@ -153,15 +155,15 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 
 // simDefaultModel is the simulator's model without a profile: the default
 // links, the intra-node bandwidth 10× the inter-node one (-inter-gbps
-// included), Gamma from allreduce.DefaultModel.
-func simDefaultModel(given map[string]bool, f *modelFlags) allreduce.Model {
+// included), Gamma from cost.DefaultModel.
+func simDefaultModel(given map[string]bool, f *modelFlags) cost.Model {
 	inter := float64(defaultInterGbps)
 	if given["inter-gbps"] && f.interGbps > 0 {
 		inter = f.interGbps
 	}
-	return allreduce.Model{
-		Intra: allreduce.Link{Alpha: defaultIntraAlphaUS * 1e-6, Beta: betaOfGbps(intraOverInter * inter)},
-		Inter: allreduce.Link{Alpha: defaultInterAlphaUS * 1e-6, Beta: betaOfGbps(inter)},
+	return cost.Model{
+		Intra: cost.Link{Alpha: defaultIntraAlphaUS * 1e-6, Beta: betaOfGbps(intraOverInter * inter)},
+		Inter: cost.Link{Alpha: defaultInterAlphaUS * 1e-6, Beta: betaOfGbps(inter)},
 		Gamma: betaOfGbps(defaultGammaGbps),
 	}
 }
@@ -169,15 +171,12 @@ func simDefaultModel(given map[string]bool, f *modelFlags) allreduce.Model {
 // betaOfGbps is the seconds per byte of a rate in gigabits per second.
 func betaOfGbps(gbps float64) float64 { return 8 / (gbps * 1e9) }
 
-// gbpsOfBeta is the rate in gigabits per second of beta seconds per byte.
-func gbpsOfBeta(beta float64) float64 { return 8 / (beta * 1e9) }
-
 // describeModel spells a model out in the flags' units: each link's
 // bandwidth, its latency and its regimes of smaller messages, γ, the
 // ports when a rank's sends overlap, and what a node's ranks share.
-func describeModel(m allreduce.Model) string {
+func describeModel(m cost.Model) string {
 	s := fmt.Sprintf("inter %s α %.3g µs%s; intra %s α %.3g µs%s; γ %s",
-		rateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), rateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), rateText(m.Gamma))
+		calibrate.RateText(m.Inter.Beta), m.Inter.Alpha*1e6, regimesText(m.Inter), calibrate.RateText(m.Intra.Beta), m.Intra.Alpha*1e6, regimesText(m.Intra), calibrate.RateText(m.Gamma))
 	if m.Ports > 0 {
 		s += fmt.Sprintf("; ports %d", m.Ports)
 	}
@@ -204,23 +203,15 @@ func describeModel(m allreduce.Model) string {
 
 // regimesText is a link's regimes of smaller messages, if any: ", up to
 // SIZE RATE" each, the smallest last.
-func regimesText(l allreduce.Link) string {
+func regimesText(l cost.Link) string {
 	var s string
 	if l.CacheBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), rateText(l.CacheBeta))
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), calibrate.RateText(l.CacheBeta))
 	}
 	if l.SmallBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), rateText(l.SmallBeta))
+		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), calibrate.RateText(l.SmallBeta))
 	}
 	return s
-}
-
-// rateText is beta seconds per byte as Gb/s and GB/s.
-func rateText(beta float64) string {
-	if beta == 0 {
-		return "∞ Gb/s"
-	}
-	return fmt.Sprintf("%.4g Gb/s (%.4g GB/s)", gbpsOfBeta(beta), 1/beta/1e9)
 }
 
 // peerMemory reports whether the transport's ranks can read one
@@ -238,24 +229,24 @@ func lendLimit(transport string) int {
 }
 
 // defaultModel is the groups' default model on the transport.
-func defaultModel(transport string) allreduce.Model {
-	return allreduce.DefaultModelFor(allreduce.Shape{PeerMemory: peerMemory(transport), LendLimit: lendLimit(transport)})
+func defaultModel(transport string) cost.Model {
+	return cost.DefaultModelFor(cost.Shape{PeerMemory: peerMemory(transport), LendLimit: lendLimit(transport)})
 }
 
 // plannedShape is the cost model's shape of the run as the flags describe
 // it (-ranks, -local-size or -nodes; over tcp one node per host of the
 // launcher's ranks): what -explain and -algo all go by. A run predicts
 // from the shape its groups learn.
-func plannedShape(cfg *config) allreduce.Shape {
+func plannedShape(cfg *config) cost.Shape {
 	n := cfg.ranks
-	var s allreduce.Shape
+	var s cost.Shape
 	switch {
 	case cfg.transport == simTransport: // every simulated rank knows its node
 		ls := cfg.localSize
 		if ls == 0 {
 			ls = n
 		}
-		s = allreduce.NodesShape(n, ls)
+		s = cost.NodesShape(n, ls)
 	case cfg.mp != nil: // tcp: every rank knows its node (its host)
 		ls := cfg.mp.LocalRanks
 		if !cfg.mp.Launcher && cfg.mp.Env.LocalWorldSize > 0 {
@@ -264,9 +255,9 @@ func plannedShape(cfg *config) allreduce.Shape {
 		if ls < 1 {
 			ls = n
 		}
-		s = allreduce.NodesShape(n, ls)
+		s = cost.NodesShape(n, ls)
 	default:
-		s = allreduce.NodesShape(n, cfg.localSize)
+		s = cost.NodesShape(n, cfg.localSize)
 	}
 	s.PeerMemory, s.LendLimit = peerMemory(cfg.transport), lendLimit(cfg.transport)
 	return s
@@ -274,9 +265,9 @@ func plannedShape(cfg *config) allreduce.Shape {
 
 // explainModel is the model -explain and the sweep's predictions use:
 // the run's, else the groups' default.
-func (c *config) explainModel() (allreduce.Model, string) {
+func (c *config) explainModel() (cost.Model, string) {
 	if c.model != nil {
 		return *c.model, c.modelFrom
 	}
-	return defaultModel(c.transport), "allreduce.DefaultModel (no profile: calibrate with -calibrate, or give -profile)"
+	return defaultModel(c.transport), "cost.DefaultModel (no profile: calibrate with -calibrate, or give -profile)"
 }

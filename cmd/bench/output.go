@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // row is one size's result. The JSON keys are the report's stable schema;
@@ -38,7 +39,7 @@ type row struct {
 	Ratio  *float64 `json:"ratio,omitempty"`
 	// shape is the group's shape the prediction was made for (with a
 	// model, for all-reduce), for -calibrate's refit.
-	shape allreduce.Shape
+	shape cost.Shape
 	// minUS is, for -calibrate's rows, the fastest round's time.
 	minUS float64
 

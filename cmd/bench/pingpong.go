@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -16,18 +17,6 @@ import (
 // the allreduce package has it, and nothing else uses the endpoints while
 // the ping-pong runs.
 const pingGroup = 0x70696e67 // "ping"
-
-// pingSizes are the ping-pong's message sizes: 8 B doubling up to max.
-func pingSizes(max int) []int {
-	var out []int
-	for b := 8; b <= max; b *= 2 {
-		out = append(out, b)
-		if b > math.MaxInt/2 {
-			break
-		}
-	}
-	return out
-}
 
 // pingReps is how many steps one timed round of b-byte messages makes:
 // enough to time small messages well, one for large ones.
@@ -111,7 +100,7 @@ func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, r
 			}
 		}
 		if perStep != nil {
-			perStep[si] = median(times)
+			perStep[si] = calibrate.Median(times)
 		}
 	}
 	return nil
@@ -176,5 +165,5 @@ func measureGamma(cfg *config) (gamma float64, bytes int, err error) {
 			times[round-cfg.warmup] = time.Since(t0).Seconds() / float64(reps) / float64(bytes)
 		}
 	}
-	return median(times), bytes, nil
+	return calibrate.Median(times), bytes, nil
 }

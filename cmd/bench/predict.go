@@ -1,36 +1,9 @@
 package main
 
 import (
-	"context"
-	"math"
-
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
-
-// groupShape is the cost model's shape of g: its ranks, the nodes they
-// sit on when the transport names each rank's node (Topology, a
-// collective every rank calls; it also spares Auto's first call learning
-// it) and whether they share memory.
-func groupShape(ctx context.Context, g *allreduce.Group) (allreduce.Shape, error) {
-	s := allreduce.FlatShape(g.Size())
-	if nn, ok := g.Conn().(interface{ NodeName() string }); ok && nn.NodeName() != "" {
-		topo, err := g.Topology(ctx)
-		if err != nil {
-			return s, err
-		}
-		s = allreduce.Shape{Ranks: topo.Size(), Nodes: topo.Nodes(), Topology: true}
-		for k := range s.Nodes {
-			s.LocalSize = max(s.LocalSize, len(topo.Members(k)))
-		}
-	}
-	if _, limit, ok := allreduce.PeerMemoryOf(g.Conn()); ok {
-		s.PeerMemory = true
-		if limit != math.MaxInt {
-			s.LendLimit = limit
-		}
-	}
-	return s, nil
-}
 
 // predictRow adds the model's columns to rank 0's row: on the simulator
 // the bandwidth of the link a topology-blind algorithm pays (between
@@ -38,7 +11,7 @@ func groupShape(ctx context.Context, g *allreduce.Group) (allreduce.Shape, error
 // algorithm that ran (auto's pick), for broadcast and reduce the schedule
 // that ran, its predicted time on the group's shape and the ratio of
 // measured to predicted.
-func predictRow(cfg *config, g *allreduce.Group, shape allreduce.Shape, r *row) {
+func predictRow(cfg *config, g *allreduce.Group, shape cost.Shape, r *row) {
 	if cfg.model == nil {
 		return
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/internal/trace"
 )
@@ -92,7 +92,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		// their first, timed call). The simulator spares it the others:
 		// on 1024 ranks it is a million messages.
 		var err error
-		if shape, err = groupShape(ctx, g); err != nil {
+		if shape, err = g.Shape(ctx); err != nil {
 			return err
 		}
 	}
@@ -148,25 +148,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 			}
 		}
 
-		var wrong *int64
-		if cfg.check && !virtual {
-			if sw.tally == nil { // a fresh run: the timed ones reduced their own results
-				s.reset(count, lo, hi, false)
-				if err := s.exec(ctx, count, lo, hi); err != nil {
-					return err
-				}
-			}
-			s.one[0] = s.countWrong(data.expected(count), count, lo, hi)
-			wrong = &s.one[0]
-		}
-		// The slowest rank's time of each iteration, the total of wrong
-		// elements.
-		var err error
-		if sw.tally != nil {
-			err = sw.tally.combine(ctx, simConn, s.times, wrong)
-		} else {
-			err = combine(ctx, g, s.times, wrong, s.one)
-		}
+		wrong, err := s.settle(ctx, sw, simConn, count, lo, hi, virtual)
 		if err != nil {
 			return err
 		}
@@ -174,7 +156,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		if rank != 0 {
 			continue
 		}
-		r := newRow(cfg, sw.name(), count*esz, count, median(s.times), wrong)
+		r := newRow(cfg, sw.name(), count*esz, count, calibrate.Median(s.times), wrong)
 		r.virtual = virtual
 		predictRow(cfg, g, shape, &r)
 		select {
@@ -184,6 +166,27 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 		}
 	}
 	return nil
+}
+
+// settle checks the results of a size's run (-check) and combines over
+// the ranks the slowest rank's time of each iteration and the total of
+// wrong elements (nil: not checked).
+func (s *rankState[T]) settle(ctx context.Context, sw *sweepState[T], simConn *sim.Conn, count, lo, hi int, virtual bool) (*int64, error) {
+	var wrong *int64
+	if s.cfg.check && !virtual {
+		if sw.tally == nil { // a fresh run: the timed ones reduced their own results
+			s.reset(count, lo, hi, false)
+			if err := s.exec(ctx, count, lo, hi); err != nil {
+				return nil, err
+			}
+		}
+		s.one[0] = s.countWrong(sw.data.expected(count), count, lo, hi)
+		wrong = &s.one[0]
+	}
+	if sw.tally != nil {
+		return wrong, sw.tally.combine(ctx, simConn, s.times, wrong)
+	}
+	return wrong, combine(ctx, s.g, s.times, wrong, s.one)
 }
 
 // combine makes times the slowest rank's and, when wrong is set (one
@@ -272,11 +275,3 @@ func fill[T allreduce.Numeric](s []T, v T) {
 }
 
 // median of xs; it sorts xs.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return (xs[m-1] + xs[m]) / 2
-}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // TestSchedules: -schedule runs broadcast's and reduce's schedules, each a
@@ -17,7 +18,7 @@ import (
 // the simulator, whose times are the formulas'.
 func TestSchedules(t *testing.T) {
 	path := filepath.Join("..", "..", "allreduce", "testdata", "profiles", "inproc-4.json")
-	p, err := allreduce.ReadProfile(path)
+	p, err := cost.ReadProfile(path, allreduce.KnownMeasurement)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestSchedules(t *testing.T) {
 					t.Errorf("%s %s %v: %v wrong", transport, op, r["algo"], w)
 				}
 				kind := map[string]allreduce.Kind{"broadcast": allreduce.KindBroadcast, "reduce": allreduce.KindReduce}[op]
-				pr, err := allreduce.PredictRooted(p.Model, allreduce.FlatShape(3), kind, bytes)
+				pr, err := allreduce.PredictRooted(p.Model, cost.FlatShape(3), kind, bytes)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,19 +14,12 @@ import (
 func simConfig(cfg *config) sim.Config {
 	m := *cfg.model
 	return sim.Config{
-		Ranks:        cfg.ranks,
-		LocalSize:    cfg.localSize,
-		Intra:        simLink(m.Intra),
-		Inter:        simLink(m.Inter),
-		Gamma:        m.Gamma,
-		Ports:        m.Ports,
-		NICs:         m.NICs,
-		Cores:        m.Cores,
-		ExchangeWork: m.ExchangeWork,
-		LoneAlpha:    m.LoneAlpha,
-		// The cache-work regime, keyed on the collective's bytes per rank.
-		CacheWork:       m.CacheWork,
-		CacheWorkBytes:  m.CacheWorkBytes,
+		Ranks:     cfg.ranks,
+		LocalSize: cfg.localSize,
+		// The run's model (Segment is the schedules', which the world
+		// ignores), the cache-work regime keyed on the collective's
+		// bytes per rank.
+		Model:           m,
 		CollectiveBytes: allreduce.CollectiveBytes,
 		SlowRank:        -1,
 		TimingOnly:      cfg.virtualBytes() > 0,
@@ -131,9 +124,4 @@ func (t *simTally) combine(ctx context.Context, c *sim.Conn, times []float64, wr
 		}
 	}
 	return nil
-}
-
-// simLink is the simulator's link for a link of the cost model.
-func simLink(l allreduce.Link) sim.Link {
-	return sim.Link{Alpha: l.Alpha, Beta: l.Beta, CacheBeta: l.CacheBeta, CacheBytes: l.CacheBytes, SmallBeta: l.SmallBeta, SmallBytes: l.SmallBytes}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/launch"
 	"github.com/ringddp/ringddp/internal/trainer"
@@ -76,7 +77,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		quiet         = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
 		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
 		algo          = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
-		profile       = fs.String("profile", os.Getenv(allreduce.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+allreduce.ProfileEnv+"; none: allreduce.DefaultModel)")
+		profile       = fs.String("profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
 		zero1         = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 		tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 	)
@@ -308,7 +309,7 @@ func groupOptions(algo, profile string) ([]allreduce.GroupOption, error) {
 		opts = append(opts, allreduce.WithAlgorithm(a))
 	}
 	if profile != "" {
-		p, err := allreduce.ReadProfile(profile)
+		p, err := cost.ReadProfile(profile, allreduce.KnownMeasurement)
 		if err != nil {
 			return nil, fmt.Errorf("-profile: %w", err)
 		}

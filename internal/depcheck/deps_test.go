@@ -11,6 +11,8 @@ const module = "github.com/ringddp/ringddp"
 // forbidden lists, per package (relative to the module), the module
 // packages it must not depend on, directly or not.
 var forbidden = map[string][]string{
+	"allreduce/cost":      {"allreduce", "allreduce/sim", "allreduce/transport", "allreduce/inproc", "allreduce/tcp", "allreduce/shm", "allreduce/mixed", "allreduce/rendezvous", "ddp", "zero", "optim", "models", "datasets"},
+	"allreduce/calibrate": {"allreduce/sim", "allreduce/inproc", "allreduce/tcp", "allreduce/shm", "allreduce/mixed", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/transport": {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/inproc":    {"allreduce", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/tcp":       {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
@@ -48,6 +50,28 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		for _, b := range banned {
 			if deps[module+"/"+b] {
 				t.Errorf("%s depends on %s", pkg, b)
+			}
+		}
+	}
+}
+
+// libraries lists packages (relative to the module) that must not link
+// Go's testing package: libraries a command links (cmd/bench's
+// calibration) must not bring the test framework's flags and code along.
+var libraries = []string{"allreduce/cost", "allreduce/calibrate", "allreduce"}
+
+func TestLibrariesDoNotLinkTesting(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command")
+	}
+	for _, pkg := range libraries {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, line := range strings.Fields(string(out)) {
+			if line == "testing" {
+				t.Errorf("%s links the testing package", pkg)
 			}
 		}
 	}

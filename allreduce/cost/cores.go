@@ -1,12 +1,11 @@
-package allreduce
+package cost
 
-import (
-	"math"
+import "math"
 
-	"github.com/ringddp/ringddp/allreduce/transport"
-)
-
-// The cores bound (Model.Cores). Moving a message and reducing it are work
+// Work is the work of a collective's ranks, summed by node (seconds of
+// one core): what the cores bound divides.
+//
+// The cores bound (Model.Cores): moving a message and reducing it are work
 // for the cores of the host its ranks run on: on loopback tcp each byte is
 // copied into the kernel by the sender's core and out of it by the
 // receiver's, in process a message is one memory copy. While every rank
@@ -27,48 +26,44 @@ import (
 // The α of a message is not work: it is the time a message takes to be
 // seen, not time a core spends. Nor are the size regimes (Link): a
 // message that fits the socket buffers or the caches is seen sooner, but
-// a core still copies each of its bytes; priced at the regimes' rates,
-// the bound predicted Tree over tcp within 25% at 11 of 15 sizes against
-// 15 at β (docs/scaling.md). Algorithms that move the same bytes the same
+// a core still copies each of its bytes (priced at the regimes' rates,
+// the bound predicted worse: docs/scaling.md). Algorithms that move the same bytes the same
 // way have the same W (the ring and Tree each send 2(N−1)·M bytes in all,
 // one way, and reduce (N−1)·M on one node), so where the bound holds they
 // take the same time whatever their schedules' critical paths;
 // halving-doubling sends as many bytes in pairwise exchanges (ExchangeWork
-// of theirs, 0.84 as fitted over loopback tcp), recursive doubling
+// of theirs), recursive doubling
 // N·log2 N·M bytes so.
 // The simulator applies the same bound between two AlignClocks
-// (sim.Config.Cores), and the formulas' W is the work it counts
+// (its Config.Cores), and the formulas' W is the work it counts
 // (TestWorkMatchesSimulator). 0 (unset): no bound, the schedule's time
 // alone. cmd/bench -calibrate refits the model with the host's logical
 // CPUs and without the bound, and keeps the better fit.
-
-// nodeWork is the work of a collective's ranks, summed by node (seconds of
-// one core): what the cores bound divides.
-type nodeWork struct {
+type Work struct {
 	m    Model
 	s    Shape
 	node []float64
 }
 
-// newNodeWork is an empty tally for shape s under model m.
-func newNodeWork(m Model, s Shape) *nodeWork {
-	return &nodeWork{m: m, s: s, node: make([]float64, max(s.Nodes, 1))}
+// NewWork is an empty tally for shape s under model m.
+func NewWork(m Model, s Shape) *Work {
+	return &Work{m: m, s: s, node: make([]float64, max(s.Nodes, 1))}
 }
 
-// send counts count messages of x bytes from rank r to rank d, at the
+// Send counts count messages of x bytes from rank r to rank d, at the
 // large-message rate β of the link between them.
-func (w *nodeWork) send(r, d int, x, count float64) {
+func (w *Work) Send(r, d int, x, count float64) {
 	if x <= 0 || count <= 0 {
 		return
 	}
-	w.node[w.s.nodeOfRank(r)] += count * x * w.m.between(w.s, r, d).Beta
+	w.node[w.s.NodeOfRank(r)] += count * x * w.m.Between(w.s, r, d).Beta
 }
 
-// exchange counts count messages of x bytes from rank r to rank d sent
-// while r receives from d (a pairwise exchange): send's work times
+// Exchange counts count messages of x bytes from rank r to rank d sent
+// while r receives from d (a pairwise exchange): Send's work times
 // Model.ExchangeWork.
-func (w *nodeWork) exchange(r, d int, x, count float64) {
-	w.send(r, d, x, count*w.m.exchangeWork())
+func (w *Work) Exchange(r, d int, x, count float64) {
+	w.Send(r, d, x, count*w.m.exchangeWork())
 }
 
 // exchangeWork is the work of a byte sent in a pairwise exchange as a
@@ -80,13 +75,13 @@ func (m Model) exchangeWork() float64 {
 	return m.ExchangeWork
 }
 
-// reduce counts x bytes reduced on rank r.
-func (w *nodeWork) reduce(r int, x float64) {
-	w.node[w.s.nodeOfRank(r)] += x * w.m.Gamma
+// Reduce counts x bytes reduced on rank r.
+func (w *Work) Reduce(r int, x float64) {
+	w.node[w.s.NodeOfRank(r)] += x * w.m.Gamma
 }
 
-// busiest is the largest node's work.
-func (w *nodeWork) busiest() float64 {
+// Busiest is the largest node's work.
+func (w *Work) Busiest() float64 {
 	t := 0.0
 	for _, x := range w.node {
 		t = math.Max(t, x)
@@ -94,21 +89,15 @@ func (w *nodeWork) busiest() float64 {
 	return t
 }
 
-// bounded is t raised to the cores bound of work w (the busiest node's
+// Bounded is t raised to the cores bound of work w (the busiest node's
 // seconds of work) under m, for a collective of b bytes per rank: t
 // itself when m has no Cores.
-func (m Model) bounded(t, w, b float64) float64 {
+func (m Model) Bounded(t, w, b float64) float64 {
 	if m.Cores <= 0 {
 		return t
 	}
 	return math.Max(t, w*m.cacheWork(b)/float64(m.Cores))
 }
-
-// CollectiveBytes is the bytes per rank of the collective a message with
-// header h belongs to (its Count elements of its DType): what
-// Model.CacheWork is keyed on, and what the simulator needs to key its
-// sim.Config.CacheWork alike (sim.Config.CollectiveBytes).
-func CollectiveBytes(h transport.Header) int { return int(h.Count) * elemSize(h) }
 
 // cacheWork is the factor on the work of a collective of b bytes per
 // rank: Model.CacheWork up to CacheWorkBytes, else 1.
@@ -119,8 +108,8 @@ func (m Model) cacheWork(b float64) float64 {
 	return 1
 }
 
-// withoutLatency is m with no α: what is left of a formula is work.
-func (m Model) withoutLatency() Model {
+// WithoutLatency is m with no α: what is left of a formula is work.
+func (m Model) WithoutLatency() Model {
 	m.Intra.Alpha, m.Inter.Alpha = 0, 0
 	return m
 }

@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The refit for choices: on samples a model made, its Auto misses nothing
@@ -18,11 +19,11 @@ func TestRefitForChoices(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	truth := cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(truth, shape, 2)
-	if m, e, line := refitForChoices(truth, 0, samples); m != truth || e != 0 || line != "" {
+	if m, e, line := RefitForChoices(truth, 0, samples); m != truth || e != 0 || line != "" {
 		t.Fatalf("on the model's own times: %+v, error %g, %q", m, e, line)
 	}
 
@@ -59,7 +60,7 @@ func TestRefitForChoices(t *testing.T) {
 	if misses, _ := choiceMisses(truth, groupBySize(samples)); misses != 1 {
 		t.Fatalf("%d misses before, want 1 (at %d B, %v)", misses, at, pick)
 	}
-	m, me, line := refitForChoices(truth, e, samples)
+	m, me, line := RefitForChoices(truth, e, samples)
 	misses, worst := choiceMisses(m, groupBySize(samples))
 	if misses != 0 || !strings.HasSuffix(line, ": kept\n") {
 		t.Errorf("after the refit for choices %d misses (worst %.2f×), want 0: %s", misses, worst, line)

@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The check against samples the model itself made: Auto picks the
@@ -14,11 +15,11 @@ import (
 // pick and the ratio; and a size where the pick was not timed counts as
 // past the goal.
 func TestAutoPicks(t *testing.T) {
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	m := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	m := cost.Model{Intra: l, Inter: l, Gamma: 2e-10}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(m, shape, 4)
-	picks := autoPicks(m, samples)
+	picks := AutoPicks(m, samples)
 	if len(picks) != 8 { // 4 KiB … 64 MiB by 4: the sizes of predictedSamples
 		t.Fatalf("%d sizes, want 8", len(picks))
 	}
@@ -31,7 +32,7 @@ func TestAutoPicks(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	if err := printAutoPicks(&b, picks); err != nil {
+	if err := PrintAutoPicks(&b, picks); err != nil {
 		t.Fatal(err)
 	}
 	if out := b.String(); strings.Contains(out, "warning") || !strings.Contains(out, "8 of 8 sizes within 10%") {
@@ -60,9 +61,9 @@ func TestAutoPicks(t *testing.T) {
 			kept = append(kept, s)
 		}
 	}
-	picks = autoPicks(m, kept)
+	picks = AutoPicks(m, kept)
 	b.Reset()
-	if err := printAutoPicks(&b, picks); err != nil {
+	if err := PrintAutoPicks(&b, picks); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

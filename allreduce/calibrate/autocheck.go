@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The check -calibrate ends with: the fitted model's Auto (its argmin,
@@ -26,9 +26,9 @@ import (
 // algorithm's time at a size of the calibration.
 const autoGoal = 1.1
 
-// autoPick is one size of a calibration: what the model's Auto picks
+// AutoPick is one size of a calibration: what the model's Auto picks
 // there and how its measured time compares with the fastest measured.
-type autoPick struct {
+type AutoPick struct {
 	bytes           int
 	pick, fastest   allreduce.Algorithm
 	pickS, fastestS float64 // measured seconds; pickS is 0 when the pick was not measured
@@ -36,16 +36,16 @@ type autoPick struct {
 
 // ratio is the pick's measured time over the fastest's (+Inf when the
 // pick was not measured).
-func (p autoPick) ratio() float64 {
+func (p AutoPick) ratio() float64 {
 	if p.pickS <= 0 {
 		return math.Inf(1)
 	}
 	return p.pickS / p.fastestS
 }
 
-// autoPicks is m's Auto at every size of samples (one calibration: one
+// AutoPicks is m's Auto at every size of samples (one calibration: one
 // shape per size), in increasing size.
-func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
+func AutoPicks(m cost.Model, samples []Sample) []AutoPick {
 	return groupBySize(samples).picks(m)
 }
 
@@ -53,11 +53,11 @@ func autoPicks(m allreduce.Model, samples []refitSample) []autoPick {
 // order: grouped once where many models are checked against them.
 type sizeGroups struct {
 	sizes []int
-	at    map[int][]refitSample
+	at    map[int][]Sample
 }
 
-func groupBySize(samples []refitSample) sizeGroups {
-	at := map[int][]refitSample{}
+func groupBySize(samples []Sample) sizeGroups {
+	at := map[int][]Sample{}
 	for _, s := range samples {
 		at[s.bytes] = append(at[s.bytes], s)
 	}
@@ -65,11 +65,11 @@ func groupBySize(samples []refitSample) sizeGroups {
 }
 
 // picks is m's Auto at every size of g (autoPicks).
-func (g sizeGroups) picks(m allreduce.Model) []autoPick {
-	out := make([]autoPick, 0, len(g.sizes))
+func (g sizeGroups) picks(m cost.Model) []AutoPick {
+	out := make([]AutoPick, 0, len(g.sizes))
 	for _, bytes := range g.sizes {
 		at := g.at[bytes]
-		p := autoPick{bytes: bytes, pick: allreduce.Choose(m, at[0].shape, bytes), fastestS: math.Inf(1)}
+		p := AutoPick{bytes: bytes, pick: allreduce.Choose(m, at[0].shape, bytes), fastestS: math.Inf(1)}
 		for _, s := range at {
 			if s.seconds < p.fastestS {
 				p.fastest, p.fastestS = s.algo, s.seconds
@@ -83,9 +83,9 @@ func (g sizeGroups) picks(m allreduce.Model) []autoPick {
 	return out
 }
 
-// printAutoPicks writes the check: a row per size, the mean and worst
+// PrintAutoPicks writes the check: a row per size, the mean and worst
 // ratio, and a warning naming every size past autoGoal.
-func printAutoPicks(w io.Writer, picks []autoPick) error {
+func PrintAutoPicks(w io.Writer, picks []AutoPick) error {
 	if len(picks) == 0 {
 		return nil
 	}
@@ -108,7 +108,7 @@ func printAutoPicks(w io.Writer, picks []autoPick) error {
 		if r <= autoGoal {
 			within++
 		} else {
-			missed = append(missed, fmt.Sprintf("%s (%v, %.2f× %v)", allreducetest.FormatBytes(p.bytes), p.pick, r, p.fastest))
+			missed = append(missed, fmt.Sprintf("%s (%v, %.2f× %v)", bytesText(p.bytes), p.pick, r, p.fastest))
 		}
 		if r > worst.ratio() {
 			worst = p
@@ -119,7 +119,7 @@ func printAutoPicks(w io.Writer, picks []autoPick) error {
 		mean = sum / float64(counted)
 	}
 	fmt.Fprintf(&b, "# Auto's picks: on average %.3f× the fastest, the worst %.2f× (%v at %s); %d of %d sizes within %.0f%%\n",
-		mean, worst.ratio(), worst.pick, allreducetest.FormatBytes(worst.bytes), within, len(picks), (autoGoal-1)*100)
+		mean, worst.ratio(), worst.pick, bytesText(worst.bytes), within, len(picks), (autoGoal-1)*100)
 	if len(missed) > 0 {
 		fmt.Fprintf(&b, "# warning: Auto's pick is more than %.0f%% slower than the fastest at %s: the model ranks those algorithms otherwise than they measured here; calibrate again when the host is quiet, or set the algorithm for those sizes (-algo, allreduce.WithAlgorithm)\n",
 			(autoGoal-1)*100, strings.Join(missed, ", "))

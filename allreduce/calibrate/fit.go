@@ -1,12 +1,13 @@
-package main
+package calibrate
 
 import (
+	"math"
 	"slices"
 
-	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
-// The two regimes of the link fit (linkFit): messages of at most
+// The two regimes of the link fit (LinkFit): messages of at most
 // alphaRegime bytes give the latency, messages of at least betaRegime
 // bytes the inverse bandwidth.
 const (
@@ -14,17 +15,17 @@ const (
 	betaRegime  = 1 << 20
 )
 
-// linkFit is a link fitted to ring-exchange times, and the sizes each
+// LinkFit is a link fitted to ring-exchange times, and the sizes each
 // parameter came from.
-type linkFit struct {
-	link       allreduce.Link
-	alphaSizes []int
-	betaSizes  []int
-	cacheSizes []int // the sizes the cache regime was fitted on (none: no such regime)
-	smallSizes []int // the sizes the small-message regime was fitted on (none: no such regime)
+type LinkFit struct {
+	Link       cost.Link
+	AlphaSizes []int
+	BetaSizes  []int
+	CacheSizes []int // the sizes the cache regime was fitted on (none: no such regime)
+	SmallSizes []int // the sizes the small-message regime was fitted on (none: no such regime)
 }
 
-// fitLink fits the cost model's link, t(b) = α + b·β, to the one-way
+// FitLink fits the cost model's link, t(b) = α + b·β, to the one-way
 // times secs of messages of sizes bytes (ascending), in up to three
 // regimes of message size:
 //
@@ -46,8 +47,8 @@ type linkFit struct {
 //     the regimes from it.
 //
 // α is at least 0.
-func fitLink(bytes []int, secs []float64) linkFit {
-	var f linkFit
+func FitLink(bytes []int, secs []float64) LinkFit {
+	var f LinkFit
 	n := len(bytes)
 	if n == 0 {
 		return f
@@ -73,44 +74,44 @@ func fitLink(bytes []int, secs []float64) linkFit {
 		}
 	}
 	if len(per) > 0 {
-		f.link.Beta = median(per)
+		f.Link.Beta = Median(per)
 	}
-	if !(f.link.Beta > 0) { // noise larger than the bytes' time (tiny sweeps)
+	if !(f.Link.Beta > 0) { // noise larger than the bytes' time (tiny sweeps)
 		per = per[:0]
 		for _, i := range big {
 			per = append(per, secs[i]/float64(max(bytes[i], 1)))
 		}
-		f.link.Beta = median(per)
+		f.Link.Beta = Median(per)
 	}
 	var small []float64
 	for i, b := range bytes {
 		if b <= alphaRegime {
-			small = append(small, secs[i]-float64(b)*f.link.Beta)
-			f.alphaSizes = append(f.alphaSizes, b)
+			small = append(small, secs[i]-float64(b)*f.Link.Beta)
+			f.AlphaSizes = append(f.AlphaSizes, b)
 		}
 	}
 	if len(small) == 0 {
-		small = []float64{secs[0] - float64(bytes[0])*f.link.Beta}
-		f.alphaSizes = []int{bytes[0]}
+		small = []float64{secs[0] - float64(bytes[0])*f.Link.Beta}
+		f.AlphaSizes = []int{bytes[0]}
 	}
-	f.link.Alpha = max(0, median(small))
+	f.Link.Alpha = max(0, Median(small))
 	for _, i := range big {
-		f.betaSizes = append(f.betaSizes, bytes[i])
+		f.BetaSizes = append(f.BetaSizes, bytes[i])
 	}
 	f.fitCache(bytes, secs)
 	f.fitSmall(bytes, secs)
-	if f.link.CacheBytes > 0 {
+	if f.Link.CacheBytes > 0 {
 		// α again, less the small messages' bytes at their own regime's
 		// rate, and the regimes again from it.
 		small = small[:0]
 		for i, b := range bytes {
-			if slices.Contains(f.alphaSizes, b) {
-				small = append(small, secs[i]-linkTransfer(f.link, b))
+			if slices.Contains(f.AlphaSizes, b) {
+				small = append(small, secs[i]-linkTransfer(f.Link, b))
 			}
 		}
-		f.link.Alpha = max(0, median(small))
-		f.link.CacheBeta, f.link.CacheBytes, f.link.SmallBeta, f.link.SmallBytes = 0, 0, 0, 0
-		f.cacheSizes, f.smallSizes = nil, nil
+		f.Link.Alpha = max(0, Median(small))
+		f.Link.CacheBeta, f.Link.CacheBytes, f.Link.SmallBeta, f.Link.SmallBytes = 0, 0, 0, 0
+		f.CacheSizes, f.SmallSizes = nil, nil
 		f.fitCache(bytes, secs)
 		f.fitSmall(bytes, secs)
 	}
@@ -118,8 +119,8 @@ func fitLink(bytes []int, secs []float64) linkFit {
 }
 
 // linkTransfer is the per-byte part of a message of b bytes over l, in
-// the regime it falls in (allreduce.Link's own is unexported).
-func linkTransfer(l allreduce.Link, b int) float64 {
+// the regime it falls in (cost.Link's own is unexported).
+func linkTransfer(l cost.Link, b int) float64 {
 	switch {
 	case l.SmallBytes > 0 && b <= l.SmallBytes:
 		return float64(b) * l.SmallBeta
@@ -133,67 +134,79 @@ func linkTransfer(l allreduce.Link, b int) float64 {
 // mid-sized ones must move to count as a regime of their own.
 const cacheSpeedup = 1.5
 
-// fitCache fits the cache regime (allreduce.Link's CacheBeta and
+// fitCache fits the cache regime (cost.Link's CacheBeta and
 // CacheBytes): the mid-sized messages (between the α and β regimes),
 // from the smallest up, whose time per byte beyond α is at most
 // 1/cacheSpeedup of β; CacheBytes is the largest of them and CacheBeta
 // the median of their times per byte. In process they are the messages
 // that fit the caches; none qualify on a link whose per-byte cost does not
 // depend on the size.
-func (f *linkFit) fitCache(bytes []int, secs []float64) {
+func (f *LinkFit) fitCache(bytes []int, secs []float64) {
 	var per []float64
 	for i, b := range bytes {
 		if b <= alphaRegime || b >= betaRegime {
 			continue
 		}
-		x := (secs[i] - f.link.Alpha) / float64(b)
-		if x*cacheSpeedup > f.link.Beta {
+		x := (secs[i] - f.Link.Alpha) / float64(b)
+		if x*cacheSpeedup > f.Link.Beta {
 			break
 		}
 		per = append(per, max(x, 0))
-		f.cacheSizes = append(f.cacheSizes, b)
+		f.CacheSizes = append(f.CacheSizes, b)
 	}
 	if len(per) == 0 {
 		return
 	}
-	f.link.CacheBeta = median(per)
-	f.link.CacheBytes = f.cacheSizes[len(f.cacheSizes)-1]
+	f.Link.CacheBeta = Median(per)
+	f.Link.CacheBytes = f.CacheSizes[len(f.CacheSizes)-1]
 }
 
-// medianOf is the median of xs without reordering them.
-func medianOf(xs []float64) float64 {
-	return median(slices.Clone(xs))
+// MedianOf is the median of xs without reordering them.
+func MedianOf(xs []float64) float64 {
+	return Median(slices.Clone(xs))
 }
 
-// fitSmall splits the small-message regime (allreduce.Link's SmallBeta
+// fitSmall splits the small-message regime (cost.Link's SmallBeta
 // and SmallBytes) off the cache regime: the longest run of the cache
 // regime's sizes, from the smallest up and leaving at least one, whose
 // times per byte beyond α are all at most 1/cacheSpeedup of the median of
 // the rest. SmallBeta is their median, CacheBeta becomes the rest's. On
 // loopback tcp they are the messages that fit the socket buffers; a link
 // whose mid-sized messages all move alike has none.
-func (f *linkFit) fitSmall(bytes []int, secs []float64) {
-	if len(f.cacheSizes) < 2 {
+func (f *LinkFit) fitSmall(bytes []int, secs []float64) {
+	if len(f.CacheSizes) < 2 {
 		return
 	}
-	per := make([]float64, 0, len(f.cacheSizes))
+	per := make([]float64, 0, len(f.CacheSizes))
 	for i, b := range bytes {
-		if slices.Contains(f.cacheSizes, b) {
-			per = append(per, max((secs[i]-f.link.Alpha)/float64(b), 0))
+		if slices.Contains(f.CacheSizes, b) {
+			per = append(per, max((secs[i]-f.Link.Alpha)/float64(b), 0))
 		}
 	}
 	split := 0
 	for k := 1; k < len(per); k++ {
-		if slices.Max(per[:k])*cacheSpeedup <= medianOf(per[k:]) {
+		if slices.Max(per[:k])*cacheSpeedup <= MedianOf(per[k:]) {
 			split = k
 		}
 	}
 	if split == 0 {
 		return
 	}
-	f.smallSizes = f.cacheSizes[:split]
-	f.cacheSizes = f.cacheSizes[split:]
-	f.link.SmallBeta = medianOf(per[:split])
-	f.link.SmallBytes = f.smallSizes[split-1]
-	f.link.CacheBeta = medianOf(per[split:])
+	f.SmallSizes = f.CacheSizes[:split]
+	f.CacheSizes = f.CacheSizes[split:]
+	f.Link.SmallBeta = MedianOf(per[:split])
+	f.Link.SmallBytes = f.SmallSizes[split-1]
+	f.Link.CacheBeta = MedianOf(per[split:])
+}
+
+// PingSizes are the ping-pong's message sizes: 8 B doubling up to max.
+func PingSizes(max int) []int {
+	var out []int
+	for b := 8; b <= max; b *= 2 {
+		out = append(out, b)
+		if b > math.MaxInt/2 {
+			break
+		}
+	}
+	return out
 }

@@ -1,10 +1,11 @@
-package main
+package calibrate
 
 import (
 	"fmt"
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The refit for choices, -calibrate's last step. The refit (refit.go)
@@ -54,7 +55,7 @@ const missPenalty = 0.01
 // m predicts it below the fastest (0 where m predicts it above), summed
 // and weighted by choiceWeight. With none, m's Auto meets the goal at
 // every size (it picks the fastest or one within autoGoal of it).
-func rankPenalty(m allreduce.Model, g sizeGroups) float64 {
+func rankPenalty(m cost.Model, g sizeGroups) float64 {
 	sum := 0.0
 	for _, bytes := range g.sizes { // in order: the sum is the same every run
 		at := g.at[bytes]
@@ -82,7 +83,7 @@ func rankPenalty(m allreduce.Model, g sizeGroups) float64 {
 
 // choiceMisses is the number of sizes where m's Auto misses the goal on
 // the samples of g, and the worst ratio over all sizes (autocheck.go).
-func choiceMisses(m allreduce.Model, g sizeGroups) (misses int, worst float64) {
+func choiceMisses(m cost.Model, g sizeGroups) (misses int, worst float64) {
 	for _, p := range g.picks(m) {
 		r := p.ratio()
 		worst = max(worst, r)
@@ -93,16 +94,16 @@ func choiceMisses(m allreduce.Model, g sizeGroups) (misses int, worst float64) {
 	return misses, worst
 }
 
-// refitForChoices is the refit for choices from fitted model m (of
+// RefitForChoices is the refit for choices from fitted model m (of
 // refit error e): the model to keep, its refit error, and the report's
 // line (empty when m's Auto misses nothing).
-func refitForChoices(m allreduce.Model, e float64, samples []refitSample) (allreduce.Model, float64, string) {
+func RefitForChoices(m cost.Model, e float64, samples []Sample) (cost.Model, float64, string) {
 	g := groupBySize(samples)
 	misses, worst := choiceMisses(m, g)
 	if misses == 0 {
 		return m, e, ""
 	}
-	errf := func(c allreduce.Model) float64 {
+	errf := func(c cost.Model) float64 {
 		n, _ := choiceMisses(c, g)
 		return refitError(c, samples) + rankPenalty(c, g) + missPenalty*float64(n)
 	}

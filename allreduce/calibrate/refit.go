@@ -1,4 +1,4 @@
-package main
+package calibrate
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // The refit: the ring exchange measures α, β and γ of one step with every
@@ -22,7 +22,7 @@ import (
 //
 //   - α, β, each regime's β and γ are scaled by factors 2^(k/8), k in
 //     [-24, 24];
-//   - Ports (allreduce.Model) takes the value 0..N-1 that fits best: how
+//   - Ports (cost.Model) takes the value 0..N-1 that fits best: how
 //     far a rank's sends to distinct peers overlap, which Tree (an
 //     interior rank sends to three peers) shows;
 //   - Cores stays as given: -calibrate refits with the host's cores and
@@ -58,32 +58,18 @@ const (
 	refitRounds = 6
 )
 
-// refitSample is one measured all-reduce: an algorithm, its shape, bytes
+// Sample is one measured all-reduce: an algorithm, its shape, bytes
 // and measured seconds.
-type refitSample struct {
+type Sample struct {
 	algo    allreduce.Algorithm
-	shape   allreduce.Shape
+	shape   cost.Shape
 	bytes   int
 	seconds float64
 }
 
-// refitSamples are the rows of single algorithms (auto's rows repeat one
-// of them) that have a shape and a positive time.
-func refitSamples(rows []row) []refitSample {
-	var out []refitSample
-	for _, r := range rows {
-		a, err := allreduce.ParseAlgorithm(r.Algo)
-		if err != nil || a == allreduce.Auto || r.shape.Ranks == 0 || r.TimeUS <= 0 {
-			continue
-		}
-		out = append(out, refitSample{a, r.shape, r.Bytes, r.TimeUS * 1e-6})
-	}
-	return out
-}
-
 // refitError is the mean squared log ratio of m's predictions to the
 // samples' times (+Inf if any prediction is missing or not positive).
-func refitError(m allreduce.Model, samples []refitSample) float64 {
+func refitError(m cost.Model, samples []Sample) float64 {
 	sum := 0.0
 	for _, s := range samples {
 		pred, ok := allreduce.PredictAlgorithm(m, s.shape, s.algo, s.bytes)
@@ -106,17 +92,17 @@ var refitRegimeSizes = func() []int {
 }()
 
 // oneLink sets both links of m (one host) to l.
-func oneLink(m allreduce.Model, l allreduce.Link) allreduce.Model {
+func oneLink(m cost.Model, l cost.Link) cost.Model {
 	m.Intra, m.Inter = l, l
 	return m
 }
 
 // refitMoves are the coordinate descent's moves from model m: each
 // returns the candidates of one parameter.
-func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
-	scale := func(set func(l *allreduce.Link, f float64), gamma bool) func(m allreduce.Model) []allreduce.Model {
-		return func(m allreduce.Model) []allreduce.Model {
-			var out []allreduce.Model
+func refitMoves(maxPorts int) []func(m cost.Model) []cost.Model {
+	scale := func(set func(l *cost.Link, f float64), gamma bool) func(m cost.Model) []cost.Model {
+		return func(m cost.Model) []cost.Model {
+			var out []cost.Model
 			for k := -refitSteps; k <= refitSteps; k++ {
 				f := math.Exp2(float64(k) / 8)
 				c := m
@@ -132,18 +118,18 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 			return out
 		}
 	}
-	return []func(m allreduce.Model) []allreduce.Model{
-		scale(func(l *allreduce.Link, f float64) { l.Alpha *= f }, false),
-		scale(func(l *allreduce.Link, f float64) { l.Beta *= f }, false),
-		scale(func(l *allreduce.Link, f float64) { l.CacheBeta *= f }, false),
-		scale(func(l *allreduce.Link, f float64) { l.SmallBeta *= f }, false),
+	return []func(m cost.Model) []cost.Model{
+		scale(func(l *cost.Link, f float64) { l.Alpha *= f }, false),
+		scale(func(l *cost.Link, f float64) { l.Beta *= f }, false),
+		scale(func(l *cost.Link, f float64) { l.CacheBeta *= f }, false),
+		scale(func(l *cost.Link, f float64) { l.SmallBeta *= f }, false),
 		scale(nil, true),
 		// an exchanged byte's work: without the cores bound it prices nothing
-		factorMove(exchangeWork, func(m *allreduce.Model, v float64) { m.ExchangeWork = v }, true),
+		factorMove(exchangeWork, func(m *cost.Model, v float64) { m.ExchangeWork = v }, true),
 		cacheWorkMove,
-		factorMove(loneAlpha, func(m *allreduce.Model, v float64) { m.LoneAlpha = v }, false), // a lone send's α
-		func(m allreduce.Model) []allreduce.Model { // ports
-			var out []allreduce.Model
+		factorMove(loneAlpha, func(m *cost.Model, v float64) { m.LoneAlpha = v }, false), // a lone send's α
+		func(m cost.Model) []cost.Model { // ports
+			var out []cost.Model
 			for k := 0; k <= maxPorts; k++ {
 				c := m
 				c.Ports = k
@@ -152,18 +138,18 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 			return out
 		},
 		// the cache regime's size and β, below any small-message regime
-		regimeMove(func(l *allreduce.Link) (*int, *float64) { return &l.CacheBytes, &l.CacheBeta },
-			func(l allreduce.Link) float64 { return l.Beta },
-			func(l allreduce.Link, b int) bool { return l.SmallBytes < b }),
+		regimeMove(func(l *cost.Link) (*int, *float64) { return &l.CacheBytes, &l.CacheBeta },
+			func(l cost.Link) float64 { return l.Beta },
+			func(l cost.Link, b int) bool { return l.SmallBytes < b }),
 		// the small-message regime's size and β, below any cache regime
-		regimeMove(func(l *allreduce.Link) (*int, *float64) { return &l.SmallBytes, &l.SmallBeta },
-			func(l allreduce.Link) float64 {
+		regimeMove(func(l *cost.Link) (*int, *float64) { return &l.SmallBytes, &l.SmallBeta },
+			func(l cost.Link) float64 {
 				if l.CacheBytes > 0 {
 					return l.CacheBeta
 				}
 				return l.Beta
 			},
-			func(l allreduce.Link, b int) bool { return l.CacheBytes == 0 || b < l.CacheBytes }),
+			func(l cost.Link, b int) bool { return l.CacheBytes == 0 || b < l.CacheBytes }),
 	}
 }
 
@@ -175,7 +161,7 @@ func refitMoves(maxPorts int) []func(m allreduce.Model) []allreduce.Model {
 // their α and next to nothing per byte, otherwise fits a regime at
 // thousands of GB/s (4 KiB–1 MiB in process, five sizes: 28,000 GB/s up
 // to 8 KiB). The regimes measured here are 1.2–6 times the one above.
-func regimesOrdered(l allreduce.Link) bool {
+func regimesOrdered(l cost.Link) bool {
 	faster := func(b, above float64) bool { return b < above && b*maxRegimeSpeedup >= above }
 	above := l.Beta
 	if l.CacheBytes > 0 {
@@ -199,7 +185,7 @@ const maxRegimeSpeedup = 16
 // together (two passes of a coarse scan of each), from the current ones or,
 // for a regime m lacks, half the rate above it. It returns the best model
 // and its error.
-func refitRegimes(m allreduce.Model, samples []refitSample) (allreduce.Model, float64) {
+func refitRegimes(m cost.Model, samples []Sample) (cost.Model, float64) {
 	best, bestErr := m, refitError(m, samples)
 	for _, cache := range refitRegimeSizes {
 		for _, small := range refitRegimeSizes {
@@ -225,10 +211,10 @@ func refitRegimes(m allreduce.Model, samples []refitSample) (allreduce.Model, fl
 			}
 			c := oneLink(m, l)
 			cErr := refitError(c, samples)
-			rates := []func(l *allreduce.Link) *float64{
-				func(l *allreduce.Link) *float64 { return &l.Beta },
-				func(l *allreduce.Link) *float64 { return &l.CacheBeta },
-				func(l *allreduce.Link) *float64 { return &l.SmallBeta },
+			rates := []func(l *cost.Link) *float64{
+				func(l *cost.Link) *float64 { return &l.Beta },
+				func(l *cost.Link) *float64 { return &l.CacheBeta },
+				func(l *cost.Link) *float64 { return &l.SmallBeta },
 			}
 			for range 2 {
 				for i, rate := range rates {
@@ -258,13 +244,13 @@ func refitRegimes(m allreduce.Model, samples []refitSample) (allreduce.Model, fl
 
 // refitModel fits m to the samples (see the refit above) and returns the
 // fitted model and the error before and after.
-func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, float64, float64) {
+func refitModel(m cost.Model, samples []Sample) (cost.Model, float64, float64) {
 	before := refitError(m, samples)
 	if len(samples) == 0 || math.IsInf(before, 1) {
 		return m, before, before
 	}
 	moves := refitMoves(maxPortsOf(samples))
-	fit := func(m allreduce.Model) (allreduce.Model, float64) {
+	fit := func(m cost.Model) (cost.Model, float64) {
 		best := refitError(m, samples)
 		if s, e := refitRegimes(m, samples); e < best {
 			m, best = s, e
@@ -297,7 +283,7 @@ func refitModel(m allreduce.Model, samples []refitSample) (allreduce.Model, floa
 
 // maxPortsOf is the most Ports the refit tries for samples: one fewer
 // than their most ranks (a rank sends to at most N−1 peers at once).
-func maxPortsOf(samples []refitSample) int {
+func maxPortsOf(samples []Sample) int {
 	k := 0
 	for _, s := range samples {
 		k = max(k, s.shape.Ranks-1)
@@ -306,8 +292,8 @@ func maxPortsOf(samples []refitSample) int {
 }
 
 // bestOf is the candidate of least refit error (the first on a tie).
-func bestOf(candidates []allreduce.Model, samples []refitSample) allreduce.Model {
-	var best allreduce.Model
+func bestOf(candidates []cost.Model, samples []Sample) cost.Model {
+	var best cost.Model
 	bestErr := math.Inf(1)
 	for _, c := range candidates {
 		if e := refitError(c, samples); e < bestErr {
@@ -320,14 +306,14 @@ func bestOf(candidates []allreduce.Model, samples []refitSample) allreduce.Model
 // refitDescend is the refit's coordinate descent from model m of error
 // e: refitRounds passes over the moves, each taking the best candidate
 // that lowers the error. It returns the model and its error.
-func refitDescend(m allreduce.Model, e float64, samples []refitSample, moves []func(allreduce.Model) []allreduce.Model) (allreduce.Model, float64) {
-	return descend(m, e, moves, func(c allreduce.Model) float64 { return refitError(c, samples) })
+func refitDescend(m cost.Model, e float64, samples []Sample, moves []func(cost.Model) []cost.Model) (cost.Model, float64) {
+	return descend(m, e, moves, func(c cost.Model) float64 { return refitError(c, samples) })
 }
 
 // descend is coordinate descent from model m of error e under errf:
 // refitRounds passes over the moves, each taking the candidate that
 // lowers errf the most so far (regimes out of order skipped).
-func descend(m allreduce.Model, e float64, moves []func(allreduce.Model) []allreduce.Model, errf func(allreduce.Model) float64) (allreduce.Model, float64) {
+func descend(m cost.Model, e float64, moves []func(cost.Model) []cost.Model, errf func(cost.Model) float64) (cost.Model, float64) {
 	for range refitRounds {
 		improved := false
 		for _, move := range moves {
@@ -347,10 +333,10 @@ func descend(m allreduce.Model, e float64, moves []func(allreduce.Model) []allre
 	return m, e
 }
 
-// refitWithCores is -calibrate's refit: with m's Cores (the host's) and
-// without the cores bound (allreduce/cores.go), keeping the one that fits
+// RefitWithCores is -calibrate's refit: with m's Cores (the host's) and
+// without the cores bound (cost.Work), keeping the one that fits
 // the samples better, and a line saying so.
-func refitWithCores(m allreduce.Model, samples []refitSample) (fitted allreduce.Model, before, after float64, note string) {
+func RefitWithCores(m cost.Model, samples []Sample) (fitted cost.Model, before, after float64, note string) {
 	fitted, before, after = refitModel(m, samples)
 	if m.Cores <= 0 {
 		return fitted, before, after, ""
@@ -359,7 +345,7 @@ func refitWithCores(m allreduce.Model, samples []refitSample) (fitted allreduce.
 	none.Cores = 0
 	fitted0, _, after0 := refitModel(none, samples)
 	kept := fmt.Sprintf("kept the bound of %d cores", m.Cores)
-	note = fmt.Sprintf("# cores bound (allreduce.Model.Cores): refitted rms prediction error %s with %d cores, %s without: ",
+	note = fmt.Sprintf("# cores bound (cost.Model.Cores): refitted rms prediction error %s with %d cores, %s without: ",
 		rmsText(after), m.Cores, rmsText(after0))
 	if after0 < after {
 		fitted, after, kept = fitted0, after0, "kept no bound"
@@ -371,24 +357,24 @@ func refitWithCores(m allreduce.Model, samples []refitSample) (fitted allreduce.
 // percent: exp(√e) − 1.
 func rmsText(e float64) string { return fmt.Sprintf("%.0f%%", 100*(math.Exp(math.Sqrt(e))-1)) }
 
-// printRefit reports the refit's model and errors, and the accuracy of
+// PrintRefit reports the refit's model and errors, and the accuracy of
 // the refitted model per algorithm.
-func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples []refitSample) error {
+func PrintRefit(w io.Writer, before, after float64, m cost.Model, samples []Sample) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rmsText(before), rmsText(after))
-	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, rateText(m.Intra.Beta))
+	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, RateText(m.Intra.Beta))
 	if m.Intra.CacheBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, rateText(m.Intra.CacheBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, RateText(m.Intra.CacheBeta))
 	}
 	if m.Intra.SmallBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", allreducetest.FormatBytes(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, rateText(m.Intra.SmallBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, RateText(m.Intra.SmallBeta))
 	}
-	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, rateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
+	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, RateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
 	if m.Cores > 0 {
 		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
 	}
 	if m.Cores > 0 && m.CacheWorkBytes > 0 {
-		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, allreducetest.FormatBytes(m.CacheWorkBytes))
+		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, bytesText(m.CacheWorkBytes))
 	}
 	fmt.Fprintf(&b, "; lone alpha %.3g (a lone send's α, against an exchange's)", loneAlpha(m))
 	b.WriteString("\n")
@@ -404,7 +390,7 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 			ratios[name] = append(ratios[name], s.seconds/p)
 		}
 	}
-	writeRatios(&b, order, ratios)
+	WriteRatios(&b, order, ratios)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -414,12 +400,12 @@ func printRefit(w io.Writer, before, after float64, m allreduce.Model, samples [
 // when unset; set sets it): the candidates scaled by 2^(k/8) around its
 // value, none without the cores bound when needsCores (it prices nothing
 // there).
-func factorMove(get func(allreduce.Model) float64, set func(*allreduce.Model, float64), needsCores bool) func(allreduce.Model) []allreduce.Model {
-	return func(m allreduce.Model) []allreduce.Model {
+func factorMove(get func(cost.Model) float64, set func(*cost.Model, float64), needsCores bool) func(cost.Model) []cost.Model {
+	return func(m cost.Model) []cost.Model {
 		if needsCores && m.Cores <= 0 {
 			return nil
 		}
-		var out []allreduce.Model
+		var out []cost.Model
 		for k := -refitSteps; k <= refitSteps; k++ {
 			c := m
 			set(&c, get(m)*math.Exp2(float64(k)/8))
@@ -434,13 +420,13 @@ func factorMove(get func(allreduce.Model) float64, set func(*allreduce.Model, fl
 // nothing without): none, or each size it may end at (a power of two
 // from 1 to 64 MiB per rank) with its factor scaled around the current
 // one (1 when m has none).
-func cacheWorkMove(m allreduce.Model) []allreduce.Model {
+func cacheWorkMove(m cost.Model) []cost.Model {
 	if m.Cores <= 0 {
 		return nil
 	}
 	none := m
 	none.CacheWork, none.CacheWorkBytes = 0, 0
-	out := []allreduce.Model{none}
+	out := []cost.Model{none}
 	start := m.CacheWork
 	if m.CacheWorkBytes == 0 || start <= 0 {
 		start = 1
@@ -456,14 +442,14 @@ func cacheWorkMove(m allreduce.Model) []allreduce.Model {
 }
 
 // loneAlpha is m's LoneAlpha, 1 when unset.
-func loneAlpha(m allreduce.Model) float64 {
+func loneAlpha(m cost.Model) float64 {
 	if m.LoneAlpha <= 0 {
 		return 1
 	}
 	return m.LoneAlpha
 }
 
-func exchangeWork(m allreduce.Model) float64 {
+func exchangeWork(m cost.Model) float64 {
 	if m.ExchangeWork <= 0 {
 		return 1
 	}
@@ -494,10 +480,10 @@ func portsText(k int) string {
 // regime's β scaled refitSteps steps of 2^(1/8) each way (b = 0: no
 // regime). field is the regime's size and β in a link; start is the β a
 // regime the link does not have yet starts from.
-func regimeMove(field func(l *allreduce.Link) (*int, *float64), start func(l allreduce.Link) float64,
-	fits func(l allreduce.Link, b int) bool) func(m allreduce.Model) []allreduce.Model {
-	return func(m allreduce.Model) []allreduce.Model {
-		var out []allreduce.Model
+func regimeMove(field func(l *cost.Link) (*int, *float64), start func(l cost.Link) float64,
+	fits func(l cost.Link, b int) bool) func(m cost.Model) []cost.Model {
+	return func(m cost.Model) []cost.Model {
+		var out []cost.Model
 		for _, b := range refitRegimeSizes {
 			l := m.Intra
 			size, beta := field(&l)
@@ -522,4 +508,10 @@ func regimeMove(field func(l *allreduce.Link) (*int, *float64), start func(l all
 		}
 		return out
 	}
+}
+
+// NewSample is a measured all-reduce of algorithm a on shape s: bytes
+// per rank, its measured seconds.
+func NewSample(a allreduce.Algorithm, s cost.Shape, bytes int, seconds float64) Sample {
+	return Sample{a, s, bytes, seconds}
 }

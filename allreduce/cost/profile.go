@@ -1,4 +1,4 @@
-package allreduce
+package cost
 
 import (
 	"encoding/json"
@@ -38,22 +38,6 @@ type Measurement struct {
 	MinSeconds float64 `json:"min_seconds,omitempty"`
 }
 
-// check reports a measurement of an unknown collective, algorithm or
-// schedule.
-func (m Measurement) check() error {
-	switch m.Collective {
-	case "":
-		_, err := ParseAlgorithm(m.Algorithm)
-		return err
-	case "broadcast", "reduce":
-		if s, err := ParseRootedSchedule(m.Algorithm); err != nil || s == RootedAuto {
-			return fmt.Errorf("%w: %s measured under schedule %q (want tree or chain)", ErrInvalid, m.Collective, m.Algorithm)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: measurement of collective %q (want none for allreduce, broadcast or reduce)", ErrInvalid, m.Collective)
-}
-
 // ProfileVersion is the version of the profile format this package reads
 // and writes.
 const ProfileVersion = 1
@@ -62,8 +46,11 @@ const ProfileVersion = 1
 // commands built on this package (cmd/bench -profile, cmd/train).
 const ProfileEnv = "RINGDDP_PROFILE"
 
-// ReadProfile reads and validates a profile file.
-func ReadProfile(path string) (Profile, error) {
+// ReadProfile reads and validates a profile file: its version, its
+// model and its measurements' times, and, where known is not nil, their
+// collectives and algorithms (known reports one this build does not know:
+// allreduce.KnownMeasurement).
+func ReadProfile(path string, known func(Measurement) error) (Profile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Profile{}, fmt.Errorf("cost profile: %w", err)
@@ -79,8 +66,10 @@ func ReadProfile(path string) (Profile, error) {
 		return Profile{}, fmt.Errorf("cost profile %s: %w", path, err)
 	}
 	for _, m := range p.Measurements {
-		if err := m.check(); err != nil {
-			return Profile{}, fmt.Errorf("cost profile %s: measurement: %w", path, err)
+		if known != nil {
+			if err := known(m); err != nil {
+				return Profile{}, fmt.Errorf("cost profile %s: measurement: %w", path, err)
+			}
 		}
 		if m.Bytes < 0 || !(m.Seconds >= 0) || !(m.MinSeconds >= 0) || m.MinSeconds > m.Seconds {
 			return Profile{}, fmt.Errorf("cost profile %s: measurement of %s at %d bytes: %v s is not a time", path, m.Algorithm, m.Bytes, m.Seconds)
@@ -117,14 +106,14 @@ func WriteProfile(path string, p Profile) error {
 	return nil
 }
 
-// ProfileFromEnv reads the profile RINGDDP_PROFILE names; ok is false when
-// it is unset or empty.
-func ProfileFromEnv(getenv func(string) string) (p Profile, ok bool, err error) {
+// ProfileFromEnv reads the profile RINGDDP_PROFILE names (ReadProfile,
+// known as there); ok is false when it is unset or empty.
+func ProfileFromEnv(getenv func(string) string, known func(Measurement) error) (p Profile, ok bool, err error) {
 	path := getenv(ProfileEnv)
 	if path == "" {
 		return Profile{}, false, nil
 	}
-	p, err = ReadProfile(path)
+	p, err = ReadProfile(path, known)
 	if err != nil {
 		return Profile{}, false, fmt.Errorf("%s=%s: %w", ProfileEnv, path, err)
 	}

@@ -1,17 +1,17 @@
-package allreduce
+package cost
 
 import (
 	"math"
 	"math/bits"
 )
 
-// The formulas of Broadcast's and Reduce's schedules (binomialCost,
-// chainCost): every rank's clock followed through the schedule's messages
-// by the link model's rules (costmodel.go; package sim's doc gives them in
+// The formulas of Broadcast's and Reduce's schedules (Binomial,
+// Chain): every rank's clock followed through the schedule's messages
+// by the link model's rules (the package doc; package sim's doc gives them in
 // full), as Tree's formula does, so that they are the simulator's time for
 // the schedule, not a bound on it:
 //
-//	a message of x bytes goes in k = ⌈x/Segment⌉ pieces of x/k (pieces.go),
+//	a message of x bytes goes in k = ⌈x/Segment⌉ pieces of x/k (Model.Segment),
 //	each posted at the sender's clock t:
 //	  Ports 0:  start = max(t, egress free); the sender's egress and
 //	            clock move to start + x/k·β;
@@ -62,7 +62,7 @@ func newRootedWalk(m Model, s Shape) *rootedWalk {
 		}
 	}
 	for r := range n {
-		w.clock[r] = m.between(s, (r+n-1)%n, r).Alpha // 0 bytes from the left neighbour, posted at 0
+		w.clock[r] = m.Between(s, (r+n-1)%n, r).Alpha // 0 bytes from the left neighbour, posted at 0
 	}
 	return w
 }
@@ -80,9 +80,9 @@ func (w *rootedWalk) end() float64 {
 // the clock r goes on with and the piece's arrival; lone: r receives
 // nothing in that step (Model.LoneAlpha).
 func (w *rootedWalk) post(r, d int, p, t float64, lone bool) (sent, arrival float64) {
-	l := w.m.between(w.s, r, d)
-	tx := l.transfer(p)
-	alpha := w.m.alpha(l, lone)
+	l := w.m.Between(w.s, r, d)
+	tx := l.Transfer(p)
+	alpha := w.m.AlphaOf(l, lone)
 	if w.m.Ports <= 0 {
 		start := max(t, w.egress[r])
 		w.egress[r] = start + tx
@@ -104,7 +104,7 @@ func (w *rootedWalk) post(r, d int, p, t float64, lone bool) (sent, arrival floa
 // back (lone sends: the binomial tree's ranks send and receive in
 // different steps), and returns the pieces' arrivals.
 func (w *rootedWalk) send(r, d int, x float64) []float64 {
-	k := w.m.pieces(x)
+	k := w.m.Pieces(x)
 	arrivals := make([]float64, int(k))
 	for j := range arrivals {
 		w.clock[r], arrivals[j] = w.post(r, d, x/k, w.clock[r], true)
@@ -127,16 +127,16 @@ func (w *rootedWalk) recv(d int, arrivals []float64, x float64, reduce bool) {
 // lowBit is the lowest set bit of v ≥ 1.
 func lowBit(v int) int { return 1 << bits.TrailingZeros(uint(v)) }
 
-// binomialCost is the time of the binomial tree (tree.go) moving b bytes
+// Binomial is the time of allreduce's binomial tree moving b bytes
 // on shape s, a Reduce when reduce is set: in a Broadcast rank v receives
 // from v − lowBit(v) and sends to v + mask for each mask below lowBit(v)
 // (every mask below N at the root), the largest first; in a Reduce it
 // receives and reduces from v | mask for each mask below lowBit(v),
 // smallest first, then sends to v − lowBit(v).
-func binomialCost(m Model, s Shape, b float64, reduce bool) float64 {
+func Binomial(m Model, s Shape, b float64, reduce bool) float64 {
 	n := s.Ranks
 	if n <= 1 || b <= 0 {
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
 	w := newRootedWalk(m, s)
 	arrivals := make([][]float64, n) // by receiver (Broadcast) or sender (Reduce)
@@ -173,24 +173,23 @@ func binomialCost(m Model, s Shape, b float64, reduce bool) float64 {
 	return w.end()
 }
 
-// chainCost is the time of the chain (bcast_large.go, reduce_large.go)
-// moving b bytes on shape s in S segments (chainSegmentsOf), a Reduce
+// Chain is the time of allreduce's pipelined chain moving b bytes on
+// shape s in S = segs segments, a Reduce
 // when reduce is set: in round q, rank v sends segment q − v to v + 1
 // while it receives segment q − v + 1 from v − 1, exchanging the pieces of
 // the two in lock step (a Reduce runs the same from the other end, each
 // received segment reduced); S + N − 2 rounds. +Inf on fewer than three
 // ranks (it does not run there).
-func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
+func Chain(m Model, s Shape, b float64, segs int, reduce bool) float64 {
 	n := s.Ranks
 	if n <= 2 {
 		return math.Inf(1)
 	}
 	if b <= 0 {
-		return agreeCost(m, s)
+		return m.Agree(s)
 	}
-	segs := chainSegmentsFor(n, b)
 	x := b / float64(segs)
-	k := int(m.pieces(x))
+	k := int(m.Pieces(x))
 	p := x / float64(k)
 	w := newRootedWalk(m, s)
 	place := func(i int) int { return chainPlace(n, i, reduce) }
@@ -221,27 +220,27 @@ func chainCost(m Model, s Shape, b float64, reduce bool) float64 {
 	return w.end()
 }
 
-// binomialWork is the binomial tree's work (cores.go): each rank but the
+// BinomialWork is the binomial tree's work (Work): each rank but the
 // root receives the b bytes once from v − lowBit(v) (a Broadcast), or
 // sends them there to be reduced (a Reduce).
-func binomialWork(m Model, s Shape, b float64, reduce bool) float64 {
-	w := newNodeWork(m, s)
+func BinomialWork(m Model, s Shape, b float64, reduce bool) float64 {
+	w := NewWork(m, s)
 	for v := 1; v < s.Ranks; v++ {
 		parent := v - lowBit(v)
 		if reduce {
-			w.send(v, parent, b, 1)
-			w.reduce(parent, b)
+			w.Send(v, parent, b, 1)
+			w.Reduce(parent, b)
 		} else {
-			w.send(parent, v, b, 1)
+			w.Send(parent, v, b, 1)
 		}
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
-// chainWork is the chain's work (cores.go): every link of the chain
+// ChainWork is the chain's work (Work): every link of the chain
 // carries the S segments once, each reduced on arrival in a Reduce; +Inf
-// where the chain does not run, as chainCost.
-func chainWork(m Model, s Shape, b float64, reduce bool) float64 {
+// where the chain does not run, as Chain.
+func ChainWork(m Model, s Shape, b float64, segs int, reduce bool) float64 {
 	n := s.Ranks
 	if n <= 2 {
 		return math.Inf(1)
@@ -249,16 +248,16 @@ func chainWork(m Model, s Shape, b float64, reduce bool) float64 {
 	if b <= 0 {
 		return 0
 	}
-	segs := float64(chainSegmentsFor(n, b))
-	w := newNodeWork(m, s)
+	fsegs := float64(segs)
+	w := NewWork(m, s)
 	for i := range n - 1 {
 		from, to := chainPlace(n, i, reduce), chainPlace(n, i+1, reduce)
 		if reduce {
-			w.reduce(to, b)
+			w.Reduce(to, b)
 		}
-		w.send(from, to, b/segs, segs)
+		w.Send(from, to, b/fsegs, fsegs)
 	}
-	return w.busiest()
+	return w.Busiest()
 }
 
 // chainPlace is the rank at position i of the chain of n ranks (0: the
@@ -269,10 +268,4 @@ func chainPlace(n, i int, reduce bool) int {
 		return n - 1 - i
 	}
 	return i
-}
-
-// chainSegmentsFor is how many segments the formulas cut a chain of n
-// ranks over b bytes into (chainSegmentsOf, one element a byte).
-func chainSegmentsFor(n int, b float64) int {
-	return chainSegmentsOf(n, int(b), max(int(b), 1))
 }

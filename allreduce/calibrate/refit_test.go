@@ -1,6 +1,8 @@
-package main
+package calibrate
 
 import (
+	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/allreduce/shm"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,12 +16,15 @@ import (
 // the shape the profile's ranks had: one node; in process they share
 // memory, over shm they lend copies, over tcp and shm they know their
 // node (the host).
-func profileSamples(t *testing.T, p allreduce.Profile) []refitSample {
+func profileSamples(t *testing.T, p cost.Profile) []Sample {
 	t.Helper()
-	shape := allreduce.FlatShape(p.Ranks)
-	shape.PeerMemory, shape.LendLimit = peerMemory(p.Transport), lendLimit(p.Transport)
+	shape := cost.FlatShape(p.Ranks)
+	shape.PeerMemory = p.Transport == "inproc" || p.Transport == "shm"
+	if p.Transport == "shm" {
+		shape.LendLimit = shm.ExposeLimit
+	}
 	shape.Topology = p.Transport != "inproc"
-	var out []refitSample
+	var out []Sample
 	for _, m := range p.Measurements {
 		if m.Collective != "" {
 			continue // broadcast's and reduce's: the refit fits all-reduce
@@ -29,7 +34,7 @@ func profileSamples(t *testing.T, p allreduce.Profile) []refitSample {
 			t.Fatal(err)
 		}
 		if a != allreduce.Auto && m.Seconds > 0 {
-			out = append(out, refitSample{a, shape, m.Bytes, m.Seconds})
+			out = append(out, Sample{a, shape, m.Bytes, m.Seconds})
 		}
 	}
 	return out
@@ -50,7 +55,7 @@ func TestRefitProfiles(t *testing.T) {
 	write := os.Getenv("RINGDDP_REFIT_PROFILES") == "1"
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			p, err := allreduce.ReadProfile(f)
+			p, err := cost.ReadProfile(f, allreduce.KnownMeasurement)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,17 +72,17 @@ func TestRefitProfiles(t *testing.T) {
 				return
 			}
 			m, before, after := refitModel(p.Model, samples)
-			m, after, choiceNote := refitForChoices(m, after, samples) // as -calibrate does
+			m, after, choiceNote := RefitForChoices(m, after, samples) // as -calibrate does
 			if choiceNote != "" {
 				t.Log(choiceNote)
 			}
 			var b strings.Builder
-			if err := printRefit(&b, before, after, m, samples); err != nil {
+			if err := PrintRefit(&b, before, after, m, samples); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%s:\n%s", f, b.String())
 			p.Model = m
-			if err := allreduce.WriteProfile(f, p); err != nil {
+			if err := cost.WriteProfile(f, p); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -92,13 +97,13 @@ func TestRefitRecovers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 1 << 20, SmallBeta: 1e-10, SmallBytes: 32 << 10}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9, CacheBeta: 5e-10, CacheBytes: 1 << 20, SmallBeta: 1e-10, SmallBytes: 32 << 10}
+	truth := cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(truth, shape, 2)
 	start := truth
 	start.Ports = 0
-	start.Intra = allreduce.Link{Alpha: l.Alpha, Beta: l.Beta}
+	start.Intra = cost.Link{Alpha: l.Alpha, Beta: l.Beta}
 	start.Inter = start.Intra
 	m, before, after := refitModel(start, samples)
 	if !(after < before) || after > 0.02*0.02 || m.Ports < 2 {
@@ -118,18 +123,18 @@ func TestRefitRecoversFactors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	shape := cost.FlatShape(4)
 	for _, c := range []struct {
 		name  string
-		truth allreduce.Model
-		get   func(allreduce.Model) float64
-		clear func(*allreduce.Model)
+		truth cost.Model
+		get   func(cost.Model) float64
+		clear func(*cost.Model)
 	}{
-		{"exchange work", allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Cores: 2, ExchangeWork: 0.7},
-			exchangeWork, func(m *allreduce.Model) { m.ExchangeWork = 0 }},
-		{"lone alpha", allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, LoneAlpha: 0.6},
-			loneAlpha, func(m *allreduce.Model) { m.LoneAlpha = 0 }},
+		{"exchange work", cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Cores: 2, ExchangeWork: 0.7},
+			exchangeWork, func(m *cost.Model) { m.ExchangeWork = 0 }},
+		{"lone alpha", cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, LoneAlpha: 0.6},
+			loneAlpha, func(m *cost.Model) { m.LoneAlpha = 0 }},
 	} {
 		samples := predictedSamples(c.truth, shape, 4)
 		start := c.truth
@@ -147,7 +152,7 @@ func TestRefitRecoversFactors(t *testing.T) {
 	}
 }
 
-// The refit finds the cache-work regime (allreduce.Model.CacheWork up to
+// The refit finds the cache-work regime (cost.Model.CacheWork up to
 // CacheWorkBytes) from samples a model with 0.75 up to 8 MiB made,
 // starting from none: the size exactly, the factor to its step (2^(1/8)),
 // the samples to 2% (γ and the factor trade on the steps' grid); without
@@ -156,9 +161,9 @@ func TestRefitRecoversCacheWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
-	l := allreduce.Link{Alpha: 20e-6, Beta: 1e-9}
-	truth := allreduce.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, Cores: 2, CacheWork: 0.75, CacheWorkBytes: 8 << 20}
-	shape := allreduce.FlatShape(4)
+	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
+	truth := cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, Cores: 2, CacheWork: 0.75, CacheWorkBytes: 8 << 20}
+	shape := cost.FlatShape(4)
 	samples := predictedSamples(truth, shape, 2)
 	start := truth
 	start.CacheWork, start.CacheWorkBytes = 0, 0
@@ -175,12 +180,12 @@ func TestRefitRecoversCacheWork(t *testing.T) {
 // predictedSamples are refit samples made by model truth on shape: ring,
 // doubling, Tree and halving-doubling at 4 KiB to 64 MiB, each size factor
 // times the last.
-func predictedSamples(truth allreduce.Model, shape allreduce.Shape, factor int) []refitSample {
-	var samples []refitSample
+func predictedSamples(truth cost.Model, shape cost.Shape, factor int) []Sample {
+	var samples []Sample
 	for _, a := range []allreduce.Algorithm{allreduce.Ring, allreduce.Doubling, allreduce.Tree, allreduce.HalvingDoubling} {
 		for b := 4 << 10; b <= 64<<20; b *= factor {
 			s, _ := allreduce.PredictAlgorithm(truth, shape, a, b)
-			samples = append(samples, refitSample{a, shape, b, s})
+			samples = append(samples, Sample{a, shape, b, s})
 		}
 	}
 	return samples
@@ -190,18 +195,18 @@ func predictedSamples(truth allreduce.Model, shape allreduce.Shape, factor int) 
 // maxRegimeSpeedup times faster.
 func TestRegimesOrdered(t *testing.T) {
 	for _, c := range []struct {
-		l    allreduce.Link
+		l    cost.Link
 		want bool
 	}{
-		{allreduce.Link{Beta: 1e-9}, true},
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10}, true},
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9}, false},                                        // not faster
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 16}, true},                                    // 16 times
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 17}, false},                                   // past the bound
-		{allreduce.Link{Beta: 1e-9, SmallBytes: 8 << 10, SmallBeta: 1e-14}, false},                                       // 100,000 times
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-10}, true}, // 5 times the cache regime
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 6e-10}, false},
-		{allreduce.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-11}, false},
+		{cost.Link{Beta: 1e-9}, true},
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10}, true},
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9}, false},                                        // not faster
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 16}, true},                                    // 16 times
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 1e-9 / 17}, false},                                   // past the bound
+		{cost.Link{Beta: 1e-9, SmallBytes: 8 << 10, SmallBeta: 1e-14}, false},                                       // 100,000 times
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-10}, true}, // 5 times the cache regime
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 6e-10}, false},
+		{cost.Link{Beta: 1e-9, CacheBytes: 1 << 20, CacheBeta: 5e-10, SmallBytes: 8 << 10, SmallBeta: 1e-11}, false},
 	} {
 		if got := regimesOrdered(c.l); got != c.want {
 			t.Errorf("regimesOrdered(%+v) = %v, want %v", c.l, got, c.want)
