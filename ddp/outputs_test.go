@@ -63,4 +63,3 @@ func trainWith(t *testing.T, kind string, prune bool) [][][]float64 {
 	require.NoError(t, allreducetest.FirstError(errs))
 	return out
 }
-
