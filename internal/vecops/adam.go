@@ -46,8 +46,7 @@ func (a Adam[T]) Step(v Variant, p, g, m, vs []T) {
 	p, g, m, vs = p[:n], g[:n], m[:n], vs[:n]
 	done := 0
 	if k := kernelsOf[T](&v); k.adam[a.Decay] != nil && n >= k.lanes {
-		c := [9]T{a.NegStep, a.Bc2Sqrt, a.Eps, a.B1, a.OmB1, a.B2, a.OmB2, a.DecayMul, a.L2}
-		k.adam[a.Decay](&p[0], &g[0], &m[0], &vs[0], n, &c)
+		k.adam[a.Decay](&p[0], &g[0], &m[0], &vs[0], n, a.NegStep, a.Bc2Sqrt, a.Eps, a.B1, a.OmB1, a.B2, a.OmB2, a.DecayMul, a.L2)
 		done = n - n%k.lanes
 	}
 	a.scalar(p[done:], g[done:], m[done:], vs[done:])

@@ -7,67 +7,67 @@ package vecops
 // sgdPlain32AVX512 is SGD's Plain step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdPlain32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdPlain32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdPlainDecay32AVX512 is SGD's PlainDecay step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdPlainDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdPlainDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirst32AVX512 is SGD's First step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdFirst32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirst32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstNesterov32AVX512 is SGD's FirstNesterov step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdFirstNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstDecay32AVX512 is SGD's FirstDecay step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdFirstDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstDecayNesterov32AVX512 is SGD's FirstDecayNesterov step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdFirstDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentum32AVX512 is SGD's Momentum step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdMomentum32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentum32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumNesterov32AVX512 is SGD's MomentumNesterov step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdMomentumNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumDecay32AVX512 is SGD's MomentumDecay step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdMomentumDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumDecayNesterov32AVX512 is SGD's MomentumDecayNesterov step on the first n - n%16 elements.
 //
 //go:noescape
-func sgdMomentumDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // adam32AVX512 is Adam's step (weight decay: "") on the first n - n%16 elements.
 //
 //go:noescape
-func adam32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adam32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // adamL232AVX512 is Adam's step (weight decay: "L2") on the first n - n%16 elements.
 //
 //go:noescape
-func adamL232AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adamL232AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // adamDecoupled32AVX512 is Adam's step (weight decay: "Decoupled") on the first n - n%16 elements.
 //
 //go:noescape
-func adamDecoupled32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adamDecoupled32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // lut32AVX512 sets dst[i] = table[src[i]] for the first n - n%16 elements.
 //
@@ -77,67 +77,67 @@ func lut32AVX512(dst *float32, src *byte, n int, table *[256]float32)
 // sgdPlain64AVX512 is SGD's Plain step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdPlain64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdPlain64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdPlainDecay64AVX512 is SGD's PlainDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdPlainDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdPlainDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirst64AVX512 is SGD's First step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirst64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirst64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstNesterov64AVX512 is SGD's FirstNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstDecay64AVX512 is SGD's FirstDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstDecayNesterov64AVX512 is SGD's FirstDecayNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentum64AVX512 is SGD's Momentum step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentum64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentum64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumNesterov64AVX512 is SGD's MomentumNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumDecay64AVX512 is SGD's MomentumDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumDecayNesterov64AVX512 is SGD's MomentumDecayNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // adam64AVX512 is Adam's step (weight decay: "") on the first n - n%8 elements.
 //
 //go:noescape
-func adam64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adam64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // adamL264AVX512 is Adam's step (weight decay: "L2") on the first n - n%8 elements.
 //
 //go:noescape
-func adamL264AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adamL264AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // adamDecoupled64AVX512 is Adam's step (weight decay: "Decoupled") on the first n - n%8 elements.
 //
 //go:noescape
-func adamDecoupled64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adamDecoupled64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // lut64AVX512 sets dst[i] = table[src[i]] for the first n - n%8 elements.
 //
@@ -147,67 +147,67 @@ func lut64AVX512(dst *float64, src *byte, n int, table *[256]float64)
 // sgdPlain32AVX2 is SGD's Plain step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdPlain32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdPlain32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdPlainDecay32AVX2 is SGD's PlainDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdPlainDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdPlainDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirst32AVX2 is SGD's First step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirst32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirst32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstNesterov32AVX2 is SGD's FirstNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstDecay32AVX2 is SGD's FirstDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdFirstDecayNesterov32AVX2 is SGD's FirstDecayNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdFirstDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdFirstDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentum32AVX2 is SGD's Momentum step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentum32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentum32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumNesterov32AVX2 is SGD's MomentumNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumDecay32AVX2 is SGD's MomentumDecay step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // sgdMomentumDecayNesterov32AVX2 is SGD's MomentumDecayNesterov step on the first n - n%8 elements.
 //
 //go:noescape
-func sgdMomentumDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+func sgdMomentumDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 
 // adam32AVX2 is Adam's step (weight decay: "") on the first n - n%8 elements.
 //
 //go:noescape
-func adam32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adam32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // adamL232AVX2 is Adam's step (weight decay: "L2") on the first n - n%8 elements.
 //
 //go:noescape
-func adamL232AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adamL232AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // adamDecoupled32AVX2 is Adam's step (weight decay: "Decoupled") on the first n - n%8 elements.
 //
 //go:noescape
-func adamDecoupled32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+func adamDecoupled32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 
 // lut32AVX2 sets dst[i] = table[src[i]] for the first n - n%8 elements.
 //
@@ -217,67 +217,67 @@ func lut32AVX2(dst *float32, src *byte, n int, table *[256]float32)
 // sgdPlain64AVX2 is SGD's Plain step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdPlain64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdPlain64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdPlainDecay64AVX2 is SGD's PlainDecay step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdPlainDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdPlainDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirst64AVX2 is SGD's First step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdFirst64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirst64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstNesterov64AVX2 is SGD's FirstNesterov step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdFirstNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstDecay64AVX2 is SGD's FirstDecay step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdFirstDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdFirstDecayNesterov64AVX2 is SGD's FirstDecayNesterov step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdFirstDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdFirstDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentum64AVX2 is SGD's Momentum step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdMomentum64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentum64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumNesterov64AVX2 is SGD's MomentumNesterov step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdMomentumNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumDecay64AVX2 is SGD's MomentumDecay step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdMomentumDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // sgdMomentumDecayNesterov64AVX2 is SGD's MomentumDecayNesterov step on the first n - n%4 elements.
 //
 //go:noescape
-func sgdMomentumDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+func sgdMomentumDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 
 // adam64AVX2 is Adam's step (weight decay: "") on the first n - n%4 elements.
 //
 //go:noescape
-func adam64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adam64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // adamL264AVX2 is Adam's step (weight decay: "L2") on the first n - n%4 elements.
 //
 //go:noescape
-func adamL264AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adamL264AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // adamDecoupled64AVX2 is Adam's step (weight decay: "Decoupled") on the first n - n%4 elements.
 //
 //go:noescape
-func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 
 // lut64AVX2 sets dst[i] = table[src[i]] for the first n - n%4 elements.
 //

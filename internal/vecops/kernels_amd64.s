@@ -4,18 +4,17 @@
 
 #include "textflag.h"
 
-// func sgdPlain32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdPlain32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdPlain32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdPlain32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdPlain32AVX512_done
 
@@ -34,18 +33,17 @@ sgdPlain32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlainDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdPlainDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdPlainDecay32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdPlainDecay32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdPlainDecay32AVX512_done
 
@@ -66,18 +64,17 @@ sgdPlainDecay32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirst32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirst32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirst32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirst32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdFirst32AVX512_done
 
@@ -98,18 +95,17 @@ sgdFirst32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstNesterov32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstNesterov32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdFirstNesterov32AVX512_done
 
@@ -132,18 +128,17 @@ sgdFirstNesterov32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstDecay32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecay32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdFirstDecay32AVX512_done
 
@@ -166,18 +161,17 @@ sgdFirstDecay32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstDecayNesterov32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecayNesterov32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdFirstDecayNesterov32AVX512_done
 
@@ -202,18 +196,17 @@ sgdFirstDecayNesterov32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentum32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentum32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentum32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentum32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdMomentum32AVX512_done
 
@@ -238,18 +231,17 @@ sgdMomentum32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumNesterov32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumNesterov32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdMomentumNesterov32AVX512_done
 
@@ -276,18 +268,17 @@ sgdMomentumNesterov32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecay32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumDecay32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumDecay32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecay32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdMomentumDecay32AVX512_done
 
@@ -314,18 +305,17 @@ sgdMomentumDecay32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumDecayNesterov32AVX512(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumDecayNesterov32AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecayNesterov32AVX512(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
+	VBROADCASTSS negLR+32(FP), Z0
+	VBROADCASTSS wd+36(FP), Z1
+	VBROADCASTSS mom+40(FP), Z2
+	VBROADCASTSS omd+44(FP), Z3
 	SHRQ         $0x04, CX
 	JZ           sgdMomentumDecayNesterov32AVX512_done
 
@@ -354,24 +344,23 @@ sgdMomentumDecayNesterov32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adam32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adam32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX, AVX512F
-TEXT ·adam32AVX512(SB), NOSPLIT, $0-48
+TEXT ·adam32AVX512(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
-	VBROADCASTSS 16(AX), Z4
-	VBROADCASTSS 20(AX), Z5
-	VBROADCASTSS 24(AX), Z6
-	VBROADCASTSS 28(AX), Z7
-	VBROADCASTSS 32(AX), Z8
+	VBROADCASTSS negStep+40(FP), Z0
+	VBROADCASTSS bc2Sqrt+44(FP), Z1
+	VBROADCASTSS eps+48(FP), Z2
+	VBROADCASTSS b1+52(FP), Z3
+	VBROADCASTSS omb1+56(FP), Z4
+	VBROADCASTSS b2+60(FP), Z5
+	VBROADCASTSS omb2+64(FP), Z6
+	VBROADCASTSS decayMul+68(FP), Z7
+	VBROADCASTSS l2+72(FP), Z8
 	SHRQ         $0x04, CX
 	JZ           adam32AVX512_done
 
@@ -407,24 +396,23 @@ adam32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adamL232AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adamL232AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX, AVX512F
-TEXT ·adamL232AVX512(SB), NOSPLIT, $0-48
+TEXT ·adamL232AVX512(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
-	VBROADCASTSS 16(AX), Z4
-	VBROADCASTSS 20(AX), Z5
-	VBROADCASTSS 24(AX), Z6
-	VBROADCASTSS 28(AX), Z7
-	VBROADCASTSS 32(AX), Z8
+	VBROADCASTSS negStep+40(FP), Z0
+	VBROADCASTSS bc2Sqrt+44(FP), Z1
+	VBROADCASTSS eps+48(FP), Z2
+	VBROADCASTSS b1+52(FP), Z3
+	VBROADCASTSS omb1+56(FP), Z4
+	VBROADCASTSS b2+60(FP), Z5
+	VBROADCASTSS omb2+64(FP), Z6
+	VBROADCASTSS decayMul+68(FP), Z7
+	VBROADCASTSS l2+72(FP), Z8
 	SHRQ         $0x04, CX
 	JZ           adamL232AVX512_done
 
@@ -462,24 +450,23 @@ adamL232AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adamDecoupled32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adamDecoupled32AVX512(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX, AVX512F
-TEXT ·adamDecoupled32AVX512(SB), NOSPLIT, $0-48
+TEXT ·adamDecoupled32AVX512(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Z0
-	VBROADCASTSS 4(AX), Z1
-	VBROADCASTSS 8(AX), Z2
-	VBROADCASTSS 12(AX), Z3
-	VBROADCASTSS 16(AX), Z4
-	VBROADCASTSS 20(AX), Z5
-	VBROADCASTSS 24(AX), Z6
-	VBROADCASTSS 28(AX), Z7
-	VBROADCASTSS 32(AX), Z8
+	VBROADCASTSS negStep+40(FP), Z0
+	VBROADCASTSS bc2Sqrt+44(FP), Z1
+	VBROADCASTSS eps+48(FP), Z2
+	VBROADCASTSS b1+52(FP), Z3
+	VBROADCASTSS omb1+56(FP), Z4
+	VBROADCASTSS b2+60(FP), Z5
+	VBROADCASTSS omb2+64(FP), Z6
+	VBROADCASTSS decayMul+68(FP), Z7
+	VBROADCASTSS l2+72(FP), Z8
 	SHRQ         $0x04, CX
 	JZ           adamDecoupled32AVX512_done
 
@@ -541,18 +528,17 @@ lut32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlain64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdPlain64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdPlain64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdPlain64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdPlain64AVX512_done
 
@@ -571,18 +557,17 @@ sgdPlain64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlainDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdPlainDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdPlainDecay64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdPlainDecay64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdPlainDecay64AVX512_done
 
@@ -603,18 +588,17 @@ sgdPlainDecay64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirst64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirst64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirst64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirst64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdFirst64AVX512_done
 
@@ -635,18 +619,17 @@ sgdFirst64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstNesterov64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstNesterov64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstNesterov64AVX512_done
 
@@ -669,18 +652,17 @@ sgdFirstNesterov64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstDecay64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecay64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstDecay64AVX512_done
 
@@ -703,18 +685,17 @@ sgdFirstDecay64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdFirstDecayNesterov64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecayNesterov64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstDecayNesterov64AVX512_done
 
@@ -739,18 +720,17 @@ sgdFirstDecayNesterov64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentum64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentum64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentum64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentum64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentum64AVX512_done
 
@@ -775,18 +755,17 @@ sgdMomentum64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumNesterov64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumNesterov64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumNesterov64AVX512_done
 
@@ -813,18 +792,17 @@ sgdMomentumNesterov64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecay64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumDecay64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumDecay64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecay64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumDecay64AVX512_done
 
@@ -851,18 +829,17 @@ sgdMomentumDecay64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumDecayNesterov64AVX512(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX, AVX512F
-TEXT ·sgdMomentumDecayNesterov64AVX512(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecayNesterov64AVX512(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
+	VBROADCASTSD negLR+32(FP), Z0
+	VBROADCASTSD wd+40(FP), Z1
+	VBROADCASTSD mom+48(FP), Z2
+	VBROADCASTSD omd+56(FP), Z3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumDecayNesterov64AVX512_done
 
@@ -891,24 +868,23 @@ sgdMomentumDecayNesterov64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adam64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adam64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX, AVX512F
-TEXT ·adam64AVX512(SB), NOSPLIT, $0-48
+TEXT ·adam64AVX512(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
-	VBROADCASTSD 32(AX), Z4
-	VBROADCASTSD 40(AX), Z5
-	VBROADCASTSD 48(AX), Z6
-	VBROADCASTSD 56(AX), Z7
-	VBROADCASTSD 64(AX), Z8
+	VBROADCASTSD negStep+40(FP), Z0
+	VBROADCASTSD bc2Sqrt+48(FP), Z1
+	VBROADCASTSD eps+56(FP), Z2
+	VBROADCASTSD b1+64(FP), Z3
+	VBROADCASTSD omb1+72(FP), Z4
+	VBROADCASTSD b2+80(FP), Z5
+	VBROADCASTSD omb2+88(FP), Z6
+	VBROADCASTSD decayMul+96(FP), Z7
+	VBROADCASTSD l2+104(FP), Z8
 	SHRQ         $0x03, CX
 	JZ           adam64AVX512_done
 
@@ -944,24 +920,23 @@ adam64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adamL264AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adamL264AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX, AVX512F
-TEXT ·adamL264AVX512(SB), NOSPLIT, $0-48
+TEXT ·adamL264AVX512(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
-	VBROADCASTSD 32(AX), Z4
-	VBROADCASTSD 40(AX), Z5
-	VBROADCASTSD 48(AX), Z6
-	VBROADCASTSD 56(AX), Z7
-	VBROADCASTSD 64(AX), Z8
+	VBROADCASTSD negStep+40(FP), Z0
+	VBROADCASTSD bc2Sqrt+48(FP), Z1
+	VBROADCASTSD eps+56(FP), Z2
+	VBROADCASTSD b1+64(FP), Z3
+	VBROADCASTSD omb1+72(FP), Z4
+	VBROADCASTSD b2+80(FP), Z5
+	VBROADCASTSD omb2+88(FP), Z6
+	VBROADCASTSD decayMul+96(FP), Z7
+	VBROADCASTSD l2+104(FP), Z8
 	SHRQ         $0x03, CX
 	JZ           adamL264AVX512_done
 
@@ -999,24 +974,23 @@ adamL264AVX512_done:
 	VZEROUPPER
 	RET
 
-// func adamDecoupled64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adamDecoupled64AVX512(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX, AVX512F
-TEXT ·adamDecoupled64AVX512(SB), NOSPLIT, $0-48
+TEXT ·adamDecoupled64AVX512(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Z0
-	VBROADCASTSD 8(AX), Z1
-	VBROADCASTSD 16(AX), Z2
-	VBROADCASTSD 24(AX), Z3
-	VBROADCASTSD 32(AX), Z4
-	VBROADCASTSD 40(AX), Z5
-	VBROADCASTSD 48(AX), Z6
-	VBROADCASTSD 56(AX), Z7
-	VBROADCASTSD 64(AX), Z8
+	VBROADCASTSD negStep+40(FP), Z0
+	VBROADCASTSD bc2Sqrt+48(FP), Z1
+	VBROADCASTSD eps+56(FP), Z2
+	VBROADCASTSD b1+64(FP), Z3
+	VBROADCASTSD omb1+72(FP), Z4
+	VBROADCASTSD b2+80(FP), Z5
+	VBROADCASTSD omb2+88(FP), Z6
+	VBROADCASTSD decayMul+96(FP), Z7
+	VBROADCASTSD l2+104(FP), Z8
 	SHRQ         $0x03, CX
 	JZ           adamDecoupled64AVX512_done
 
@@ -1078,18 +1052,17 @@ lut64AVX512_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlain32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdPlain32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdPlain32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdPlain32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdPlain32AVX2_done
 
@@ -1108,18 +1081,17 @@ sgdPlain32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlainDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdPlainDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdPlainDecay32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdPlainDecay32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdPlainDecay32AVX2_done
 
@@ -1140,18 +1112,17 @@ sgdPlainDecay32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirst32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirst32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdFirst32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirst32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdFirst32AVX2_done
 
@@ -1172,18 +1143,17 @@ sgdFirst32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdFirstNesterov32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstNesterov32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstNesterov32AVX2_done
 
@@ -1206,18 +1176,17 @@ sgdFirstNesterov32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdFirstDecay32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecay32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstDecay32AVX2_done
 
@@ -1240,18 +1209,17 @@ sgdFirstDecay32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdFirstDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdFirstDecayNesterov32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecayNesterov32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdFirstDecayNesterov32AVX2_done
 
@@ -1276,18 +1244,17 @@ sgdFirstDecayNesterov32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentum32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentum32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdMomentum32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentum32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentum32AVX2_done
 
@@ -1312,18 +1279,17 @@ sgdMomentum32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdMomentumNesterov32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumNesterov32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumNesterov32AVX2_done
 
@@ -1350,18 +1316,17 @@ sgdMomentumNesterov32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecay32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumDecay32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdMomentumDecay32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecay32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumDecay32AVX2_done
 
@@ -1388,18 +1353,17 @@ sgdMomentumDecay32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, c *[4]float32)
+// func sgdMomentumDecayNesterov32AVX2(p *float32, grad *float32, buf *float32, n int, negLR float32, wd float32, mom float32, omd float32)
 // Requires: AVX
-TEXT ·sgdMomentumDecayNesterov32AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecayNesterov32AVX2(SB), NOSPLIT, $0-48
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
+	VBROADCASTSS negLR+32(FP), Y0
+	VBROADCASTSS wd+36(FP), Y1
+	VBROADCASTSS mom+40(FP), Y2
+	VBROADCASTSS omd+44(FP), Y3
 	SHRQ         $0x03, CX
 	JZ           sgdMomentumDecayNesterov32AVX2_done
 
@@ -1428,24 +1392,23 @@ sgdMomentumDecayNesterov32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adam32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adam32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX
-TEXT ·adam32AVX2(SB), NOSPLIT, $0-48
+TEXT ·adam32AVX2(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
-	VBROADCASTSS 16(AX), Y4
-	VBROADCASTSS 20(AX), Y5
-	VBROADCASTSS 24(AX), Y6
-	VBROADCASTSS 28(AX), Y7
-	VBROADCASTSS 32(AX), Y8
+	VBROADCASTSS negStep+40(FP), Y0
+	VBROADCASTSS bc2Sqrt+44(FP), Y1
+	VBROADCASTSS eps+48(FP), Y2
+	VBROADCASTSS b1+52(FP), Y3
+	VBROADCASTSS omb1+56(FP), Y4
+	VBROADCASTSS b2+60(FP), Y5
+	VBROADCASTSS omb2+64(FP), Y6
+	VBROADCASTSS decayMul+68(FP), Y7
+	VBROADCASTSS l2+72(FP), Y8
 	SHRQ         $0x03, CX
 	JZ           adam32AVX2_done
 
@@ -1481,24 +1444,23 @@ adam32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adamL232AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adamL232AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX
-TEXT ·adamL232AVX2(SB), NOSPLIT, $0-48
+TEXT ·adamL232AVX2(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
-	VBROADCASTSS 16(AX), Y4
-	VBROADCASTSS 20(AX), Y5
-	VBROADCASTSS 24(AX), Y6
-	VBROADCASTSS 28(AX), Y7
-	VBROADCASTSS 32(AX), Y8
+	VBROADCASTSS negStep+40(FP), Y0
+	VBROADCASTSS bc2Sqrt+44(FP), Y1
+	VBROADCASTSS eps+48(FP), Y2
+	VBROADCASTSS b1+52(FP), Y3
+	VBROADCASTSS omb1+56(FP), Y4
+	VBROADCASTSS b2+60(FP), Y5
+	VBROADCASTSS omb2+64(FP), Y6
+	VBROADCASTSS decayMul+68(FP), Y7
+	VBROADCASTSS l2+72(FP), Y8
 	SHRQ         $0x03, CX
 	JZ           adamL232AVX2_done
 
@@ -1536,24 +1498,23 @@ adamL232AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adamDecoupled32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, c *[9]float32)
+// func adamDecoupled32AVX2(p *float32, grad *float32, m *float32, v *float32, n int, negStep float32, bc2Sqrt float32, eps float32, b1 float32, omb1 float32, b2 float32, omb2 float32, decayMul float32, l2 float32)
 // Requires: AVX
-TEXT ·adamDecoupled32AVX2(SB), NOSPLIT, $0-48
+TEXT ·adamDecoupled32AVX2(SB), NOSPLIT, $0-76
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSS (AX), Y0
-	VBROADCASTSS 4(AX), Y1
-	VBROADCASTSS 8(AX), Y2
-	VBROADCASTSS 12(AX), Y3
-	VBROADCASTSS 16(AX), Y4
-	VBROADCASTSS 20(AX), Y5
-	VBROADCASTSS 24(AX), Y6
-	VBROADCASTSS 28(AX), Y7
-	VBROADCASTSS 32(AX), Y8
+	VBROADCASTSS negStep+40(FP), Y0
+	VBROADCASTSS bc2Sqrt+44(FP), Y1
+	VBROADCASTSS eps+48(FP), Y2
+	VBROADCASTSS b1+52(FP), Y3
+	VBROADCASTSS omb1+56(FP), Y4
+	VBROADCASTSS b2+60(FP), Y5
+	VBROADCASTSS omb2+64(FP), Y6
+	VBROADCASTSS decayMul+68(FP), Y7
+	VBROADCASTSS l2+72(FP), Y8
 	SHRQ         $0x03, CX
 	JZ           adamDecoupled32AVX2_done
 
@@ -1615,18 +1576,17 @@ lut32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlain64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdPlain64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdPlain64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdPlain64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdPlain64AVX2_done
 
@@ -1645,18 +1605,17 @@ sgdPlain64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdPlainDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdPlainDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdPlainDecay64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdPlainDecay64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdPlainDecay64AVX2_done
 
@@ -1677,18 +1636,17 @@ sgdPlainDecay64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirst64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirst64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdFirst64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirst64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdFirst64AVX2_done
 
@@ -1709,18 +1667,17 @@ sgdFirst64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdFirstNesterov64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstNesterov64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdFirstNesterov64AVX2_done
 
@@ -1743,18 +1700,17 @@ sgdFirstNesterov64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdFirstDecay64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecay64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdFirstDecay64AVX2_done
 
@@ -1777,18 +1733,17 @@ sgdFirstDecay64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdFirstDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdFirstDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdFirstDecayNesterov64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdFirstDecayNesterov64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdFirstDecayNesterov64AVX2_done
 
@@ -1813,18 +1768,17 @@ sgdFirstDecayNesterov64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentum64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentum64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdMomentum64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentum64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdMomentum64AVX2_done
 
@@ -1849,18 +1803,17 @@ sgdMomentum64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdMomentumNesterov64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumNesterov64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdMomentumNesterov64AVX2_done
 
@@ -1887,18 +1840,17 @@ sgdMomentumNesterov64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecay64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumDecay64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdMomentumDecay64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecay64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdMomentumDecay64AVX2_done
 
@@ -1925,18 +1877,17 @@ sgdMomentumDecay64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func sgdMomentumDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, c *[4]float64)
+// func sgdMomentumDecayNesterov64AVX2(p *float64, grad *float64, buf *float64, n int, negLR float64, wd float64, mom float64, omd float64)
 // Requires: AVX
-TEXT ·sgdMomentumDecayNesterov64AVX2(SB), NOSPLIT, $0-40
+TEXT ·sgdMomentumDecayNesterov64AVX2(SB), NOSPLIT, $0-64
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         buf+16(FP), DX
 	MOVQ         n+24(FP), CX
-	MOVQ         c+32(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
+	VBROADCASTSD negLR+32(FP), Y0
+	VBROADCASTSD wd+40(FP), Y1
+	VBROADCASTSD mom+48(FP), Y2
+	VBROADCASTSD omd+56(FP), Y3
 	SHRQ         $0x02, CX
 	JZ           sgdMomentumDecayNesterov64AVX2_done
 
@@ -1965,24 +1916,23 @@ sgdMomentumDecayNesterov64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adam64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adam64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX
-TEXT ·adam64AVX2(SB), NOSPLIT, $0-48
+TEXT ·adam64AVX2(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
-	VBROADCASTSD 32(AX), Y4
-	VBROADCASTSD 40(AX), Y5
-	VBROADCASTSD 48(AX), Y6
-	VBROADCASTSD 56(AX), Y7
-	VBROADCASTSD 64(AX), Y8
+	VBROADCASTSD negStep+40(FP), Y0
+	VBROADCASTSD bc2Sqrt+48(FP), Y1
+	VBROADCASTSD eps+56(FP), Y2
+	VBROADCASTSD b1+64(FP), Y3
+	VBROADCASTSD omb1+72(FP), Y4
+	VBROADCASTSD b2+80(FP), Y5
+	VBROADCASTSD omb2+88(FP), Y6
+	VBROADCASTSD decayMul+96(FP), Y7
+	VBROADCASTSD l2+104(FP), Y8
 	SHRQ         $0x02, CX
 	JZ           adam64AVX2_done
 
@@ -2018,24 +1968,23 @@ adam64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adamL264AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adamL264AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX
-TEXT ·adamL264AVX2(SB), NOSPLIT, $0-48
+TEXT ·adamL264AVX2(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
-	VBROADCASTSD 32(AX), Y4
-	VBROADCASTSD 40(AX), Y5
-	VBROADCASTSD 48(AX), Y6
-	VBROADCASTSD 56(AX), Y7
-	VBROADCASTSD 64(AX), Y8
+	VBROADCASTSD negStep+40(FP), Y0
+	VBROADCASTSD bc2Sqrt+48(FP), Y1
+	VBROADCASTSD eps+56(FP), Y2
+	VBROADCASTSD b1+64(FP), Y3
+	VBROADCASTSD omb1+72(FP), Y4
+	VBROADCASTSD b2+80(FP), Y5
+	VBROADCASTSD omb2+88(FP), Y6
+	VBROADCASTSD decayMul+96(FP), Y7
+	VBROADCASTSD l2+104(FP), Y8
 	SHRQ         $0x02, CX
 	JZ           adamL264AVX2_done
 
@@ -2073,24 +2022,23 @@ adamL264AVX2_done:
 	VZEROUPPER
 	RET
 
-// func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, c *[9]float64)
+// func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n int, negStep float64, bc2Sqrt float64, eps float64, b1 float64, omb1 float64, b2 float64, omb2 float64, decayMul float64, l2 float64)
 // Requires: AVX
-TEXT ·adamDecoupled64AVX2(SB), NOSPLIT, $0-48
+TEXT ·adamDecoupled64AVX2(SB), NOSPLIT, $0-112
 	MOVQ         p+0(FP), DI
 	MOVQ         grad+8(FP), SI
 	MOVQ         m+16(FP), DX
 	MOVQ         v+24(FP), BX
 	MOVQ         n+32(FP), CX
-	MOVQ         c+40(FP), AX
-	VBROADCASTSD (AX), Y0
-	VBROADCASTSD 8(AX), Y1
-	VBROADCASTSD 16(AX), Y2
-	VBROADCASTSD 24(AX), Y3
-	VBROADCASTSD 32(AX), Y4
-	VBROADCASTSD 40(AX), Y5
-	VBROADCASTSD 48(AX), Y6
-	VBROADCASTSD 56(AX), Y7
-	VBROADCASTSD 64(AX), Y8
+	VBROADCASTSD negStep+40(FP), Y0
+	VBROADCASTSD bc2Sqrt+48(FP), Y1
+	VBROADCASTSD eps+56(FP), Y2
+	VBROADCASTSD b1+64(FP), Y3
+	VBROADCASTSD omb1+72(FP), Y4
+	VBROADCASTSD b2+80(FP), Y5
+	VBROADCASTSD omb2+88(FP), Y6
+	VBROADCASTSD decayMul+96(FP), Y7
+	VBROADCASTSD l2+104(FP), Y8
 	SHRQ         $0x02, CX
 	JZ           adamDecoupled64AVX2_done
 

@@ -99,12 +99,11 @@ func (s SGD[T]) vector(v Variant, kind int, p, g, buf []T) int {
 	if f == nil || n < k.lanes {
 		return 0
 	}
-	c := [4]T{s.NegLR, s.WeightDecay, s.Mom, s.OneMinusDamp}
 	var b *T
 	if buf != nil {
 		b = &buf[0]
 	}
-	f(&p[0], &g[0], b, n, &c)
+	f(&p[0], &g[0], b, n, s.NegLR, s.WeightDecay, s.Mom, s.OneMinusDamp)
 	return n - n%k.lanes
 }
 

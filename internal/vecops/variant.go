@@ -12,15 +12,15 @@ import (
 // Float is the element types the kernels serve.
 type Float = numeric.Float
 
-// sgdKernel runs one case of SGD's step on the first n - n%lanes elements;
-// c = {negLR, weightDecay, momentum, oneMinusDampening}. buf is unused by
-// the Plain cases.
-type sgdKernel[T Float] func(p, g, buf *T, n int, c *[4]T)
+// sgdKernel runs one case of SGD's step on the first n - n%lanes elements
+// (wd: weight decay, mom: momentum, omd: one minus dampening). buf is
+// unused by the Plain cases. The constants come by value: a pointer passed
+// through a function value would escape, and allocate at every step.
+type sgdKernel[T Float] func(p, g, buf *T, n int, negLR, wd, mom, omd T)
 
 // adamKernel runs one case of Adam's step on the first n - n%lanes
-// elements; c = {negStep, bc2Sqrt, eps, beta1, 1-beta1, beta2, 1-beta2,
-// decayMul, l2}.
-type adamKernel[T Float] func(p, g, m, v *T, n int, c *[9]T)
+// elements, with Adam's fields as constants.
+type adamKernel[T Float] func(p, g, m, v *T, n int, negStep, bc2Sqrt, eps, b1, omb1, b2, omb2, decayMul, l2 T)
 
 // lutKernel sets dst[i] = table[src[i]] for the first n - n%lanes elements.
 type lutKernel[T Float] func(dst *T, src *byte, n int, table *[256]T)
@@ -82,7 +82,7 @@ func AllVariantNames() []string {
 // Best returns the fastest variant this CPU runs, or the one that the
 // environment variable VariantEnv names. A name the CPU cannot run, or one
 // that does not exist, is an error that says which ones it can. Callers
-// may call it at every step: without the variable set it allocates nothing.
+// may call it at every step: it allocates nothing unless it fails.
 func Best() (Variant, error) {
 	name := strings.TrimSpace(os.Getenv(VariantEnv))
 	if name == "" {
@@ -93,6 +93,12 @@ func Best() (Variant, error) {
 
 // Lookup returns the variant called name if this CPU runs it.
 func Lookup(name string) (Variant, error) {
+	if name == goVariant.Name {
+		return goVariant, nil
+	}
+	if v, ok := runnable(name); ok {
+		return v, nil
+	}
 	vs := Variants()
 	names := make([]string, len(vs))
 	for i, v := range vs {

@@ -50,25 +50,42 @@ var (
 // allAssemblyVariants lists every assembly variant of amd64, fastest first.
 func allAssemblyVariants() []Variant { return []Variant{avx512Variant, avx2Variant} }
 
+func hasAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX2 }
+
+func hasAVX2() bool { return cpu.X86.HasAVX2 }
+
 // assemblyVariants lists the assembly variants this CPU (and its OS) runs.
 func assemblyVariants() []Variant {
 	var vs []Variant
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX2 {
+	if hasAVX512() {
 		vs = append(vs, avx512Variant)
 	}
-	if cpu.X86.HasAVX2 {
+	if hasAVX2() {
 		vs = append(vs, avx2Variant)
 	}
 	return vs
 }
 
-// fastest returns the first of assemblyVariants without building the list.
+// fastest returns the first of assemblyVariants, or the pure-Go variant,
+// without building the list.
 func fastest() Variant {
 	switch {
-	case cpu.X86.HasAVX512F && cpu.X86.HasAVX2:
+	case hasAVX512():
 		return avx512Variant
-	case cpu.X86.HasAVX2:
+	case hasAVX2():
 		return avx2Variant
 	}
 	return goVariant
+}
+
+// runnable returns the assembly variant called name if this CPU runs it,
+// without building the list.
+func runnable(name string) (Variant, bool) {
+	switch {
+	case name == avx512Variant.Name && hasAVX512():
+		return avx512Variant, true
+	case name == avx2Variant.Name && hasAVX2():
+		return avx2Variant, true
+	}
+	return Variant{}, false
 }

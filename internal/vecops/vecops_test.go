@@ -251,8 +251,32 @@ func TestBestAndLookup(t *testing.T) {
 }
 
 func TestBestAllocatesNothing(t *testing.T) {
-	t.Setenv(VariantEnv, "")
-	if a := testing.AllocsPerRun(10, func() { _, _ = Best() }); a != 0 {
-		t.Fatalf("Best allocates %v times", a)
+	for _, name := range append([]string{""}, AllVariantNames()...) {
+		if _, err := Lookup(name); name != "" && err != nil {
+			continue
+		}
+		t.Setenv(VariantEnv, name)
+		if a := testing.AllocsPerRun(10, func() { _, _ = Best() }); a != 0 {
+			t.Fatalf("Best with %s=%q allocates %v times", VariantEnv, name, a)
+		}
+	}
+}
+
+func TestKernelsAllocateNothing(t *testing.T) {
+	p, g, b, m := make([]float32, 100), make([]float32, 100), make([]float32, 100), make([]float32, 100)
+	src, table := make([]byte, 100), new([256]float32)
+	s := sgdCases[float32]()[3]
+	a := Adam[float32]{Decay: L2Decay}
+	for _, v := range Variants() {
+		allocs := testing.AllocsPerRun(10, func() {
+			s.Plain(v, p, g)
+			s.First(v, p, g, b)
+			s.Momentum(v, p, g, b)
+			a.Step(v, p, g, m, b)
+			LUT(v, p, src, table)
+		})
+		if allocs != 0 {
+			t.Fatalf("%s: the kernels allocate %v times", v.Name, allocs)
+		}
 	}
 }

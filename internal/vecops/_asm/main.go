@@ -10,8 +10,9 @@
 // n - n%lanes elements only; the caller does the rest with the scalar code.
 // The arithmetic is the scalar code's, operation by operation: one VMULPS,
 // VADDPS, VDIVPS or VSQRTPS per Go operator, never a fused multiply-add (Go
-// rounds every product on amd64). Constants come in a small array and are
-// broadcast once, before the loop.
+// rounds every product on amd64). Constants come as value parameters (a
+// pointer would escape through the variant table's function values) and
+// are broadcast once, before the loop.
 //
 // Operand order: when both operands of an addition or a multiplication are
 // NaN, x86 returns the first source's NaN. The Go compiler makes one
@@ -132,12 +133,16 @@ func log2(n int) int {
 	return k
 }
 
-// broadcast loads constants c[0], c[1], … into vector registers 0, 1, ….
-func broadcast(e elem, x isa, c Register, count int) []VecPhysical {
-	vs := make([]VecPhysical, count)
-	for i := range vs {
+// broadcast loads the scalar parameters named into vector registers 0, 1, ….
+func broadcast(e elem, x isa, names ...string) []VecPhysical {
+	vs := make([]VecPhysical, len(names))
+	for i, name := range names {
 		vs[i] = vec(x.bytes, i)
-		e.bcast(Mem{Base: c, Disp: i * e.bytes}, vs[i])
+		b, err := Param(name).Resolve()
+		if err != nil {
+			panic(err)
+		}
+		e.bcast(b.Addr, vs[i])
 	}
 	return vs
 }
@@ -161,8 +166,8 @@ func (c sgdCase) String() string {
 	return s
 }
 
-// sgd emits one SGD kernel; c = {negLR, weightDecay, momentum,
-// oneMinusDampening}. Per element, with T the element type:
+// sgd emits one SGD kernel (wd: weight decay, mom: momentum, omd: one
+// minus dampening). Per element, with T the element type:
 //
 //	gi := g[i]
 //	if decay { gi += wd * p[i] }
@@ -173,12 +178,12 @@ func (c sgdCase) String() string {
 //	p[i] += negLR * gi
 func sgd(e elem, x isa, c sgdCase) {
 	name := fmt.Sprintf("sgd%s%d%s", c, e.bits, x.name)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(p, grad, buf *%[1]s, n int, c *[4]%[1]s)", e.goType))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(p, grad, buf *%[1]s, n int, negLR, wd, mom, omd %[1]s)", e.goType))
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is SGD's %s step on the first n - n%%%d elements.", name, c, x.bytes/e.bytes))
 	p, g, buf := Load(Param("p"), RDI), Load(Param("grad"), RSI), Load(Param("buf"), RDX)
 	n := Load(Param("n"), RCX)
-	k := broadcast(e, x, Load(Param("c"), RAX), 4)
+	k := broadcast(e, x, "negLR", "wd", "mom", "omd")
 	negLR, wd, mom, omd := k[0], k[1], k[2], k[3]
 	gi, pi, t, b := vec(x.bytes, 4), vec(x.bytes, 5), vec(x.bytes, 6), vec(x.bytes, 7)
 	steps := []step{{p, x.bytes}, {g, x.bytes}}
@@ -222,8 +227,7 @@ func sgd(e elem, x isa, c sgdCase) {
 // (AdamW: the parameter shrinks).
 var adamCases = []string{"", "L2", "Decoupled"}
 
-// adam emits one Adam kernel; c = {negStep, bc2Sqrt, eps, beta1,
-// oneMinusBeta1, beta2, oneMinusBeta2, decayMul, l2}. Per element:
+// adam emits one Adam kernel. Per element:
 //
 //	pi, gi := p[i], g[i]
 //	Decoupled: pi *= decayMul     L2: gi += l2 * pi
@@ -234,13 +238,13 @@ var adamCases = []string{"", "L2", "Decoupled"}
 //	p[i] = pi + negStep*(mi/denom)
 func adam(e elem, x isa, decay string) {
 	name := fmt.Sprintf("adam%s%d%s", decay, e.bits, x.name)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(p, grad, m, v *%[1]s, n int, c *[9]%[1]s)", e.goType))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(p, grad, m, v *%[1]s, n int, negStep, bc2Sqrt, eps, b1, omb1, b2, omb2, decayMul, l2 %[1]s)", e.goType))
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s is Adam's step (weight decay: %q) on the first n - n%%%d elements.", name, decay, x.bytes/e.bytes))
 	p, g := Load(Param("p"), RDI), Load(Param("grad"), RSI)
 	m, v := Load(Param("m"), RDX), Load(Param("v"), RBX)
 	n := Load(Param("n"), RCX)
-	k := broadcast(e, x, Load(Param("c"), RAX), 9)
+	k := broadcast(e, x, "negStep", "bc2Sqrt", "eps", "b1", "omb1", "b2", "omb2", "decayMul", "l2")
 	negStep, bc2Sqrt, eps, b1, omb1, b2, omb2, decayMul, l2 := k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7], k[8]
 	pi, gi, mi, vi, t := vec(x.bytes, 9), vec(x.bytes, 10), vec(x.bytes, 11), vec(x.bytes, 12), vec(x.bytes, 13)
 	steps := []step{{p, x.bytes}, {g, x.bytes}, {m, x.bytes}, {v, x.bytes}}
