@@ -1,7 +1,9 @@
 package vecops
 
 // LUT sets dst[i] = table[src[i]] for every byte of src (dst is at least as
-// long as src): a copy, so every variant's result is the table's bits.
+// long as src): a copy, so every variant's result is the table's bits. The
+// avx512 variant keeps a float32 table in registers and selects with
+// permutes and blends; the others gather from it (VGATHERDPS/VGATHERDPD).
 func LUT[T Float](v Variant, dst []T, src []byte, table *[256]T) {
 	n := len(src)
 	dst = dst[:n]

@@ -49,7 +49,8 @@ var (
 func vec(w, i int) VecPhysical {
 	switch w {
 	case 64:
-		return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15}[i]
+		return []VecPhysical{Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15,
+			Z16, Z17, Z18, Z19, Z20, Z21, Z22, Z23, Z24, Z25, Z26, Z27, Z28, Z29, Z30, Z31}[i]
 	case 32:
 		return []VecPhysical{Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15}[i]
 	}
@@ -309,6 +310,52 @@ func lut(e elem, x isa) {
 	})
 }
 
+// lutPermute emits the float32 table look-up for AVX-512 without gathers:
+// the 1 KiB table lives in 16 vector registers, 32 entries per pair of
+// them. VPERMI2PS picks, in every lane, entry index%32 of one pair, so 8
+// permutes give each lane its 8 candidates, and three rounds of masked
+// blends on bits 5, 6 and 7 of the index (VPTESTMD) keep the one the index
+// names.
+func lutPermute() {
+	const name = "lut32AVX512"
+	TEXT(name, NOSPLIT, "func(dst *float32, src *byte, n int, table *[256]float32)")
+	Pragma("noescape")
+	Doc(name + " sets dst[i] = table[src[i]] for the first n - n%16 elements.")
+	dst, src := Load(Param("dst"), RDI), Load(Param("src"), RSI)
+	n := Load(Param("n"), RCX)
+	table := Load(Param("table"), RAX)
+	tab := func(i int) VecPhysical { return vec(64, 16+i) }
+	for i := 0; i < 16; i++ {
+		VMOVUPS(Mem{Base: table, Disp: 64 * i}, tab(i))
+	}
+	idx := vec(64, 0)
+	cand := func(i int) VecPhysical { return vec(64, 1+i) }
+	bit := []VecPhysical{vec(64, 9), vec(64, 10), vec(64, 11)}
+	masks := []OpmaskPhysical{K1, K2, K3}
+	for b, v := range bit {
+		MOVL(U32(32<<b), R8L)
+		VPBROADCASTD(R8L, v)
+	}
+	loop(name, n, 16, []step{{dst, 64}, {src, 16}}, func() {
+		VPMOVZXBD(Mem{Base: src}, idx)
+		for b := range bit {
+			VPTESTMD(bit[b], idx, masks[b])
+		}
+		for k := 0; k < 8; k++ {
+			VMOVDQA32(idx, cand(k))
+			VPERMI2PS(tab(2*k+1), tab(2*k), cand(k))
+		}
+		// Round r keeps, of candidates 2j·2^r and (2j+1)·2^r, the one bit
+		// 5+r of the index names, in candidate 2j·2^r.
+		for r, width := 0, 1; width < 8; r, width = r+1, width*2 {
+			for j := 0; j < 8; j += 2 * width {
+				VBLENDMPS(cand(j+width), cand(j), masks[r], cand(j))
+			}
+		}
+		VMOVUPS(cand(0), Mem{Base: dst})
+	})
+}
+
 func main() {
 	ConstraintExpr("amd64")
 	sgdCases := []sgdCase{{kind: "Plain"}, {kind: "Plain", decay: true}}
@@ -327,7 +374,11 @@ func main() {
 			for _, d := range adamCases {
 				adam(e, x, d)
 			}
-			lut(e, x)
+			if x.avx512 && e.bits == 32 {
+				lutPermute()
+			} else {
+				lut(e, x)
+			}
 		}
 	}
 	Generate()
