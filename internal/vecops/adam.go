@@ -14,8 +14,9 @@ const (
 // Adam is one step of Adam or AdamW (torch.optim.Adam/AdamW, amsgrad and
 // maximize off) in the element type of the parameters: the constants of the
 // step t, already rounded to T, and the weight decay's kind. Step computes,
-// per element i, with every operation rounded to T in this order (the Go
-// code of the scalar variant):
+// per element i, with every operation rounded to T in this order (the
+// scalar code, which converts every product to T so that no build fuses it
+// into an FMA):
 //
 //	pi, gi := p[i], g[i]
 //	DecoupledDecay: pi *= DecayMul        L2Decay: gi += L2 * pi
@@ -67,13 +68,13 @@ func (a Adam[T]) scalar(p, g, m, v []T) {
 			if decoupled {
 				pi *= decayMul
 			} else {
-				gi += l2 * pi
+				gi += T(l2 * pi)
 			}
 		}
-		mi := m[i]*b1 + omb1*gi
-		vi := v[i]*b2 + omb2*gi*gi
+		mi := T(m[i]*b1) + T(omb1*gi)
+		vi := T(v[i]*b2) + T(omb2*gi*gi)
 		m[i], v[i] = mi, vi
 		denom := T(math.Sqrt(float64(vi)))/bc2Sqrt + eps
-		p[i] = pi + negStep*(mi/denom)
+		p[i] = pi + T(negStep*(mi/denom))
 	}
 }

@@ -23,19 +23,26 @@
 // Bitwise guarantee: every variant gives the scalar code's results bit for
 // bit, NaN payloads included, for float32 and float64. It holds because a
 // kernel performs exactly the scalar code's operations in the same order:
-// one IEEE-754 instruction (VMULPS, VADDPS, VDIVPS, VSQRTPS and their PD
-// forms) per Go operator, each rounded to the element type as Go rounds it
-// on amd64, where the compiler never fuses a multiply and an add (so the
-// kernels use no FMA), under the same MXCSR (round to nearest, no
-// flush-to-zero), and with the same operand as the instruction's first
-// source, the one whose NaN x86 keeps when both operands are NaN (the Go
-// compiler picks it per expression; the generator mirrors its choice and
-// the tests pin it with NaNs of different payloads). Lanes are
-// independent, so the vector width and the split between kernel and tail
-// change nothing. Adam's float32 square root
-// is computed by Go in float64 and rounded to float32, which equals the
-// correctly rounded float32 square root that VSQRTPS returns. The table
-// look-up only copies the table's elements.
+//
+//   - one IEEE-754 instruction (VMULPS, VADDPS, VDIVPS, VSQRTPS and their PD
+//     forms) per Go operator, each rounded to the element type. The scalar
+//     code converts every product to its type, which the Go specification
+//     says forbids fusing it into an FMA (GOAMD64=v3 would fuse otherwise),
+//     so the kernels use no FMA either.
+//   - the same rounding mode and denormal handling: Go runs with the
+//     default MXCSR (round to nearest, no flush-to-zero), and so do they.
+//   - the same operand as each instruction's first source, the one whose NaN
+//     x86 keeps when both operands are NaN. The Go compiler picks it per
+//     expression; the generator mirrors its choice and the tests pin it
+//     with NaNs of different payloads. A build with -race allocates
+//     registers differently, so there the scalar code may keep the other
+//     NaN, and the tests only ask for a NaN.
+//   - lanes are independent, so the vector width and the split between
+//     kernel and tail change nothing.
+//   - Adam's float32 square root is computed by Go in float64 and rounded to
+//     float32, which equals the correctly rounded float32 square root that
+//     VSQRTPS returns.
+//   - the table look-up only copies the table's elements.
 package vecops
 
 //go:generate sh -c "cd _asm && go run . -out ../kernels_amd64.s -stubs ../kernels_amd64.go -pkg vecops"

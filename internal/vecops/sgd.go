@@ -10,8 +10,9 @@ const (
 // SGD is one step of stochastic gradient descent (torch.optim.SGD) in the
 // element type of the parameters: the constants of the step, already
 // rounded to T, and its switches. Its methods compute, per element i, with
-// every operation rounded to T in this order (the Go code of the scalar
-// variant):
+// every operation rounded to T in this order (the scalar code, which
+// converts every product to T so that no build fuses it into an FMA, not
+// even with GOAMD64=v3):
 //
 //	gi := g[i]
 //	if Decay { gi += WeightDecay * p[i] }
@@ -39,9 +40,9 @@ func (s SGD[T]) Plain(v Variant, p, g []T) {
 	for i := range p {
 		gi := g[i]
 		if decay {
-			gi += wd * p[i]
+			gi += T(wd * p[i])
 		}
-		p[i] += negLR * gi
+		p[i] += T(negLR * gi)
 	}
 }
 
@@ -55,13 +56,13 @@ func (s SGD[T]) First(v Variant, p, g, buf []T) {
 	for i := range p {
 		gi := g[i]
 		if decay {
-			gi += wd * p[i]
+			gi += T(wd * p[i])
 		}
 		buf[i] = gi
 		if nesterov {
-			gi += mom * gi
+			gi += T(mom * gi)
 		}
-		p[i] += negLR * gi
+		p[i] += T(negLR * gi)
 	}
 }
 
@@ -76,16 +77,16 @@ func (s SGD[T]) Momentum(v Variant, p, g, buf []T) {
 	for i := range p {
 		gi := g[i]
 		if decay {
-			gi += wd * p[i]
+			gi += T(wd * p[i])
 		}
-		b := buf[i]*mom + oneMinusDamp*gi
+		b := T(buf[i]*mom) + T(oneMinusDamp*gi)
 		buf[i] = b
 		if nesterov {
-			gi += mom * b
+			gi += T(mom * b)
 		} else {
 			gi = b
 		}
-		p[i] += negLR * gi
+		p[i] += T(negLR * gi)
 	}
 }
 

@@ -108,6 +108,9 @@ func sameBits[T Float](t *testing.T, what string, got, want []T) {
 		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
 	for i := range got {
+		if raceBuild && got[i] != got[i] && want[i] != want[i] {
+			continue // see raceBuild
+		}
 		if bits(got[i]) != bits(want[i]) {
 			t.Fatalf("%s: [%d] = %v (%#x), want %v (%#x)", what, i, got[i], bits(got[i]), want[i], bits(want[i]))
 		}

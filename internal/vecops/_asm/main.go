@@ -9,8 +9,9 @@
 // Every kernel walks its slices one vector at a time and handles the first
 // n - n%lanes elements only; the caller does the rest with the scalar code.
 // The arithmetic is the scalar code's, operation by operation: one VMULPS,
-// VADDPS, VDIVPS or VSQRTPS per Go operator, never a fused multiply-add (Go
-// rounds every product on amd64). Constants come as value parameters (a
+// VADDPS, VDIVPS or VSQRTPS per Go operator, never a fused multiply-add (the
+// scalar code converts every product to its type, which forbids Go to fuse
+// it). Constants come as value parameters (a
 // pointer would escape through the variant table's function values) and
 // are broadcast once, before the loop.
 //
