@@ -150,11 +150,21 @@ func checkAgainstGo[T Float](t *testing.T, name string, slices int, step func(v 
 	}
 }
 
+// sgdCases are every weight-decay and Nesterov case with usual constants,
+// then each again with extreme ones (an infinite step, a denormal
+// momentum, a huge weight decay), whose invalid operations make NaNs that
+// meet the data's.
 func sgdCases[T Float]() []SGD[T] {
 	var out []SGD[T]
-	for _, decay := range []bool{false, true} {
-		for _, nesterov := range []bool{false, true} {
-			out = append(out, SGD[T]{NegLR: T(-0.01), WeightDecay: T(5e-4), Mom: T(0.9), OneMinusDamp: T(1 - 0.1), Decay: decay, Nesterov: nesterov})
+	for _, extreme := range []bool{false, true} {
+		for _, decay := range []bool{false, true} {
+			for _, nesterov := range []bool{false, true} {
+				s := SGD[T]{NegLR: T(-0.01), WeightDecay: T(5e-4), Mom: T(0.9), OneMinusDamp: T(1 - 0.1), Decay: decay, Nesterov: nesterov}
+				if extreme {
+					s.NegLR, s.Mom, s.WeightDecay = T(math.Inf(-1)), fromBits[T](1), T(3e38)
+				}
+				out = append(out, s)
+			}
 		}
 	}
 	return out
@@ -177,9 +187,12 @@ func TestSGDMatchesScalar(t *testing.T) {
 func testAdam[T Float](t *testing.T) {
 	const lr, b1, b2, wd = 1e-3, 0.9, 0.999, 0.01
 	for _, d := range []AdamDecay{NoDecay, L2Decay, DecoupledDecay} {
-		for _, step := range []float64{1, 7} {
+		for _, step := range []float64{1, 7, 0} {
 			a := Adam[T]{NegStep: T(-(lr / (1 - math.Pow(b1, step)))), Bc2Sqrt: T(math.Sqrt(1 - math.Pow(b2, step))), Eps: T(1e-8),
 				B1: T(b1), OmB1: T(1 - b1), B2: T(b2), OmB2: T(1 - b2), DecayMul: T(1 - lr*wd), L2: T(wd), Decay: d}
+			if step == 0 { // extreme constants: an infinite step, a zero bc2Sqrt, a huge L2
+				a.L2, a.DecayMul = T(3e38), T(-3e38)
+			}
 			checkAgainstGo(t, fmt.Sprintf("Adam decay=%d t=%v", d, step), 4, func(v Variant, xs [][]T) { a.Step(v, xs[0], xs[1], xs[2], xs[3]) })
 		}
 	}
