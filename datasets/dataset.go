@@ -3,6 +3,8 @@ package datasets
 import (
 	"fmt"
 	"math"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // The MNIST training-set pixel mean and standard deviation (of pixels scaled
@@ -170,12 +172,13 @@ func fillBatch[T float32 | float64](d *Dataset, lut *[256]T, indices []int, x, y
 			return fmt.Errorf("datasets: FillBatch: indices[%d] = %d is out of range [0, %d)", b, i, n)
 		}
 	}
+	v, err := vecops.Best()
+	if err != nil {
+		return err
+	}
 	for b, i := range indices {
 		if x != nil {
-			row, img := x[b*f:(b+1)*f], d.images[i*f:(i+1)*f]
-			for j, p := range img {
-				row[j] = lut[p]
-			}
+			vecops.LUT(v, x[b*f:(b+1)*f], d.images[i*f:(i+1)*f], lut)
 		}
 		if y != nil {
 			row := y[b*c : (b+1)*c]

@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 const (
@@ -130,6 +132,10 @@ func (o *Adam[T]) Step(params, grads []T) error {
 	if err := checkLens(o.Name(), o.step > 0, o.n, len(params), len(grads)); err != nil {
 		return err
 	}
+	v, err := vecops.Best()
+	if err != nil {
+		return err
+	}
 	n := len(params)
 	if o.step == 0 {
 		o.n = n
@@ -140,34 +146,26 @@ func (o *Adam[T]) Step(params, grads []T) error {
 	c := o.cfg
 	bc1 := 1 - math.Pow(c.Beta1, t)
 	bc2 := 1 - math.Pow(c.Beta2, t)
-	var (
-		negStep   = T(-(c.LR / bc1))
-		bc2Sqrt   = T(math.Sqrt(bc2))
-		eps       = T(c.Eps)
-		b1, omb1  = T(c.Beta1), T(1 - c.Beta1)
-		b2, omb2  = T(c.Beta2), T(1 - c.Beta2)
-		p, g      = params[:n], grads[:n]
-		m, v      = o.m[:n], o.v[:n]
-		decayMul  = T(1 - c.LR*c.WeightDecay)
-		l2        = T(c.WeightDecay)
-		decayOn   = c.WeightDecay != 0
-		decoupled = o.decoupled
-	)
-	for i := range p {
-		pi, gi := p[i], g[i]
-		if decayOn {
-			if decoupled {
-				pi *= decayMul
-			} else {
-				gi += l2 * pi
-			}
-		}
-		mi := m[i]*b1 + omb1*gi
-		vi := v[i]*b2 + omb2*gi*gi
-		m[i], v[i] = mi, vi
-		denom := T(math.Sqrt(float64(vi)))/bc2Sqrt + eps
-		p[i] = pi + negStep*(mi/denom)
+	a := vecops.Adam[T]{
+		NegStep:  T(-(c.LR / bc1)),
+		Bc2Sqrt:  T(math.Sqrt(bc2)),
+		Eps:      T(c.Eps),
+		B1:       T(c.Beta1),
+		OmB1:     T(1 - c.Beta1),
+		B2:       T(c.Beta2),
+		OmB2:     T(1 - c.Beta2),
+		DecayMul: T(1 - c.LR*c.WeightDecay),
+		L2:       T(c.WeightDecay),
 	}
+	switch {
+	case c.WeightDecay == 0:
+		a.Decay = vecops.NoDecay
+	case o.decoupled:
+		a.Decay = vecops.DecoupledDecay
+	default:
+		a.Decay = vecops.L2Decay
+	}
+	a.Step(v, params[:n], grads[:n], o.m[:n], o.v[:n])
 	o.step++
 	return nil
 }

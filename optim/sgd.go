@@ -1,6 +1,10 @@
 package optim
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ringddp/ringddp/internal/vecops"
+)
 
 const nameSGD = "sgd"
 
@@ -97,6 +101,10 @@ func (o *SGD[T]) Step(params, grads []T) error {
 	if err := checkLens(nameSGD, o.step > 0, o.n, len(params), len(grads)); err != nil {
 		return err
 	}
+	v, err := vecops.Best()
+	if err != nil {
+		return err
+	}
 	n := len(params)
 	first := o.step == 0
 	if first {
@@ -110,47 +118,21 @@ func (o *SGD[T]) Step(params, grads []T) error {
 		}
 	}
 	p, g := params[:n], grads[:n]
-	negLR := T(-o.cfg.LR)
-	wd, decay := T(o.cfg.WeightDecay), o.cfg.WeightDecay != 0
+	s := vecops.SGD[T]{
+		NegLR:        T(-o.cfg.LR),
+		WeightDecay:  T(o.cfg.WeightDecay),
+		Mom:          T(o.cfg.Momentum),
+		OneMinusDamp: T(1 - o.cfg.Dampening),
+		Decay:        o.cfg.WeightDecay != 0,
+		Nesterov:     o.cfg.Nesterov,
+	}
 	switch {
 	case o.cfg.Momentum == 0:
-		for i := range p {
-			gi := g[i]
-			if decay {
-				gi += wd * p[i]
-			}
-			p[i] += negLR * gi
-		}
+		s.Plain(v, p, g)
 	case first:
-		buf, mom, nesterov := o.buf[:n], T(o.cfg.Momentum), o.cfg.Nesterov
-		for i := range p {
-			gi := g[i]
-			if decay {
-				gi += wd * p[i]
-			}
-			buf[i] = gi
-			if nesterov {
-				gi += mom * gi
-			}
-			p[i] += negLR * gi
-		}
+		s.First(v, p, g, o.buf[:n])
 	default:
-		buf, mom, nesterov := o.buf[:n], T(o.cfg.Momentum), o.cfg.Nesterov
-		oneMinusDamp := T(1 - o.cfg.Dampening)
-		for i := range p {
-			gi := g[i]
-			if decay {
-				gi += wd * p[i]
-			}
-			b := buf[i]*mom + oneMinusDamp*gi
-			buf[i] = b
-			if nesterov {
-				gi += mom * b
-			} else {
-				gi = b
-			}
-			p[i] += negLR * gi
-		}
+		s.Momentum(v, p, g, o.buf[:n])
 	}
 	o.step++
 	return nil

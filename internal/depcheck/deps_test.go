@@ -31,6 +31,7 @@ var forbidden = map[string][]string{
 	// below the trainer and the commands.
 	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
 	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"internal/vecops":              {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 	"internal/rankrun":             {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 }
 

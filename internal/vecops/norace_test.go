@@ -1,0 +1,5 @@
+//go:build !race
+
+package vecops
+
+const raceBuild = false

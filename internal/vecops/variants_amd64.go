@@ -1,0 +1,91 @@
+package vecops
+
+import "golang.org/x/sys/cpu"
+
+// The amd64 variants: the table that a new kernel joins. The AVX2 variant
+// uses AVX for the arithmetic and AVX2 for the gathers; neither uses FMA.
+var (
+	avx512Variant = Variant{Name: "avx512", needs: "AVX-512F and AVX2",
+		f32: kernels[float32]{lanes: 16,
+			sgd: [3][2][2]sgdKernel[float32]{
+				{{sgdPlain32AVX512, nil}, {sgdPlainDecay32AVX512, nil}},
+				{{sgdFirst32AVX512, sgdFirstNesterov32AVX512}, {sgdFirstDecay32AVX512, sgdFirstDecayNesterov32AVX512}},
+				{{sgdMomentum32AVX512, sgdMomentumNesterov32AVX512}, {sgdMomentumDecay32AVX512, sgdMomentumDecayNesterov32AVX512}},
+			},
+			adam: [3]adamKernel[float32]{adam32AVX512, adamL232AVX512, adamDecoupled32AVX512},
+			lut:  lut32AVX512,
+		},
+		f64: kernels[float64]{lanes: 8,
+			sgd: [3][2][2]sgdKernel[float64]{
+				{{sgdPlain64AVX512, nil}, {sgdPlainDecay64AVX512, nil}},
+				{{sgdFirst64AVX512, sgdFirstNesterov64AVX512}, {sgdFirstDecay64AVX512, sgdFirstDecayNesterov64AVX512}},
+				{{sgdMomentum64AVX512, sgdMomentumNesterov64AVX512}, {sgdMomentumDecay64AVX512, sgdMomentumDecayNesterov64AVX512}},
+			},
+			adam: [3]adamKernel[float64]{adam64AVX512, adamL264AVX512, adamDecoupled64AVX512},
+			lut:  lut64AVX512,
+		},
+	}
+	avx2Variant = Variant{Name: "avx2", needs: "AVX2",
+		f32: kernels[float32]{lanes: 8,
+			sgd: [3][2][2]sgdKernel[float32]{
+				{{sgdPlain32AVX2, nil}, {sgdPlainDecay32AVX2, nil}},
+				{{sgdFirst32AVX2, sgdFirstNesterov32AVX2}, {sgdFirstDecay32AVX2, sgdFirstDecayNesterov32AVX2}},
+				{{sgdMomentum32AVX2, sgdMomentumNesterov32AVX2}, {sgdMomentumDecay32AVX2, sgdMomentumDecayNesterov32AVX2}},
+			},
+			adam: [3]adamKernel[float32]{adam32AVX2, adamL232AVX2, adamDecoupled32AVX2},
+			lut:  lut32AVX2,
+		},
+		f64: kernels[float64]{lanes: 4,
+			sgd: [3][2][2]sgdKernel[float64]{
+				{{sgdPlain64AVX2, nil}, {sgdPlainDecay64AVX2, nil}},
+				{{sgdFirst64AVX2, sgdFirstNesterov64AVX2}, {sgdFirstDecay64AVX2, sgdFirstDecayNesterov64AVX2}},
+				{{sgdMomentum64AVX2, sgdMomentumNesterov64AVX2}, {sgdMomentumDecay64AVX2, sgdMomentumDecayNesterov64AVX2}},
+			},
+			adam: [3]adamKernel[float64]{adam64AVX2, adamL264AVX2, adamDecoupled64AVX2},
+			lut:  lut64AVX2,
+		},
+	}
+)
+
+// allAssemblyVariants lists every assembly variant of amd64, fastest first.
+func allAssemblyVariants() []Variant { return []Variant{avx512Variant, avx2Variant} }
+
+func hasAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX2 }
+
+func hasAVX2() bool { return cpu.X86.HasAVX2 }
+
+// assemblyVariants lists the assembly variants this CPU (and its OS) runs.
+func assemblyVariants() []Variant {
+	var vs []Variant
+	if hasAVX512() {
+		vs = append(vs, avx512Variant)
+	}
+	if hasAVX2() {
+		vs = append(vs, avx2Variant)
+	}
+	return vs
+}
+
+// fastest returns the first of assemblyVariants, or the pure-Go variant,
+// without building the list.
+func fastest() Variant {
+	switch {
+	case hasAVX512():
+		return avx512Variant
+	case hasAVX2():
+		return avx2Variant
+	}
+	return goVariant
+}
+
+// runnable returns the assembly variant called name if this CPU runs it,
+// without building the list.
+func runnable(name string) (Variant, bool) {
+	switch {
+	case name == avx512Variant.Name && hasAVX512():
+		return avx512Variant, true
+	case name == avx2Variant.Name && hasAVX2():
+		return avx2Variant, true
+	}
+	return Variant{}, false
+}
