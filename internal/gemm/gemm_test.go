@@ -116,7 +116,7 @@ func TestThreadsAreBitwiseNeutral(t *testing.T) {
 					t.Fatalf("%s s %v: %d threads differ from 1", v.Name, sh, threads)
 				}
 			}
-			if parts := split(sh[0], sh[1], sh[2], v.f32.mr, v.f32.nr, 4); len(parts) < 2 {
+			if parts := split(sh[0], sh[1], sh[2], v.K.f32.mr, v.K.f32.nr, 4); len(parts) < 2 {
 				t.Fatalf("%v: split into %d parts; the test needs several", sh, len(parts))
 			}
 		}

@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"github.com/ringddp/ringddp/internal/cpuvariant"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -138,7 +139,7 @@ func packedS(v Variant, threads int, cl call) []float64 {
 	c := to32(cl.c)
 	aT, bT := checkGemm(cl.tA, cl.tB, cl.m, cl.n, cl.k, len(cl.a), cl.lda, len(cl.b), cl.ldb, len(c), cl.ldc)
 	p := &product[float32]{aT, bT, cl.m, cl.n, cl.k, float32(cl.alpha), to32(cl.a), cl.lda, to32(cl.b), cl.ldb, c, cl.ldc, false}
-	compute(&v.f32, &buffers[float32]{}, threads, p, float32(cl.beta))
+	compute(&v.K.f32, &buffers[float32]{}, threads, p, float32(cl.beta))
 	return from32(c)
 }
 
@@ -147,7 +148,7 @@ func packedD(v Variant, threads int, cl call) []float64 {
 	c := append([]float64(nil), cl.c...)
 	aT, bT := checkGemm(cl.tA, cl.tB, cl.m, cl.n, cl.k, len(cl.a), cl.lda, len(cl.b), cl.ldb, len(c), cl.ldc)
 	p := &product[float64]{aT, bT, cl.m, cl.n, cl.k, cl.alpha, cl.a, cl.lda, cl.b, cl.ldb, c, cl.ldc, false}
-	compute(&v.f64, &buffers[float64]{}, threads, p, cl.beta)
+	compute(&v.K.f64, &buffers[float64]{}, threads, p, cl.beta)
 	return c
 }
 
@@ -160,15 +161,9 @@ const (
 // logs the ones it cannot, so that a run says what it did not test.
 func assemblyVariantsHere(t *testing.T) []Variant {
 	t.Helper()
-	here := assemblyVariants()
-	ran := map[string]bool{}
-	for _, v := range here {
-		ran[v.Name] = true
-	}
-	for _, v := range allAssemblyVariants() {
-		if !ran[v.Name] {
-			t.Logf("skipped variant %s: this CPU lacks %s", v.Name, v.needs)
-		}
+	here, skipped := cpuvariant.Split(allVariants())
+	if skipped != "" {
+		t.Log(skipped)
 	}
 	if len(here) == 0 {
 		t.Skip("no assembly variant runs on this CPU")

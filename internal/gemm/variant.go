@@ -1,9 +1,9 @@
 package gemm
 
 import (
-	"fmt"
 	"os"
-	"strings"
+
+	"github.com/ringddp/ringddp/internal/cpuvariant"
 )
 
 // scalar is the element types the kernels serve.
@@ -26,66 +26,36 @@ type blocking[T scalar] struct {
 	kc, mc, nc int
 }
 
-// Variant is one instruction set's micro-kernels. The zero Variant (Name
-// "gonum") computes with gonum's pure-Go BLAS.
-type Variant struct {
-	Name string
-	f32  blocking[float32]
-	f64  blocking[float64]
-	// needs names the CPU features the variant requires, for messages;
-	// runs says whether this CPU has them.
-	needs string
-	runs  bool
+// kernels is one instruction set's blocking for both element types; nil
+// kernels (the gonum variant) leave every product to gonum.
+type kernels struct {
+	f32 blocking[float32]
+	f64 blocking[float64]
 }
 
-// gonumVariant is the fallback every machine has.
-func gonumVariant() Variant { return Variant{Name: "gonum", needs: "nothing", runs: true} }
-
-// assemblyVariants lists the assembly variants this CPU runs, fastest first.
-func assemblyVariants() []Variant {
-	var vs []Variant
-	for _, v := range allAssemblyVariants() {
-		if v.runs {
-			vs = append(vs, v)
-		}
-	}
-	return vs
-}
+// Variant is one instruction set's kernels (see cpuvariant). The variant
+// named "gonum" computes with gonum's pure-Go BLAS.
+type Variant = cpuvariant.Variant[kernels]
 
 // VariantEnv is the environment variable that forces a variant by name
 // (for tests and benchmarks): "avx512", "avx2" or "gonum".
 const VariantEnv = "RINGDDP_GEMM"
 
-// Variants lists the variants this CPU can run, fastest first; gonum's is
+// allVariants lists this architecture's variants, fastest first, gonum's last.
+func allVariants() []Variant {
+	return append(assemblyVariants(), Variant{Name: "gonum", Needs: "nothing", Runs: true})
+}
+
+// Variants lists the variants this CPU runs, fastest first; gonum's is
 // always last.
-func Variants() []Variant { return append(assemblyVariants(), gonumVariant()) }
+func Variants() []Variant { return cpuvariant.Runnable(allVariants()) }
 
 // Best returns the fastest variant this CPU runs, or the one that the
 // environment variable VariantEnv names. A name the CPU cannot run, or
 // one that does not exist, is an error that says which ones it can.
-func Best() (Variant, error) {
-	vs := Variants()
-	name := strings.TrimSpace(os.Getenv(VariantEnv))
-	if name == "" {
-		return vs[0], nil
-	}
-	return Lookup(name)
-}
+func Best() (Variant, error) { return cpuvariant.Choose("gemm", VariantEnv, os.Getenv, allVariants()) }
 
 // Lookup returns the variant called name if this CPU runs it.
 func Lookup(name string) (Variant, error) {
-	vs := Variants()
-	names := make([]string, len(vs))
-	for i, v := range vs {
-		if v.Name == name {
-			return v, nil
-		}
-		names[i] = v.Name
-	}
-	for _, v := range allAssemblyVariants() {
-		if v.Name == name {
-			return Variant{}, fmt.Errorf("gemm: %s=%s: this CPU lacks %s (it runs %s)", VariantEnv, name, v.needs, strings.Join(names, ", "))
-		}
-	}
-	return Variant{}, fmt.Errorf("gemm: %s=%q is not a variant (this CPU runs %s)", VariantEnv, name, strings.Join(names, ", "))
+	return cpuvariant.Choose("gemm", VariantEnv, func(string) string { return name }, allVariants())
 }

@@ -3,4 +3,4 @@
 package gemm
 
 // Other architectures have no assembly kernels yet: gonum's BLAS serves.
-func allAssemblyVariants() []Variant { return nil }
+func assemblyVariants() []Variant { return nil }

@@ -1,10 +1,10 @@
 package vecops
 
 import (
-	"fmt"
 	"os"
-	"strings"
 	"unsafe"
+
+	"github.com/ringddp/ringddp/internal/cpuvariant"
 
 	"github.com/ringddp/ringddp/numeric"
 )
@@ -36,22 +36,23 @@ type kernels[T Float] struct {
 	lut  lutKernel[T]
 }
 
-// Variant is one instruction set's kernels. The zero Variant's kernels are
-// all nil: it is the pure-Go one, whatever its Name.
-type Variant struct {
-	Name string
-	f32  kernels[float32]
-	f64  kernels[float64]
-	// needs names the CPU features the variant requires, for messages.
-	needs string
+// typed is one variant's kernels for both element types. Nil kernels (all
+// of them in the pure-Go variant) leave every element to the scalar code.
+type typed struct {
+	f32 kernels[float32]
+	f64 kernels[float64]
 }
 
-// goVariant is the fallback every machine has: the scalar loops.
-var goVariant = Variant{Name: "go", needs: "nothing"}
+// Variant is one instruction set's kernels (see cpuvariant); the variant
+// named "go" is the scalar loops.
+type Variant = cpuvariant.Variant[typed]
 
 // VariantEnv is the environment variable that forces a variant by name
 // (for tests and benchmarks): "avx512", "avx2" or "go".
 const VariantEnv = "RINGDDP_VECOPS"
+
+// goVariant is the fallback every machine has: the scalar loops.
+func goVariant() Variant { return Variant{Name: "go", Needs: "nothing", Runs: true} }
 
 // kernelsOf returns v's kernels for T. A type whose underlying type is
 // float32 (float64) shares float32's (float64's) kernels: the layouts of
@@ -60,23 +61,16 @@ const VariantEnv = "RINGDDP_VECOPS"
 func kernelsOf[T Float](v *Variant) *kernels[T] {
 	var zero T
 	if unsafe.Sizeof(zero) == 4 {
-		return (*kernels[T])(unsafe.Pointer(&v.f32))
+		return (*kernels[T])(unsafe.Pointer(&v.K.f32))
 	}
-	return (*kernels[T])(unsafe.Pointer(&v.f64))
+	return (*kernels[T])(unsafe.Pointer(&v.K.f64))
 }
 
 // Variants lists the variants this CPU can run, fastest first; the pure-Go
 // one is always last.
-func Variants() []Variant { return append(assemblyVariants(), goVariant) }
-
-// AllVariantNames lists every variant of this build's architecture, run
-// here or not, so that tests can say which ones they skipped.
-func AllVariantNames() []string {
-	names := []string{}
-	for _, v := range allAssemblyVariants() {
-		names = append(names, v.Name)
-	}
-	return append(names, goVariant.Name)
+func Variants() []Variant {
+	all := allVariants()
+	return cpuvariant.Runnable(all[:])
 }
 
 // Best returns the fastest variant this CPU runs, or the one that the
@@ -84,33 +78,12 @@ func AllVariantNames() []string {
 // that does not exist, is an error that says which ones it can. Callers
 // may call it at every step: it allocates nothing unless it fails.
 func Best() (Variant, error) {
-	name := strings.TrimSpace(os.Getenv(VariantEnv))
-	if name == "" {
-		return fastest(), nil
-	}
-	return Lookup(name)
+	all := allVariants()
+	return cpuvariant.Choose("vecops", VariantEnv, os.Getenv, all[:])
 }
 
 // Lookup returns the variant called name if this CPU runs it.
 func Lookup(name string) (Variant, error) {
-	if name == goVariant.Name {
-		return goVariant, nil
-	}
-	if v, ok := runnable(name); ok {
-		return v, nil
-	}
-	vs := Variants()
-	names := make([]string, len(vs))
-	for i, v := range vs {
-		if v.Name == name {
-			return v, nil
-		}
-		names[i] = v.Name
-	}
-	for _, v := range allAssemblyVariants() {
-		if v.Name == name {
-			return Variant{}, fmt.Errorf("vecops: %s=%s: this CPU lacks %s (it runs %s)", VariantEnv, name, v.needs, strings.Join(names, ", "))
-		}
-	}
-	return Variant{}, fmt.Errorf("vecops: %s=%q is not a variant (this CPU runs %s)", VariantEnv, name, strings.Join(names, ", "))
+	all := allVariants()
+	return cpuvariant.Choose("vecops", VariantEnv, func(string) string { return name }, all[:])
 }

@@ -2,10 +2,12 @@ package vecops
 
 import "golang.org/x/sys/cpu"
 
-// The amd64 variants: the table that a new kernel joins. The AVX2 variant
-// uses AVX for the arithmetic and AVX2 for the gathers; neither uses FMA.
-var (
-	avx512Variant = Variant{Name: "avx512", needs: "AVX-512F and AVX2",
+// allVariants lists amd64's variants, fastest first, with whether this CPU
+// runs each, and the scalar one last: the table that a new kernel joins.
+// The AVX2 variant uses AVX for the arithmetic and AVX2 for the gathers;
+// neither uses FMA. An array, so that Best allocates nothing.
+func allVariants() [3]Variant {
+	return [3]Variant{{Name: "avx512", Needs: "AVX-512F and AVX2", Runs: cpu.X86.HasAVX512F && cpu.X86.HasAVX2, K: typed{
 		f32: kernels[float32]{lanes: 16,
 			sgd: [3][2][2]sgdKernel[float32]{
 				{{sgdPlain32AVX512, nil}, {sgdPlainDecay32AVX512, nil}},
@@ -24,8 +26,7 @@ var (
 			adam: [3]adamKernel[float64]{adam64AVX512, adamL264AVX512, adamDecoupled64AVX512},
 			lut:  lut64AVX512,
 		},
-	}
-	avx2Variant = Variant{Name: "avx2", needs: "AVX2",
+	}}, {Name: "avx2", Needs: "AVX2", Runs: cpu.X86.HasAVX2, K: typed{
 		f32: kernels[float32]{lanes: 8,
 			sgd: [3][2][2]sgdKernel[float32]{
 				{{sgdPlain32AVX2, nil}, {sgdPlainDecay32AVX2, nil}},
@@ -44,48 +45,5 @@ var (
 			adam: [3]adamKernel[float64]{adam64AVX2, adamL264AVX2, adamDecoupled64AVX2},
 			lut:  lut64AVX2,
 		},
-	}
-)
-
-// allAssemblyVariants lists every assembly variant of amd64, fastest first.
-func allAssemblyVariants() []Variant { return []Variant{avx512Variant, avx2Variant} }
-
-func hasAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX2 }
-
-func hasAVX2() bool { return cpu.X86.HasAVX2 }
-
-// assemblyVariants lists the assembly variants this CPU (and its OS) runs.
-func assemblyVariants() []Variant {
-	var vs []Variant
-	if hasAVX512() {
-		vs = append(vs, avx512Variant)
-	}
-	if hasAVX2() {
-		vs = append(vs, avx2Variant)
-	}
-	return vs
-}
-
-// fastest returns the first of assemblyVariants, or the pure-Go variant,
-// without building the list.
-func fastest() Variant {
-	switch {
-	case hasAVX512():
-		return avx512Variant
-	case hasAVX2():
-		return avx2Variant
-	}
-	return goVariant
-}
-
-// runnable returns the assembly variant called name if this CPU runs it,
-// without building the list.
-func runnable(name string) (Variant, bool) {
-	switch {
-	case name == avx512Variant.Name && hasAVX512():
-		return avx512Variant, true
-	case name == avx2Variant.Name && hasAVX2():
-		return avx2Variant, true
-	}
-	return Variant{}, false
+	}}, goVariant()}
 }

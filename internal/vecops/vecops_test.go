@@ -2,6 +2,7 @@ package vecops
 
 import (
 	"fmt"
+	"github.com/ringddp/ringddp/internal/cpuvariant"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,20 +13,24 @@ import (
 // ones it skips.
 func variantsHere(t testing.TB) []Variant {
 	t.Helper()
-	here := assemblyVariants()
-	ran := map[string]bool{}
-	for _, v := range here {
-		ran[v.Name] = true
-	}
-	for _, v := range allAssemblyVariants() {
-		if !ran[v.Name] {
-			t.Logf("skipped variant %s: this CPU lacks %s", v.Name, v.needs)
-		}
+	all := allVariants()
+	here, skipped := cpuvariant.Split(all[:])
+	if skipped != "" {
+		t.Log(skipped)
 	}
 	if len(here) == 0 {
 		t.Skip("no assembly variant runs on this CPU")
 	}
 	return here
+}
+
+// allNames lists every variant of this architecture, run here or not.
+func allNames() []string {
+	var names []string
+	for _, v := range allVariants() {
+		names = append(names, v.Name)
+	}
+	return names
 }
 
 // lengths cover 0, 1, every tail and several whole vectors of both widths.
@@ -140,7 +145,7 @@ func checkAgainstGo[T Float](t *testing.T, name string, slices int, step func(v 
 				for i := range ins {
 					ins[i] = fill[T](rng, n)
 				}
-				want := run(goVariant, ins, off, step)
+				want := run(goVariant(), ins, off, step)
 				got := run(v, ins, off, step)
 				for i := range got {
 					sameBits(t, fmt.Sprintf("%s %s n=%d off=%d slice %d", v.Name, name, n, off, i), got[i], want[i])
@@ -259,7 +264,7 @@ func TestBestAndLookup(t *testing.T) {
 	if _, err := Best(); err == nil {
 		t.Fatal("Best accepted an unknown variant")
 	}
-	for _, name := range AllVariantNames() {
+	for _, name := range allNames() {
 		if _, err := Lookup(name); err != nil {
 			t.Logf("%v", err)
 		}
@@ -267,7 +272,7 @@ func TestBestAndLookup(t *testing.T) {
 }
 
 func TestBestAllocatesNothing(t *testing.T) {
-	for _, name := range append([]string{""}, AllVariantNames()...) {
+	for _, name := range append([]string{""}, allNames()...) {
 		if _, err := Lookup(name); name != "" && err != nil {
 			continue
 		}
