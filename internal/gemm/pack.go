@@ -5,93 +5,76 @@ package gemm
 // mc are zero, so the micro-kernel never needs an edge case.
 func packA[T scalar](bl *blocking[T], dst []T, p *product[T], ic, mc, pc, kc int) {
 	mr := bl.mr
-	alpha := p.alpha
 	for q := 0; q*mr < mc; q++ {
 		panel := dst[q*mr*kc : (q+1)*mr*kc]
-		rows := min(mr, mc-q*mr)
-		row0 := ic + q*mr
-		if p.aTrans {
-			// op(A)[i][l] = a[l*lda+i]: each step of k is a contiguous run of rows.
-			for l := 0; l < kc; l++ {
-				src := p.a[(pc+l)*p.lda+row0 : (pc+l)*p.lda+row0+rows]
-				out := panel[l*mr : l*mr+mr]
-				for i, v := range src {
-					out[i] = alpha * v
-				}
-				clear(out[rows:])
-			}
-			continue
-		}
-		// op(A)[i][l] = a[i*lda+l]: each row is contiguous in k; four rows
-		// at a time, so that each step of k writes four neighbours.
-		i := 0
-		for ; i+4 <= rows; i += 4 {
-			at := (row0+i)*p.lda + pc
-			s0 := p.a[at : at+kc]
-			s1 := p.a[at+p.lda : at+p.lda+kc]
-			s2 := p.a[at+2*p.lda : at+2*p.lda+kc]
-			s3 := p.a[at+3*p.lda : at+3*p.lda+kc]
-			for l := range s0 {
-				out := panel[l*mr+i : l*mr+i+4 : l*mr+i+4]
-				out[0], out[1], out[2], out[3] = alpha*s0[l], alpha*s1[l], alpha*s2[l], alpha*s3[l]
-			}
-		}
-		for ; i < rows; i++ {
-			src := p.a[(row0+i)*p.lda+pc : (row0+i)*p.lda+pc+kc]
-			for l, v := range src {
-				panel[l*mr+i] = alpha * v
-			}
-		}
-		for i := rows; i < mr; i++ {
-			for l := 0; l < kc; l++ {
-				panel[l*mr+i] = 0
-			}
+		rows, row0 := min(mr, mc-q*mr), ic+q*mr
+		if p.aTrans { // op(A)[i][l] = a[l*lda+i]
+			copyRuns(panel, mr, p.a, pc*p.lda+row0, p.lda, rows, kc, p.alpha)
+		} else { // op(A)[i][l] = a[i*lda+l]
+			interleave(panel, mr, p.a, row0*p.lda+pc, p.lda, rows, kc, p.alpha)
 		}
 	}
 }
 
 // packB writes B[pc:pc+kc, jc:jc+nc] into dst as micro-panels of nr
 // columns: panel q holds columns jc+q·nr … at dst[q·nr·kc + p·nr + j].
-// Columns past nc are zero.
+// Columns past nc are zero. (The copy multiplies by 1, which changes no
+// value but a signalling NaN's quiet bit; the micro-kernel's multiply-add
+// would quiet it anyway.)
 func packB[T scalar](bl *blocking[T], dst []T, p *product[T], pc, kc, jc, nc int) {
 	nr := bl.nr
 	for q := 0; q*nr < nc; q++ {
 		panel := dst[q*nr*kc : (q+1)*nr*kc]
-		cols := min(nr, nc-q*nr)
-		col0 := jc + q*nr
-		if !p.bTrans {
-			// op(B)[l][j] = b[l*ldb+j]: each step of k is a contiguous run of columns.
-			for l := 0; l < kc; l++ {
-				out := panel[l*nr : l*nr+nr]
-				copy(out, p.b[(pc+l)*p.ldb+col0:(pc+l)*p.ldb+col0+cols])
-				clear(out[cols:])
-			}
-			continue
+		cols, col0 := min(nr, nc-q*nr), jc+q*nr
+		if p.bTrans { // op(B)[l][j] = b[j*ldb+l]
+			interleave(panel, nr, p.b, col0*p.ldb+pc, p.ldb, cols, kc, 1)
+		} else { // op(B)[l][j] = b[l*ldb+j]
+			copyRuns(panel, nr, p.b, pc*p.ldb+col0, p.ldb, cols, kc, 1)
 		}
-		// op(B)[l][j] = b[j*ldb+l]: each column is contiguous in k; four
-		// columns at a time, so that each step of k writes four neighbours.
-		j := 0
-		for ; j+4 <= cols; j += 4 {
-			at := (col0+j)*p.ldb + pc
-			s0 := p.b[at : at+kc]
-			s1 := p.b[at+p.ldb : at+p.ldb+kc]
-			s2 := p.b[at+2*p.ldb : at+2*p.ldb+kc]
-			s3 := p.b[at+3*p.ldb : at+3*p.ldb+kc]
-			for l := range s0 {
-				out := panel[l*nr+j : l*nr+j+4 : l*nr+j+4]
-				out[0], out[1], out[2], out[3] = s0[l], s1[l], s2[l], s3[l]
+	}
+}
+
+// copyRuns fills a panel of kc steps of width values whose steps lie in
+// src as contiguous runs: panel[l·width + r] = scale·src[first + l·ld + r]
+// for r < count, and 0 for count ≤ r < width.
+func copyRuns[T scalar](panel []T, width int, src []T, first, ld, count, kc int, scale T) {
+	for l := 0; l < kc; l++ {
+		run := src[first+l*ld : first+l*ld+count]
+		out := panel[l*width : (l+1)*width]
+		if scale == 1 {
+			copy(out, run)
+		} else {
+			for r, v := range run {
+				out[r] = scale * v
 			}
 		}
-		for ; j < cols; j++ {
-			src := p.b[(col0+j)*p.ldb+pc : (col0+j)*p.ldb+pc+kc]
-			for l, v := range src {
-				panel[l*nr+j] = v
-			}
+		clear(out[count:])
+	}
+}
+
+// interleave fills a panel of kc steps of width values from count runs of
+// src that are each contiguous in the step: panel[l·width + r] =
+// scale·src[first + r·ld + l] for r < count, and 0 for count ≤ r < width.
+// Four runs at a time, so that each step writes four neighbours.
+func interleave[T scalar](panel []T, width int, src []T, first, ld, count, kc int, scale T) {
+	r := 0
+	for ; r+4 <= count; r += 4 {
+		at := first + r*ld
+		s0, s1 := src[at:at+kc], src[at+ld:at+ld+kc]
+		s2, s3 := src[at+2*ld:at+2*ld+kc], src[at+3*ld:at+3*ld+kc]
+		for l := range s0 {
+			out := panel[l*width+r : l*width+r+4 : l*width+r+4]
+			out[0], out[1], out[2], out[3] = scale*s0[l], scale*s1[l], scale*s2[l], scale*s3[l]
 		}
-		for j := cols; j < nr; j++ {
-			for l := 0; l < kc; l++ {
-				panel[l*nr+j] = 0
-			}
+	}
+	for ; r < count; r++ {
+		for l, v := range src[first+r*ld : first+r*ld+kc] {
+			panel[l*width+r] = scale * v
+		}
+	}
+	for ; r < width; r++ {
+		for l := 0; l < kc; l++ {
+			panel[l*width+r] = 0
 		}
 	}
 }
