@@ -1,0 +1,189 @@
+package models
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// convFilterGradOp: (y, dY) → dW = Σ_n dY_n·col_nᵀ, from the column
+// matrices its forward op kept in the same run (y, unread, orders it after
+// the forward op).
+type convFilterGradOp struct {
+	fwd *convOp
+	out outBuffer
+}
+
+// convBiasGradOp: dY → db = Σ of dY over images and positions, (1, f, 1, 1).
+type convBiasGradOp struct {
+	geom convGeom
+	out  outBuffer
+}
+
+// convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_n) per image; dcol is its
+// one column matrix.
+type convInputGradOp struct {
+	geom convGeom
+	out  outBuffer
+	dcol scratch
+}
+
+var (
+	_ G.Op = (*convFilterGradOp)(nil)
+	_ G.Op = (*convBiasGradOp)(nil)
+	_ G.Op = (*convInputGradOp)(nil)
+)
+
+func (*convFilterGradOp) Arity() int { return 2 }
+func (*convBiasGradOp) Arity() int   { return 1 }
+func (*convInputGradOp) Arity() int  { return 2 }
+
+// Types: Tensor4 a → Tensor4 a → Tensor4 a, Tensor4 a → Tensor4 a, and
+// Tensor4 a → Tensor4 a → Tensor4 a.
+func (*convFilterGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(tensor4(a), tensor4(a), tensor4(a))
+}
+
+func (*convBiasGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(tensor4(a), tensor4(a))
+}
+
+func (*convInputGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(tensor4(a), tensor4(a), tensor4(a))
+}
+
+func (op *convFilterGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	g := op.fwd.geom
+	if err := inferShapes("Conv2DFilterGrad", in, g.outShape(), g.outShape()); err != nil {
+		return nil, err
+	}
+	return g.filterShape(), nil
+}
+
+func (op *convBiasGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if err := inferShapes("Conv2DBiasGrad", in, op.geom.outShape()); err != nil {
+		return nil, err
+	}
+	return op.geom.biasShape(), nil
+}
+
+func (op *convInputGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if err := inferShapes("Conv2DInputGrad", in, op.geom.filterShape(), op.geom.outShape()); err != nil {
+		return nil, err
+	}
+	return op.geom.inShape(), nil
+}
+
+func (op *convFilterGradOp) Do(vals ...G.Value) (G.Value, error) {
+	if len(vals) != 2 {
+		return nil, fmt.Errorf("Conv2DFilterGrad: want 2 inputs, got %d", len(vals))
+	}
+	switch vals[1].Dtype() {
+	case tensor.Float32:
+		return filterGradDo[float32](op, vals[1])
+	case tensor.Float64:
+		return filterGradDo[float64](op, vals[1])
+	}
+	return nil, fmt.Errorf("Conv2DFilterGrad: unsupported dtype %v", vals[1].Dtype())
+}
+
+func filterGradDo[T float](op *convFilterGradOp, dyv G.Value) (G.Value, error) {
+	g := op.fwd.geom
+	dy, err := dataOf[T]("Conv2DFilterGrad", "dY", dyv, g.n*g.outImage())
+	if err != nil {
+		return nil, err
+	}
+	cols := scratchKept[T](&op.fwd.cols)
+	if !op.fwd.keepCols || len(cols) < g.n*g.col() {
+		return nil, fmt.Errorf("Conv2DFilterGrad: the forward op has not run with %v data", dyv.Dtype())
+	}
+	out := shaped(&op.out, g.filterShape(), dyv.Dtype())
+	convFilterGrad(G.WhichBLAS(), g, cols, dy, out.Data().([]T))
+	return out, nil
+}
+
+func (op *convBiasGradOp) Do(vals ...G.Value) (G.Value, error) {
+	if len(vals) != 1 {
+		return nil, fmt.Errorf("Conv2DBiasGrad: want 1 input, got %d", len(vals))
+	}
+	g := op.geom
+	out := shaped(&op.out, g.biasShape(), vals[0].Dtype())
+	switch vals[0].Dtype() {
+	case tensor.Float32:
+		dy, err := dataOf[float32]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
+		if err != nil {
+			return nil, err
+		}
+		convBiasGrad(g, dy, out.Data().([]float32))
+	case tensor.Float64:
+		dy, err := dataOf[float64]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
+		if err != nil {
+			return nil, err
+		}
+		convBiasGrad(g, dy, out.Data().([]float64))
+	default:
+		return nil, fmt.Errorf("Conv2DBiasGrad: unsupported dtype %v", vals[0].Dtype())
+	}
+	return out, nil
+}
+
+func (op *convInputGradOp) Do(vals ...G.Value) (G.Value, error) {
+	if len(vals) != 2 {
+		return nil, fmt.Errorf("Conv2DInputGrad: want 2 inputs, got %d", len(vals))
+	}
+	switch vals[0].Dtype() {
+	case tensor.Float32:
+		return inputGradDo[float32](op, vals)
+	case tensor.Float64:
+		return inputGradDo[float64](op, vals)
+	}
+	return nil, fmt.Errorf("Conv2DInputGrad: unsupported dtype %v", vals[0].Dtype())
+}
+
+func inputGradDo[T float](op *convInputGradOp, vals []G.Value) (G.Value, error) {
+	g := op.geom
+	w, err := dataOf[T]("Conv2DInputGrad", "w", vals[0], g.f*g.k())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dataOf[T]("Conv2DInputGrad", "dY", vals[1], g.n*g.outImage())
+	if err != nil {
+		return nil, err
+	}
+	out := shaped(&op.out, g.inShape(), vals[0].Dtype())
+	convInputGrad(G.WhichBLAS(), g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.col()))
+	return out, nil
+}
+
+func (*convFilterGradOp) ReturnsPtr() bool     { return false }
+func (*convFilterGradOp) CallsExtern() bool    { return false }
+func (*convFilterGradOp) OverwritesInput() int { return -1 }
+func (op *convFilterGradOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "ringddp.Conv2DFilterGrad%v%v", op.fwd.geom.inShape(), op.fwd.geom.filterShape())
+}
+func (op *convFilterGradOp) Hashcode() uint32 { return opHash(op) }
+func (*convFilterGradOp) String() string      { return "Conv2DFilterGrad" }
+
+func (*convBiasGradOp) ReturnsPtr() bool     { return false }
+func (*convBiasGradOp) CallsExtern() bool    { return false }
+func (*convBiasGradOp) OverwritesInput() int { return -1 }
+func (op *convBiasGradOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "ringddp.Conv2DBiasGrad%v", op.geom.outShape())
+}
+func (op *convBiasGradOp) Hashcode() uint32 { return opHash(op) }
+func (*convBiasGradOp) String() string      { return "Conv2DBiasGrad" }
+
+func (*convInputGradOp) ReturnsPtr() bool     { return false }
+func (*convInputGradOp) CallsExtern() bool    { return false }
+func (*convInputGradOp) OverwritesInput() int { return -1 }
+func (op *convInputGradOp) WriteHash(h hash.Hash) {
+	fmt.Fprintf(h, "ringddp.Conv2DInputGrad%v%v", op.geom.inShape(), op.geom.filterShape())
+}
+func (op *convInputGradOp) Hashcode() uint32 { return opHash(op) }
+func (*convInputGradOp) String() string      { return "Conv2DInputGrad" }

@@ -1,0 +1,163 @@
+package models
+
+import (
+	"gonum.org/v1/gonum/blas"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// convGeom is the geometry of a valid (unpadded) stride-1 convolution of
+// a batch of images:
+//
+//	input  x (n, c, h, w)     NCHW, row-major
+//	filter w (f, c, kh, kw)   one (c, kh, kw) kernel per output channel
+//	bias   b (1, f, 1, 1)
+//	output y (n, f, oh, ow)   oh = h−kh+1, ow = w−kw+1
+//
+// Each image is lowered to its column matrix ("col", im2col): rows
+// (ci, i, j) for every input channel ci and kernel offset (i, j), in that
+// order (k = c·kh·kw rows, the order of w's trailing axes), columns the
+// output positions (oy, ox) in row-major order (p = oh·ow columns), and
+// col[(ci,i,j), (oy,ox)] = x[ci, oy+i, ox+j]. Then, per image, y = W·col + b
+// with W the filter as an f × k matrix: the product is f × p, which is the
+// image's output already in NCHW order.
+type convGeom struct {
+	n, c, h, w int
+	f, kh, kw  int
+	oh, ow     int
+}
+
+// k is the number of rows of an image's column matrix (the sum length of
+// each output element).
+func (g convGeom) k() int { return g.c * g.kh * g.kw }
+
+// p is the number of columns of an image's column matrix (output positions).
+func (g convGeom) p() int { return g.oh * g.ow }
+
+// image, outImage and col are the element counts of one input image, one
+// output image and one column matrix.
+func (g convGeom) image() int    { return g.c * g.h * g.w }
+func (g convGeom) outImage() int { return g.f * g.p() }
+func (g convGeom) col() int      { return g.k() * g.p() }
+
+func (g convGeom) inShape() tensor.Shape     { return tensor.Shape{g.n, g.c, g.h, g.w} }
+func (g convGeom) filterShape() tensor.Shape { return tensor.Shape{g.f, g.c, g.kh, g.kw} }
+func (g convGeom) biasShape() tensor.Shape   { return tensor.Shape{1, g.f, 1, 1} }
+func (g convGeom) outShape() tensor.Shape    { return tensor.Shape{g.n, g.f, g.oh, g.ow} }
+
+// im2col writes one image x (c·h·w elements) as its column matrix into col
+// (k·p elements): each row is oh runs of ow contiguous input elements.
+func im2col[T float](g convGeom, x, col []T) {
+	p, row := g.p(), 0
+	for ci := 0; ci < g.c; ci++ {
+		plane := x[ci*g.h*g.w : (ci+1)*g.h*g.w]
+		for i := 0; i < g.kh; i++ {
+			for j := 0; j < g.kw; j++ {
+				dst := col[row*p : (row+1)*p]
+				for oy := 0; oy < g.oh; oy++ {
+					copy(dst[oy*g.ow:(oy+1)*g.ow], plane[(oy+i)*g.w+j:])
+				}
+				row++
+			}
+		}
+	}
+}
+
+// col2im is im2col's adjoint: it sets one image dx (c·h·w elements) to
+// Σ over the column matrix dcol's entries of dcol[(ci,i,j), (oy,ox)] added
+// at x[ci, oy+i, ox+j], the rows taken in order.
+func col2im[T float](g convGeom, dcol, dx []T) {
+	clear(dx[:g.image()])
+	p, row := g.p(), 0
+	for ci := 0; ci < g.c; ci++ {
+		plane := dx[ci*g.h*g.w : (ci+1)*g.h*g.w]
+		for i := 0; i < g.kh; i++ {
+			for j := 0; j < g.kw; j++ {
+				src := dcol[row*p : (row+1)*p]
+				for oy := 0; oy < g.oh; oy++ {
+					d := plane[(oy+i)*g.w+j:][:g.ow]
+					s := src[oy*g.ow : (oy+1)*g.ow]
+					for q, v := range s {
+						d[q] += v
+					}
+				}
+				row++
+			}
+		}
+	}
+}
+
+// gemm computes c = a·b + beta·c (row-major, ta/tb transposing a/b) with
+// gorgonia's BLAS bl, for either float type.
+func gemm[T float](bl G.BLAS, ta, tb blas.Transpose, m, n, k int, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	switch a := any(a).(type) {
+	case []float32:
+		bl.Sgemm(ta, tb, m, n, k, 1, a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+	case []float64:
+		bl.Dgemm(ta, tb, m, n, k, 1, a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+	}
+}
+
+// convForward computes y = conv(x, w) + b for the whole batch. Per image
+// n: im2col into cols' n-th column matrix (or cols' first when keep is
+// false: then cols holds one), each output row f set to b[f], then
+// y_n += W·col_n, one product of f × k by k × p.
+func convForward[T float](bl G.BLAS, g convGeom, x, w, b, y, cols []T, keep bool) {
+	k, p := g.k(), g.p()
+	for n := 0; n < g.n; n++ {
+		col := cols[:g.col()]
+		if keep {
+			col = cols[n*g.col() : (n+1)*g.col()]
+		}
+		im2col(g, x[n*g.image():(n+1)*g.image()], col)
+		yn := y[n*g.outImage() : (n+1)*g.outImage()]
+		for f := 0; f < g.f; f++ {
+			row := yn[f*p : (f+1)*p]
+			for q := range row {
+				row[q] = b[f]
+			}
+		}
+		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, p, k, w, k, col, p, 1, yn, p)
+	}
+}
+
+// convFilterGrad sets dw = Σ_n dY_n · col_nᵀ (f × p by p × k per image,
+// accumulated into dw by the products themselves, images in order) from
+// the batch's column matrices cols.
+func convFilterGrad[T float](bl G.BLAS, g convGeom, cols, dy, dw []T) {
+	k, p := g.k(), g.p()
+	for n := 0; n < g.n; n++ {
+		var beta T
+		if n > 0 {
+			beta = 1
+		}
+		dyn := dy[n*g.outImage() : (n+1)*g.outImage()]
+		gemm(bl, blas.NoTrans, blas.Trans, g.f, k, p, dyn, p, cols[n*g.col():(n+1)*g.col()], p, beta, dw, k)
+	}
+}
+
+// convBiasGrad sets db[f] = Σ over images and output positions of
+// dY[n, f, ·], summed in float64 in that order.
+func convBiasGrad[T float](g convGeom, dy, db []T) {
+	p := g.p()
+	for f := 0; f < g.f; f++ {
+		var s float64
+		for n := 0; n < g.n; n++ {
+			for _, v := range dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p] {
+				s += float64(v)
+			}
+		}
+		db[f] = T(s)
+	}
+}
+
+// convInputGrad sets dx, per image n: dcol = Wᵀ·dY_n (k × f by f × p, into
+// the one column matrix dcol), then dx_n = col2im(dcol).
+func convInputGrad[T float](bl G.BLAS, g convGeom, w, dy, dx, dcol []T) {
+	k, p := g.k(), g.p()
+	for n := 0; n < g.n; n++ {
+		dyn := dy[n*g.outImage() : (n+1)*g.outImage()]
+		gemm(bl, blas.Trans, blas.NoTrans, k, p, g.f, w, k, dyn, p, 0, dcol, p)
+		col2im(g, dcol, dx[n*g.image():(n+1)*g.image()])
+	}
+}

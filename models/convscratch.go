@@ -1,0 +1,81 @@
+package models
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// scratch is an op's working memory of either float type (column matrices),
+// kept from run to run and grown when a run needs more.
+type scratch struct {
+	f32 []float32
+	f64 []float64
+}
+
+// scratchOf returns n elements of s as T (contents unspecified).
+func scratchOf[T float](s *scratch, n int) []T {
+	var out any
+	switch any(T(0)).(type) {
+	case float32:
+		s.f32 = grown(s.f32, n)
+		out = s.f32[:n]
+	default:
+		s.f64 = grown(s.f64, n)
+		out = s.f64[:n]
+	}
+	return out.([]T)
+}
+
+// scratchKept returns s's elements of type T as the last scratchOf left
+// them.
+func scratchKept[T float](s *scratch) []T {
+	if _, ok := any(T(0)).(float32); ok {
+		return any(s.f32).([]T)
+	}
+	return any(s.f64).([]T)
+}
+
+// grown returns s, or a new slice when s has fewer than n elements.
+func grown[E any](s []E, n int) []E {
+	if cap(s) < n {
+		return make([]E, n)
+	}
+	return s[:n]
+}
+
+// shaped returns the buffer b with shape s and dtype dt (outBuffer.like for
+// a shape that no input has).
+func shaped(b *outBuffer, s tensor.Shape, dt tensor.Dtype) *tensor.Dense {
+	if b.t == nil || b.t.Dtype() != dt || b.t.DataSize() != s.TotalSize() {
+		b.t = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(dt))
+	} else if !b.t.Shape().Eq(s) {
+		if err := b.t.Reshape(s.Clone()...); err != nil {
+			b.t = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(dt))
+		}
+	}
+	return b.t
+}
+
+// dataOf returns the first size elements of a value as T: a dense float
+// tensor of dtype T (views materialised) with exactly size elements in its
+// shape.
+func dataOf[T float](op, what string, v G.Value, size int) ([]T, error) {
+	t, err := denseOf(op, what, v)
+	if err != nil {
+		return nil, err
+	}
+	if n := t.Shape().TotalSize(); n != size {
+		return nil, fmt.Errorf("%s: %s has shape %v (%d elements), want %d elements", op, what, t.Shape(), n, size)
+	}
+	d, ok := t.Data().([]T)
+	if !ok {
+		return nil, fmt.Errorf("%s: %s data is %T, want %T", op, what, t.Data(), []T(nil))
+	}
+	return d[:size], nil
+}
+
+// tensor4 is the hm type of a 4-dimensional tensor with element type a.
+func tensor4(a hm.Type) hm.Type { return &G.TensorType{Dims: 4, Of: a} }
