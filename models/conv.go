@@ -81,15 +81,13 @@ func convGeometry(x, w, b tensor.Shape) (convGeom, error) {
 	return g, nil
 }
 
-// convOp: (x, w, b) → y. Its buffer is the node's value every run; cols
-// holds one column matrix, or every image's once keepCols is set (by
-// SymDiff: the filter gradient reads them in the same run, after this op).
+// convOp: (x, w, b) → y. Its buffer is the node's value every run; col
+// is its one column matrix.
 type convOp struct {
-	geom     convGeom
-	gradX    bool
-	keepCols bool
-	out      outBuffer
-	cols     scratch
+	geom  convGeom
+	gradX bool
+	out   outBuffer
+	col   scratch
 }
 
 var (
@@ -139,12 +137,8 @@ func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := g.col()
-	if op.keepCols {
-		n *= g.n
-	}
 	out := shaped(&op.out, g.outShape(), vals[0].Dtype())
-	convForward(G.WhichBLAS(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.cols, n), op.keepCols)
+	convForward(G.WhichBLAS(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.col()))
 	return out, nil
 }
 
@@ -168,16 +162,12 @@ func (op *convOp) DiffWRT(inputs int) []bool {
 	return d
 }
 
-// SymDiff returns the gradient nodes of x (nil without gradX), w and b,
-// and makes the op keep every image's column matrix for the filter
-// gradient, which takes the output y as an input so that it runs after
-// this op.
+// SymDiff returns the gradient nodes of x (nil without gradX), w and b.
 func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if len(inputs) != 3 {
 		return nil, fmt.Errorf("Conv2D.SymDiff: want 3 inputs, got %d", len(inputs))
 	}
-	op.keepCols = true
-	dw, err := G.ApplyOp(&convFilterGradOp{fwd: op}, output, grad)
+	dw, err := G.ApplyOp(&convFilterGradOp{geom: op.geom}, inputs[0], grad)
 	if err != nil {
 		return nil, fmt.Errorf("Conv2D.SymDiff: filter: %w", err)
 	}

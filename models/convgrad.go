@@ -9,12 +9,12 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// convFilterGradOp: (y, dY) → dW = Σ_n dY_n·col_nᵀ, from the column
-// matrices its forward op kept in the same run (y, unread, orders it after
-// the forward op).
+// convFilterGradOp: (x, dY) → dW = Σ_n dY_n·rows_n; rows is its one row
+// matrix.
 type convFilterGradOp struct {
-	fwd *convOp
-	out outBuffer
+	geom convGeom
+	out  outBuffer
+	rows scratch
 }
 
 // convBiasGradOp: dY → db = Σ of dY over images and positions, (1, f, 1, 1).
@@ -59,8 +59,8 @@ func (*convInputGradOp) Type() hm.Type {
 }
 
 func (op *convFilterGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	g := op.fwd.geom
-	if err := inferShapes("Conv2DFilterGrad", in, g.outShape(), g.outShape()); err != nil {
+	g := op.geom
+	if err := inferShapes("Conv2DFilterGrad", in, g.inShape(), g.outShape()); err != nil {
 		return nil, err
 	}
 	return g.filterShape(), nil
@@ -84,27 +84,27 @@ func (op *convFilterGradOp) Do(vals ...G.Value) (G.Value, error) {
 	if len(vals) != 2 {
 		return nil, fmt.Errorf("Conv2DFilterGrad: want 2 inputs, got %d", len(vals))
 	}
-	switch vals[1].Dtype() {
+	switch vals[0].Dtype() {
 	case tensor.Float32:
-		return filterGradDo[float32](op, vals[1])
+		return filterGradDo[float32](op, vals)
 	case tensor.Float64:
-		return filterGradDo[float64](op, vals[1])
+		return filterGradDo[float64](op, vals)
 	}
-	return nil, fmt.Errorf("Conv2DFilterGrad: unsupported dtype %v", vals[1].Dtype())
+	return nil, fmt.Errorf("Conv2DFilterGrad: unsupported dtype %v", vals[0].Dtype())
 }
 
-func filterGradDo[T float](op *convFilterGradOp, dyv G.Value) (G.Value, error) {
-	g := op.fwd.geom
-	dy, err := dataOf[T]("Conv2DFilterGrad", "dY", dyv, g.n*g.outImage())
+func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error) {
+	g := op.geom
+	x, err := dataOf[T]("Conv2DFilterGrad", "x", vals[0], g.n*g.image())
 	if err != nil {
 		return nil, err
 	}
-	cols := scratchKept[T](&op.fwd.cols)
-	if !op.fwd.keepCols || len(cols) < g.n*g.col() {
-		return nil, fmt.Errorf("Conv2DFilterGrad: the forward op has not run with %v data", dyv.Dtype())
+	dy, err := dataOf[T]("Conv2DFilterGrad", "dY", vals[1], g.n*g.outImage())
+	if err != nil {
+		return nil, err
 	}
-	out := shaped(&op.out, g.filterShape(), dyv.Dtype())
-	convFilterGrad(G.WhichBLAS(), g, cols, dy, out.Data().([]T))
+	out := shaped(&op.out, g.filterShape(), vals[0].Dtype())
+	convFilterGrad(G.WhichBLAS(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.col()))
 	return out, nil
 }
 
@@ -165,7 +165,7 @@ func (*convFilterGradOp) ReturnsPtr() bool     { return false }
 func (*convFilterGradOp) CallsExtern() bool    { return false }
 func (*convFilterGradOp) OverwritesInput() int { return -1 }
 func (op *convFilterGradOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "ringddp.Conv2DFilterGrad%v%v", op.fwd.geom.inShape(), op.fwd.geom.filterShape())
+	fmt.Fprintf(h, "ringddp.Conv2DFilterGrad%v%v", op.geom.inShape(), op.geom.filterShape())
 }
 func (op *convFilterGradOp) Hashcode() uint32 { return opHash(op) }
 func (*convFilterGradOp) String() string      { return "Conv2DFilterGrad" }

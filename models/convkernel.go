@@ -20,7 +20,10 @@ import (
 // output positions (oy, ox) in row-major order (p = oh·ow columns), and
 // col[(ci,i,j), (oy,ox)] = x[ci, oy+i, ox+j]. Then, per image, y = W·col + b
 // with W the filter as an f × k matrix: the product is f × p, which is the
-// image's output already in NCHW order.
+// image's output already in NCHW order. The filter gradient reads the
+// image as col's transpose, the row matrix ("rows", im2row: p × k, one
+// patch per output position), so that its product dY·rows reads both
+// operands in the layout they are stored in.
 type convGeom struct {
 	n, c, h, w int
 	f, kh, kw  int
@@ -63,6 +66,28 @@ func im2col[T float](g convGeom, x, col []T) {
 	}
 }
 
+// im2row writes one image x (c·h·w elements) as its row matrix into rows
+// (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
+// order, c·kh runs of kw contiguous input elements.
+func im2row[T float](g convGeom, x, rows []T) {
+	k, d := g.k(), 0
+	for oy := 0; oy < g.oh; oy++ {
+		for ox := 0; ox < g.ow; ox++ {
+			dst := rows[d : d+k]
+			d += k
+			for ci := 0; ci < g.c; ci++ {
+				for i := 0; i < g.kh; i++ {
+					src := x[ci*g.h*g.w+(oy+i)*g.w+ox:][:g.kw]
+					run := dst[(ci*g.kh+i)*g.kw:][:g.kw]
+					for j, v := range src {
+						run[j] = v
+					}
+				}
+			}
+		}
+	}
+}
+
 // col2im is im2col's adjoint: it sets one image dx (c·h·w elements) to
 // Σ over the column matrix dcol's entries of dcol[(ci,i,j), (oy,ox)] added
 // at x[ci, oy+i, ox+j], the rows taken in order.
@@ -99,16 +124,11 @@ func gemm[T float](bl G.BLAS, ta, tb blas.Transpose, m, n, k int, a []T, lda int
 }
 
 // convForward computes y = conv(x, w) + b for the whole batch. Per image
-// n: im2col into cols' n-th column matrix (or cols' first when keep is
-// false: then cols holds one), each output row f set to b[f], then
-// y_n += W·col_n, one product of f × k by k × p.
-func convForward[T float](bl G.BLAS, g convGeom, x, w, b, y, cols []T, keep bool) {
+// n: im2col into col, each output row f set to b[f], then y_n += W·col,
+// one product of f × k by k × p.
+func convForward[T float](bl G.BLAS, g convGeom, x, w, b, y, col []T) {
 	k, p := g.k(), g.p()
 	for n := 0; n < g.n; n++ {
-		col := cols[:g.col()]
-		if keep {
-			col = cols[n*g.col() : (n+1)*g.col()]
-		}
 		im2col(g, x[n*g.image():(n+1)*g.image()], col)
 		yn := y[n*g.outImage() : (n+1)*g.outImage()]
 		for f := 0; f < g.f; f++ {
@@ -121,33 +141,43 @@ func convForward[T float](bl G.BLAS, g convGeom, x, w, b, y, cols []T, keep bool
 	}
 }
 
-// convFilterGrad sets dw = Σ_n dY_n · col_nᵀ (f × p by p × k per image,
-// accumulated into dw by the products themselves, images in order) from
-// the batch's column matrices cols.
-func convFilterGrad[T float](bl G.BLAS, g convGeom, cols, dy, dw []T) {
+// convFilterGrad sets dw = Σ_n dY_n · rows_n: per image, im2row into rows,
+// then one product of f × p by p × k accumulated into dw by the product
+// itself (beta 1 after the first image), images in order.
+func convFilterGrad[T float](bl G.BLAS, g convGeom, x, dy, dw, rows []T) {
 	k, p := g.k(), g.p()
 	for n := 0; n < g.n; n++ {
 		var beta T
 		if n > 0 {
 			beta = 1
 		}
+		im2row(g, x[n*g.image():(n+1)*g.image()], rows)
 		dyn := dy[n*g.outImage() : (n+1)*g.outImage()]
-		gemm(bl, blas.NoTrans, blas.Trans, g.f, k, p, dyn, p, cols[n*g.col():(n+1)*g.col()], p, beta, dw, k)
+		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, k, p, dyn, p, rows, k, beta, dw, k)
 	}
 }
 
 // convBiasGrad sets db[f] = Σ over images and output positions of
-// dY[n, f, ·], summed in float64 in that order.
+// dY[n, f, ·], in float64: four partial sums (positions q mod 4) over the
+// images in order, then added.
 func convBiasGrad[T float](g convGeom, dy, db []T) {
 	p := g.p()
 	for f := 0; f < g.f; f++ {
-		var s float64
+		var s [4]float64
 		for n := 0; n < g.n; n++ {
-			for _, v := range dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p] {
-				s += float64(v)
+			row := dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p]
+			q := 0
+			for ; q+4 <= len(row); q += 4 {
+				s[0] += float64(row[q])
+				s[1] += float64(row[q+1])
+				s[2] += float64(row[q+2])
+				s[3] += float64(row[q+3])
+			}
+			for ; q < len(row); q++ {
+				s[q%4] += float64(row[q])
 			}
 		}
-		db[f] = T(s)
+		db[f] = T((s[0] + s[1]) + (s[2] + s[3]))
 	}
 }
 

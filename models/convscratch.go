@@ -29,15 +29,6 @@ func scratchOf[T float](s *scratch, n int) []T {
 	return out.([]T)
 }
 
-// scratchKept returns s's elements of type T as the last scratchOf left
-// them.
-func scratchKept[T float](s *scratch) []T {
-	if _, ok := any(T(0)).(float32); ok {
-		return any(s.f32).([]T)
-	}
-	return any(s.f64).([]T)
-}
-
 // grown returns s, or a new slice when s has fewer than n elements.
 func grown[E any](s []E, n int) []E {
 	if cap(s) < n {

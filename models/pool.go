@@ -218,17 +218,22 @@ func maxPool2[T float](x, y []T, argmax []int32, planes, h, w int) {
 		for i := 0; i < oh; i++ {
 			r0 := pl*h*w + 2*i*w
 			r1 := r0 + w
-			for j := 0; j < ow; j++ {
-				at := r0 + 2*j
-				best := x[at]
-				for _, k := range [3]int{r0 + 2*j + 1, r1 + 2*j, r1 + 2*j + 1} {
-					if v := x[k]; wins(v, best) {
-						best, at = v, k
-					}
+			top, bottom := x[r0:r0+2*ow], x[r1:r1+2*ow]
+			yr, ar := y[o:o+ow], argmax[o:o+ow]
+			for j := range yr {
+				best, at := top[2*j], r0+2*j
+				if v := top[2*j+1]; wins(v, best) {
+					best, at = v, r0+2*j+1
 				}
-				y[o], argmax[o] = best, int32(at)
-				o++
+				if v := bottom[2*j]; wins(v, best) {
+					best, at = v, r1+2*j
+				}
+				if v := bottom[2*j+1]; wins(v, best) {
+					best, at = v, r1+2*j+1
+				}
+				yr[j], ar[j] = best, int32(at)
 			}
+			o += ow
 		}
 	}
 }
