@@ -68,19 +68,19 @@ func im2col[T float](g convGeom, x, col []T) {
 
 // im2row writes one image x (c·h·w elements) as its row matrix into rows
 // (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
-// order, c·kh runs of kw contiguous input elements.
+// order. It fills rows a column (ci, i, j) of one output row oy at a time:
+// ow consecutive input elements, written k apart.
 func im2row[T float](g convGeom, x, rows []T) {
-	k, d := g.k(), 0
+	k := g.k()
 	for oy := 0; oy < g.oh; oy++ {
-		for ox := 0; ox < g.ow; ox++ {
-			dst := rows[d : d+k]
-			d += k
-			for ci := 0; ci < g.c; ci++ {
-				for i := 0; i < g.kh; i++ {
-					src := x[ci*g.h*g.w+(oy+i)*g.w+ox:][:g.kw]
-					run := dst[(ci*g.kh+i)*g.kw:][:g.kw]
-					for j, v := range src {
-						run[j] = v
+		block := rows[oy*g.ow*k : (oy+1)*g.ow*k]
+		for ci := 0; ci < g.c; ci++ {
+			for i := 0; i < g.kh; i++ {
+				src := x[ci*g.h*g.w+(oy+i)*g.w:][:g.w]
+				for j := 0; j < g.kw; j++ {
+					dst := block[(ci*g.kh+i)*g.kw+j:]
+					for ox, v := range src[j : j+g.ow] {
+						dst[ox*k] = v
 					}
 				}
 			}
