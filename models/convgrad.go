@@ -21,6 +21,7 @@ type convFilterGradOp struct {
 type convBiasGradOp struct {
 	geom convGeom
 	out  outBuffer
+	sums scratch
 }
 
 // convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_n) per image; dcol is its
@@ -120,13 +121,13 @@ func (op *convBiasGradOp) Do(vals ...G.Value) (G.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		convBiasGrad(g, dy, out.Data().([]float32))
+		convBiasGrad(g, dy, out.Data().([]float32), scratchOf[float64](&op.sums, 4*g.f))
 	case tensor.Float64:
 		dy, err := dataOf[float64]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
 		if err != nil {
 			return nil, err
 		}
-		convBiasGrad(g, dy, out.Data().([]float64))
+		convBiasGrad(g, dy, out.Data().([]float64), scratchOf[float64](&op.sums, 4*g.f))
 	default:
 		return nil, fmt.Errorf("Conv2DBiasGrad: unsupported dtype %v", vals[0].Dtype())
 	}

@@ -158,13 +158,14 @@ func convFilterGrad[T float](bl G.BLAS, g convGeom, x, dy, dw, rows []T) {
 }
 
 // convBiasGrad sets db[f] = Σ over images and output positions of
-// dY[n, f, ·], in float64: four partial sums (positions q mod 4) over the
-// images in order, then added.
-func convBiasGrad[T float](g convGeom, dy, db []T) {
+// dY[n, f, ·], in float64: reading dY in order, four partial sums per f
+// (positions q mod 4, kept in sums, 4·f elements), then added.
+func convBiasGrad[T float](g convGeom, dy, db []T, sums []float64) {
 	p := g.p()
-	for f := 0; f < g.f; f++ {
-		var s [4]float64
-		for n := 0; n < g.n; n++ {
+	clear(sums[:4*g.f])
+	for n := 0; n < g.n; n++ {
+		for f := 0; f < g.f; f++ {
+			s := sums[4*f : 4*f+4]
 			row := dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p]
 			q := 0
 			for ; q+4 <= len(row); q += 4 {
@@ -177,6 +178,9 @@ func convBiasGrad[T float](g convGeom, dy, db []T) {
 				s[q%4] += float64(row[q])
 			}
 		}
+	}
+	for f := range db[:g.f] {
+		s := sums[4*f : 4*f+4]
 		db[f] = T((s[0] + s[1]) + (s[2] + s[3]))
 	}
 }
