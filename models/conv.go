@@ -19,12 +19,12 @@ import (
 //
 // with y (batch, cout, h−kh+1, w−kw+1) in NCHW (see convGeom for the
 // algorithm: im2col and one matrix product per image, through gorgonia's
-// BLAS). Its gradients are ops too: dW = Σ_n dY_n·col_nᵀ, db = Σ of dY over
-// images and positions, dX = col2im(Wᵀ·dY_n). With gradX false no gradient
-// is built for x (a layer whose input is data): the graph then treats x as
-// not differentiable, and G.Grad with respect to x is an error. The op and
-// its gradients keep their output buffers and column matrices from run to
-// run. Conv2D takes graphlock; the models call conv2d inside their own
+// BLAS). Its gradients are ops too: dW = Σ_n dY_n·col_nᵀ (col_nᵀ built as
+// a matrix of its own, im2row), db = Σ of dY over images and positions,
+// dX = col2im(Wᵀ·dY_n). With gradX false no gradient is built for x (a
+// layer whose input is data): the graph then treats x as not
+// differentiable, and G.Grad with respect to x is an error. The op and its
+// gradients keep their output buffers and column matrices from run to run. Conv2D takes graphlock; the models call conv2d inside their own
 // graphlock.Do.
 func Conv2D(x, w, b *G.Node, gradX bool) (*G.Node, error) {
 	var out *G.Node
