@@ -7,8 +7,6 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
-
-	"github.com/ringddp/ringddp/graphlock"
 )
 
 // Conv2D is a valid (unpadded) stride-1 2-D convolution with bias, as one
@@ -27,13 +25,7 @@ import (
 // gradients keep their output buffers and column matrices from run to run. Conv2D takes graphlock; the models call conv2d inside their own
 // graphlock.Do.
 func Conv2D(x, w, b *G.Node, gradX bool) (*G.Node, error) {
-	var out *G.Node
-	err := graphlock.Do(func() error {
-		var err error
-		out, err = conv2d(x, w, b, gradX)
-		return err
-	})
-	return out, err
+	return locked(func() (*G.Node, error) { return conv2d(x, w, b, gradX) })
 }
 
 // conv2d is Conv2D for a caller that holds graphlock.
@@ -111,16 +103,7 @@ func (op *convOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *convOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 3 {
-		return nil, fmt.Errorf("Conv2D: want 3 inputs, got %d", len(vals))
-	}
-	switch vals[0].Dtype() {
-	case tensor.Float32:
-		return convDo[float32](op, vals)
-	case tensor.Float64:
-		return convDo[float64](op, vals)
-	}
-	return nil, fmt.Errorf("Conv2D: unsupported dtype %v", vals[0].Dtype())
+	return floatDo("Conv2D", 3, op, vals, convDo[float32], convDo[float64])
 }
 
 func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {

@@ -49,17 +49,11 @@ func newConvRig(t *testing.T, dt tensor.Dtype, g convGeom, seed uint64) *convRig
 		if c.y, err = conv2d(c.x, c.w, c.b, true); err != nil {
 			return err
 		}
-		prod, err := G.HadamardProd(c.y, c.r)
-		if err != nil {
+		if _, c.grads, err = weightedSum(c.y, c.r, false, c.x, c.w, c.b); err != nil {
 			return err
 		}
-		loss, err := G.Sum(prod)
-		if err != nil {
-			return err
-		}
-		c.grads, err = G.Grad(loss, c.x, c.w, c.b)
 		c.vm = G.NewTapeMachine(gr)
-		return err
+		return nil
 	}))
 	t.Cleanup(func() { c.vm.Close() })
 	return c
@@ -232,18 +226,7 @@ func TestConv2DFiniteDifferences(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		sq, err := G.Square(y)
-		if err != nil {
-			return err
-		}
-		prod, err := G.HadamardProd(sq, in[3])
-		if err != nil {
-			return err
-		}
-		if loss, err = G.Sum(prod); err != nil {
-			return err
-		}
-		grads, err = G.Grad(loss, in[0], in[1], in[2])
+		loss, grads, err = weightedSum(y, in[3], true, in[0], in[1], in[2])
 		return err
 	}))
 	vm := G.NewTapeMachine(gr)
@@ -255,6 +238,27 @@ func TestConv2DFiniteDifferences(t *testing.T) {
 	}
 	run()
 	checkFiniteDifferences(t, in[:3], grads, run)
+}
+
+// weightedSum builds the loss Σ(y ⊙ r), or Σ(y² ⊙ r) with square, and its
+// gradients with respect to wrt (the caller holds graphlock).
+func weightedSum(y, r *G.Node, square bool, wrt ...*G.Node) (*G.Node, G.Nodes, error) {
+	if square {
+		var err error
+		if y, err = G.Square(y); err != nil {
+			return nil, nil, err
+		}
+	}
+	prod, err := G.HadamardProd(y, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	loss, err := G.Sum(prod)
+	if err != nil {
+		return nil, nil, err
+	}
+	grads, err := G.Grad(loss, wrt...)
+	return loss, grads, err
 }
 
 // checkFiniteDifferences compares every element of each gradient with a

@@ -82,16 +82,7 @@ func (op *convInputGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *convFilterGradOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 2 {
-		return nil, fmt.Errorf("Conv2DFilterGrad: want 2 inputs, got %d", len(vals))
-	}
-	switch vals[0].Dtype() {
-	case tensor.Float32:
-		return filterGradDo[float32](op, vals)
-	case tensor.Float64:
-		return filterGradDo[float64](op, vals)
-	}
-	return nil, fmt.Errorf("Conv2DFilterGrad: unsupported dtype %v", vals[0].Dtype())
+	return floatDo("Conv2DFilterGrad", 2, op, vals, filterGradDo[float32], filterGradDo[float64])
 }
 
 func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error) {
@@ -110,41 +101,22 @@ func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error
 }
 
 func (op *convBiasGradOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 1 {
-		return nil, fmt.Errorf("Conv2DBiasGrad: want 1 input, got %d", len(vals))
-	}
+	return floatDo("Conv2DBiasGrad", 1, op, vals, biasGradDo[float32], biasGradDo[float64])
+}
+
+func biasGradDo[T float](op *convBiasGradOp, vals []G.Value) (G.Value, error) {
 	g := op.geom
-	out := shaped(&op.out, g.biasShape(), vals[0].Dtype())
-	switch vals[0].Dtype() {
-	case tensor.Float32:
-		dy, err := dataOf[float32]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
-		if err != nil {
-			return nil, err
-		}
-		convBiasGrad(g, dy, out.Data().([]float32), scratchOf[float64](&op.sums, 4*g.f))
-	case tensor.Float64:
-		dy, err := dataOf[float64]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
-		if err != nil {
-			return nil, err
-		}
-		convBiasGrad(g, dy, out.Data().([]float64), scratchOf[float64](&op.sums, 4*g.f))
-	default:
-		return nil, fmt.Errorf("Conv2DBiasGrad: unsupported dtype %v", vals[0].Dtype())
+	dy, err := dataOf[T]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
+	if err != nil {
+		return nil, err
 	}
+	out := shaped(&op.out, g.biasShape(), vals[0].Dtype())
+	convBiasGrad(g, dy, out.Data().([]T), scratchOf[float64](&op.sums, 4*g.f))
 	return out, nil
 }
 
 func (op *convInputGradOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 2 {
-		return nil, fmt.Errorf("Conv2DInputGrad: want 2 inputs, got %d", len(vals))
-	}
-	switch vals[0].Dtype() {
-	case tensor.Float32:
-		return inputGradDo[float32](op, vals)
-	case tensor.Float64:
-		return inputGradDo[float64](op, vals)
-	}
-	return nil, fmt.Errorf("Conv2DInputGrad: unsupported dtype %v", vals[0].Dtype())
+	return floatDo("Conv2DInputGrad", 2, op, vals, inputGradDo[float32], inputGradDo[float64])
 }
 
 func inputGradDo[T float](op *convInputGradOp, vals []G.Value) (G.Value, error) {

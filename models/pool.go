@@ -8,8 +8,6 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
-
-	"github.com/ringddp/ringddp/graphlock"
 )
 
 // MaxPool2x2 is a 2×2 max-pool with stride 2 and no padding, as one op, for
@@ -32,13 +30,7 @@ import (
 // takes graphlock; the models call maxPool2x2 inside their own
 // graphlock.Do.
 func MaxPool2x2(x *G.Node) (*G.Node, error) {
-	var out *G.Node
-	err := graphlock.Do(func() error {
-		var err error
-		out, err = maxPool2x2(x)
-		return err
-	})
-	return out, err
+	return locked(func() (*G.Node, error) { return maxPool2x2(x) })
 }
 
 // maxPool2x2 is MaxPool2x2 for a caller that holds graphlock.
@@ -118,59 +110,35 @@ func (op *poolGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *poolOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 1 {
-		return nil, fmt.Errorf("MaxPool2x2: want 1 input, got %d", len(vals))
-	}
-	out := shaped(&op.out, op.outShape(), vals[0].Dtype())
-	op.argmax = grown(op.argmax, op.outShape().TotalSize())
-	var err error
-	switch vals[0].Dtype() {
-	case tensor.Float32:
-		err = poolDo[float32](op, vals[0], out)
-	case tensor.Float64:
-		err = poolDo[float64](op, vals[0], out)
-	default:
-		err = fmt.Errorf("MaxPool2x2: unsupported dtype %v", vals[0].Dtype())
-	}
+	return floatDo("MaxPool2x2", 1, op, vals, poolDo[float32], poolDo[float64])
+}
+
+func poolDo[T float](op *poolOp, vals []G.Value) (G.Value, error) {
+	x, err := dataOf[T]("MaxPool2x2", "x", vals[0], op.in.TotalSize())
 	if err != nil {
 		return nil, err
 	}
+	out := shaped(&op.out, op.outShape(), vals[0].Dtype())
+	op.argmax = grown(op.argmax, op.outShape().TotalSize())
+	maxPool2(x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
 	return out, nil
 }
 
-func poolDo[T float](op *poolOp, xv G.Value, out *tensor.Dense) error {
-	x, err := dataOf[T]("MaxPool2x2", "x", xv, op.in.TotalSize())
-	if err != nil {
-		return err
-	}
-	maxPool2(x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
-	return nil
+func (op *poolGradOp) Do(vals ...G.Value) (G.Value, error) {
+	return floatDo("MaxPool2x2Grad", 2, op, vals, poolGradDo[float32], poolGradDo[float64])
 }
 
-func (op *poolGradOp) Do(vals ...G.Value) (G.Value, error) {
-	if len(vals) != 2 {
-		return nil, fmt.Errorf("MaxPool2x2Grad: want 2 inputs, got %d", len(vals))
-	}
+func poolGradDo[T float](op *poolGradOp, vals []G.Value) (G.Value, error) {
 	if len(op.fwd.argmax) != op.fwd.outShape().TotalSize() {
 		return nil, fmt.Errorf("MaxPool2x2Grad: the forward op has not run")
 	}
-	out := shaped(&op.out, op.fwd.in, vals[1].Dtype())
-	switch vals[1].Dtype() {
-	case tensor.Float32:
-		return out, poolGradDo[float32](op, vals[1], out)
-	case tensor.Float64:
-		return out, poolGradDo[float64](op, vals[1], out)
-	}
-	return nil, fmt.Errorf("MaxPool2x2Grad: unsupported dtype %v", vals[1].Dtype())
-}
-
-func poolGradDo[T float](op *poolGradOp, dyv G.Value, out *tensor.Dense) error {
-	dy, err := dataOf[T]("MaxPool2x2Grad", "dY", dyv, len(op.fwd.argmax))
+	dy, err := dataOf[T]("MaxPool2x2Grad", "dY", vals[1], len(op.fwd.argmax))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out := shaped(&op.out, op.fwd.in, vals[1].Dtype())
 	maxPool2Grad(dy, out.Data().([]T), op.fwd.argmax)
-	return nil
+	return out, nil
 }
 
 func (*poolOp) ReturnsPtr() bool     { return false }

@@ -45,15 +45,7 @@ func poolGraph(t *testing.T, dt tensor.Dtype, s tensor.Shape, xs, rs []float64, 
 		}
 		os := out.Shape()
 		r := G.NewTensor(gr, dt, 4, G.WithShape(os...), G.WithName("r"), G.WithValue(backing(dt, os, rs[:os.TotalSize()])))
-		prod, err := G.HadamardProd(out, r)
-		if err != nil {
-			return err
-		}
-		loss, err := G.Sum(prod)
-		if err != nil {
-			return err
-		}
-		grads, err := G.Grad(loss, x)
+		_, grads, err := weightedSum(out, r, false, x)
 		if err != nil {
 			return err
 		}
@@ -182,18 +174,7 @@ func TestMaxPool2x2FiniteDifferences(t *testing.T) {
 		}
 		os := y.Shape()
 		r := G.NewTensor(gr, tensor.Float64, 4, G.WithShape(os...), G.WithName("r"), G.WithValue(backing(tensor.Float64, os, normals(rng, os.TotalSize()))))
-		sq, err := G.Square(y)
-		if err != nil {
-			return err
-		}
-		prod, err := G.HadamardProd(sq, r)
-		if err != nil {
-			return err
-		}
-		if loss, err = G.Sum(prod); err != nil {
-			return err
-		}
-		grads, err = G.Grad(loss, x)
+		loss, grads, err = weightedSum(y, r, true, x)
 		return err
 	}))
 	vm := G.NewTapeMachine(gr)

@@ -6,7 +6,35 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/graphlock"
 )
+
+// locked runs build, which adds nodes to a graph, under graphlock.
+func locked(build func() (*G.Node, error)) (*G.Node, error) {
+	var out *G.Node
+	err := graphlock.Do(func() error {
+		var err error
+		out, err = build()
+		return err
+	})
+	return out, err
+}
+
+// floatDo is an op's Do: it checks that vals are arity values and runs
+// f32 or f64 by their dtype.
+func floatDo[O any](name string, arity int, op O, vals []G.Value, f32, f64 func(O, []G.Value) (G.Value, error)) (G.Value, error) {
+	if len(vals) != arity {
+		return nil, fmt.Errorf("%s: want %d inputs, got %d", name, arity, len(vals))
+	}
+	switch vals[0].Dtype() {
+	case tensor.Float32:
+		return f32(op, vals)
+	case tensor.Float64:
+		return f64(op, vals)
+	}
+	return nil, fmt.Errorf("%s: unsupported dtype %v", name, vals[0].Dtype())
+}
 
 // scratch is an op's working memory of either float type (column matrices),
 // kept from run to run and grown when a run needs more.
