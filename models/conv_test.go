@@ -320,3 +320,21 @@ func TestConv2DErrors(t *testing.T) {
 		return err
 	}))
 }
+
+// An image's row matrix is its column matrix transposed, element for
+// element.
+func TestIm2rowIsIm2colTransposed(t *testing.T) {
+	for _, g := range convCases {
+		g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
+		x := normals(rand.New(rand.NewPCG(1, 1)), g.image())
+		col, rows := make([]float64, g.col()), make([]float64, g.col())
+		im2col(g, x, col)
+		im2row(g, x, rows)
+		k, p := g.k(), g.p()
+		for r := 0; r < k; r++ {
+			for q := 0; q < p; q++ {
+				require.Equal(t, col[r*p+q], rows[q*k+r], "%v%v: row %d column %d", g.inShape(), g.filterShape(), r, q)
+			}
+		}
+	}
+}

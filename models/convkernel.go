@@ -68,20 +68,29 @@ func im2col[T float](g convGeom, x, col []T) {
 
 // im2row writes one image x (c·h·w elements) as its row matrix into rows
 // (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
-// order. It fills rows a column (ci, i, j) of one output row oy at a time:
-// ow consecutive input elements, written k apart.
+// order. Neighbouring patches overlap: the row of (oy, ox) is the row of
+// (oy, ox−1) moved one place left (its element (ci, i, j+1) becomes
+// (ci, i, j)), but for the last element of each run, j = kw−1, which is
+// read anew. So the first row of each output row oy is gathered, c·kh
+// runs of kw elements, and every other row is one copy of k−1 elements
+// and c·kh reads.
 func im2row[T float](g convGeom, x, rows []T) {
 	k := g.k()
 	for oy := 0; oy < g.oh; oy++ {
-		block := rows[oy*g.ow*k : (oy+1)*g.ow*k]
+		cur := rows[oy*g.ow*k : (oy*g.ow+1)*k]
 		for ci := 0; ci < g.c; ci++ {
 			for i := 0; i < g.kh; i++ {
-				src := x[ci*g.h*g.w+(oy+i)*g.w:][:g.w]
-				for j := 0; j < g.kw; j++ {
-					dst := block[(ci*g.kh+i)*g.kw+j:]
-					for ox, v := range src[j : j+g.ow] {
-						dst[ox*k] = v
-					}
+				copy(cur[(ci*g.kh+i)*g.kw:][:g.kw], x[ci*g.h*g.w+(oy+i)*g.w:][:g.kw])
+			}
+		}
+		for ox := 1; ox < g.ow; ox++ {
+			prev := cur
+			cur = rows[(oy*g.ow+ox)*k : (oy*g.ow+ox+1)*k]
+			copy(cur[:k-1], prev[1:])
+			last := ox + g.kw - 1
+			for ci := 0; ci < g.c; ci++ {
+				for i := 0; i < g.kh; i++ {
+					cur[(ci*g.kh+i+1)*g.kw-1] = x[ci*g.h*g.w+(oy+i)*g.w+last]
 				}
 			}
 		}
