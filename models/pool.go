@@ -26,9 +26,8 @@ import (
 // maximum is −Inf gives −Inf (gorgonia starts its scan from −MaxFloat and
 // gives −MaxFloat for both); and the gradient always goes to the winner
 // (gorgonia records no argmax for a window with nothing above −MaxFloat,
-// and its backward then indexes −1 and panics). MaxPool2x2
-// takes graphlock; the models call maxPool2x2 inside their own
-// graphlock.Do.
+// and its backward then indexes −1 and panics). MaxPool2x2 takes
+// graphlock; the models call maxPool2x2 inside their own graphlock.Do.
 func MaxPool2x2(x *G.Node) (*G.Node, error) {
 	return locked(func() (*G.Node, error) { return maxPool2x2(x) })
 }
