@@ -114,17 +114,15 @@ func (m *LeNet) Forward(x *G.Node, params G.Nodes) (*G.Node, error) {
 		}
 		h := img
 		for i, c := range []struct{ w, b *G.Node }{{params[0], params[1]}, {params[2], params[3]}} {
-			conv, err := G.Conv2d(h, c.w, tensor.Shape{lenetKernel, lenetKernel}, []int{0, 0}, []int{1, 1}, []int{1, 1})
+			// The first layer's input is the data: no gradient for it.
+			conv, err := conv2d(h, c.w, c.b, i > 0)
 			if err != nil {
 				return wrap(fmt.Sprintf("conv%d", i+1), err)
-			}
-			if conv, err = G.BroadcastAdd(conv, c.b, nil, []byte{0, 2, 3}); err != nil {
-				return wrap(fmt.Sprintf("conv%d bias", i+1), err)
 			}
 			if conv, err = relu(conv); err != nil {
 				return wrap(fmt.Sprintf("conv%d relu", i+1), err)
 			}
-			if h, err = G.MaxPool2D(conv, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}); err != nil {
+			if h, err = maxPool2x2(conv); err != nil {
 				return wrap(fmt.Sprintf("pool%d", i+1), err)
 			}
 		}
