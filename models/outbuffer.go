@@ -15,17 +15,7 @@ import (
 type outBuffer struct{ t *tensor.Dense }
 
 // like returns the buffer with x's shape and dtype.
-func (b *outBuffer) like(x tensor.Tensor) *tensor.Dense {
-	s := x.Shape()
-	if b.t == nil || b.t.Dtype() != x.Dtype() || b.t.DataSize() != s.TotalSize() {
-		b.t = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(x.Dtype()))
-	} else if !b.t.Shape().Eq(s) {
-		if err := b.t.Reshape(s.Clone()...); err != nil {
-			b.t = tensor.New(tensor.WithShape(s.Clone()...), tensor.Of(x.Dtype()))
-		}
-	}
-	return b.t
-}
+func (b *outBuffer) like(x tensor.Tensor) *tensor.Dense { return shaped(b, x.Shape(), x.Dtype()) }
 
 // elementwise computes ReLU (dy nil) or its gradient into buf for the
 // values x and dy, which must be dense tensors of one float dtype and shape.

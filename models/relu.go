@@ -9,7 +9,6 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/ringddp/ringddp/graphlock"
 )
 
 // ReLU is the rectifier x ⊙ (x ≥ 0), computed exactly as gorgonia's
@@ -19,15 +18,7 @@ import (
 // a gradient dy ⊙ (x ≥ 0) in one pass too. Each node keeps its output
 // buffer from run to run. ReLU takes graphlock; the models call relu
 // inside their own graphlock.Do.
-func ReLU(x *G.Node) (*G.Node, error) {
-	var out *G.Node
-	err := graphlock.Do(func() error {
-		var err error
-		out, err = relu(x)
-		return err
-	})
-	return out, err
-}
+func ReLU(x *G.Node) (*G.Node, error) { return locked(func() (*G.Node, error) { return relu(x) }) }
 
 // relu is ReLU for a caller that holds graphlock.
 func relu(x *G.Node) (*G.Node, error) {

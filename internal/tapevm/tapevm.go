@@ -13,10 +13,11 @@
 // That holds for the ops Safe lists, which overwrite the whole of their
 // output every run. It does not hold for all of gorgonia's: its transposes,
 // im2col and pooling keep views and strides of values across the ops
-// that share a register, and a LeNet rewound this way indexes past a
-// slice. So a caller asks Safe about its graph once and rewinds only
-// graphs made of listed ops (and of ops of this module, which all
-// overwrite their outputs or return fresh values).
+// that share a register, and a LeNet built on gorgonia's Conv2d and
+// MaxPool2D rewound this way indexes past a slice. So a caller asks Safe
+// about its graph once and rewinds only graphs made of listed ops and of
+// ops of this module, which all overwrite their outputs or return fresh
+// values (models' LeNet, on models' own convolution and pooling, is one).
 //
 // Rewind does that for gorgonia v0.9's *tapeMachine, whose program counter
 // is the unexported int field pc; for any other machine, or if a gorgonia
