@@ -8,7 +8,6 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
-
 )
 
 // ReLU is the rectifier x ⊙ (x ≥ 0), computed exactly as gorgonia's
