@@ -15,7 +15,7 @@ import (
 )
 
 // A machine compiled on the subgraph of Outputs trains bit for bit as one
-// compiled on the whole graph, and leaves out the input's gradient.
+// compiled on the whole graph, and leaves out the MLP's input gradient.
 func TestOutputsSubgraphTrainsTheSame(t *testing.T) {
 	for _, kind := range []string{"mlp", "cnn"} {
 		full := trainWith(t, kind, false)
@@ -42,7 +42,9 @@ func trainWith(t *testing.T, kind string, prune bool) [][][]float64 {
 				n.VM = G.NewTapeMachine(sub)
 				return nil
 			}))
-			require.Less(t, len(sub.AllNodes()), len(n.G.AllNodes()), "the subgraph leaves nothing out")
+			if kind == "mlp" { // LeNet's first convolution builds no input gradient
+				require.Less(t, len(sub.AllNodes()), len(n.G.AllNodes()), "the subgraph leaves nothing out")
+			}
 			require.Equal(t, d.Outputs()[0], n.Loss)
 		}
 		opt := traintest.NewOpt[float64](t, "sgd")
