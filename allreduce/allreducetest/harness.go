@@ -2,8 +2,8 @@
 // collectives, for every transport: the rank runner (RunRanks, over
 // package internal/rankrun, and StartRanks on top of it for ranks kept
 // between jobs), one collective matrix (Matrix), one AllReduce benchmark
-// body (BenchAllReduce), the sequential reference (Reduce) and
-// deterministic test data (Input).
+// body (BenchAllReduce); the sequential reference and its deterministic
+// test data are package internal/run/reference's Reduce and Input.
 package allreducetest
 
 import (

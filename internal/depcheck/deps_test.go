@@ -32,6 +32,11 @@ var forbidden = map[string][]string{
 	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
 	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 	"internal/rankrun":             {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+
+	// The byte-size vocabulary imports nothing of the module; the
+	// sequential reference of the collectives only allreduce's types.
+	"internal/bytesize":      {"allreduce", "allreduce/cost", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets"},
+	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
 }
 
 func TestDependenciesPointOneWay(t *testing.T) {
@@ -56,9 +61,14 @@ func TestDependenciesPointOneWay(t *testing.T) {
 }
 
 // libraries lists packages (relative to the module) that must not link
-// Go's testing package: libraries a command links (cmd/bench's
-// calibration) must not bring the test framework's flags and code along.
-var libraries = []string{"allreduce/cost", "allreduce/calibrate", "allreduce"}
+// Go's testing package: the commands, and libraries a command links
+// (cmd/bench's calibration, rank runner, reference and byte sizes), must
+// not bring the test framework's flags and code along.
+var libraries = []string{
+	"allreduce/cost", "allreduce/calibrate", "allreduce",
+	"internal/rankrun", "internal/run/reference", "internal/bytesize",
+	"cmd/bench", "cmd/train", "bench/tcpfloor",
+}
 
 func TestLibrariesDoNotLinkTesting(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
