@@ -19,24 +19,24 @@ var forbidden = map[string][]string{
 	"allreduce/sim":       {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/shm":       {"allreduce", "allreduce/inproc", "allreduce/sim", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/mixed":     {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
-	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"optim":               {"allreduce", "ddp", "zero", "models", "datasets"},
 	"models":              {"allreduce", "ddp", "zero", "optim", "datasets"},
 	"datasets":            {"allreduce", "ddp", "zero", "optim", "models"},
-	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
-	"zero":                {"models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+	"ddp":                 {"zero", "models", "datasets", "internal/run/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
+	"zero":                {"models", "datasets", "internal/run/trainer", "allreduce/inproc", "allreduce/tcp"},
 
 	// The handshake sits below every protocol that authenticates, the
 	// numeric vocabulary below everything; the rank runner above allreduce,
 	// below the trainer and the commands.
 	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
-	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
-	"internal/rankrun":             {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+	"internal/run/rankrun":         {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 
 	// The byte-size vocabulary imports nothing of the module; the
 	// sequential reference of the collectives only allreduce's types.
 	"internal/bytesize":      {"allreduce", "allreduce/cost", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets"},
-	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 }
 
 func TestDependenciesPointOneWay(t *testing.T) {
@@ -66,7 +66,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 // not bring the test framework's flags and code along.
 var libraries = []string{
 	"allreduce/cost", "allreduce/calibrate", "allreduce",
-	"internal/rankrun", "internal/run/reference", "internal/bytesize",
+	"internal/run/rankrun", "internal/run/reference", "internal/bytesize",
 	"cmd/bench", "cmd/train", "bench/tcpfloor",
 }
 
