@@ -77,7 +77,7 @@ type MatrixConfig struct {
 	// Algorithms are the AllReduce algorithms, each run over the whole
 	// AllReduce matrix. Default: every algorithm a group over Connect's
 	// ranks can run (AlgorithmsFor), so an algorithm added to
-	// allreduce/select.go is covered without an edit here.
+	// the schedule table (allreduce/schedules.go) is covered without an edit here.
 	Algorithms []allreduce.Algorithm
 	// Collectives are the collectives to run (default AllCollectives).
 	// Those other than AllReduce run once, with the default algorithm.

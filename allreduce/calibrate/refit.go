@@ -160,8 +160,8 @@ func refitMoves(maxPorts int) []func(m cost.Model) []cost.Model {
 // regime, or β when there is none), and at most maxRegimeSpeedup times
 // faster: a calibration of a few sizes, whose smallest messages take
 // their α and next to nothing per byte, otherwise fits a regime at
-// thousands of GB/s (4 KiB–1 MiB in process, five sizes: 28,000 GB/s up
-// to 8 KiB). The regimes measured here are 1.2–6 times the one above.
+// thousands of GB/s, where the regimes calibrations measured lie within a
+// few times the one above (docs/measurements.md).
 func regimesOrdered(l cost.Link) bool {
 	faster := func(b, above float64) bool { return b < above && b*maxRegimeSpeedup >= above }
 	above := l.Beta

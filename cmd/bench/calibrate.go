@@ -132,8 +132,8 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 // that one round's noise (a neighbour's burst on a shared host) does not
 // decide a choice. Each round starts the order one further along
 // (rotated), so that nothing always runs after the same one: what ran
-// before moves an algorithm's time (over tcp on the 2-core VM, Tree at
-// 1 MiB took 917 µs run first, 1091 after ring and 1443 after doubling).
+// before moves an algorithm's time (by tens of percent over tcp on a
+// shared host: docs/measurements.md).
 func sweepRounds[A fmt.Stringer](ctx context.Context, cfg *config, eps *endpoints, order []A, set func([]A)) ([][]row, error) {
 	var rounds [][]row
 	for i := range calibRounds {
@@ -313,8 +313,7 @@ func printAccuracy(w io.Writer, rows []row) error {
 
 // calibRounds is how many times -calibrate sweeps every algorithm: 5, as
 // with 3 a cell could rank two algorithms opposite to a longer measurement
-// (tcp at 1 MiB: the ring 16% ahead of halving-doubling in a 3-round
-// calibration, 7% behind it in 16 rounds alternating their order).
+// (docs/measurements.md has the case).
 const calibRounds = 5
 
 // medianRows merges rounds of the same sweep (the same rows in the same
