@@ -15,6 +15,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // inflight is one collective of a batch issued back-to-back: start issues
@@ -47,7 +48,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 	seed := uint64(1000 + i)
 	inputs := make([][]T, n)
 	for q := range inputs {
-		inputs[q] = allreducetest.Input[T](seed, q, length, op)
+		inputs[q] = reference.Input[T](seed, q, length, op)
 	}
 	in := inputs[r]
 	name := fmt.Sprintf("#%d", i)
@@ -60,7 +61,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				return allreduce.AllReduceAsync(ctx, g, buf, op)
 			},
 			sync:  func(ctx context.Context, g *allreduce.Group) error { return allreduce.AllReduce(ctx, g, buf, op) },
-			check: func() error { return allreducetest.DiffBits("result", buf, allreducetest.Reduce(inputs, op)) },
+			check: func() error { return allreducetest.DiffBits("result", buf, reference.Reduce(inputs, op)) },
 		}
 	case 2:
 		lo, hi := allreduce.ChunkBounds(length, n, r)
@@ -78,7 +79,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 				if err := allreducetest.DiffBits("src", src, in); err != nil {
 					return err
 				}
-				return allreducetest.DiffBits("chunk", dst, allreducetest.Reduce(inputs, op)[lo:hi])
+				return allreducetest.DiffBits("chunk", dst, reference.Reduce(inputs, op)[lo:hi])
 			},
 		}
 	case 3:
@@ -117,7 +118,7 @@ func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) i
 		buf := slices.Clone(in)
 		want := in
 		if r == root {
-			want = allreducetest.Reduce(inputs, op)
+			want = reference.Reduce(inputs, op)
 		}
 		return inflight{
 			name: fmt.Sprintf("%s Reduce(%T×%d, %v, root %d)", name, *new(T), length, op, root),
@@ -282,9 +283,9 @@ func TestConcurrentSyncUnordered(t *testing.T) {
 			const n, workers, perWorker, length = 3, 5, 8, 777
 			inputs := make([][]float64, n)
 			for r := range inputs {
-				inputs[r] = allreducetest.Input[float64](5, r, length, allreduce.Sum)
+				inputs[r] = reference.Input[float64](5, r, length, allreduce.Sum)
 			}
-			want := allreducetest.Reduce(inputs, allreduce.Sum)
+			want := reference.Reduce(inputs, allreduce.Sum)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			errs := allreducetest.RunInproc(n, 10*time.Second, func(g *allreduce.Group) error {

@@ -38,9 +38,9 @@ import (
 const (
 	// chainLatencyBytes is α/β: the bytes a link moves in the time one
 	// message costs. 256 KiB: on loopback TCP a message's cost (goroutine
-	// hand-offs, wake-ups, framing) is worth a few hundred KiB; 64 MiB
-	// broadcasts on 4 ranks ran faster in 4 or 8 MiB segments than in
-	// 1 MiB ones on a loaded 2-core host.
+	// hand-offs, wake-ups, framing) is worth a few hundred KiB, so large
+	// broadcasts run faster in segments of a few MiB than of 1 MiB (the
+	// measurements are in docs/measurements.md).
 	chainLatencyBytes = 256 << 10
 	// chainMinSegmentBytes and chainMaxSegmentBytes bound the segment
 	// size: 64 MiB on 4 ranks is 23 segments of 2.8 MiB, 4 MiB is 6 of

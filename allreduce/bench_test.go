@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // BenchmarkAllReduceInproc times AllReduce of float32 with the default
@@ -14,7 +15,7 @@ import (
 func BenchmarkAllReduceInproc(b *testing.B) {
 	for _, n := range []int{2, 4, 8} {
 		for _, bytes := range []int{8, 4 << 10, 1 << 20, 64 << 20} {
-			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, bytesize.Format(bytes)), func(b *testing.B) {
 				allreducetest.BenchAllReduce(b, allreducetest.Inproc(time.Minute)(b, n), bytes/4)
 			})
 		}
@@ -27,7 +28,7 @@ func BenchmarkAllReduceInproc(b *testing.B) {
 func BenchmarkMemcpyBaseline(b *testing.B) {
 	for _, n := range []int{4} {
 		for _, bytes := range []int{64 << 20} {
-			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, bytesize.Format(bytes)), func(b *testing.B) {
 				src := make([]byte, n*bytes)
 				dst := make([]byte, n*bytes)
 				for i := range src {

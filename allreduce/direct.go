@@ -124,8 +124,8 @@ func reduceViews(c *call, out []byte, views [][]byte, off int, tmp []byte) {
 // copies the other ranks' blocks: (N-1)/N·M bytes reduced and copied,
 // the copies at the rate of the whole buffer's size regime (the chunks
 // lie in N buffers of M bytes: that is the working set the caches see;
-// priced by one chunk's size, a 1 MiB all-reduce of 4 ranks in process
-// was predicted faster than the ring and measured 1.18x slower).
+// priced by one chunk's size, Direct was predicted faster than the ring
+// at sizes where it measured slower: docs/measurements.md).
 //
 // Where the ranks lend copies of at most LendLimit bytes (shm), the
 // buffer goes in ⌈M/LendLimit⌉ segments of S bytes, and each segment

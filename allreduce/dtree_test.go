@@ -14,6 +14,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // Tests of Tree (dtree.go). Its AllReduce matrix is allreducetest.Matrix
@@ -94,7 +95,7 @@ func allReduceCells(n int) []arCell {
 const algoSeed = 0xa160
 
 func cellInput[T allreduce.Numeric](c arCell, r int) []T {
-	return allreducetest.Input[T](algoSeed+uint64(c.length), r, c.length, c.op)
+	return reference.Input[T](algoSeed+uint64(c.length), r, c.length, c.op)
 }
 
 func cellReference[T allreduce.Numeric](c arCell, n int) []T {
@@ -102,7 +103,7 @@ func cellReference[T allreduce.Numeric](c arCell, n int) []T {
 	for r := range in {
 		in[r] = cellInput[T](c, r)
 	}
-	return allreducetest.Reduce(in, c.op)
+	return reference.Reduce(in, c.op)
 }
 
 // byDType runs the generic f for c's dtype.

@@ -16,6 +16,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // Fault tests: every case must end with an error on every rank that takes
@@ -598,9 +599,9 @@ func TestFaultDelayStillCorrect(t *testing.T) {
 			require.NoError(t, w.SetFault(3, 0, inproc.Fault{Delay: delay}))
 			inputs := make([][]float32, n)
 			for r := range inputs {
-				inputs[r] = allreducetest.Input[float32](3, r, length, allreduce.Sum)
+				inputs[r] = reference.Input[float32](3, r, length, allreduce.Sum)
 			}
-			want := allreducetest.Reduce(inputs, allreduce.Sum)
+			want := reference.Reduce(inputs, allreduce.Sum)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()

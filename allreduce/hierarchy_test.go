@@ -13,6 +13,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // The topology-aware algorithms (Hierarchical, Torus, Mesh) on in-process
@@ -246,16 +247,16 @@ func nodesByNameRank(g *allreduce.Group, nodeOf []string) error {
 	ref := func(length int, op allreduce.ReduceOp, ranks []int) []float64 {
 		inputs := make([][]float64, len(ranks))
 		for i, q := range ranks {
-			inputs[i] = allreducetest.Input[float64](uint64(length), q, length, op)
+			inputs[i] = reference.Input[float64](uint64(length), q, length, op)
 		}
-		return allreducetest.Reduce(inputs, op)
+		return reference.Reduce(inputs, op)
 	}
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
 	check := func(what string, g *allreduce.Group, length int, op allreduce.ReduceOp, me int, ranks []int) error {
-		buf := allreducetest.Input[float64](uint64(length), me, length, op)
+		buf := reference.Input[float64](uint64(length), me, length, op)
 		if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -318,7 +319,7 @@ func TestHierTorusMeshAsync(t *testing.T) {
 				bufs := make([][]int64, calls)
 				works := make([]*allreduce.Work, calls)
 				for i := range calls {
-					bufs[i] = allreducetest.Input[int64](uint64(i), g.Rank(), 10+i*97, allreduce.Sum)
+					bufs[i] = reference.Input[int64](uint64(i), g.Rank(), 10+i*97, allreduce.Sum)
 					works[i] = allreduce.AllReduceAsync(ctx, g, bufs[i], allreduce.Sum)
 				}
 				for i, w := range works {
@@ -327,9 +328,9 @@ func TestHierTorusMeshAsync(t *testing.T) {
 					}
 					inputs := make([][]int64, n)
 					for q := range inputs {
-						inputs[q] = allreducetest.Input[int64](uint64(i), q, 10+i*97, allreduce.Sum)
+						inputs[q] = reference.Input[int64](uint64(i), q, 10+i*97, allreduce.Sum)
 					}
-					if err := allreducetest.DiffBits(fmt.Sprintf("call %d", i), bufs[i], allreducetest.Reduce(inputs, allreduce.Sum)); err != nil {
+					if err := allreducetest.DiffBits(fmt.Sprintf("call %d", i), bufs[i], reference.Reduce(inputs, allreduce.Sum)); err != nil {
 						return err
 					}
 				}

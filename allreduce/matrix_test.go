@@ -15,6 +15,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // TestMatrix is the collective matrix of allreducetest (the same suite
@@ -115,7 +116,7 @@ func runRandom[T float32 | float64](t *testing.T, n, length int, op allreduce.Re
 func randomFloatCase[T float32 | float64](t *testing.T, n, length int, op allreduce.ReduceOp, rel float64) {
 	seed := uint64(n*1_000_003 + length*31 + int(op))
 	inputs, outs := runRandom[T](t, n, length, op, seed)
-	ref := allreducetest.Reduce(inputs, op)
+	ref := reference.Reduce(inputs, op)
 	for r := 1; r < n; r++ {
 		if err := allreducetest.DiffBits(fmt.Sprintf("rank %d vs rank 0", r), outs[r], outs[0]); err != nil {
 			t.Fatalf("ranks differ: %v", err)
@@ -185,9 +186,9 @@ func floatDeterministic[T float32 | float64](t *testing.T, n, length int, op all
 		for r := range inputs {
 			inputs[r] = randomFloats[T](seed, r, length, op)
 		}
-		fwd := allreducetest.Reduce(inputs, op)
+		fwd := reference.Reduce(inputs, op)
 		slices.Reverse(inputs)
-		rev := allreducetest.Reduce(inputs, op)
+		rev := reference.Reduce(inputs, op)
 		if allreducetest.DiffBits("reverse", rev, fwd) == nil {
 			t.Logf("note: reversing the summation order changed nothing for ranks=%d", n)
 		}

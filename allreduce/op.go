@@ -40,12 +40,13 @@ func combineElems[T Numeric](op ReduceOp, out, a, b []T) {
 	b = b[:len(out)]
 	switch op {
 	case Sum, Avg:
-		// A CPU profile of a 64 MiB TCP all-reduce showed this loop at ~11%
-		// of all CPU time; on amd64 with AVX2, inputs of addVecMin elements
-		// or more go to vector kernels (add_amd64.s). The result is bitwise
-		// identical to the Go loop: each element gets the same single IEEE
-		// add with a as the first operand (no FMA, no reassociation, so even
-		// NaN payloads match) and integer adds wrap as in Go.
+		// This loop is a visible share of a large all-reduce's CPU time (a
+		// profile's figure is in docs/measurements.md); on amd64 with AVX2,
+		// inputs of addVecMin elements or more go to vector kernels
+		// (add_amd64.s). The result is bitwise identical to the Go loop:
+		// each element gets the same single IEEE add with a as the first
+		// operand (no FMA, no reassociation, so even NaN payloads match)
+		// and integer adds wrap as in Go.
 		if !addVec(out, a, b) {
 			addElemsGo(out, a, b)
 		}

@@ -112,9 +112,9 @@ func PredictAlgorithm(m cost.Model, s cost.Shape, a Algorithm, bytes int) (secon
 // the ring and halving-doubling send as many pieces of as many bytes; but
 // a rank of halving-doubling waits on one partner at a time, 2·log2 N
 // times, and a ring rank on its left neighbour, which waits on its own, 2(N-1)
-// times, so every rank's delays reach every other: on 4 tcp processes hd
-// measured 0.71-0.80x the ring's time at 4-64 MiB. A group of one rank
-// takes the ring, which returns at once.
+// times, so every rank's delays reach every other, and where the two tie
+// halving-doubling measured faster (docs/measurements.md). A group of one
+// rank takes the ring, which returns at once.
 //
 // With Model.Cores, algorithms that move the same bytes tie at the cores
 // bound of their equal work (cost.Work); the tie then goes first to the

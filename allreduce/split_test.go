@@ -16,6 +16,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // splitMembers is the reference for Split: the ranks of each color, ordered
@@ -75,13 +76,13 @@ func TestSplitCollectives(t *testing.T) {
 					for _, length := range []int{0, 1, 7, 1000, 40000} {
 						inputs := make([][]float64, len(members))
 						for i, m := range members {
-							inputs[i] = allreducetest.Input[float64](uint64(length), m, length, allreduce.Sum)
+							inputs[i] = reference.Input[float64](uint64(length), m, length, allreduce.Sum)
 						}
 						buf := append([]float64(nil), inputs[sub.Rank()]...)
 						if err := allreduce.AllReduce(ctx, sub, buf, allreduce.Sum); err != nil {
 							return err
 						}
-						if want := allreducetest.Reduce(inputs, allreduce.Sum); !slices.Equal(buf, want) {
+						if want := reference.Reduce(inputs, allreduce.Sum); !slices.Equal(buf, want) {
 							return fmt.Errorf("rank %d: sub-group all-reduce of %d elements differs from the reference", r, length)
 						}
 						gathered := make([]float64, length)

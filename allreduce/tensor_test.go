@@ -13,10 +13,11 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // The tensor collectives are checked against the sequential reference
-// (allreducetest.Reduce) on tensors of 5×7 elements (a count no rank count
+// (reference.Reduce) on tensors of 5×7 elements (a count no rank count
 // divides) laid out four ways, mixed across ranks, and on scalars. A
 // tensor's logical contents are read element by element with At, which
 // shares no code with the collectives' gather and scatter.
@@ -190,9 +191,9 @@ func testTensorCollectives[T allreduce.Numeric](t *testing.T) {
 			for _, op := range tensorOps[T]() {
 				inputs := make([][]T, n)
 				for r := range inputs {
-					inputs[r] = allreducetest.Input[T](uint64(shift), r, size, op)
+					inputs[r] = reference.Input[T](uint64(shift), r, size, op)
 				}
-				ref := allreducetest.Reduce(inputs, op)
+				ref := reference.Reduce(inputs, op)
 				name := fmt.Sprintf("ranks=%d/shift=%d/%v", n, shift, op)
 
 				err := runTensorCase(n, shift, inputs, func(int) []T { return ref },
@@ -226,7 +227,7 @@ func testTensorCollectives[T allreduce.Numeric](t *testing.T) {
 			}
 			inputs := make([][]T, n)
 			for r := range inputs {
-				inputs[r] = allreducetest.Input[T](uint64(shift), r, size, allreduce.Sum)
+				inputs[r] = reference.Input[T](uint64(shift), r, size, allreduce.Sum)
 			}
 			root := n - 1
 			err := runTensorCase(n, shift, inputs, func(int) []T { return inputs[root] },
@@ -310,7 +311,7 @@ func TestTensorAsyncOrder(t *testing.T) {
 				size := tensorRows * tensorCols
 				inputs := make([][]float32, n)
 				for q := range inputs {
-					inputs[q] = allreducetest.Input[float32](uint64(i), q, size, allreduce.Sum)
+					inputs[q] = reference.Input[float32](uint64(i), q, size, allreduce.Sum)
 				}
 				tr, err := newTensorRank(layouts[(r+i)%len(layouts)], inputs[r])
 				if err != nil {
@@ -318,7 +319,7 @@ func TestTensorAsyncOrder(t *testing.T) {
 				}
 				works = append(works, allreduce.AllReduceTensorAsync(ctx, g, tr.d, allreduce.Sum))
 				ranks = append(ranks, tr)
-				refs = append(refs, allreducetest.Reduce(inputs, allreduce.Sum))
+				refs = append(refs, reference.Reduce(inputs, allreduce.Sum))
 
 				// A synchronous collective of another count and dtype between
 				// the asynchronous ones: a rank that issued them in another

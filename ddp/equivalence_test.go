@@ -12,7 +12,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/traintest"
+	"github.com/ringddp/ringddp/internal/run/traintest"
 )
 
 // referenceRun trains one process on the global batch for steps steps and

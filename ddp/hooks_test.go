@@ -10,7 +10,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/ddp"
-	"github.com/ringddp/ringddp/internal/traintest"
+	"github.com/ringddp/ringddp/internal/run/traintest"
 	"github.com/ringddp/ringddp/optim"
 )
 

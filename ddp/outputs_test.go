@@ -11,7 +11,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/graphlock"
-	"github.com/ringddp/ringddp/internal/traintest"
+	"github.com/ringddp/ringddp/internal/run/traintest"
 )
 
 // A machine compiled on the subgraph of Outputs trains bit for bit as one

@@ -14,6 +14,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // issueBuckets is the bucket layout ddp makes for MLP 784-2048-2048-10
@@ -122,7 +123,7 @@ func BenchmarkBucketCollectives(b *testing.B) {
 				iters := b.N
 				errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 					ctx := context.Background()
-					grads := allreducetest.Input[float32](1, g.Rank(), total, allreduce.Sum)
+					grads := reference.Input[float32](1, g.Rank(), total, allreduce.Sum)
 					params := make([]float32, total)
 					if err := s.run(ctx, g, grads, params); err != nil { // warm-up
 						return err

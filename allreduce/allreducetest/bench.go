@@ -6,6 +6,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // BenchAllReduce is the AllReduce benchmark body of every transport: it
@@ -20,7 +21,7 @@ func BenchAllReduce(b *testing.B, conns []transport.Conn, count int, opts ...all
 	n := len(conns)
 	bufs := make([][]float32, n)
 	for r := range bufs {
-		bufs[r] = Input[float32](1, r, count, allreduce.Sum)
+		bufs[r] = reference.Input[float32](1, r, count, allreduce.Sum)
 	}
 	bytes := count * 4
 	iters := b.N

@@ -268,9 +268,9 @@ func checkOp[T allreduce.Numeric](o Op, n int, outs []Outcome, i int) error {
 		if err := sameOnEveryRank(outs, i); err != nil {
 			return err
 		}
-		return matchesReference(asElems[T](outs[0][i]), reference(inputs, o.Op), o.Op, 0)
+		return matchesReference(asElems[T](outs[0][i]), specialReference(inputs, o.Op), o.Op, 0)
 	case allreduce.KindReduceScatter:
-		ref := reference(inputs, o.Op)
+		ref := specialReference(inputs, o.Op)
 		for r := range outs {
 			lo, hi := allreduce.ChunkBounds(o.Count, n, r)
 			if err := matchesReference(asElems[T](outs[r][i]), ref[lo:hi], o.Op, lo); err != nil {
@@ -295,7 +295,7 @@ func checkOp[T allreduce.Numeric](o Op, n int, outs []Outcome, i int) error {
 			return fmt.Errorf("the root's buffer is not delivered bit for bit")
 		}
 	case allreduce.KindReduce:
-		return matchesReference(asElems[T](outs[o.Root][i]), reference(inputs, o.Op), o.Op, 0)
+		return matchesReference(asElems[T](outs[o.Root][i]), specialReference(inputs, o.Op), o.Op, 0)
 	}
 	return nil
 }
@@ -334,9 +334,10 @@ func firstDiff(a, b []byte) int {
 
 func window(b []byte, at int) []byte { return b[at&^7 : min(len(b), at&^7+8)] }
 
-// reference is Reduce with the element-wise rules that make special values
-// comparable: Max and Min propagate NaN, as the collectives do.
-func reference[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) []T {
+// specialReference is reference.Reduce with the element-wise rules that
+// make special values comparable: Max and Min propagate NaN, as the
+// collectives do.
+func specialReference[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) []T {
 	out := append([]T(nil), inputs[0]...)
 	for _, in := range inputs[1:] {
 		for k, x := range in {

@@ -1,9 +1,9 @@
 // Package allreducetest is the shared test harness of ringddp's
 // collectives, for every transport: the rank runner (RunRanks, over
-// package internal/rankrun, and StartRanks on top of it for ranks kept
+// package internal/run/rankrun, and StartRanks on top of it for ranks kept
 // between jobs), one collective matrix (Matrix), one AllReduce benchmark
-// body (BenchAllReduce), the sequential reference (Reduce) and
-// deterministic test data (Input).
+// body (BenchAllReduce); the sequential reference and its deterministic
+// test data are package internal/run/reference's Reduce and Input.
 package allreducetest
 
 import (
@@ -16,12 +16,12 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
-	"github.com/ringddp/ringddp/internal/rankrun"
+	"github.com/ringddp/ringddp/internal/run/rankrun"
 )
 
 // RunRanks runs fn once per rank over a Group made over each of conns
 // with opts (rankrun.Run): each rank on its own goroutine, under the one
-// rank runner's failure policy (package internal/rankrun: a rank that fails,
+// rank runner's failure policy (package internal/run/rankrun: a rank that fails,
 // panics or exits aborts its group, so the others fail at once with its
 // cause), and returns every rank's error, by rank. Every group is closed
 // when every rank has returned.

@@ -11,13 +11,14 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // The collective matrix, as an importable suite (like gonum's testblas):
 // every transport's tests call Matrix with a way to connect n ranks, and
 // get exactly the same cells. Inputs are small integers, so every
 // reduction order gives the same value: results are compared bitwise with
-// the sequential reference (Reduce), which makes every rank bitwise
+// the sequential reference (reference.Reduce), which makes every rank bitwise
 // identical too.
 
 // HugeLen is the default large length of the matrix: over 1 MiB elements,
@@ -76,7 +77,7 @@ type MatrixConfig struct {
 	// Algorithms are the AllReduce algorithms, each run over the whole
 	// AllReduce matrix. Default: every algorithm a group over Connect's
 	// ranks can run (AlgorithmsFor), so an algorithm added to
-	// allreduce/select.go is covered without an edit here.
+	// the schedule table (allreduce/schedules.go) is covered without an edit here.
 	Algorithms []allreduce.Algorithm
 	// Collectives are the collectives to run (default AllCollectives).
 	// Those other than AllReduce run once, with the default algorithm.
@@ -419,7 +420,7 @@ func matrixInputs[T allreduce.Numeric](m *matrix, n, length int, op allreduce.Re
 	key := inputKey{dt: allreduce.DTypeOf[T](), length: length, prodish: op == allreduce.Prod}
 	in, _ := m.inputs[key].([][]T)
 	for r := len(in); r < n; r++ {
-		in = append(in, Input[T](m.cfg.Seed+uint64(length), r, length, op))
+		in = append(in, reference.Input[T](m.cfg.Seed+uint64(length), r, length, op))
 	}
 	m.inputs[key] = in
 	return in[:n]
@@ -430,7 +431,7 @@ func matrixRef[T allreduce.Numeric](m *matrix, inputs [][]T, length int, op allr
 	if v, ok := m.refs[key]; ok {
 		return v.([]T)
 	}
-	ref := Reduce(inputs, op)
+	ref := reference.Reduce(inputs, op)
 	m.refs[key] = ref
 	return ref
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // The check -calibrate ends with: the fitted model's Auto (its argmin,
@@ -108,7 +109,7 @@ func PrintAutoPicks(w io.Writer, picks []AutoPick) error {
 		if r <= autoGoal {
 			within++
 		} else {
-			missed = append(missed, fmt.Sprintf("%s (%v, %.2f× %v)", bytesText(p.bytes), p.pick, r, p.fastest))
+			missed = append(missed, fmt.Sprintf("%s (%v, %.2f× %v)", bytesize.Format(p.bytes), p.pick, r, p.fastest))
 		}
 		if r > worst.ratio() {
 			worst = p
@@ -119,7 +120,7 @@ func PrintAutoPicks(w io.Writer, picks []AutoPick) error {
 		mean = sum / float64(counted)
 	}
 	fmt.Fprintf(&b, "# Auto's picks: on average %.3f× the fastest, the worst %.2f× (%v at %s); %d of %d sizes within %.0f%%\n",
-		mean, worst.ratio(), worst.pick, bytesText(worst.bytes), within, len(picks), (autoGoal-1)*100)
+		mean, worst.ratio(), worst.pick, bytesize.Format(worst.bytes), within, len(picks), (autoGoal-1)*100)
 	if len(missed) > 0 {
 		fmt.Fprintf(&b, "# warning: Auto's pick is more than %.0f%% slower than the fastest at %s: the model ranks those algorithms otherwise than they measured here; calibrate again when the host is quiet, or set the algorithm for those sizes (-algo, allreduce.WithAlgorithm)\n",
 			(autoGoal-1)*100, strings.Join(missed, ", "))

@@ -12,30 +12,26 @@ import (
 // minimises the prediction error over every algorithm and size; where two
 // algorithms' measured times lie close, the fitted model can still rank
 // them the wrong way round, and its Auto then runs the slower one there on
-// the very host it was calibrated on (in process on the 2-core VM, three
-// calibrations of 2026-11-27 fitted models that pick direct at 1 or 2 MiB,
-// measured 1.14–1.28× the ring). What a calibration is for is Auto's
+// the very host it was calibrated on (in process, calibrations fitted
+// models that pick direct at sizes where the ring measured faster:
+// docs/measurements.md). What a calibration is for is Auto's
 // choices, so when the fitted model's Auto misses the goal (autocheck.go:
 // a pick more than autoGoal over the fastest measured at its size) at some
 // size, the descent runs once more from it on the error plus a penalty
 // for ranking an algorithm that measured over the goal's margin slower
 // below the fastest (rankPenalty) and one for each size still missed
 // (missPenalty), and the model it ends at is the profile's when its Auto
-// misses less. What it costs is printed beside what it gains. On those
-// three calibrations and a fourth (02:55): worst picks 1.28×, 1.18×,
-// 1.19×, 1.16× → 1.08×, 1.07×, 1.09×, 1.08× (no size missed), in-sample
-// rms error 16–17% → 17–20%; out of sample (five runs right after the
-// second, third and fourth), 39, 37 and 35 of 45 cells within 25%, where
-// the plain fits of the second and third put 40 and 40 (Tree 14 → 9 on
-// the third, 8 on the fourth): the price of ranking direct and the ring
-// at 1 MiB as they measured is a model that predicts less well
+// misses less. What it costs is printed beside what it gains: on the
+// calibrations it was tried on (docs/measurements.md) it removed every
+// miss for a somewhat larger prediction error. The price of ranking two
+// algorithms as they measured is a model that predicts less well
 // elsewhere, and the choices are what the calibration is for. When the
 // fitted model misses nothing the step changes nothing: the stored
 // profiles, whose Auto meets the goal, are the refit's output alone.
 
 // choiceWeight weighs the ranking penalty against the refit's error (the
-// mean squared log ratio of predicted to measured time, about 0.02–0.03
-// for the fits of docs/scaling.md): a size where the model prices an
+// mean squared log ratio of predicted to measured time, a few hundredths
+// for the stored profiles' fits): a size where the model prices an
 // algorithm that measured over autoGoal slower 10% below the fastest adds
 // about 0.01, enough that the descent gives up a little rms error to rank
 // them as they measured, not so much that it bends the model around one

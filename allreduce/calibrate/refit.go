@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // The refit: the ring exchange measures α, β and γ of one step with every
@@ -159,8 +160,8 @@ func refitMoves(maxPorts int) []func(m cost.Model) []cost.Model {
 // regime, or β when there is none), and at most maxRegimeSpeedup times
 // faster: a calibration of a few sizes, whose smallest messages take
 // their α and next to nothing per byte, otherwise fits a regime at
-// thousands of GB/s (4 KiB–1 MiB in process, five sizes: 28,000 GB/s up
-// to 8 KiB). The regimes measured here are 1.2–6 times the one above.
+// thousands of GB/s, where the regimes calibrations measured lie within a
+// few times the one above (docs/measurements.md).
 func regimesOrdered(l cost.Link) bool {
 	faster := func(b, above float64) bool { return b < above && b*maxRegimeSpeedup >= above }
 	above := l.Beta
@@ -364,17 +365,17 @@ func PrintRefit(w io.Writer, before, after float64, m cost.Model, samples []Samp
 	fmt.Fprintf(&b, "# refit to the algorithms' measured times: rms prediction error %s before, %s after\n", rmsText(before), rmsText(after))
 	fmt.Fprintf(&b, "# model written: intra = inter: alpha %.3f us, beta %.4g ns/B (%s)", m.Intra.Alpha*1e6, m.Intra.Beta*1e9, RateText(m.Intra.Beta))
 	if m.Intra.CacheBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, RateText(m.Intra.CacheBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesize.Format(m.Intra.CacheBytes), m.Intra.CacheBeta*1e9, RateText(m.Intra.CacheBeta))
 	}
 	if m.Intra.SmallBytes > 0 {
-		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesText(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, RateText(m.Intra.SmallBeta))
+		fmt.Fprintf(&b, ", up to %s %.4g ns/B (%s)", bytesize.Format(m.Intra.SmallBytes), m.Intra.SmallBeta*1e9, RateText(m.Intra.SmallBeta))
 	}
 	fmt.Fprintf(&b, "; gamma %.4g ns/B (%s); ports %d (%s); cores %d (%s)", m.Gamma*1e9, RateText(m.Gamma), m.Ports, portsText(m.Ports), m.Cores, coresText(m.Cores))
 	if m.Cores > 0 {
 		fmt.Fprintf(&b, "; exchange work %.3g (a byte exchanged pairwise, against one sent one way)", exchangeWork(m))
 	}
 	if m.Cores > 0 && m.CacheWorkBytes > 0 {
-		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, bytesText(m.CacheWorkBytes))
+		fmt.Fprintf(&b, "; cache work %.3g up to %s a rank (the work of a collective whose buffers fit the caches)", m.CacheWork, bytesize.Format(m.CacheWorkBytes))
 	}
 	fmt.Fprintf(&b, "; lone alpha %.3g (a lone send's α, against an exchange's)", loneAlpha(m))
 	b.WriteString("\n")

@@ -54,17 +54,3 @@ func WriteRatios(b *strings.Builder, order []string, ratios map[string][]float64
 		fmt.Fprintf(b, "#   %-12s %6.2f [%.2f, %.2f]  %d/%d\n", a, MedianOf(rs), lo, hi, within, len(rs))
 	}
 }
-
-// bytesText renders n in the reports' units: 8B, 4KiB, 64MiB (the largest
-// binary unit that divides it).
-func bytesText(n int) string {
-	for _, u := range []struct {
-		shift uint
-		name  string
-	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
-			return fmt.Sprintf("%d%s", n>>u.shift, u.name)
-		}
-	}
-	return fmt.Sprintf("%dB", n)
-}

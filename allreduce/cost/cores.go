@@ -27,12 +27,12 @@ import "math"
 // seen, not time a core spends. Nor are the size regimes (Link): a
 // message that fits the socket buffers or the caches is seen sooner, but
 // a core still copies each of its bytes (priced at the regimes' rates,
-// the bound predicted worse: docs/scaling.md). Algorithms that move the same bytes the same
-// way have the same W (the ring and Tree each send 2(N−1)·M bytes in all,
-// one way, and reduce (N−1)·M on one node), so where the bound holds they
-// take the same time whatever their schedules' critical paths;
-// halving-doubling sends as many bytes in pairwise exchanges (ExchangeWork
-// of theirs), recursive doubling
+// the bound predicted worse: docs/measurements.md). Algorithms that move
+// the same bytes the same way have the same W (the ring and Tree each
+// send 2(N−1)·M bytes in all, one way, and reduce (N−1)·M on one node),
+// so where the bound holds they take the same time whatever their
+// schedules' critical paths; halving-doubling sends as many bytes in
+// pairwise exchanges (ExchangeWork of theirs), recursive doubling
 // N·log2 N·M bytes so.
 // The simulator applies the same bound between two AlignClocks
 // (its Config.Cores), and the formulas' W is the work it counts

@@ -85,7 +85,7 @@ import (
 // a collective of at most CacheWorkBytes bytes per rank (its buffer), as
 // a fraction of its work priced at β and γ: while a collective's buffers
 // fit the caches, a core moves and reduces each of its bytes for less
-// (docs/scaling.md gives the measurements). It only matters with Cores
+// (docs/measurements.md gives the measurements). It only matters with Cores
 // set; the simulator applies it alike (keyed on the largest collective
 // between two alignments). 0 (unset): no regime.
 //
@@ -97,8 +97,8 @@ import (
 // steps of the ring, doubling and halving-doubling, and the agreement
 // step, are exchanges and keep α. On a host whose ranks outnumber its
 // cores a lone send is seen sooner than an exchange's message: fewer
-// ranks want the cores at that moment (docs/scaling.md). 0 (unset) is 1. cmd/bench -calibrate
-// fits it.
+// ranks want the cores at that moment (docs/measurements.md). 0 (unset)
+// is 1. cmd/bench -calibrate fits it.
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`

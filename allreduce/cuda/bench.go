@@ -14,7 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/run/reference"
 	"gorgonia.org/cu"
 )
 
@@ -29,7 +29,7 @@ type BenchConfig struct {
 	Factor   int                // each size Factor times the last
 	Iters    int                // timed iterations per size
 	Warmup   int                // untimed iterations per size
-	Check    bool               // check the result (allreducetest.Input/Reduce) before timing
+	Check    bool               // check the result (reference.Input/Reduce) before timing
 	SegBytes int                // WithSegmentBytes (0: default)
 }
 
@@ -287,9 +287,9 @@ func nopLatency(ctx context.Context, c *Comm, iters int) (time.Duration, error) 
 	return ts[len(ts)/2], nil
 }
 
-// benchCheck loads allreducetest.Input into every rank's buffer, runs the
+// benchCheck loads reference.Input into every rank's buffer, runs the
 // AllReduce once and counts the elements that differ from
-// allreducetest.Reduce on any rank.
+// reference.Reduce on any rank.
 func benchCheck(ctx context.Context, w *World, bufs []*Buffer, cfg BenchConfig, count int) (int, error) {
 	n, es := w.Size(), cfg.DType.Size()
 	inputs := make([][]byte, n)
@@ -327,25 +327,25 @@ func benchCheck(ctx context.Context, w *World, bufs []*Buffer, cfg BenchConfig, 
 func benchInput(dt allreduce.DType, rank, n int, op allreduce.ReduceOp) []byte {
 	switch dt {
 	case allreduce.Float32:
-		return bytesOf(allreducetest.Input[float32](1, rank, n, op))
+		return bytesOf(reference.Input[float32](1, rank, n, op))
 	case allreduce.Float64:
-		return bytesOf(allreducetest.Input[float64](1, rank, n, op))
+		return bytesOf(reference.Input[float64](1, rank, n, op))
 	case allreduce.Int32:
-		return bytesOf(allreducetest.Input[int32](1, rank, n, op))
+		return bytesOf(reference.Input[int32](1, rank, n, op))
 	}
-	return bytesOf(allreducetest.Input[int64](1, rank, n, op))
+	return bytesOf(reference.Input[int64](1, rank, n, op))
 }
 
 func benchReference(dt allreduce.DType, in [][]byte, op allreduce.ReduceOp) []byte {
 	switch dt {
 	case allreduce.Float32:
-		return bytesOf(allreducetest.Reduce(elemsOf[float32](in), op))
+		return bytesOf(reference.Reduce(elemsOf[float32](in), op))
 	case allreduce.Float64:
-		return bytesOf(allreducetest.Reduce(elemsOf[float64](in), op))
+		return bytesOf(reference.Reduce(elemsOf[float64](in), op))
 	case allreduce.Int32:
-		return bytesOf(allreducetest.Reduce(elemsOf[int32](in), op))
+		return bytesOf(reference.Reduce(elemsOf[int32](in), op))
 	}
-	return bytesOf(allreducetest.Reduce(elemsOf[int64](in), op))
+	return bytesOf(reference.Reduce(elemsOf[int64](in), op))
 }
 
 func bytesOf[T allreduce.Numeric](s []T) []byte {

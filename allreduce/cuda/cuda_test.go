@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/run/reference"
 	"gorgonia.org/cu"
 	"gorgonia.org/tensor"
 )
@@ -147,7 +147,7 @@ func TestKernelsMatchHost(t *testing.T) {
 // TestMatrix is the correctness matrix: ranks 1..8 on one device,
 // every op, float32 and float64 (and int32, int64), lengths 0, 1, N-1,
 // N+1, 1000 (and up to 256 MiB with RINGDDP_CUDA_BIG=1), against the host
-// sequential reduction (allreducetest.Reduce on allreducetest.Input's
+// sequential reduction (reference.Reduce on reference.Input's
 // small integers, exact in any order); every rank bitwise equal. With
 // small segments too, so the segmented paths run.
 func TestMatrix(t *testing.T) {
@@ -191,25 +191,25 @@ func TestMatrix(t *testing.T) {
 func inputBytes(dt allreduce.DType, seed uint64, rank, n int, op allreduce.ReduceOp) []byte {
 	switch dt {
 	case allreduce.Float32:
-		return asBytes(allreducetest.Input[float32](seed, rank, n, op))
+		return asBytes(reference.Input[float32](seed, rank, n, op))
 	case allreduce.Float64:
-		return asBytes(allreducetest.Input[float64](seed, rank, n, op))
+		return asBytes(reference.Input[float64](seed, rank, n, op))
 	case allreduce.Int32:
-		return asBytes(allreducetest.Input[int32](seed, rank, n, op))
+		return asBytes(reference.Input[int32](seed, rank, n, op))
 	}
-	return asBytes(allreducetest.Input[int64](seed, rank, n, op))
+	return asBytes(reference.Input[int64](seed, rank, n, op))
 }
 
 func referenceBytes(dt allreduce.DType, inputs [][]byte, op allreduce.ReduceOp) []byte {
 	switch dt {
 	case allreduce.Float32:
-		return asBytes(allreducetest.Reduce(typed[float32](inputs), op))
+		return asBytes(reference.Reduce(typed[float32](inputs), op))
 	case allreduce.Float64:
-		return asBytes(allreducetest.Reduce(typed[float64](inputs), op))
+		return asBytes(reference.Reduce(typed[float64](inputs), op))
 	case allreduce.Int32:
-		return asBytes(allreducetest.Reduce(typed[int32](inputs), op))
+		return asBytes(reference.Reduce(typed[int32](inputs), op))
 	}
-	return asBytes(allreducetest.Reduce(typed[int64](inputs), op))
+	return asBytes(reference.Reduce(typed[int64](inputs), op))
 }
 
 func typed[T allreduce.Numeric](in [][]byte) [][]T {

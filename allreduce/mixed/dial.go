@@ -21,7 +21,7 @@ type Config struct {
 	World tcp.Config
 	// Hosts names each rank's host, by world rank: ranks with equal
 	// names share a shared-memory world (they must share a kernel and a
-	// network namespace; internal/launch names hosts by boot id and
+	// network namespace; internal/run/launch names hosts by boot id and
 	// namespace), the others talk over tcp. Every rank must pass the same.
 	Hosts []string
 	// Shm tunes the shared-memory world: Slots, SlotSize and Spin are

@@ -14,6 +14,6 @@
 // receives; Abort and Close end both endpoints.
 //
 // Dial forms both from one tcp.Config and the hosts of every rank (which
-// the launcher learns from the rendezvous: internal/launch's -transport
+// the launcher learns from the rendezvous: internal/run/launch's -transport
 // auto); New composes endpoints that are already connected.
 package mixed

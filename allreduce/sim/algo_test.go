@@ -16,6 +16,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // scale reports whether the slow scale runs were asked for
@@ -65,9 +66,9 @@ func allReduce(t *testing.T, w *sim.World, algo allreduce.Algorithm, bufs [][]fl
 func realBufs(n, count int) ([][]float32, []float32) {
 	in := make([][]float32, n)
 	for r := range in {
-		in[r] = allreducetest.Input[float32](seed, r, count, allreduce.Sum)
+		in[r] = reference.Input[float32](seed, r, count, allreduce.Sum)
 	}
-	ref := allreducetest.Reduce(in, allreduce.Sum)
+	ref := reference.Reduce(in, allreduce.Sum)
 	bufs := make([][]float32, n)
 	for r := range bufs {
 		bufs[r] = append([]float32(nil), in[r]...)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
@@ -21,7 +22,7 @@ var benchSizes = []int{4 << 10, 1 << 20, 64 << 20}
 func BenchmarkTCPAllReduce(b *testing.B) {
 	const n = 4
 	for _, bytes := range benchSizes {
-		b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+		b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, bytesize.Format(bytes)), func(b *testing.B) {
 			allreducetest.BenchAllReduce(b, allreducetest.Conns(tcpConns(b, n, time.Minute)), bytes/4)
 		})
 	}
@@ -34,7 +35,7 @@ func BenchmarkTCPAllReduce(b *testing.B) {
 func BenchmarkLoopbackRaw(b *testing.B) {
 	for _, n := range []int{2, 4} {
 		for _, bytes := range benchSizes {
-			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, allreducetest.FormatBytes(bytes)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, bytesize.Format(bytes)), func(b *testing.B) {
 				links := n
 				if n == 2 {
 					links = 1

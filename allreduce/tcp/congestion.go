@@ -10,17 +10,17 @@ import (
 )
 
 // Congestion control (Config.Congestion). A link carries a collective's
-// bulk transfers between two ranks that wait on each other, so the
-// sender's congestion control decides how much of a message is in flight.
-// Some hosts default to BBR (net.ipv4.tcp_congestion_control), which
-// paces a connection at the bandwidth it estimates: on loopback, a few
-// seconds into a job, its 1 MiB all-reduces slowed down by about half
-// again, while under reno, set before the connection was made, they kept
-// their speed from the first round to the last (the measurements are in
-// the docs). So by default a connection whose two ends are on this
+// bulk transfers between two ranks that wait on each other, so the sender's
+// congestion control decides how much of a message is in flight. Some hosts
+// default to BBR (net.ipv4.tcp_congestion_control), which paces a
+// connection at the bandwidth it estimates: on loopback, a few seconds into
+// a job, its 1 MiB all-reduces slowed down by about half again, while under
+// reno, set before the connection was made, they kept their speed from the
+// first round to the last (docs/multiprocess.md and docs/measurements.md
+// have the figures). So by default a connection whose two ends are on this
 // host (sameHost: loopback, or one address at both ends) runs reno, which
-// every process may set (net.ipv4.tcp_allowed_congestion_control always
-// has it); a connection between hosts keeps the host's default, its
+// every process may set (net.ipv4.tcp_allowed_congestion_control always has
+// it); a connection between hosts keeps the host's default, its
 // administrator's choice for that network.
 
 // CongestionSystem is the Config.Congestion that leaves every connection's

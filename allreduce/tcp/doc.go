@@ -82,17 +82,16 @@
 //
 // Wire protection (Config.WireProtection, wireprotect.go), keyed from the
 // link's session key: with WireMAC every frame, header and payload, is
-// authenticated, so a byte changed, dropped, replayed, reordered or
-// spliced on the way fails the link with an error wrapping ErrWireAuth
-// that names it (its abort tells the peer); WireAEAD also encrypts. The
-// frame is then a sequence of records, one for the header and one per
-// started 256 KiB of payload, each with a 16-byte AES-256-GCM tag under a
-// key per direction and a record counter as nonce (wire.go). The receiver
-// checks each record before it hands any of it to the receiving call, in
-// the same 256 KiB pieces, so verification streams in bounded memory. The
-// default is WireAuto: mac on every link between hosts, none on links
-// within one (their bytes never leave the kernel, and there mac costs
-// most, as the CPU moves every byte: see DefaultWireProtection); there
-// the handshake alone
+// authenticated, so a byte changed, dropped, replayed, reordered or spliced
+// on the way fails the link with an error wrapping ErrWireAuth that names
+// it (its abort tells the peer); WireAEAD also encrypts. The frame is then
+// a sequence of records, one for the header and one per started 256 KiB of
+// payload, each with a 16-byte AES-256-GCM tag under a key per direction
+// and a record counter as nonce (wire.go). The receiver checks each record
+// before it hands any of it to the receiving call, in the same 256 KiB
+// pieces, so verification streams in bounded memory. The default is
+// WireAuto: mac on every link between hosts, none on links within one
+// (their bytes never leave the kernel, and there mac costs most, as the CPU
+// moves every byte: see DefaultWireProtection); there the handshake alone
 // authenticates. WireMAC everywhere and WireAEAD are a setting away.
 package tcp

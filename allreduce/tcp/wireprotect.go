@@ -42,13 +42,13 @@ const (
 )
 
 // DefaultWireProtection is Config.WireProtection's default: auto (mac
-// between hosts, none within one), by measurement (the figures are in the
-// docs). Over loopback, where the CPU moves every byte, mac and aead slow
-// a large all-reduce markedly; over a link of a network's speed, which
-// is what lies between hosts, their cost is within measurement noise or a
-// few percent. mac is the default where it costs at most 10%: on a
-// network it does, and there an on-path attacker can be; within a host
-// it does not, and there none cannot.
+// between hosts, none within one), by measurement (the figures are in
+// docs/multiprocess.md). Over loopback, where the CPU moves every byte, mac
+// and aead slow a large all-reduce markedly; over a link of a network's
+// speed, which is what lies between hosts, their cost is within measurement
+// noise or a few percent. mac is the default where it costs at most 10%: on
+// a network it does, and there an on-path attacker can be; within a host it
+// does not, and there none cannot.
 const DefaultWireProtection = WireAuto
 
 // WireProtectionNames lists the modes, for help and messages.

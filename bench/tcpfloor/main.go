@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 func main() {
@@ -55,7 +55,7 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	s, err := allreducetest.ParseBytes(size)
+	s, err := bytesize.Parse(size)
 	if err != nil {
 		return fmt.Errorf("-size: %w", err)
 	}
@@ -163,7 +163,7 @@ func rank(cfg config) error {
 		per := time.Since(start) / time.Duration(cfg.iters)
 		busbw := float64(cfg.size) / per.Seconds() * float64(steps) / float64(cfg.ranks) / 1e9
 		fmt.Printf("tcpfloor: %d ranks, %s: %.2f µs per all-reduce-equivalent, busbw %.2f GB/s\n",
-			cfg.ranks, allreducetest.FormatBytes(int(cfg.size)), float64(per.Nanoseconds())/1e3, busbw)
+			cfg.ranks, bytesize.Format(int(cfg.size)), float64(per.Nanoseconds())/1e3, busbw)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/rankrun"
+	"github.com/ringddp/ringddp/internal/run/rankrun"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // calibrate is -calibrate FILE: it measures this machine's cost model
@@ -132,8 +132,8 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 // that one round's noise (a neighbour's burst on a shared host) does not
 // decide a choice. Each round starts the order one further along
 // (rotated), so that nothing always runs after the same one: what ran
-// before moves an algorithm's time (over tcp on the 2-core VM, Tree at
-// 1 MiB took 917 µs run first, 1091 after ring and 1443 after doubling).
+// before moves an algorithm's time (by tens of percent over tcp on a
+// shared host: docs/measurements.md).
 func sweepRounds[A fmt.Stringer](ctx context.Context, cfg *config, eps *endpoints, order []A, set func([]A)) ([][]row, error) {
 	var rounds [][]row
 	for i := range calibRounds {
@@ -264,16 +264,16 @@ func printFit(w io.Writer, cfg *config, sizes []int, perStep []float64, fit cali
 	fmt.Fprintf(&b, "# beta  = %.4g ns/B (%s): median of (time - smallest time) / (size - smallest size) over %s\n", l.Beta*1e9, calibrate.RateText(l.Beta), sizeRange(fit.BetaSizes))
 	if l.CacheBytes > 0 {
 		fmt.Fprintf(&b, "# cache regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
-			allreducetest.FormatBytes(l.CacheBytes), l.CacheBeta*1e9, calibrate.RateText(l.CacheBeta), sizeRange(fit.CacheSizes))
+			bytesize.Format(l.CacheBytes), l.CacheBeta*1e9, calibrate.RateText(l.CacheBeta), sizeRange(fit.CacheSizes))
 	} else {
 		b.WriteString("# cache regime: none (no mid-sized message moved 1.5x faster per byte than the large ones)\n")
 	}
 	if l.SmallBytes > 0 {
 		fmt.Fprintf(&b, "# small-message regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
-			allreducetest.FormatBytes(l.SmallBytes), l.SmallBeta*1e9, calibrate.RateText(l.SmallBeta), sizeRange(fit.SmallSizes))
+			bytesize.Format(l.SmallBytes), l.SmallBeta*1e9, calibrate.RateText(l.SmallBeta), sizeRange(fit.SmallSizes))
 	}
 	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
-		gamma*1e9, calibrate.RateText(gamma), sizeRange(large), allreducetest.FormatBytes(gbytes), kernel*1e9, calibrate.RateText(kernel))
+		gamma*1e9, calibrate.RateText(gamma), sizeRange(large), bytesize.Format(gbytes), kernel*1e9, calibrate.RateText(kernel))
 	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -285,9 +285,9 @@ func sizeRange(sizes []int) string {
 	case 0:
 		return "no size"
 	case 1:
-		return "the size " + allreducetest.FormatBytes(sizes[0])
+		return "the size " + bytesize.Format(sizes[0])
 	}
-	return fmt.Sprintf("the %d sizes %s..%s", len(sizes), allreducetest.FormatBytes(sizes[0]), allreducetest.FormatBytes(sizes[len(sizes)-1]))
+	return fmt.Sprintf("the %d sizes %s..%s", len(sizes), bytesize.Format(sizes[0]), bytesize.Format(sizes[len(sizes)-1]))
 }
 
 // printAccuracy sums up, per algorithm, how the measured times compare
@@ -313,8 +313,7 @@ func printAccuracy(w io.Writer, rows []row) error {
 
 // calibRounds is how many times -calibrate sweeps every algorithm: 5, as
 // with 3 a cell could rank two algorithms opposite to a longer measurement
-// (tcp at 1 MiB: the ring 16% ahead of halving-doubling in a 3-round
-// calibration, 7% behind it in 16 rounds alternating their order).
+// (docs/measurements.md has the case).
 const calibRounds = 5
 
 // medianRows merges rounds of the same sweep (the same rows in the same

@@ -13,10 +13,10 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/bytesize"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // collective describes one -op value.
@@ -250,10 +250,10 @@ func (cfg *config) resolveSweep(minS, maxS string) error {
 	if cfg.warmup < 0 {
 		return fmt.Errorf("-warmup %d: must not be negative", cfg.warmup)
 	}
-	if cfg.minBytes, err = allreducetest.ParseBytes(minS); err != nil {
+	if cfg.minBytes, err = bytesize.Parse(minS); err != nil {
 		return fmt.Errorf("-min: %w", err)
 	}
-	if cfg.maxBytes, err = allreducetest.ParseBytes(maxS); err != nil {
+	if cfg.maxBytes, err = bytesize.Parse(maxS); err != nil {
 		return fmt.Errorf("-max: %w", err)
 	}
 	if cfg.minBytes > cfg.maxBytes {

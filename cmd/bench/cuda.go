@@ -21,8 +21,8 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/cuda"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 func init() {
@@ -80,13 +80,13 @@ func cudaMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("-redop %q: want sum, avg, max, min or prod", *redop)
 	}
 	var err error
-	if cfg.Min, err = allreducetest.ParseBytes(*minS); err != nil {
+	if cfg.Min, err = bytesize.Parse(*minS); err != nil {
 		return fmt.Errorf("-min: %w", err)
 	}
-	if cfg.Max, err = allreducetest.ParseBytes(*maxS); err != nil {
+	if cfg.Max, err = bytesize.Parse(*maxS); err != nil {
 		return fmt.Errorf("-max: %w", err)
 	}
-	if cfg.SegBytes, err = allreducetest.ParseBytes(*seg); err != nil {
+	if cfg.SegBytes, err = bytesize.Parse(*seg); err != nil {
 		return fmt.Errorf("-seg: %w", err)
 	}
 	return cuda.Bench(ctx, cfg, os.Stdout)

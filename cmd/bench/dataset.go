@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // seed makes the inputs; every process of a multi-process run derives the
@@ -50,7 +50,7 @@ func (d *dataset[T]) input(rank int) []T {
 
 func (d *dataset[T]) inputLocked(rank int) []T {
 	if d.inputs[rank] == nil {
-		d.inputs[rank] = allreducetest.Input[T](seed, rank, d.maxCount, d.cfg.redop)
+		d.inputs[rank] = reference.Input[T](seed, rank, d.maxCount, d.cfg.redop)
 	}
 	return d.inputs[rank]
 }
@@ -88,7 +88,7 @@ func (d *dataset[T]) expected(count int) []T {
 		for r := range ins {
 			ins[r] = d.inputLocked(r)[:count]
 		}
-		exp = allreducetest.Reduce(ins, d.cfg.redop)
+		exp = reference.Reduce(ins, d.cfg.redop)
 	case allreduce.KindAllGather:
 		exp = make([]T, count)
 		for r := range n {

@@ -13,12 +13,11 @@ import (
 // Drift between a calibration's rounds. Each cell of -calibrate's tables
 // is the median of its rounds, which hides a host whose speed moved while
 // it measured: a neighbour's burst, or a congestion control that paces
-// (under the VM's BBR, a calibration without the 64 MiB ring exchange
-// first ran its first round of tcp all-reduces 1.3 times faster than the
-// others; docs/scaling.md). So the report gives each round's pace: the
-// geometric mean, over the cells, of the round's time over the cell's
-// median, and says so when the rounds' paces differ by more than
-// driftLimit. A slowdown that holds from the first round on (BBR's, after
+// (under BBR, a calibration's first round of tcp all-reduces ran markedly
+// faster than the others; docs/measurements.md). So the report gives each
+// round's pace: the geometric mean, over the cells, of the round's time
+// over the cell's median, and says so when the rounds' paces differ by
+// more than driftLimit. A slowdown that holds from the first round on (BBR's, after
 // the ring exchange) shows only against separate runs.
 const driftLimit = 1.2
 

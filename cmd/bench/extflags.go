@@ -9,8 +9,8 @@ import (
 	"slices"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/bytesize"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // simTransport is -transport sim: every rank a virtual rank of the
@@ -51,7 +51,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 		t.Usage += ", or " + simTransport + " (the simulator: virtual ranks with virtual clocks in this process, links and reduce cost from the cost model)"
 	}
 	fs.IntVar(&f.nodes, "nodes", 0, "with -transport sim or inproc: split the ranks into this many nodes of ⌈ranks/nodes⌉ consecutive ranks (instead of -local-size); 0: not given")
-	fs.StringVar(&f.payload, "sim-payload", payloadAuto, "with -transport sim: auto (real, checked payloads while ranks × bytes ≤ "+allreducetest.FormatBytes(simRealLimit)+", timing-only above), real (always) or none (always timing-only: bytes accounted, never allocated, not checked)")
+	fs.StringVar(&f.payload, "sim-payload", payloadAuto, "with -transport sim: auto (real, checked payloads while ranks × bytes ≤ "+bytesize.Format(simRealLimit)+", timing-only above), real (always) or none (always timing-only: bytes accounted, never allocated, not checked)")
 	f.model.register(fs)
 	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing; with -op broadcast or reduce, the binomial tree's and the chain's and the one a group runs (allreduce.PredictRooted)")
 	fs.StringVar(&f.compare, "compare", "", "check earlier runs against the cost model, running nothing: the -json rows of runs of one sweep (files or globs, comma-separated; several runs of it, say alternating with other work); prints per all-reduce algorithm and size the median of the runs' times against the prediction for -transport and -ranks under the model (-profile, the model flags or the default, as -explain), and per algorithm how many sizes are within 25% (docs/scaling.md's accuracy tables; bench/accuracy.sh makes the runs)")
@@ -87,7 +87,7 @@ func (f *extFlags) resolve(cfg *config, given map[string]bool) error {
 	}
 	var err error
 	if cfg.calibrate != "" {
-		if cfg.calibMax, err = allreducetest.ParseBytes(f.calibMax); err != nil {
+		if cfg.calibMax, err = bytesize.Parse(f.calibMax); err != nil {
 			return fmt.Errorf("-calib-max: %w", err)
 		}
 		if cfg.calibMax < 8 {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/allreduce/transport"
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // fleet is one sweep's endpoints: this process's ranks, and with

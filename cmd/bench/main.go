@@ -27,7 +27,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 func main() {

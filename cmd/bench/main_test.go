@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/calibrate"

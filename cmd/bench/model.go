@@ -7,10 +7,10 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // The simulator's default links when no profile gives them (README.md):
@@ -55,7 +55,7 @@ func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (cost.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
 	fs.IntVar(&f.nics, "nics", 0, "how many NICs the ranks of a node share for their inter-node messages (cost.Model.NICs; with -transport sim the simulator's NICs too, one message at a time each): 0, a link per rank; default the profile's, else 0")
 	fs.IntVar(&f.cores, "cores", 0, "how many cores the ranks of a node share for moving and reducing bytes (cost.Model.Cores; with -transport sim the simulator's cores bound too): every prediction is at least the busiest node's work divided by it; 0, no bound; default the profile's, else 0; with -calibrate, default this host's logical CPUs")
-	fs.StringVar(&f.segment, "segment", "", fmt.Sprintf("largest message an exchange sends at once (cost.Model.Segment; K, M suffixes): larger exchanges go in lock-step pieces of at most this size; 0: whole; default the profile's, else the transport's (%s over tcp, none in process, over shm and in the simulator)", allreducetest.FormatBytes(cost.TCPSegmentBytes)))
+	fs.StringVar(&f.segment, "segment", "", fmt.Sprintf("largest message an exchange sends at once (cost.Model.Segment; K, M suffixes): larger exchanges go in lock-step pieces of at most this size; 0: whole; default the profile's, else the transport's (%s over tcp, none in process, over shm and in the simulator)", bytesize.Format(cost.TCPSegmentBytes)))
 	fs.Float64Var(&f.gammaGbps, "gamma-gbps", 0, fmt.Sprintf("reduce rate in Gb/s (bits of received payload combined per second; γ = 8 / (rate × 1e9) s/B); default the profile's, else %d with -transport sim and cost.DefaultModel's (%.0f Gb/s) elsewhere", defaultGammaGbps, 8/cost.DefaultModel(false).Gamma/1e9))
 }
 
@@ -135,7 +135,7 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 		set = append(set, "-cores")
 	}
 	if given["segment"] {
-		n, err := allreducetest.ParseBytes(f.segment)
+		n, err := bytesize.Parse(f.segment)
 		if err != nil {
 			return nil, "", fmt.Errorf("-segment %q: %w", f.segment, err)
 		}
@@ -189,14 +189,14 @@ func describeModel(m cost.Model) string {
 			s += fmt.Sprintf(", a byte exchanged pairwise costs them %.3g of one sent one way", m.ExchangeWork)
 		}
 		if m.CacheWorkBytes > 0 && m.CacheWork > 0 {
-			s += fmt.Sprintf(", %.3g of their work in collectives of up to %s a rank", m.CacheWork, allreducetest.FormatBytes(m.CacheWorkBytes))
+			s += fmt.Sprintf(", %.3g of their work in collectives of up to %s a rank", m.CacheWork, bytesize.Format(m.CacheWorkBytes))
 		}
 	}
 	if m.LoneAlpha > 0 && m.LoneAlpha != 1 {
 		s += fmt.Sprintf("; a lone send's α %.3g of an exchange's", m.LoneAlpha)
 	}
 	if m.Segment > 0 {
-		s += fmt.Sprintf("; messages in pieces of at most %s", allreducetest.FormatBytes(m.Segment))
+		s += fmt.Sprintf("; messages in pieces of at most %s", bytesize.Format(m.Segment))
 	}
 	return s
 }
@@ -206,10 +206,10 @@ func describeModel(m cost.Model) string {
 func regimesText(l cost.Link) string {
 	var s string
 	if l.CacheBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.CacheBytes), calibrate.RateText(l.CacheBeta))
+		s += fmt.Sprintf(", up to %s %s", bytesize.Format(l.CacheBytes), calibrate.RateText(l.CacheBeta))
 	}
 	if l.SmallBytes > 0 {
-		s += fmt.Sprintf(", up to %s %s", allreducetest.FormatBytes(l.SmallBytes), calibrate.RateText(l.SmallBeta))
+		s += fmt.Sprintf(", up to %s %s", bytesize.Format(l.SmallBytes), calibrate.RateText(l.SmallBeta))
 	}
 	return s
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // row is one size's result. The JSON keys are the report's stable schema;
@@ -164,7 +164,7 @@ func modelText(c *config, p *printer) string {
 		case payloadNone:
 			b.WriteString("# payload: timing-only in every row (bytes accounted, not allocated; #wrong -)\n")
 		default:
-			fmt.Fprintf(&b, "# payload: real (checked) while ranks x bytes <= %s, timing-only above (#wrong -)\n", allreducetest.FormatBytes(simRealLimit))
+			fmt.Fprintf(&b, "# payload: real (checked) while ranks x bytes <= %s, timing-only above (#wrong -)\n", bytesize.Format(simRealLimit))
 		}
 	}
 	if p.link {

@@ -49,14 +49,13 @@ func (k wallClock) now() float64                     { return time.Since(k.origi
 
 // Fresh endpoints settle. A sweep runs on endpoints of its own (fresh
 // connections, goroutines and Group), and its first collectives run slow
-// for a while: over tcp on 4 ranks a 4 KiB all-reduce measured 175-195 µs
-// after 5 untimed iterations, 138-142 after 10, 106-140 after 20 and
-// 91-98 after 40 or 80 (where every later size of the sweep starts);
-// shared memory and in process vary as much. So the first size of a
-// sweep runs settleIterations more untimed iterations than -warmup asks
-// (none with -warmup 0, none on the simulator, whose time does not vary):
-// up to settleMaxIterations, fewer where its bytes are many, at most
-// settleBytes in all.
+// for a while: a small all-reduce takes tens of untimed iterations to
+// reach the time every later size of the sweep starts at, over tcp,
+// shared memory and in process alike (docs/measurements.md has the
+// figures). So the first size of a sweep runs settleIterations more
+// untimed iterations than -warmup asks (none with -warmup 0, none on the
+// simulator, whose time does not vary): up to settleMaxIterations, fewer
+// where its bytes are many, at most settleBytes in all.
 const (
 	settleMaxIterations = 100
 	settleBytes         = 64 << 20

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 )
 
 func TestMain(m *testing.M) { selftest.Main(m, "bench", main) }

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ringddp/ringddp/internal/launch"
-	"github.com/ringddp/ringddp/internal/trainer"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // Elastic training: -max-restarts and -min-ranks make a tcp job's launcher

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/datasets"
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 )
 
 // goalTrialsVar runs TestElasticGoal with this many trials.

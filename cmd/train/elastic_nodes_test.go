@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ringddp/ringddp/internal/launch"
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 )
 
 // Elastic jobs of several nodes, on one machine: each node's launcher is

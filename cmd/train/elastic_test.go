@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/run/launch"
 	"github.com/ringddp/ringddp/internal/safetensors"
 )
 

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/launch"
-	"github.com/ringddp/ringddp/internal/trainer"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // faultsVar lists the faults a rank of the tests' jobs injects into

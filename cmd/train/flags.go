@@ -18,8 +18,8 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
-	"github.com/ringddp/ringddp/internal/launch"
-	"github.com/ringddp/ringddp/internal/trainer"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // options is a parsed and validated command line.

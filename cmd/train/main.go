@@ -22,7 +22,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 func main() { os.Exit(runMain(runEnv{ranks: launch.ThisProgram})) }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 
 	"github.com/stretchr/testify/require"
 

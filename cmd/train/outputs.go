@@ -18,8 +18,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/ringddp/ringddp/internal/plotpng"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 	"github.com/ringddp/ringddp/internal/safetensors"
-	"github.com/ringddp/ringddp/internal/trainer"
 )
 
 // The files -out writes.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ringddp/ringddp/internal/trainer"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // A run stopped by -max-steps inside an epoch reports that epoch as a full

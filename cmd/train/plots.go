@@ -11,7 +11,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/ringddp/ringddp/internal/plotpng"
-	"github.com/ringddp/ringddp/internal/trainer"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // smoothing is the weight of the past in the step losses' exponential

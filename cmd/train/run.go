@@ -13,9 +13,9 @@ import (
 
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
-	"github.com/ringddp/ringddp/internal/launch"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 	"github.com/ringddp/ringddp/internal/trace"
-	"github.com/ringddp/ringddp/internal/trainer"
 )
 
 // runEnv is what the command runs with besides its arguments.

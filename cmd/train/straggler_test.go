@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/datasets"
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 )
 
 // A rank process that sleeps 15 ms after each step under the tcp launcher

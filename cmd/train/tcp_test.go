@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ringddp/ringddp/internal/launch/selftest"
+	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 
 	"github.com/stretchr/testify/require"
 

@@ -19,20 +19,25 @@ var forbidden = map[string][]string{
 	"allreduce/sim":       {"allreduce", "allreduce/inproc", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/shm":       {"allreduce", "allreduce/inproc", "allreduce/sim", "allreduce/tcp", "ddp", "zero", "optim", "models", "datasets"},
 	"allreduce/mixed":     {"allreduce", "allreduce/inproc", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets"},
-	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"allreduce":           {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"optim":               {"allreduce", "ddp", "zero", "models", "datasets"},
 	"models":              {"allreduce", "ddp", "zero", "optim", "datasets"},
 	"datasets":            {"allreduce", "ddp", "zero", "optim", "models"},
-	"ddp":                 {"zero", "models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
-	"zero":                {"models", "datasets", "internal/trainer", "allreduce/inproc", "allreduce/tcp"},
+	"ddp":                 {"zero", "models", "datasets", "internal/run/trainer", "allreduce/inproc", "allreduce/tcp", "allreduce/sim"},
+	"zero":                {"models", "datasets", "internal/run/trainer", "allreduce/inproc", "allreduce/tcp"},
 
 	// The handshake sits below every protocol that authenticates, the
 	// numeric vocabulary below everything; the rank runner above allreduce,
 	// below the trainer and the commands.
 	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
-	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
-	"internal/vecops":              {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
-	"internal/rankrun":             {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/trainer"},
+	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+	"internal/vecops":              {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+	"internal/run/rankrun":         {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+
+	// The byte-size vocabulary imports nothing of the module; the
+	// sequential reference of the collectives only allreduce's types.
+	"internal/bytesize":      {"allreduce", "allreduce/cost", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets"},
+	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 }
 
 func TestDependenciesPointOneWay(t *testing.T) {
@@ -57,9 +62,14 @@ func TestDependenciesPointOneWay(t *testing.T) {
 }
 
 // libraries lists packages (relative to the module) that must not link
-// Go's testing package: libraries a command links (cmd/bench's
-// calibration) must not bring the test framework's flags and code along.
-var libraries = []string{"allreduce/cost", "allreduce/calibrate", "allreduce"}
+// Go's testing package: the commands, and libraries a command links
+// (cmd/bench's calibration, rank runner, reference and byte sizes), must
+// not bring the test framework's flags and code along.
+var libraries = []string{
+	"allreduce/cost", "allreduce/calibrate", "allreduce",
+	"internal/run/rankrun", "internal/run/reference", "internal/bytesize",
+	"cmd/bench", "cmd/train", "bench/tcpfloor",
+}
 
 func TestLibrariesDoNotLinkTesting(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {

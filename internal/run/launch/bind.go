@@ -21,7 +21,7 @@ import (
 // mpirun, srun or torchrun is bound only when the variable says so.
 // Unbound, ranks that poll (shm, and tcp's spin) often share a core and
 // poll in turn, which makes small collectives many times slower (the
-// figures are in the docs).
+// figures are in docs/multiprocess.md).
 const EnvBind = "RINGDDP_BIND"
 
 // checkBind reports an EnvBind value that is none of "", "none", "core".

@@ -1,4 +1,10 @@
-package allreducetest
+// Package reference is the sequential reference of the collectives that
+// reduce: deterministic inputs and their element-wise reduction in rank
+// order. It shares no code with the collectives, so results checked
+// against it check the collectives. The test harness (allreducetest),
+// cmd/bench and the cuda benchmark check with it; it does not import
+// package testing, so commands may use it.
+package reference
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,7 @@
-package allreducetest
+// Package bytesize reads and writes byte counts in binary units, as the
+// commands' flags take them and their reports print them: 8B, 4KiB,
+// 64MiB, 1GiB. It imports nothing of the module, so every layer may use it.
+package bytesize
 
 import (
 	"fmt"
@@ -6,8 +9,9 @@ import (
 	"strings"
 )
 
-// FormatBytes renders n as 8B, 4KiB, 64MiB (exact binary units when they fit).
-func FormatBytes(n int) string {
+// Format renders n as 8B, 4KiB, 64MiB, 1GiB: in the largest binary unit
+// that divides it, else in bytes.
+func Format(n int) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
 		return fmt.Sprintf("%dGiB", n>>30)
@@ -19,8 +23,9 @@ func FormatBytes(n int) string {
 	return fmt.Sprintf("%dB", n)
 }
 
-// ParseBytes reads sizes like 8, 64K, 64KiB, 256M, 1G (binary multiples).
-func ParseBytes(s string) (int, error) {
+// Parse reads sizes like 8, 64K, 64KiB, 256M, 1G (binary multiples; the
+// B and i of the unit are optional, letters in either case).
+func Parse(s string) (int, error) {
 	t := strings.TrimSpace(strings.ToUpper(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
 	mult := 1

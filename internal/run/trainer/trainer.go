@@ -71,7 +71,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
-	"github.com/ringddp/ringddp/internal/rankrun"
+	"github.com/ringddp/ringddp/internal/run/rankrun"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/inproc"
-	"github.com/ringddp/ringddp/internal/rankrun"
+	"github.com/ringddp/ringddp/internal/run/rankrun"
 )
 
 // TestRootCause: rank 2 fails with its own error while waiting ranks fail
