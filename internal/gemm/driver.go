@@ -28,22 +28,44 @@ type workspace[T scalar] struct {
 	a, b, edge []T
 }
 
-// buffers hands out workspaces and takes them back, so that a product
-// allocates nothing once the pool is warm.
-type buffers[T scalar] struct{ pool sync.Pool }
+// buffers hands out workspaces and takes them back, so that products
+// allocate nothing once a few have run. Unlike a sync.Pool, it keeps them
+// across garbage collections (a training step collects garbage often, and
+// a fresh workspace costs a zeroed allocation). It keeps at most maxFree.
+type buffers[T scalar] struct {
+	mu   sync.Mutex
+	free []*workspace[T]
+}
 
-func (p *buffers[T]) get(bl *blocking[T]) *workspace[T] {
-	w, _ := p.pool.Get().(*workspace[T])
+// maxFree is the most idle workspaces a buffers keeps (one per thread of
+// a product on the machines this runs on).
+const maxFree = 64
+
+// get returns a workspace large enough for p's blocks.
+func (pool *buffers[T]) get(bl *blocking[T], p *product[T]) *workspace[T] {
+	pool.mu.Lock()
+	var w *workspace[T]
+	if n := len(pool.free); n > 0 {
+		w, pool.free = pool.free[n-1], pool.free[:n-1]
+	}
+	pool.mu.Unlock()
 	if w == nil {
 		w = &workspace[T]{}
 	}
-	w.a = grow(w.a, bl.mc*bl.kc)
-	w.b = grow(w.b, bl.kc*bl.nc)
+	kc := min(bl.kc, p.k)
+	w.a = grow(w.a, ceilDiv(min(bl.mc, p.m), bl.mr)*bl.mr*kc)
+	w.b = grow(w.b, kc*ceilDiv(min(bl.nc, p.n), bl.nr)*bl.nr)
 	w.edge = grow(w.edge, bl.mr*bl.nr)
 	return w
 }
 
-func (p *buffers[T]) put(w *workspace[T]) { p.pool.Put(w) }
+func (pool *buffers[T]) put(w *workspace[T]) {
+	pool.mu.Lock()
+	if len(pool.free) < maxFree {
+		pool.free = append(pool.free, w)
+	}
+	pool.mu.Unlock()
+}
 
 func grow[T scalar](s []T, n int) []T {
 	if cap(s) < n {

@@ -54,12 +54,12 @@ func run[T scalar](bl *blocking[T], pool *buffers[T], p *product[T], parts []par
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := pool.get(bl)
+			w := pool.get(bl, p)
 			multiply(bl, w, p, pt.m0, pt.m1, pt.n0, pt.n1)
 			pool.put(w)
 		}()
 	}
-	w := pool.get(bl)
+	w := pool.get(bl, p)
 	pt := parts[0]
 	multiply(bl, w, p, pt.m0, pt.m1, pt.n0, pt.n1)
 	pool.put(w)
