@@ -44,5 +44,5 @@ done
 
 echo "### GEMM, one thread: every variant against OpenBLAS ($rounds rounds)"
 load
-go test -tags openblas -run - -bench Gemm -benchtime 40x -count "$rounds" ./internal/blas | grep -E '^Benchmark'
+go test -tags openblas -run - -bench Gemm -benchtime 200ms -count "$rounds" ./internal/blas | grep -E '^Benchmark'
 rm -rf "$mnist"
