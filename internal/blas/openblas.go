@@ -117,15 +117,3 @@ func implementation(threads int) (G.BLAS, string, error) {
 	}
 	return openBLAS{}, "openblas", nil
 }
-
-// Setup makes gorgonia and tensor use OpenBLAS for matrix products, on
-// threads threads unless OPENBLAS_NUM_THREADS is set (0: one), and
-// returns its name.
-func Setup(threads int) (string, error) {
-	impl, name, err := implementation(threads)
-	if err != nil {
-		return "", err
-	}
-	G.Use(impl)
-	return name, nil
-}
