@@ -9,13 +9,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/calibrate"
-	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // -compare checks earlier runs against the cost model: the prediction
@@ -114,13 +111,8 @@ func (c *compareRuns) read(path, transport string, ranks int) error {
 	return nil
 }
 
-// compareResult is one algorithm's accuracy over its sizes.
-type compareResult struct {
-	within, sizes int
-	sumSquares    float64 // of the log ratios
-}
-
-// compare prints the runs of cfg.compare against the model (see above).
+// compare prints the runs of cfg.compare against the model (see above;
+// calibrate.WriteComparison writes the table).
 func compare(cfg *config, w io.Writer) error {
 	runs, err := readCompareRuns(cfg.compare, cfg.transport, cfg.ranks)
 	if err != nil {
@@ -138,79 +130,13 @@ func compare(cfg *config, w io.Writer) error {
 			algos = append(algos, a.String())
 		}
 	}
-	var sizes []int
-	for _, a := range algos {
-		for b := range runs.times[a] {
-			if !slices.Contains(sizes, b) {
-				sizes = append(sizes, b)
-			}
-		}
-	}
-	sort.Ints(sizes)
-
 	var b strings.Builder
 	fmt.Fprintf(&b, "# ringddp bench -compare: %d file(s) of all-reduce runs over %s on %d ranks (%s), against the model's predictions\n", runs.files, cfg.transport, cfg.ranks, cfg.compare)
 	fmt.Fprintf(&b, "# model: %s (%s)\n", describeModel(m), from)
 	fmt.Fprintf(&b, "# each cell: the median of the runs' times / the predicted time (µs), their ratio, [the runs' ratios' range]; * within %.0f%%\n#\n", calibrate.WithinBand*100)
-	fmt.Fprintf(&b, "#%12s", "size (B)")
-	for _, a := range algos {
-		fmt.Fprintf(&b, "  %-34s", a)
+	if err := calibrate.WriteComparison(&b, m, shape, algos, runs.times); err != nil {
+		return err
 	}
-	b.WriteString("\n")
-	results := map[string]*compareResult{}
-	for _, a := range algos {
-		results[a] = &compareResult{}
-	}
-	for _, bytes := range sizes {
-		fmt.Fprintf(&b, "%13d", bytes)
-		for _, a := range algos {
-			times := runs.times[a][bytes]
-			pred, ok := predictedFor(m, shape, a, bytes)
-			if len(times) == 0 || !ok {
-				fmt.Fprintf(&b, "  %-34s", "-")
-				continue
-			}
-			med := calibrate.Median(times)
-			ratio := med / pred
-			lo, hi := slices.Min(times)/pred, slices.Max(times)/pred
-			mark := " "
-			res := results[a]
-			res.sizes++
-			res.sumSquares += math.Log(ratio) * math.Log(ratio)
-			if calibrate.WithinAccuracy(ratio) {
-				res.within++
-				mark = "*"
-			}
-			fmt.Fprintf(&b, "  %-34s", fmt.Sprintf("%.0f / %.0f %.2f%s [%.2f-%.2f]", med*1e6, pred*1e6, ratio, mark, lo, hi))
-		}
-		b.WriteString("\n")
-	}
-	b.WriteString("#\n")
-	total, cells := 0, 0
-	for _, a := range algos {
-		res := results[a]
-		total, cells = total+res.within, cells+res.sizes
-		rms := 0.0
-		if res.sizes > 0 {
-			rms = math.Sqrt(res.sumSquares / float64(res.sizes))
-		}
-		fmt.Fprintf(&b, "# %-12s within %.0f%%: %d of %d sizes; rms of the log ratio %.1f%%\n", a, calibrate.WithinBand*100, res.within, res.sizes, 100*rms)
-	}
-	fmt.Fprintf(&b, "# all          within %.0f%%: %d of %d cells\n", calibrate.WithinBand*100, total, cells)
 	_, err = io.WriteString(w, b.String())
 	return err
-}
-
-// predictedFor is the model's time for algorithm a (auto: the one it
-// picks) at bytes on shape, false where a cannot run there.
-func predictedFor(m cost.Model, shape cost.Shape, name string, bytes int) (float64, bool) {
-	a, err := allreduce.ParseAlgorithm(name)
-	if err != nil {
-		return 0, false
-	}
-	if a == allreduce.Auto {
-		a = allreduce.Choose(m, shape, bytes)
-	}
-	s, ok := allreduce.PredictAlgorithm(m, shape, a, bytes)
-	return s, ok && s > 0
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
@@ -19,7 +20,7 @@ func writeRuns(t *testing.T, dir string, m cost.Model, shape cost.Shape, algos [
 		var b strings.Builder
 		for _, a := range algos {
 			for _, bytes := range sizes {
-				pred, ok := predictedFor(m, shape, a, bytes)
+				pred, ok := calibrate.Predicted(m, shape, a, bytes)
 				if !ok {
 					t.Fatalf("%s cannot run", a)
 				}
