@@ -379,16 +379,25 @@ func isPeerOrTimeout(t *testing.T, r int, err error) {
 }
 
 func TestFaultRanks(t *testing.T) {
-	bigSum := func(ctx context.Context, g *allreduce.Group, _ *inproc.World) error {
-		return allreduce.AllReduce(ctx, g, make([]float32, 100003), allreduce.Sum)
-	}
-	runFaultCases(t, []faultCase{
+	runFaultCases(t, slices.Concat(rankFailureCases(), killCases(), cancelCases()))
+}
+
+// faultBigSum all-reduces 100003 float32s on g: a collective long enough to
+// be inside when a fault strikes.
+func faultBigSum(ctx context.Context, g *allreduce.Group, _ *inproc.World) error {
+	return allreduce.AllReduce(ctx, g, make([]float32, 100003), allreduce.Sum)
+}
+
+// rankFailureCases are TestFaultRanks's cases of a rank that fails on its
+// own: it never calls, or panics.
+func rankFailureCases() []faultCase {
+	return []faultCase{
 		{
 			// Rank 0 returns without calling: the others time out, or see a
 			// peer that timed out.
 			name: "rank-never-calls/ranks=3", n: 3,
 			bystanders: []int{0},
-			call:       bigSum,
+			call:       faultBigSum,
 			check:      isPeerOrTimeout,
 			checkAll: func(t *testing.T, errs []error) {
 				n := 0
@@ -416,7 +425,7 @@ func TestFaultRanks(t *testing.T) {
 				if g.Rank() == 1 {
 					panic("rank 1 exploded")
 				}
-				return bigSum(ctx, g, nil)
+				return faultBigSum(ctx, g, nil)
 			},
 			check: func(t *testing.T, r int, err error) {
 				if r == 1 {
@@ -431,7 +440,7 @@ func TestFaultRanks(t *testing.T) {
 			// already inside the next one.
 			name: "rank-panics-later/ranks=3", n: 3, fast: true,
 			call: func(ctx context.Context, g *allreduce.Group, _ *inproc.World) error {
-				if err := bigSum(ctx, g, nil); err != nil {
+				if err := faultBigSum(ctx, g, nil); err != nil {
 					return fmt.Errorf("first call: %w", err)
 				}
 				if g.Rank() == 2 {
@@ -447,6 +456,12 @@ func TestFaultRanks(t *testing.T) {
 				}
 			},
 		},
+	}
+}
+
+// killCases are TestFaultRanks's cases of a rank killed by its transport.
+func killCases() []faultCase {
+	return []faultCase{
 		{
 			// Rank 0 is killed while the others are inside the collective.
 			name: "kill-mid-allreduce/ranks=4", n: 4, fast: true,
@@ -463,7 +478,7 @@ func TestFaultRanks(t *testing.T) {
 						w.Kill(0, errors.New("killed-by-test"))
 					}()
 				}
-				return bigSum(ctx, g, nil)
+				return faultBigSum(ctx, g, nil)
 			},
 			check: func(t *testing.T, r int, err error) {
 				require.Contains(t, err.Error(), "killed-by-test", "rank %d: the cause must travel", r)
@@ -485,6 +500,12 @@ func TestFaultRanks(t *testing.T) {
 				require.Contains(t, err.Error(), "killed-by-test", "rank %d", r)
 			},
 		},
+	}
+}
+
+// cancelCases are TestFaultRanks's cases of a cancelled context.
+func cancelCases() []faultCase {
+	return []faultCase{
 		{
 			// The context is cancelled while the collective is running.
 			name: "ctx-cancelled-mid-collective/ranks=3", n: 3, fast: true,
@@ -494,7 +515,7 @@ func TestFaultRanks(t *testing.T) {
 			call: func(ctx context.Context, g *allreduce.Group, _ *inproc.World) error {
 				ctx, cancel := context.WithCancel(ctx)
 				time.AfterFunc(100*time.Millisecond, cancel)
-				return bigSum(ctx, g, nil)
+				return faultBigSum(ctx, g, nil)
 			},
 			check: func(t *testing.T, r int, err error) {
 				require.True(t, errors.Is(err, context.Canceled) || errors.Is(err, transport.ErrPeer),
@@ -529,7 +550,7 @@ func TestFaultRanks(t *testing.T) {
 				}
 			},
 		},
-	})
+	}
 }
 
 func TestFaultLinks(t *testing.T) {

@@ -73,36 +73,8 @@ func TestSplitCollectives(t *testing.T) {
 					if sub.Size() != len(members) || members[sub.Rank()] != r {
 						return fmt.Errorf("rank %d: sub-rank %d of %d, want position in %v", r, sub.Rank(), sub.Size(), members)
 					}
-					for _, length := range []int{0, 1, 7, 1000, 40000} {
-						inputs := make([][]float64, len(members))
-						for i, m := range members {
-							inputs[i] = reference.Input[float64](uint64(length), m, length, allreduce.Sum)
-						}
-						buf := append([]float64(nil), inputs[sub.Rank()]...)
-						if err := allreduce.AllReduce(ctx, sub, buf, allreduce.Sum); err != nil {
-							return err
-						}
-						if want := reference.Reduce(inputs, allreduce.Sum); !slices.Equal(buf, want) {
-							return fmt.Errorf("rank %d: sub-group all-reduce of %d elements differs from the reference", r, length)
-						}
-						gathered := make([]float64, length)
-						lo, hi := allreduce.ChunkBounds(length, sub.Size(), sub.Rank())
-						if err := allreduce.AllGather(ctx, sub, gathered, inputs[sub.Rank()][lo:hi]); err != nil {
-							return err
-						}
-						for i := range sub.Size() {
-							a, b := allreduce.ChunkBounds(length, sub.Size(), i)
-							if !slices.Equal(gathered[a:b], inputs[i][a:b]) {
-								return fmt.Errorf("rank %d: all-gather chunk %d wrong", r, i)
-							}
-						}
-						bc := append([]float64(nil), inputs[sub.Rank()]...)
-						if err := allreduce.Broadcast(ctx, sub, bc, sub.Size()-1); err != nil {
-							return err
-						}
-						if !slices.Equal(bc, inputs[sub.Size()-1]) {
-							return fmt.Errorf("rank %d: broadcast wrong", r)
-						}
+					if err := checkSubCollectives(ctx, sub, r, members); err != nil {
+						return err
 					}
 					// A split of the split.
 					subsub, err := sub.Split(ctx, sub.Rank()%2, -sub.Rank())
@@ -145,6 +117,44 @@ func TestSplitCollectives(t *testing.T) {
 			})
 		}
 	}
+}
+
+// checkSubCollectives all-reduces, all-gathers and broadcasts on sub (rank
+// r of the parent; members are its parent ranks, by sub-rank) at several
+// lengths against the sequential reference over its members.
+func checkSubCollectives(ctx context.Context, sub *allreduce.Group, r int, members []int) error {
+	for _, length := range []int{0, 1, 7, 1000, 40000} {
+		inputs := make([][]float64, len(members))
+		for i, m := range members {
+			inputs[i] = reference.Input[float64](uint64(length), m, length, allreduce.Sum)
+		}
+		buf := append([]float64(nil), inputs[sub.Rank()]...)
+		if err := allreduce.AllReduce(ctx, sub, buf, allreduce.Sum); err != nil {
+			return err
+		}
+		if want := reference.Reduce(inputs, allreduce.Sum); !slices.Equal(buf, want) {
+			return fmt.Errorf("rank %d: sub-group all-reduce of %d elements differs from the reference", r, length)
+		}
+		gathered := make([]float64, length)
+		lo, hi := allreduce.ChunkBounds(length, sub.Size(), sub.Rank())
+		if err := allreduce.AllGather(ctx, sub, gathered, inputs[sub.Rank()][lo:hi]); err != nil {
+			return err
+		}
+		for i := range sub.Size() {
+			a, b := allreduce.ChunkBounds(length, sub.Size(), i)
+			if !slices.Equal(gathered[a:b], inputs[i][a:b]) {
+				return fmt.Errorf("rank %d: all-gather chunk %d wrong", r, i)
+			}
+		}
+		bc := append([]float64(nil), inputs[sub.Rank()]...)
+		if err := allreduce.Broadcast(ctx, sub, bc, sub.Size()-1); err != nil {
+			return err
+		}
+		if !slices.Equal(bc, inputs[sub.Size()-1]) {
+			return fmt.Errorf("rank %d: broadcast wrong", r)
+		}
+	}
+	return nil
 }
 
 // Calls on a parent and its sub-group, issued from several goroutines and

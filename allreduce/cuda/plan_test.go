@@ -363,17 +363,46 @@ type access struct {
 	write bool
 }
 
+// raceCheck checks that no two accesses of plans, on one rank's buffer,
+// overlapping and at least one a write, are unordered by the plans'
+// synchronisation (raceGraph, happensBefore).
 func raceCheck(plans []*plan) error {
+	preds, acc, per := raceGraph(plans)
+	reach, err := happensBefore(preds)
+	if err != nil {
+		return err
+	}
+	hb := func(a, b int) bool { return reach[b][a/64]&(1<<(a%64)) != 0 }
+	for i := range acc {
+		for j := i + 1; j < len(acc); j++ {
+			x, y := acc[i], acc[j]
+			if x.node == y.node || x.rank != y.rank || x.buf != y.buf || !(x.write || y.write) {
+				continue
+			}
+			if x.lo >= y.hi || y.lo >= x.hi {
+				continue
+			}
+			if !hb(x.node, y.node) && !hb(y.node, x.node) {
+				return fmt.Errorf("race on rank %d's %v bytes [%d,%d) and [%d,%d): nodes %d and %d unordered",
+					x.rank, x.buf, x.lo, x.hi, y.lo, y.hi, x.node%per, y.node%per)
+			}
+		}
+	}
+	return nil
+}
+
+// raceGraph is plans' happens-before graph, per nodes a rank (preds[v]:
+// the nodes directly before node v), and every node's buffer accesses.
+func raceGraph(plans []*plan) (preds [][]int, acc []access, per int) {
 	n := len(plans)
 	// Nodes per rank: user-before, entry, one per segment, tail, user-after.
-	per := 4 + len(plans[0].steps)*plans[0].segs
+	per = 4 + len(plans[0].steps)*plans[0].segs
 	id := func(r, i int) int { return r*per + i }
 	const before, entryN = 0, 1
 	seg := func(r, g, k int) int { return id(r, 2+g*plans[r].segs+k) }
 	tail := func(r int) int { return id(r, per-2) }
 	after := func(r int) int { return id(r, per-1) }
-	preds := make([][]int, n*per)
-	var acc []access
+	preds = make([][]int, n*per)
 	add := func(node, r int, s span, write bool) {
 		if s.n > 0 {
 			acc = append(acc, access{node, r, s.buf, s.off, s.off + s.n, write})
@@ -416,11 +445,17 @@ func raceCheck(plans []*plan) error {
 			add(after(r), r, span{b, 0, 1 << 40}, true)
 		}
 	}
+	return preds, acc, per
+}
+
+// happensBefore is, for every node of the graph preds, the set of nodes
+// that happen before it (bitsets), or an error if the graph has a cycle.
+func happensBefore(preds [][]int) ([][]uint64, error) {
 	// reach[v] = every node that happens before v (bitsets).
-	words := (n*per + 63) / 64
-	reach := make([][]uint64, n*per)
+	words := (len(preds) + 63) / 64
+	reach := make([][]uint64, len(preds))
 	var visit func(v int)
-	visiting := make([]uint8, n*per)
+	visiting := make([]uint8, len(preds))
 	var cycle error
 	visit = func(v int) {
 		if visiting[v] == 2 || cycle != nil {
@@ -448,25 +483,9 @@ func raceCheck(plans []*plan) error {
 		visit(v)
 	}
 	if cycle != nil {
-		return cycle
+		return nil, cycle
 	}
-	hb := func(a, b int) bool { return reach[b][a/64]&(1<<(a%64)) != 0 }
-	for i := range acc {
-		for j := i + 1; j < len(acc); j++ {
-			x, y := acc[i], acc[j]
-			if x.node == y.node || x.rank != y.rank || x.buf != y.buf || !(x.write || y.write) {
-				continue
-			}
-			if x.lo >= y.hi || y.lo >= x.hi {
-				continue
-			}
-			if !hb(x.node, y.node) && !hb(y.node, x.node) {
-				return fmt.Errorf("race on rank %d's %v bytes [%d,%d) and [%d,%d): nodes %d and %d unordered",
-					x.rank, x.buf, x.lo, x.hi, y.lo, y.hi, x.node%per, y.node%per)
-			}
-		}
-	}
-	return nil
+	return reach, nil
 }
 
 // TestPlanEventsUniform: every rank of a collective records the same number

@@ -366,37 +366,7 @@ func TestStoreMemoryUnderSecretHolder(t *testing.T) {
 	// 1. Keys until MaxKeys, pipelined.
 	c := rawClient(t, addr)
 	defer c.Close()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var limited int
-	var lastErr string
-	go func() {
-		defer wg.Done()
-		for i := 0; i < DefaultMaxKeys+10; i++ {
-			st, body, err := readReply(c)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if st == stLimit {
-				limited++
-				lastErr = string(body)
-			}
-		}
-	}()
-	var batch bytes.Buffer
-	for i := 0; i < DefaultMaxKeys+10; i++ {
-		batch.Write(rawRequest(opSet, fmt.Sprintf("k%d", i), nil, 0))
-		if batch.Len() > 64<<10 {
-			c.Write(batch.Bytes())
-			batch.Reset()
-		}
-	}
-	c.Write(batch.Bytes())
-	wg.Wait()
-	if limited != 10 || !strings.Contains(lastErr, "MaxKeys") {
-		t.Errorf("%d refusals past MaxKeys, last %q", limited, lastErr)
-	}
+	setPastMaxKeys(t, c)
 	sample(fmt.Sprintf("%d keys", DefaultMaxKeys))
 
 	// 2. Huge values until MaxStoredBytes (replacing existing keys).
@@ -426,24 +396,7 @@ func TestStoreMemoryUnderSecretHolder(t *testing.T) {
 		}
 		c.Close()
 	}
-	refused := 0
-	for i := 0; i < 40; i++ {
-		c := rawClient(t, addr)
-		hold = append(hold, c)
-		c.Write(reqHeader(opSet, 4, DefaultMaxValueLen, 0))
-		c.Write([]byte("stal"))
-	}
-	waitFor(t, func() bool { return srv.Stats().InFlightBytes > DefaultMaxInFlightBytes-(DefaultMaxValueLen+MaxKeyLen) })
-	for _, c := range hold {
-		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		if st, body, err := readReply(c); err == nil {
-			if st != stLimit || !strings.Contains(string(body), "MaxInFlightBytes") {
-				t.Errorf("refusal %d %q", st, body)
-			}
-			refused++
-		}
-	}
-	t.Logf("40 stalled 1 MiB bodies: %d refused with %q", refused, "MaxInFlightBytes")
+	stallBodies(t, srv, addr, &hold)
 	sample("stalled bodies")
 
 	// 4. Gets that wait 49 days, and Gets of a 1 MiB value whose replies
@@ -478,4 +431,65 @@ func TestStoreMemoryUnderSecretHolder(t *testing.T) {
 	if v, err := cl.Get(context.Background(), "k0"); err != nil || len(v) != DefaultMaxValueLen {
 		t.Fatalf("after the attack: Get = %d bytes, %v", len(v), err)
 	}
+}
+
+// setPastMaxKeys pipelines Sets of DefaultMaxKeys+10 keys on the raw
+// connection c and checks that the last 10 are refused naming MaxKeys.
+func setPastMaxKeys(t *testing.T, c net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var limited int
+	var lastErr string
+	go func() {
+		defer wg.Done()
+		for i := 0; i < DefaultMaxKeys+10; i++ {
+			st, body, err := readReply(c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if st == stLimit {
+				limited++
+				lastErr = string(body)
+			}
+		}
+	}()
+	var batch bytes.Buffer
+	for i := 0; i < DefaultMaxKeys+10; i++ {
+		batch.Write(rawRequest(opSet, fmt.Sprintf("k%d", i), nil, 0))
+		if batch.Len() > 64<<10 {
+			c.Write(batch.Bytes())
+			batch.Reset()
+		}
+	}
+	c.Write(batch.Bytes())
+	wg.Wait()
+	if limited != 10 || !strings.Contains(lastErr, "MaxKeys") {
+		t.Errorf("%d refusals past MaxKeys, last %q", limited, lastErr)
+	}
+}
+
+// stallBodies opens 40 connections to srv at addr (added to hold) that
+// claim 1 MiB bodies and stall after 4 bytes, waits until the bytes in
+// flight near MaxInFlightBytes, and checks that every reply is a
+// MaxInFlightBytes refusal.
+func stallBodies(t *testing.T, srv *StoreServer, addr string, hold *[]net.Conn) {
+	refused := 0
+	for i := 0; i < 40; i++ {
+		c := rawClient(t, addr)
+		*hold = append(*hold, c)
+		c.Write(reqHeader(opSet, 4, DefaultMaxValueLen, 0))
+		c.Write([]byte("stal"))
+	}
+	waitFor(t, func() bool { return srv.Stats().InFlightBytes > DefaultMaxInFlightBytes-(DefaultMaxValueLen+MaxKeyLen) })
+	for _, c := range *hold {
+		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		if st, body, err := readReply(c); err == nil {
+			if st != stLimit || !strings.Contains(string(body), "MaxInFlightBytes") {
+				t.Errorf("refusal %d %q", st, body)
+			}
+			refused++
+		}
+	}
+	t.Logf("40 stalled 1 MiB bodies: %d refused with %q", refused, "MaxInFlightBytes")
 }

@@ -45,41 +45,7 @@ func TestGarbageWhileMeshForms(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := string(v)
-	rng := rand.New(rand.NewPCG(1, 2))
-	random := make([]byte, 1<<20)
-	for i := range random {
-		random[i] = byte(rng.Uint32())
-	}
-	validPrefix := func(typ byte) []byte {
-		b := make([]byte, prefixLen)
-		putPrefix(b, typ, modeHMAC)
-		return b
-	}
-	helloHead := func(size, from, to uint32, runLen byte) []byte {
-		b := make([]byte, helloFixed)
-		putPrefix(b, hsHello, modeHMAC)
-		binary.BigEndian.PutUint32(b[8:], size)
-		binary.BigEndian.PutUint32(b[12:], from)
-		binary.BigEndian.PutUint32(b[16:], to)
-		b[helloFixed-1] = runLen
-		return b
-	}
-	attacks := map[string][]byte{
-		"random":          random,
-		"empty":           nil,
-		"prefix only":     validPrefix(hsHello),
-		"wrong type":      append(validPrefix(hsVerdict), random[:100]...),
-		"huge ranks":      append(helloHead(1<<31, 1<<31, 1<<31, 255), random[:255]...),
-		"truncated hello": helloHead(3, 2, 0, 200)[:30],
-		"bad proof":       append(helloHead(3, 2, 0, 4), append([]byte("test"), append(validPrefix(hsProof), random[:200]...)...)...),
-		"refusal 64k": append(append(helloHead(3, 2, 0, 4), "test"...),
-			append(validPrefix(hsRefuse), 0xff, 0xff)...),
-		"frame header": func() []byte {
-			b := make([]byte, headerLen)
-			encodeHeader(b, &frame{typ: typeData, length: 1 << 40})
-			return b
-		}(),
-	}
+	attacks := garbageAttacks()
 	var attackers sync.WaitGroup
 	for name, payload := range attacks {
 		attackers.Add(1)
@@ -127,6 +93,49 @@ func TestGarbageWhileMeshForms(t *testing.T) {
 		}
 	}()
 	ringCheck(t, conns, 1<<20)
+}
+
+// garbageAttacks are what TestGarbageWhileMeshForms's strangers send, by
+// name: random bytes, nothing, and handshakes broken in each field.
+func garbageAttacks() map[string][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, 1<<20)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	validPrefix := func(typ byte) []byte {
+		b := make([]byte, prefixLen)
+		putPrefix(b, typ, modeHMAC)
+		return b
+	}
+	return map[string][]byte{
+		"random":          random,
+		"empty":           nil,
+		"prefix only":     validPrefix(hsHello),
+		"wrong type":      append(validPrefix(hsVerdict), random[:100]...),
+		"huge ranks":      append(helloHead(1<<31, 1<<31, 1<<31, 255), random[:255]...),
+		"truncated hello": helloHead(3, 2, 0, 200)[:30],
+		"bad proof":       append(helloHead(3, 2, 0, 4), append([]byte("test"), append(validPrefix(hsProof), random[:200]...)...)...),
+		"refusal 64k": append(append(helloHead(3, 2, 0, 4), "test"...),
+			append(validPrefix(hsRefuse), 0xff, 0xff)...),
+		"frame header": func() []byte {
+			b := make([]byte, headerLen)
+			encodeHeader(b, &frame{typ: typeData, length: 1 << 40})
+			return b
+		}(),
+	}
+}
+
+// helloHead is the fixed part of a hello (HMAC mode) claiming size ranks,
+// from and to, with a run name of runLen bytes to follow.
+func helloHead(size, from, to uint32, runLen byte) []byte {
+	b := make([]byte, helloFixed)
+	putPrefix(b, hsHello, modeHMAC)
+	binary.BigEndian.PutUint32(b[8:], size)
+	binary.BigEndian.PutUint32(b[12:], from)
+	binary.BigEndian.PutUint32(b[16:], to)
+	b[helloFixed-1] = runLen
+	return b
 }
 
 // ringCheck runs one ring exchange of size bytes over every rank.

@@ -484,64 +484,7 @@ func frameLen(mode WireProtection, n int) int {
 func TestWireRelay(t *testing.T) {
 	const n = 4 << 10
 	a, b := pattern(n, 1), pattern(n, 2)
-	type scenario struct {
-		name string
-		// tamper works on the frames of a and b (each fl bytes).
-		tamper func(fl int, r *bufio.Reader, w io.Writer) error
-		// none is what rank 1 receives without protection; protected
-		// modes fail on receive number failAt (0 or 1).
-		none   [][]byte
-		failAt int
-	}
-	twoFrames := func(fl int, r *bufio.Reader) ([]byte, []byte, error) {
-		fa, fb := make([]byte, fl), make([]byte, fl)
-		if _, err := io.ReadFull(r, fa); err != nil {
-			return nil, nil, err
-		}
-		_, err := io.ReadFull(r, fb)
-		return fa, fb, err
-	}
-	flipped := bytes.Clone(a)
-	flipped[1000] ^= 0x40
-	for _, sc := range []scenario{
-		{"flip a payload byte", func(fl int, r *bufio.Reader, w io.Writer) error {
-			fa, fb, err := twoFrames(fl, r)
-			if err != nil {
-				return err
-			}
-			off := headerLen // the payload follows the header
-			if fl != headerLen+n {
-				off += tagLen // and its tag
-			}
-			fa[off+1000] ^= 0x40
-			_, err = w.Write(append(fa, fb...))
-			return err
-		}, [][]byte{flipped, b}, 0},
-		{"drop a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
-			_, fb, err := twoFrames(fl, r)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(fb)
-			return err
-		}, [][]byte{b}, 0},
-		{"replay a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
-			fa, _, err := twoFrames(fl, r)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(append(fa, fa...))
-			return err
-		}, [][]byte{a, a}, 1},
-		{"reorder frames", func(fl int, r *bufio.Reader, w io.Writer) error {
-			fa, fb, err := twoFrames(fl, r)
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(append(fb, fa...))
-			return err
-		}, [][]byte{b, a}, 0},
-	} {
+	for _, sc := range relayScenarios(n, a, b) {
 		// auto on the relay's loopback links is none; with the hook saying
 		// the ranks are on two hosts, mac.
 		for _, pm := range []struct {
@@ -601,6 +544,74 @@ func TestWireRelay(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// relayScenario is one damage of TestWireRelay's relay.
+type relayScenario struct {
+	name string
+	// tamper works on the frames of a and b (each fl bytes).
+	tamper func(fl int, r *bufio.Reader, w io.Writer) error
+	// none is what rank 1 receives without protection; protected
+	// modes fail on receive number failAt (0 or 1).
+	none   [][]byte
+	failAt int
+}
+
+// twoFrames reads two frames of fl bytes each from r.
+func twoFrames(fl int, r *bufio.Reader) ([]byte, []byte, error) {
+	fa, fb := make([]byte, fl), make([]byte, fl)
+	if _, err := io.ReadFull(r, fa); err != nil {
+		return nil, nil, err
+	}
+	_, err := io.ReadFull(r, fb)
+	return fa, fb, err
+}
+
+// relayScenarios are TestWireRelay's damages to the frames of a and b
+// (n bytes each): a payload byte flipped, a frame dropped, a frame
+// replayed, two frames reordered.
+func relayScenarios(n int, a, b []byte) []relayScenario {
+	flipped := bytes.Clone(a)
+	flipped[1000] ^= 0x40
+	return []relayScenario{
+		{"flip a payload byte", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			off := headerLen // the payload follows the header
+			if fl != headerLen+n {
+				off += tagLen // and its tag
+			}
+			fa[off+1000] ^= 0x40
+			_, err = w.Write(append(fa, fb...))
+			return err
+		}, [][]byte{flipped, b}, 0},
+		{"drop a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
+			_, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(fb)
+			return err
+		}, [][]byte{b}, 0},
+		{"replay a frame", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, _, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(fa, fa...))
+			return err
+		}, [][]byte{a, a}, 1},
+		{"reorder frames", func(fl int, r *bufio.Reader, w io.Writer) error {
+			fa, fb, err := twoFrames(fl, r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(fb, fa...))
+			return err
+		}, [][]byte{b, a}, 0},
 	}
 }
 

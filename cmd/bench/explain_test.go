@@ -16,6 +16,16 @@ import (
 // shape with its prediction, and auto's pick, the least of them; nothing
 // runs (tcp launches no rank).
 func TestExplain(t *testing.T) {
+	explainJSON(t)
+	explainTable(t)
+	explainPorts(t)
+	explainNICs(t)
+	explainCores(t)
+}
+
+// explainJSON checks -explain -json: every algorithm that can run
+// predicted at every size, and auto's pick the least of them.
+func explainJSON(t *testing.T) {
 	for _, c := range []struct {
 		args  []string
 		algos []string
@@ -57,7 +67,10 @@ func TestExplain(t *testing.T) {
 			}
 		}
 	}
+}
 
+// explainTable checks the -explain table's header and columns.
+func explainTable(t *testing.T) {
 	out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "64", "-nodes", "8", "-min", "1K", "-max", "1M", "-factor", "32")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +80,10 @@ func TestExplain(t *testing.T) {
 			t.Errorf("-explain table lacks %q:\n%s", s, out)
 		}
 	}
+}
 
+// explainPorts checks -ports in -explain.
+func explainPorts(t *testing.T) {
 	// -ports: the model's ports, said in the table's header and used by
 	// Tree's prediction (4 MiB on 64 ranks: its sends to a parent and a
 	// child overlap, so it is predicted faster).
@@ -77,11 +93,14 @@ func TestExplain(t *testing.T) {
 	if one, three := treeAt(), treeAt("-ports", "3"); !(three < one) {
 		t.Errorf("tree at 4 MiB on 64 ranks: %v µs with 3 ports, %v µs with none", three, one)
 	}
-	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-ports", "2")
+	out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-ports", "2")
 	if err != nil || !strings.Contains(out, "; ports 2 (simulator defaults with -ports)") {
 		t.Errorf("-ports 2: %v\n%s", err, out)
 	}
+}
 
+// explainNICs checks -nics in -explain.
+func explainNICs(t *testing.T) {
 	// -nics: said in the header; halving-doubling at 4 MiB on 64 ranks in
 	// nodes of 8 predicted slower when a node's 8 ranks share one NIC
 	// (its later steps cross from all of them at once), the ring not.
@@ -94,14 +113,17 @@ func TestExplain(t *testing.T) {
 	if !(hd1 > hd0) || ring1 != ring0 {
 		t.Errorf("4 MiB on 64 ranks: hd %v µs, ring %v µs with a NIC per rank; hd %v µs, ring %v µs with -nics 1", hd0, ring0, hd1, ring1)
 	}
-	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nodes", "2", "-max", "1K", "-nics", "1")
+	out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nodes", "2", "-max", "1K", "-nics", "1")
 	if err != nil || !strings.Contains(out, "a node's ranks share 1 NIC(s) (simulator defaults with -nics)") {
 		t.Errorf("-nics 1: %v\n%s", err, out)
 	}
 	if out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-nics", "-1"); err == nil || !strings.Contains(out+err.Error(), "-nics -1") {
 		t.Errorf("-nics -1: %v\n%s", err, out)
 	}
+}
 
+// explainCores checks -cores in -explain.
+func explainCores(t *testing.T) {
 	// -cores: said in the header; on 8 ranks sharing 2 cores at 64 MiB
 	// every algorithm is at least its work / 2, so the ring, hd and Tree
 	// (equal bytes) are predicted alike and doubling (twice hd's bytes
@@ -114,7 +136,7 @@ func TestExplain(t *testing.T) {
 		!(cores["doubling"] > cores["hd"]) || !(cores["ring"] > noCores["ring"]) {
 		t.Errorf("64 MiB on 8 ranks: %v without cores, %v with -cores 2", noCores, cores)
 	}
-	out, err = runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-cores", "2")
+	out, err := runBench(t, "-explain", "-transport", "sim", "-ranks", "8", "-max", "1K", "-cores", "2")
 	if err != nil || !strings.Contains(out, "a node's ranks share 2 core(s) (simulator defaults with -cores)") {
 		t.Errorf("-cores 2: %v\n%s", err, out)
 	}

@@ -40,48 +40,95 @@ type options struct {
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
 }
 
+// flagValues holds the command line's flags as parsed, before validation:
+// one field per flag, named after it.
+type flagValues struct {
+	ranks         int                   // -ranks
+	model         string                // -model
+	hidden        string                // -hidden
+	dtype         string                // -dtype
+	epochs        int                   // -epochs
+	batch         int                   // -batch
+	evalBatch     int                   // -eval-batch
+	optName       string                // -optim
+	lr            float64               // -lr
+	momentum      float64               // -momentum
+	weightDecay   float64               // -weight-decay
+	bucketMB      float64               // -bucket-mb
+	seed          int64                 // -seed
+	data          string                // -data
+	exportData    string                // -export-data
+	checkpoint    string                // -checkpoint
+	resume        string                // -resume
+	ckEvery       int64                 // -checkpoint-every
+	ckKeep        int                   // -checkpoint-keep
+	maxRestarts   int                   // -max-restarts
+	minRanks      int                   // -min-ranks
+	rejoinTimeout time.Duration         // -rejoin-timeout
+	maxSteps      int64                 // -max-steps
+	out           string                // -out
+	traceOut      string                // -trace
+	jsonOut       bool                  // -json
+	quiet         bool                  // -quiet
+	cpuProfile    string                // -cpuprofile
+	algo          string                // -algo
+	profile       string                // -profile
+	zero1         bool                  // -zero1
+	tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
+}
+
+// defineFlags registers every flag of train on fs, with the defaults of
+// def, and returns where their values land when fs parses.
+func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
+	v := &flagValues{}
+	fs.IntVar(&v.ranks, "ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc; processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
+	fs.StringVar(&v.model, "model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
+	fs.StringVar(&v.hidden, "hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
+	fs.StringVar(&v.dtype, "dtype", def.DType, "element type: float32 or float64")
+	fs.IntVar(&v.epochs, "epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
+	fs.IntVar(&v.batch, "batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
+	fs.IntVar(&v.evalBatch, "eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
+	fs.StringVar(&v.optName, "optim", def.Optim, "optimizer: sgd, adam or adamw")
+	fs.Float64Var(&v.lr, "lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
+	fs.Float64Var(&v.momentum, "momentum", 0, "SGD momentum (default 0.9 for sgd)")
+	fs.Float64Var(&v.weightDecay, "weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
+	fs.Float64Var(&v.bucketMB, "bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
+	fs.Int64Var(&v.seed, "seed", def.Seed, "seed of the model initialisation and the data order")
+	fs.StringVar(&v.data, "data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
+	fs.StringVar(&v.exportData, "export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
+	fs.StringVar(&v.checkpoint, "checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
+	fs.StringVar(&v.resume, "resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
+	fs.Int64Var(&v.ckEvery, "checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
+	fs.IntVar(&v.ckKeep, "checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
+	fs.IntVar(&v.maxRestarts, "max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
+	fs.IntVar(&v.minRanks, "min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
+	fs.DurationVar(&v.rejoinTimeout, "rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
+	fs.Int64Var(&v.maxSteps, "max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
+	fs.StringVar(&v.out, "out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
+	fs.StringVar(&v.traceOut, "trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
+	fs.BoolVar(&v.jsonOut, "json", false, "print one JSON object per epoch instead of text")
+	fs.BoolVar(&v.quiet, "quiet", false, "no progress output, only the per-epoch lines")
+	fs.StringVar(&v.cpuProfile, "cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
+	fs.StringVar(&v.algo, "algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
+	fs.StringVar(&v.profile, "profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
+	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+	v.tf.Register(fs)
+	return v
+}
+
 // parseFlags parses args. It returns nil, nil after printing the usage for
 // -h or -help.
+//
+// The steps: define the flags and parse them; take what -resume's
+// checkpoint fixes (resolveResume); resolve the transport and the restart
+// flags, under a launcher's environment (resolveLaunch); default the
+// optimizer's settings (defaultOptimizer); validate; build the trainer's
+// configuration (buildConfig).
 func parseFlags(args []string, stdout io.Writer) (*options, error) {
-	def := trainer.DefaultConfig()
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	var usage bytes.Buffer
 	fs.SetOutput(&usage)
-	var (
-		ranks         = fs.Int("ranks", def.Ranks, "number of data-parallel ranks (in-process goroutines with -transport inproc; processes on this host with -transport tcp, where under a launcher's RANK/WORLD_SIZE it must equal the world size or be left out)")
-		model         = fs.String("model", def.Model, "model: mlp (784-256-128-10) or cnn (LeNet)")
-		hidden        = fs.String("hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
-		dtype         = fs.String("dtype", def.DType, "element type: float32 or float64")
-		epochs        = fs.Int("epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
-		batch         = fs.Int("batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
-		evalBatch     = fs.Int("eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
-		optName       = fs.String("optim", def.Optim, "optimizer: sgd, adam or adamw")
-		lr            = fs.Float64("lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
-		momentum      = fs.Float64("momentum", 0, "SGD momentum (default 0.9 for sgd)")
-		weightDecay   = fs.Float64("weight-decay", 0, "weight decay (default 0; 0.01 for adamw)")
-		bucketMB      = fs.Float64("bucket-mb", def.BucketMB, "gradient bucket size in MiB (the first bucket is 1 MiB, as in PyTorch)")
-		seed          = fs.Int64("seed", def.Seed, "seed of the model initialisation and the data order")
-		data          = fs.String("data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
-		exportData    = fs.String("export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
-		checkpoint    = fs.String("checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
-		resume        = fs.String("resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
-		ckEvery       = fs.Int64("checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
-		ckKeep        = fs.Int("checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
-		maxRestarts   = fs.Int("max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
-		minRanks      = fs.Int("min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
-		rejoinTimeout = fs.Duration("rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
-		maxSteps      = fs.Int64("max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
-		out           = fs.String("out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
-		traceOut      = fs.String("trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
-		jsonOut       = fs.Bool("json", false, "print one JSON object per epoch instead of text")
-		quiet         = fs.Bool("quiet", false, "no progress output, only the per-epoch lines")
-		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
-		algo          = fs.String("algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
-		profile       = fs.String("profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
-		zero1         = fs.Bool("zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
-		tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
-	)
-	tf.Register(fs)
+	v := defineFlags(fs, trainer.DefaultConfig())
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: train [flags]")
@@ -97,157 +144,198 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	given := map[string]bool{} // flags on the command line
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if given["export-data"] {
-		return exportOptions(*exportData, given)
+		return exportOptions(v.exportData, given)
 	}
 	set := map[string]bool{} // given, or taken from the -resume checkpoint
 	for k := range given {
 		set[k] = true
 	}
 
-	o := &options{out: *out, json: *jsonOut, quiet: *quiet, cpuProfile: *cpuProfile}
-	var err error
-	if err = tf.CheckName(); err != nil {
+	o := &options{out: v.out, json: v.jsonOut, quiet: v.quiet, cpuProfile: v.cpuProfile}
+	if err := v.tf.CheckName(); err != nil {
 		return nil, err
 	}
-
-	if *resume == resumeLatest {
-		if *checkpoint == "" {
-			return nil, errors.New("-resume latest needs -checkpoint: it resumes from the newest valid checkpoint written there")
-		}
-		if *resume, o.resumeNotes, err = latestCheckpoint(*checkpoint); err != nil {
-			return nil, err
-		}
-	}
-	// With -resume, what the checkpoint fixes defaults to its values.
-	if *resume != "" {
-		info, err := trainer.ReadCheckpointInfo(*resume)
-		if err != nil {
-			return nil, fmt.Errorf("-resume: %w", err)
-		}
-		o.resumed = &info
-		fill := func(name string, apply func()) {
-			if !set[name] {
-				apply()
-				set[name] = true
-			}
-		}
-		fill("ranks", func() { *ranks = info.Ranks })
-		fill("model", func() { *model = info.Model })
-		if info.Model == trainer.ModelMLP {
-			fill("hidden", func() { *hidden = joinInts(info.Hidden) })
-		}
-		fill("dtype", func() { *dtype = info.DType })
-		fill("batch", func() { *batch = info.GlobalBatch })
-		fill("seed", func() { *seed = info.Seed })
-		fill("optim", func() { *optName = info.Optim })
-		if *optName == info.Optim {
-			fill("lr", func() { *lr = info.LR })
-			fill("momentum", func() { *momentum = info.Momentum })
-			fill("weight-decay", func() { *weightDecay = info.WeightDecay })
-		}
-	}
-
-	// -transport tcp: this process is a rank of a launched job (whose world
-	// size -ranks becomes) or its launcher.
-	if o.tr, err = tf.Resolve(*ranks, given, os.Getenv); err != nil {
+	if err := o.resolveResume(v, set); err != nil {
 		return nil, err
 	}
-	*ranks = o.tr.Ranks
-	if !given["checkpoint-keep"] && (*ckEvery > 0 || *maxRestarts > 0) {
-		*ckKeep = defaultKeep
-	}
-	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, *maxRestarts, *minRanks, given, *checkpoint, os.Getenv); err != nil {
+	if err := o.resolveLaunch(v, given); err != nil {
 		return nil, err
 	}
-	switch {
-	case given["rejoin-timeout"] && (o.maxRestarts == 0 || o.tr.MP == nil || (o.tr.Launcher() && o.tr.MP.Nnodes < 2)):
-		return nil, errors.New("-rejoin-timeout applies with -max-restarts and -nnodes > 1 only")
-	case *rejoinTimeout <= 0:
-		return nil, fmt.Errorf("-rejoin-timeout %v: must be positive", *rejoinTimeout)
-	}
-	o.rejoinTimeout = *rejoinTimeout
-
-	switch *optName {
-	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
-	default:
-		return nil, fmt.Errorf("-optim %q: unknown optimizer (valid: sgd, adam, adamw)", *optName)
-	}
-	if !set["lr"] {
-		*lr = trainer.DefaultLR(*optName, *model)
-	}
-	if !set["momentum"] {
-		*momentum = trainer.DefaultMomentum(*optName)
-	}
-	if !set["weight-decay"] {
-		*weightDecay = trainer.DefaultWeightDecay(*optName)
-	}
-
-	switch {
-	case *ranks < 1:
-		return nil, fmt.Errorf("-ranks %d: need at least 1", *ranks)
-	case *model != trainer.ModelMLP && *model != trainer.ModelCNN:
-		return nil, fmt.Errorf("-model %q: unknown model (valid: mlp, cnn)", *model)
-	case *dtype != trainer.Float32 && *dtype != trainer.Float64:
-		return nil, fmt.Errorf("-dtype %q: unknown element type (valid: float32, float64)", *dtype)
-	case *epochs < 1:
-		return nil, fmt.Errorf("-epochs %d: need at least 1", *epochs)
-	case *batch < 1:
-		return nil, fmt.Errorf("-batch %d: need at least 1", *batch)
-	case *batch%*ranks != 0:
-		return nil, fmt.Errorf("-batch %d is not divisible by -ranks %d: each rank takes batch/ranks examples per step", *batch, *ranks)
-	case *evalBatch < 1:
-		return nil, fmt.Errorf("-eval-batch %d: need at least 1", *evalBatch)
-	case !(*lr > 0) || math.IsInf(*lr, 0):
-		return nil, fmt.Errorf("-lr %v: must be positive and finite", *lr)
-	case !(*momentum >= 0) || math.IsInf(*momentum, 0):
-		return nil, fmt.Errorf("-momentum %v: must be non-negative and finite", *momentum)
-	case *momentum != 0 && *optName != trainer.OptimSGD:
-		return nil, fmt.Errorf("-momentum %v: only -optim sgd has momentum (got -optim %s)", *momentum, *optName)
-	case !(*weightDecay >= 0) || math.IsInf(*weightDecay, 0):
-		return nil, fmt.Errorf("-weight-decay %v: must be non-negative and finite", *weightDecay)
-	case !(*bucketMB > 0) || math.IsInf(*bucketMB, 0) || *bucketMB > 1<<20:
-		return nil, fmt.Errorf("-bucket-mb %v: must be positive (MiB)", *bucketMB)
-	case *maxSteps < 0:
-		return nil, fmt.Errorf("-max-steps %d: must not be negative", *maxSteps)
-	case *ckEvery < 0:
-		return nil, fmt.Errorf("-checkpoint-every %d: must not be negative", *ckEvery)
-	case *ckKeep < 0:
-		return nil, fmt.Errorf("-checkpoint-keep %d: must not be negative", *ckKeep)
-	case (*ckEvery > 0 || *ckKeep > 0) && *checkpoint == "":
-		return nil, errors.New("-checkpoint-every and -checkpoint-keep need -checkpoint: the file they write")
-	case given["hidden"] && *model != trainer.ModelMLP:
-		return nil, fmt.Errorf("-hidden applies to -model mlp only")
-	}
-	if o.tr.Launcher() { // the ranks of a restart may be fewer already
-		if err := checkShrink(*batch, o.minRanks, *ranks, perNode(o.tr)); err != nil {
-			return nil, err
-		}
-	}
-	var widths []int
-	if *model == trainer.ModelMLP {
-		var err error
-		if widths, err = parseInts(*hidden); err != nil {
-			return nil, fmt.Errorf("-hidden %q: %v", *hidden, err)
-		}
-	}
-
-	groupOpts, err := groupOptions(*algo, *profile)
-	if err != nil {
+	if err := v.defaultOptimizer(set); err != nil {
 		return nil, err
 	}
-	o.cfg = trainer.Config{
-		Ranks: *ranks, Model: *model, Hidden: widths, DType: *dtype,
-		Epochs: *epochs, GlobalBatch: *batch, EvalBatch: *evalBatch,
-		Optim: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *weightDecay,
-		BucketMB: *bucketMB, Zero1: *zero1, Seed: *seed, DataDir: *data,
-		Checkpoint: *checkpoint, CheckpointEvery: *ckEvery, CheckpointKeep: *ckKeep,
-		Resume: *resume, MaxSteps: *maxSteps, Trace: *traceOut,
-		Connect: o.connect, GroupOptions: groupOpts,
+	if err := o.validate(v, given); err != nil {
+		return nil, err
 	}
-	if err := o.cfg.Validate(); err != nil {
+	if err := o.buildConfig(v); err != nil {
 		return nil, err
 	}
 	return o, nil
+}
+
+// resolveResume resolves -resume latest to a checkpoint of -checkpoint's
+// series, and with -resume, defaults the flags that the checkpoint fixes
+// (and that set does not hold yet) to its values, adding them to set.
+func (o *options) resolveResume(v *flagValues, set map[string]bool) error {
+	var err error
+	if v.resume == resumeLatest {
+		if v.checkpoint == "" {
+			return errors.New("-resume latest needs -checkpoint: it resumes from the newest valid checkpoint written there")
+		}
+		if v.resume, o.resumeNotes, err = latestCheckpoint(v.checkpoint); err != nil {
+			return err
+		}
+	}
+	if v.resume == "" {
+		return nil
+	}
+	info, err := trainer.ReadCheckpointInfo(v.resume)
+	if err != nil {
+		return fmt.Errorf("-resume: %w", err)
+	}
+	o.resumed = &info
+	fill := func(name string, apply func()) {
+		if !set[name] {
+			apply()
+			set[name] = true
+		}
+	}
+	fill("ranks", func() { v.ranks = info.Ranks })
+	fill("model", func() { v.model = info.Model })
+	if info.Model == trainer.ModelMLP {
+		fill("hidden", func() { v.hidden = joinInts(info.Hidden) })
+	}
+	fill("dtype", func() { v.dtype = info.DType })
+	fill("batch", func() { v.batch = info.GlobalBatch })
+	fill("seed", func() { v.seed = info.Seed })
+	fill("optim", func() { v.optName = info.Optim })
+	if v.optName == info.Optim {
+		fill("lr", func() { v.lr = info.LR })
+		fill("momentum", func() { v.momentum = info.Momentum })
+		fill("weight-decay", func() { v.weightDecay = info.WeightDecay })
+	}
+	return nil
+}
+
+// resolveLaunch resolves -transport and the multi-process flags: with
+// -transport tcp, this process is a rank of a launched job (whose world
+// size -ranks becomes, from a launcher's environment) or its launcher. It
+// then resolves the restart flags (-max-restarts, -min-ranks,
+// -rejoin-timeout) and -checkpoint-keep's default, which depends on them.
+func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
+	var err error
+	if o.tr, err = v.tf.Resolve(v.ranks, given, os.Getenv); err != nil {
+		return err
+	}
+	v.ranks = o.tr.Ranks
+	if !given["checkpoint-keep"] && (v.ckEvery > 0 || v.maxRestarts > 0) {
+		v.ckKeep = defaultKeep
+	}
+	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv); err != nil {
+		return err
+	}
+	switch {
+	case given["rejoin-timeout"] && (o.maxRestarts == 0 || o.tr.MP == nil || (o.tr.Launcher() && o.tr.MP.Nnodes < 2)):
+		return errors.New("-rejoin-timeout applies with -max-restarts and -nnodes > 1 only")
+	case v.rejoinTimeout <= 0:
+		return fmt.Errorf("-rejoin-timeout %v: must be positive", v.rejoinTimeout)
+	}
+	o.rejoinTimeout = v.rejoinTimeout
+	return nil
+}
+
+// defaultOptimizer checks -optim and defaults the settings of the
+// optimizer (-lr, -momentum, -weight-decay) that set does not hold.
+func (v *flagValues) defaultOptimizer(set map[string]bool) error {
+	switch v.optName {
+	case trainer.OptimSGD, trainer.OptimAdam, trainer.OptimAdamW:
+	default:
+		return fmt.Errorf("-optim %q: unknown optimizer (valid: sgd, adam, adamw)", v.optName)
+	}
+	if !set["lr"] {
+		v.lr = trainer.DefaultLR(v.optName, v.model)
+	}
+	if !set["momentum"] {
+		v.momentum = trainer.DefaultMomentum(v.optName)
+	}
+	if !set["weight-decay"] {
+		v.weightDecay = trainer.DefaultWeightDecay(v.optName)
+	}
+	return nil
+}
+
+// validate checks the flags' values against each other, and for a
+// launcher, that the global batch divides over every world size a restart
+// may shrink to.
+func (o *options) validate(v *flagValues, given map[string]bool) error {
+	switch {
+	case v.ranks < 1:
+		return fmt.Errorf("-ranks %d: need at least 1", v.ranks)
+	case v.model != trainer.ModelMLP && v.model != trainer.ModelCNN:
+		return fmt.Errorf("-model %q: unknown model (valid: mlp, cnn)", v.model)
+	case v.dtype != trainer.Float32 && v.dtype != trainer.Float64:
+		return fmt.Errorf("-dtype %q: unknown element type (valid: float32, float64)", v.dtype)
+	case v.epochs < 1:
+		return fmt.Errorf("-epochs %d: need at least 1", v.epochs)
+	case v.batch < 1:
+		return fmt.Errorf("-batch %d: need at least 1", v.batch)
+	case v.batch%v.ranks != 0:
+		return fmt.Errorf("-batch %d is not divisible by -ranks %d: each rank takes batch/ranks examples per step", v.batch, v.ranks)
+	case v.evalBatch < 1:
+		return fmt.Errorf("-eval-batch %d: need at least 1", v.evalBatch)
+	case !(v.lr > 0) || math.IsInf(v.lr, 0):
+		return fmt.Errorf("-lr %v: must be positive and finite", v.lr)
+	case !(v.momentum >= 0) || math.IsInf(v.momentum, 0):
+		return fmt.Errorf("-momentum %v: must be non-negative and finite", v.momentum)
+	case v.momentum != 0 && v.optName != trainer.OptimSGD:
+		return fmt.Errorf("-momentum %v: only -optim sgd has momentum (got -optim %s)", v.momentum, v.optName)
+	case !(v.weightDecay >= 0) || math.IsInf(v.weightDecay, 0):
+		return fmt.Errorf("-weight-decay %v: must be non-negative and finite", v.weightDecay)
+	case !(v.bucketMB > 0) || math.IsInf(v.bucketMB, 0) || v.bucketMB > 1<<20:
+		return fmt.Errorf("-bucket-mb %v: must be positive (MiB)", v.bucketMB)
+	case v.maxSteps < 0:
+		return fmt.Errorf("-max-steps %d: must not be negative", v.maxSteps)
+	case v.ckEvery < 0:
+		return fmt.Errorf("-checkpoint-every %d: must not be negative", v.ckEvery)
+	case v.ckKeep < 0:
+		return fmt.Errorf("-checkpoint-keep %d: must not be negative", v.ckKeep)
+	case (v.ckEvery > 0 || v.ckKeep > 0) && v.checkpoint == "":
+		return errors.New("-checkpoint-every and -checkpoint-keep need -checkpoint: the file they write")
+	case given["hidden"] && v.model != trainer.ModelMLP:
+		return fmt.Errorf("-hidden applies to -model mlp only")
+	}
+	if o.tr.Launcher() { // the ranks of a restart may be fewer already
+		if err := checkShrink(v.batch, o.minRanks, v.ranks, perNode(o.tr)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildConfig builds o.cfg, the trainer's configuration, from the
+// validated flags, and validates it.
+func (o *options) buildConfig(v *flagValues) error {
+	var widths []int
+	if v.model == trainer.ModelMLP {
+		var err error
+		if widths, err = parseInts(v.hidden); err != nil {
+			return fmt.Errorf("-hidden %q: %v", v.hidden, err)
+		}
+	}
+	groupOpts, err := groupOptions(v.algo, v.profile)
+	if err != nil {
+		return err
+	}
+	o.cfg = trainer.Config{
+		Ranks: v.ranks, Model: v.model, Hidden: widths, DType: v.dtype,
+		Epochs: v.epochs, GlobalBatch: v.batch, EvalBatch: v.evalBatch,
+		Optim: v.optName, LR: v.lr, Momentum: v.momentum, WeightDecay: v.weightDecay,
+		BucketMB: v.bucketMB, Zero1: v.zero1, Seed: v.seed, DataDir: v.data,
+		Checkpoint: v.checkpoint, CheckpointEvery: v.ckEvery, CheckpointKeep: v.ckKeep,
+		Resume: v.resume, MaxSteps: v.maxSteps, Trace: v.traceOut,
+		Connect: o.connect, GroupOptions: groupOpts,
+	}
+	return o.cfg.Validate()
 }
 
 // connect is trainer.Config.Connect: this process's endpoints over -transport.

@@ -32,7 +32,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return runWith(ctx, args, stdout, runEnv{ranks: launch.ThisProgram})
 }
 
-// runWith is run in env.
+// runWith is run in env: a -transport tcp launcher launches the job's
+// ranks (launchJob); anything else trains as one rank or as the in-process
+// ranks (train).
 func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) error {
 	o, err := parseFlags(args, stdout)
 	if err != nil {
@@ -45,17 +47,28 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		return exportData(ctx, o.exportData, stdout)
 	}
 	if o.tr.Launcher() { // -transport tcp, not under a launcher: be one
-		// Rank 0's stdout is the job's report. Ctrl-C is forwarded to the
-		// ranks, which stop after the same step (and write the checkpoint)
-		// as in-process ranks do.
-		var err error
-		if o.maxRestarts > 0 {
-			err = o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
-		} else {
-			err = o.tr.Launch(ctx, args, env.ranks, stdout)
-		}
-		return mergeTrace(o, err)
+		return launchJob(ctx, o, args, stdout, env)
 	}
+	return train(ctx, o, stdout, env)
+}
+
+// launchJob launches a -transport tcp job's ranks and merges their traces.
+// Rank 0's stdout is the job's report. Ctrl-C is forwarded to the ranks,
+// which stop after the same step (and write the checkpoint) as in-process
+// ranks do.
+func launchJob(ctx context.Context, o *options, args []string, stdout io.Writer, env runEnv) error {
+	var err error
+	if o.maxRestarts > 0 {
+		err = o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
+	} else {
+		err = o.tr.Launch(ctx, args, env.ranks, stdout)
+	}
+	return mergeTrace(o, err)
+}
+
+// train sets this process up (cores, binding, status pipe, BLAS, CPU
+// profile, -out), trains with the report's hooks, and prints the summary.
+func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error {
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	if _, err := o.tr.Bind(); err != nil {
 		return err
@@ -86,44 +99,12 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 			return fmt.Errorf("-out: %w", err)
 		}
 	}
-	prog := chooseProgress(stdout, o.json, o.quiet)
-	text := !o.json
-	var all []trainer.EpochMetrics
-	var losses []stepLoss // every step's loss, for the plot
-	var outErr error
 	start := time.Now()
 	cfg := o.cfg
-	cfg.OnStart = func(p trainer.Plan) {
-		if text && !o.quiet {
-			printPlan(stdout, p, o)
-		}
-		prog.plan(p)
-		status.Started(p.GlobalStep)
-	}
-	cfg.OnStep = func(s trainer.StepInfo) {
-		if o.out != "" {
-			losses = append(losses, stepLoss{x: float64(s.GlobalStep) / float64(max(1, s.StepsPerEpoch)), loss: s.Loss})
-		}
-		prog.step(s)
-		status.Stepped(s.GlobalStep)
-	}
-	cfg.OnEpoch = func(m trainer.EpochMetrics) {
-		prog.done()
-		all = append(all, m)
-		if o.json {
-			b, err := json.Marshal(m)
-			if err != nil && outErr == nil {
-				outErr = err
-			}
-			fmt.Fprintf(stdout, "%s\n", b)
-		} else {
-			printEpoch(stdout, m, cfg.Epochs)
-		}
-		if o.out != "" && outErr == nil {
-			outErr = writeOutputs(o.out, all, losses)
-		}
-	}
-	if text && !o.quiet && o.tr.HoldsRank0() {
+	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
+		prog: chooseProgress(stdout, o.json, o.quiet)}
+	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
+	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
 			fmt.Fprintf(stdout, "-resume latest: %s\n", n)
 		}
@@ -132,7 +113,7 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		env.adjust(&cfg)
 	}
 	res, err := trainer.Run(ctx, cfg)
-	prog.done()
+	rep.prog.done()
 	if errors.Is(err, datasets.ErrBundledMNISTUnavailable) {
 		return fmt.Errorf("%w\n%s", err, noBundledMNISTHint)
 	}
@@ -142,13 +123,64 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		}
 		return err
 	}
-	if outErr != nil {
-		return fmt.Errorf("-out: %w", outErr)
+	if rep.outErr != nil {
+		return fmt.Errorf("-out: %w", rep.outErr)
 	}
-	if text && o.tr.HoldsRank0() {
+	if !o.json && o.tr.HoldsRank0() {
 		printSummary(stdout, res, o, time.Since(start))
 	}
 	return nil
+}
+
+// report is the training's hooks (trainer.Config's OnStart, OnStep and
+// OnEpoch): the progress, the status pipe, the per-epoch lines and the
+// -out files.
+type report struct {
+	o      *options
+	stdout io.Writer
+	status *launch.Status
+	prog   progress
+	cfg    *trainer.Config // the configuration trained with, for its epochs
+
+	all    []trainer.EpochMetrics
+	losses []stepLoss // every step's loss, for the plot
+	outErr error      // the first error writing the report or -out
+}
+
+// started prints the plan (text output) and reports the start.
+func (r *report) started(p trainer.Plan) {
+	if !r.o.json && !r.o.quiet {
+		printPlan(r.stdout, p, r.o)
+	}
+	r.prog.plan(p)
+	r.status.Started(p.GlobalStep)
+}
+
+// stepped records the step's loss for -out and reports the step.
+func (r *report) stepped(s trainer.StepInfo) {
+	if r.o.out != "" {
+		r.losses = append(r.losses, stepLoss{x: float64(s.GlobalStep) / float64(max(1, s.StepsPerEpoch)), loss: s.Loss})
+	}
+	r.prog.step(s)
+	r.status.Stepped(s.GlobalStep)
+}
+
+// epoch prints the epoch's line (text or JSON) and rewrites the -out files.
+func (r *report) epoch(m trainer.EpochMetrics) {
+	r.prog.done()
+	r.all = append(r.all, m)
+	if r.o.json {
+		b, err := json.Marshal(m)
+		if err != nil && r.outErr == nil {
+			r.outErr = err
+		}
+		fmt.Fprintf(r.stdout, "%s\n", b)
+	} else {
+		printEpoch(r.stdout, m, r.cfg.Epochs)
+	}
+	if r.o.out != "" && r.outErr == nil {
+		r.outErr = writeOutputs(r.o.out, r.all, r.losses)
+	}
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
