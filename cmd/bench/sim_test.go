@@ -190,6 +190,13 @@ func TestSimFlags(t *testing.T) {
 // the bound makes exact at 64 MiB, where it binds), no faster than
 // without the bound, and every collective stays checked.
 func TestSimCores(t *testing.T) {
+	if raceEnabled {
+		// Eight simulated ranks up to 64 MiB, twice, and four rooted ops:
+		// under the race detector a single doubling call can pass the
+		// command's 30 s deadline on 2 shared cores. The plain go test
+		// runs it; the simulator's own tests run under -race.
+		t.Skip("too slow under -race")
+	}
 	rows := func(args ...string) []map[string]any {
 		t.Helper()
 		out, err := runBench(t, append([]string{"-transport", "sim", "-ranks", "8", "-min", "4K", "-max", "64M", "-factor", "16", "-json"}, args...)...)
