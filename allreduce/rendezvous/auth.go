@@ -40,7 +40,7 @@ import (
 
 const (
 	storeMagic   = 0x52445a53 // "RDZS"
-	storeVersion = 1
+	storeVersion = 2 // 2: frames sealed after the handshake (tcpstore_link.go)
 	nonceLen     = handshake.NonceLen
 	macLen       = handshake.MACLen
 	helloLen     = handshake.HelloLen
@@ -126,22 +126,40 @@ func CheckSecret(secret []byte) error {
 	return nil
 }
 
-// serverHandshake authenticates a new connection on the server side. The
-// caller has set a deadline. A refused client is told why.
-func serverHandshake(c io.ReadWriter, secret []byte, mode byte) error {
+// serverHandshake authenticates a new connection on the server side and
+// returns its session key (tcpstore_link.go), nil for an insecure store.
+// The caller has set a deadline. A refused client is told why.
+func serverHandshake(c io.ReadWriter, secret []byte, mode byte) (*[handshake.KeyLen]byte, error) {
 	x := storeExchange(secret, mode)
 	a, err := x.Listen(c, 0, "client", "authentication failed: the server does not accept this client's secret")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.Accept(c)
+	if err := a.Accept(c); err != nil {
+		return nil, err
+	}
+	return sessionKey(mode, a.Key([]byte(labelSession))), nil
 }
 
-// clientHandshake authenticates a new connection on the client side. The
-// caller has set a deadline.
-func clientHandshake(c io.ReadWriter, secret []byte, mode byte) error {
-	return storeExchange(secret, mode).Dial(c, nil, handshake.Peer{Name: "server", Of: "server",
-		NoSecret: "the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)"})
+// clientHandshake authenticates a new connection on the client side and
+// returns its session key, nil for an insecure store. The caller has set a
+// deadline.
+func clientHandshake(c io.ReadWriter, secret []byte, mode byte) (*[handshake.KeyLen]byte, error) {
+	k, err := storeExchange(secret, mode).DialKey(c, nil, handshake.Peer{Name: "server", Of: "server",
+		NoSecret: "the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)"}, []byte(labelSession))
+	if err != nil {
+		return nil, err
+	}
+	return sessionKey(mode, k), nil
+}
+
+// sessionKey is k in a mode with a secret, nil (frames unsealed) in
+// insecure mode.
+func sessionKey(mode byte, k [handshake.KeyLen]byte) *[handshake.KeyLen]byte {
+	if mode == modeInsecure {
+		return nil
+	}
+	return &k
 }
 
 // isAuthErr reports errors that retrying cannot fix.

@@ -195,7 +195,7 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := &fakeConn{Reader: bytes.NewReader(b)}
-		if err := serverHandshake(c, testSecret, modeHMAC); err == nil {
+		if _, err := serverHandshake(c, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a client without the secret: %q", b)
 		}
 		out := c.w.Bytes()
@@ -219,7 +219,7 @@ func FuzzClientHandshake(f *testing.F) {
 	f.Add(append(append([]byte{}, hello...), 1, 0, 4, 'n', 'o', 'p', 'e'))
 	f.Add(append(append([]byte{}, hello...), 1, 0xff, 0xff))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := clientHandshake(&fakeConn{Reader: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
+		if _, err := clientHandshake(&fakeConn{Reader: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a server without the secret: %q", b)
 		}
 	})

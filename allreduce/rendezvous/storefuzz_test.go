@@ -81,13 +81,15 @@ func FuzzStoreRequests(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.serveRequests(srvSide)
+			l, _ := newStoreLink(srvSide, nil, false)
+			s.serveRequests(l)
 			srvSide.Close()
 		}()
 		replies := make(chan error, 1)
+		cl, _ := newStoreLink(cli, nil, true)
 		go func() {
 			for {
-				st, body, err := readReply(cli)
+				st, body, err := readReply(&rawConn{storeLink: cl})
 				if err != nil {
 					replies <- nil
 					return

@@ -112,9 +112,13 @@ func (s *StoreServer) unpendLocked(sc *serverConn) {
 func (s *StoreServer) serve(sc *serverConn) {
 	defer s.wg.Done()
 	defer s.drop(sc)
-	err := serverHandshake(sc.Conn, s.cfg.Secret, s.mode)
-	if s.admit(sc, err) {
-		s.serveRequests(sc.Conn)
+	key, err := serverHandshake(sc.Conn, s.cfg.Secret, s.mode)
+	if !s.admit(sc, err) {
+		return
+	}
+	l, err := newStoreLink(sc.Conn, key, false)
+	if err == nil {
+		s.serveRequests(l)
 	}
 }
 
