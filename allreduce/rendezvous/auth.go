@@ -40,7 +40,7 @@ import (
 
 const (
 	storeMagic   = 0x52445a53 // "RDZS"
-	storeVersion = 2 // 2: frames sealed after the handshake (tcpstore_link.go)
+	storeVersion = 2          // 2: frames sealed after the handshake (tcpstore_link.go)
 	nonceLen     = handshake.NonceLen
 	macLen       = handshake.MACLen
 	helloLen     = handshake.HelloLen
