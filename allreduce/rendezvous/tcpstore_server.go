@@ -162,7 +162,7 @@ func (s *StoreServer) readFailed(l *storeLink, err error) {
 	s.mu.Lock()
 	s.turned.note(turnTampered, hostOf(l.RemoteAddr()))
 	s.mu.Unlock()
-	s.replyText(l, stError, fmt.Sprintf("store server: request from %s: %v: %s", l.RemoteAddr(), err, tamperNote))
+	s.replyText(l, stError, fmt.Sprintf("request from %s: %v: %s", l.RemoteAddr(), err, tamperNote))
 }
 
 // reserve takes n bytes of the in-flight budget, or reports how much is
