@@ -44,6 +44,9 @@ func (s *StoreServer) acceptLoop() {
 			continue
 		}
 		backoff = 0
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetWriteBuffer(s.cfg.MaxUnreadReplyBytes)
+		}
 		sc := &serverConn{Conn: c, host: hostOf(c.RemoteAddr())}
 		// The handshake's deadline, set before an eviction can cut it
 		// short.

@@ -48,6 +48,16 @@ type StoreConfig struct {
 	// pass it is refused with an error wrapping ErrLimit before anything is
 	// allocated for it. Default DefaultMaxInFlightBytes.
 	MaxInFlightBytes int64
+	// MaxUnreadReplyBytes bounds, per connection, the bytes of replies the
+	// server has handed to the kernel that its client has not read: each
+	// server connection's socket send buffer is set to it (SO_SNDBUF; Linux
+	// reserves twice that), and the server reads a connection's next
+	// request only once the reply to the last is in that buffer in whole,
+	// so a client that sends requests without reading the replies stops
+	// being read, and is closed when a reply has not gone within
+	// IOTimeout. Other connections are not affected. Default
+	// DefaultMaxUnreadReplyBytes.
+	MaxUnreadReplyBytes int
 	// MaxKeys bounds the keys the server stores: a Set or Add making a key
 	// beyond it fails with ErrLimit. Default DefaultMaxKeys.
 	MaxKeys int
@@ -71,6 +81,10 @@ const (
 	// DefaultMaxInFlightBytes is StoreConfig.MaxInFlightBytes's default: a
 	// rendezvous moves kilobytes.
 	DefaultMaxInFlightBytes = 16 << 20
+	// DefaultMaxUnreadReplyBytes is StoreConfig.MaxUnreadReplyBytes's
+	// default: a few round trips of a rendezvous's replies, and a
+	// thirtieth of what Linux lets a send buffer grow to unset (4 MiB).
+	DefaultMaxUnreadReplyBytes = 128 << 10
 )
 
 // withDefaults is c with its unset fields set to their defaults.
@@ -83,6 +97,7 @@ func (c StoreConfig) withDefaults() StoreConfig {
 	orDefault(&c.MaxConns, DefaultMaxConns)
 	orDefault(&c.MaxPending, DefaultMaxPending)
 	orDefault(&c.MaxInFlightBytes, DefaultMaxInFlightBytes)
+	orDefault(&c.MaxUnreadReplyBytes, DefaultMaxUnreadReplyBytes)
 	orDefault(&c.MaxKeys, DefaultMaxKeys)
 	orDefault(&c.MaxStoredBytes, DefaultMaxStoredBytes)
 	return c
