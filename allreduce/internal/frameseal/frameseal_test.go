@@ -1,6 +1,7 @@
 package frameseal
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"testing"
@@ -13,7 +14,7 @@ func testKey() (k [KeyLen]byte) {
 	return k
 }
 
-func mustOpen(t *testing.T, k [KeyLen]byte, label string) *Dir {
+func mustOpen(t testing.TB, k [KeyLen]byte, label string) *Dir {
 	t.Helper()
 	d, err := Open(k, label)
 	if err != nil {
@@ -99,4 +100,26 @@ func TestCheckRefuses(t *testing.T) {
 	k2[0] ^= 1
 	another := seal("a to b", k2)
 	check("other connection", []int{0}, plain, func(i int) []byte { return another[i] }, 0)
+}
+
+// FuzzCheck: a record and tag from the network check only when the tag is
+// the one the sender seals for that record at that position.
+func FuzzCheck(f *testing.F) {
+	d := mustOpen(f, testKey(), "fuzz")
+	good := d.Seal(make([]byte, TagLen), []byte("header"))
+	f.Add([]byte("header"), good)
+	f.Add([]byte("header"), good[:15])
+	f.Add([]byte{}, make([]byte, TagLen))
+	f.Fuzz(func(t *testing.T, rec, tag []byte) {
+		recv := mustOpen(t, testKey(), "fuzz")
+		send := mustOpen(t, testKey(), "fuzz")
+		want := send.Seal(make([]byte, TagLen), rec)
+		err := recv.Check(rec, tag)
+		if (err == nil) != bytes.Equal(tag, want) {
+			t.Fatalf("Check(%x, %x) = %v; the sealed tag is %x", rec, tag, err, want)
+		}
+		if recv.Next() != 1 {
+			t.Fatalf("counter %d after one record", recv.Next())
+		}
+	})
 }
