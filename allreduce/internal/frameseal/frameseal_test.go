@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -122,4 +123,19 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("counter %d after one record", recv.Next())
 		}
 	})
+}
+
+// BenchmarkSeal is the cost of a record's tag: what sealing adds to each
+// header and body, at each end.
+func BenchmarkSeal(b *testing.B) {
+	for _, n := range []int{16, 64 << 10} {
+		b.Run(fmt.Sprintf("record=%d", n), func(b *testing.B) {
+			d := mustOpen(b, testKey(), "bench")
+			rec, tag := make([]byte, n), make([]byte, TagLen)
+			b.SetBytes(int64(n))
+			for i := 0; i < b.N; i++ {
+				d.Seal(tag, rec)
+			}
+		})
+	}
 }
