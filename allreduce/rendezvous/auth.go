@@ -31,7 +31,11 @@ import (
 // sides, and a peer of another version is refused with both named. mode is
 // 1 with a secret and 0 for an explicitly insecure store; the two modes
 // refuse each other. MACs are compared in constant time. The exchange is
-// handshake.Exchange, shared with the shm transport.
+// handshake.Exchange, shared with the shm transport. Both sides then derive
+// the connection's session key from it (hello, and answer with macC), which
+// seals every frame after it (tcpstore_link.go). Version 2 added the
+// sealing; refusals sent before the client has proved the secret name the
+// reason, versions and modes only.
 //
 // Whoever answers a client's connection does get macC over its own nonce,
 // so a client must reach the real server: the launcher binds the store's

@@ -36,12 +36,13 @@ type StoreConfig struct {
 	MaxConns int
 	// MaxPending bounds the server's connections that have not
 	// authenticated yet. A connection arriving at this limit, or at
-	// MaxConns, is not refused: the server closes the oldest pending
-	// connection of the remote host with the most pending connections (the
-	// oldest of all when one host floods) to make room, so that strangers
-	// holding connections open cannot crowd out a rank. Only when every
-	// one of MaxConns connections has authenticated is the newcomer
-	// refused. Default DefaultMaxPending.
+	// MaxConns, is not refused: the server closes a pending connection to
+	// make room (StoreServer.evictLocked: the newcomer's own host's oldest
+	// once that host, counting the newcomer, holds as many as any other;
+	// else the oldest of the host with the most), so that strangers holding
+	// connections open cannot crowd out a rank, and one host's flood
+	// evicts only its own. Only when every one of MaxConns connections has
+	// authenticated is the newcomer refused. Default DefaultMaxPending.
 	MaxPending int
 	// MaxInFlightBytes bounds the request bodies (keys and values) the
 	// server holds at once, over all its connections: a request that would
