@@ -21,22 +21,26 @@ type relay struct {
 	ln       net.Listener
 	target   string
 	sealed   bool
-	requests func(conn, i int, frame []byte) []byte
-	replies  func(conn, i int, frame []byte) []byte
+	requests editFunc
+	replies  editFunc
 
 	mu    sync.Mutex
 	conns int
 	wg    sync.WaitGroup
 }
 
-// startRelay listens on loopback and relays to the store at target.
-func startRelay(t *testing.T, target string, sealed bool) *relay {
+// editFunc is what a relay does to frame i of connection conn.
+type editFunc func(conn, i int, frame []byte) []byte
+
+// startRelay listens on loopback and relays to the store at target,
+// passing requests and replies through their edits (nil: as they are).
+func startRelay(t *testing.T, target string, sealed bool, requests, replies editFunc) *relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{ln: ln, target: target, sealed: sealed}
+	r := &relay{ln: ln, target: target, sealed: sealed, requests: requests, replies: replies}
 	r.wg.Add(1)
 	go r.accept()
 	t.Cleanup(func() { ln.Close(); r.wg.Wait() })
@@ -73,7 +77,7 @@ func (r *relay) accept() {
 
 // pipe forwards from src to dst: hs bytes of handshake, then frames of a
 // hdrLen-byte header announcing bodyLen bytes, each passed through edit.
-func (r *relay) pipe(conn int, src, dst net.Conn, hs, hdrLen int, bodyLen func([]byte) int, edit func(conn, i int, frame []byte) []byte) {
+func (r *relay) pipe(conn int, src, dst net.Conn, hs, hdrLen int, bodyLen func([]byte) int, edit editFunc) {
 	defer r.wg.Done()
 	defer dst.Close()
 	defer src.Close()
@@ -124,8 +128,7 @@ func TestStoreRelayRewritesReply(t *testing.T) {
 	} {
 		cfg := testStoreConfig()
 		srv := startServer(t, cfg)
-		r := startRelay(t, srv.Addr().String(), true)
-		r.replies = func(_, _ int, f []byte) []byte { return replace(f, c.old, c.new) }
+		r := startRelay(t, srv.Addr().String(), true, nil, func(_, _ int, f []byte) []byte { return replace(f, c.old, c.new) })
 		cl, err := DialStore(ctx, r.addr(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -145,8 +148,7 @@ func TestStoreRelayRewritesReply(t *testing.T) {
 	}
 
 	srv := startServer(t, StoreConfig{Insecure: true})
-	r := startRelay(t, srv.Addr().String(), false)
-	r.replies = func(_, _ int, f []byte) []byte { return replace(f, "10.0.0.3", "10.6.6.6") }
+	r := startRelay(t, srv.Addr().String(), false, nil, func(_, _ int, f []byte) []byte { return replace(f, "10.0.0.3", "10.6.6.6") })
 	cl, err := DialStore(ctx, r.addr(), StoreConfig{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
@@ -166,8 +168,7 @@ func TestStoreRelayRewritesRequest(t *testing.T) {
 	ctx := context.Background()
 	cfg := testStoreConfig()
 	srv := startServer(t, cfg)
-	r := startRelay(t, srv.Addr().String(), true)
-	r.requests = func(_, _ int, f []byte) []byte { return replace(f, "10.0.0.3", "10.6.6.6") }
+	r := startRelay(t, srv.Addr().String(), true, func(_, _ int, f []byte) []byte { return replace(f, "10.0.0.3", "10.6.6.6") }, nil)
 	cl, err := DialStore(ctx, r.addr(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -228,15 +229,14 @@ func TestStoreRelayReplaysReply(t *testing.T) {
 		}, 1},
 	} {
 		srv := startServer(t, cfg)
-		r := startRelay(t, srv.Addr().String(), true)
 		var mu sync.Mutex
 		seen := map[[2]int][]byte{}
-		r.replies = func(conn, i int, f []byte) []byte {
+		r := startRelay(t, srv.Addr().String(), true, nil, func(conn, i int, f []byte) []byte {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[[2]int{conn, i}] = f
 			return c.edit(seen, conn, i, f)
-		}
+		})
 		var last []byte
 		var err error
 		for n := 0; n < c.conns; n++ {
