@@ -89,45 +89,11 @@ func FuzzSealedRequests(f *testing.F) {
 	f.Add(tampered)
 	f.Add(sealedRequests(reqHeader(opSet, 4, 1000, 0))[:2*reqHeaderLen]) // stalls mid-body
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg := StoreConfig{Secret: testSecret, Timeout: 50 * time.Millisecond, MaxValueLen: 64,
-			MaxInFlightBytes: 4 * (64 + MaxKeyLen), MaxKeys: 8, MaxStoredBytes: 512}.withDefaults()
-		s := newStoreServer(nil, cfg, modeHMAC)
-		defer s.mem.Close()
-		srvSide, cli := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l, _ := newStoreLink(srvSide, &fuzzKey, false)
-			s.serveRequests(l)
-			srvSide.Close()
-		}()
-		replies := make(chan int, 1)
-		cl, _ := newStoreLink(cli, &fuzzKey, true)
-		go func() {
-			n := 0
-			for {
-				st, body, err := readReply(&rawConn{storeLink: cl})
-				if err != nil {
-					replies <- n
-					return
-				}
-				if st > stLimit || len(body) > max(cfg.MaxValueLen, maxErrorText) {
-					replies <- -1
-					return
-				}
-				n++
-			}
-		}()
-		cli.Write(b)
-		cli.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("server still serving 5 s after the client hung up")
-		}
+		s, n := fuzzServe(t, b, &fuzzKey)
+		cfg := s.cfg
 		valid := validPrefix(b, cfg.MaxValueLen)
-		if n := <-replies; n < 0 || n > valid+1 {
-			t.Fatalf("%d replies (-1: malformed) to %d valid requests", n, valid)
+		if n > valid+1 {
+			t.Fatalf("%d replies to %d valid requests", n, valid)
 		}
 		if keys, _ := s.mem.usage(); keys > valid {
 			t.Fatalf("%d keys stored from %d valid requests", keys, valid)
