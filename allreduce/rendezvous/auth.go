@@ -31,7 +31,11 @@ import (
 // sides, and a peer of another version is refused with both named. mode is
 // 1 with a secret and 0 for an explicitly insecure store; the two modes
 // refuse each other. MACs are compared in constant time. The exchange is
-// handshake.Exchange, shared with the shm transport.
+// handshake.Exchange, shared with the shm transport. Both sides then derive
+// the connection's session key from it (hello, and answer with macC), which
+// seals every frame after it (tcpstore_link.go). Version 2 added the
+// sealing; refusals sent before the client has proved the secret name the
+// reason, versions and modes only.
 //
 // Whoever answers a client's connection does get macC over its own nonce,
 // so a client must reach the real server: the launcher binds the store's
@@ -40,7 +44,7 @@ import (
 
 const (
 	storeMagic   = 0x52445a53 // "RDZS"
-	storeVersion = 1
+	storeVersion = 2          // 2: frames sealed after the handshake (tcpstore_link.go)
 	nonceLen     = handshake.NonceLen
 	macLen       = handshake.MACLen
 	helloLen     = handshake.HelloLen
@@ -126,22 +130,40 @@ func CheckSecret(secret []byte) error {
 	return nil
 }
 
-// serverHandshake authenticates a new connection on the server side. The
-// caller has set a deadline. A refused client is told why.
-func serverHandshake(c io.ReadWriter, secret []byte, mode byte) error {
+// serverHandshake authenticates a new connection on the server side and
+// returns its session key (tcpstore_link.go), nil for an insecure store.
+// The caller has set a deadline. A refused client is told why.
+func serverHandshake(c io.ReadWriter, secret []byte, mode byte) (*[handshake.KeyLen]byte, error) {
 	x := storeExchange(secret, mode)
 	a, err := x.Listen(c, 0, "client", "authentication failed: the server does not accept this client's secret")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.Accept(c)
+	if err := a.Accept(c); err != nil {
+		return nil, err
+	}
+	return sessionKey(mode, a.Key([]byte(labelSession))), nil
 }
 
-// clientHandshake authenticates a new connection on the client side. The
-// caller has set a deadline.
-func clientHandshake(c io.ReadWriter, secret []byte, mode byte) error {
-	return storeExchange(secret, mode).Dial(c, nil, handshake.Peer{Name: "server", Of: "server",
-		NoSecret: "the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)"})
+// clientHandshake authenticates a new connection on the client side and
+// returns its session key, nil for an insecure store. The caller has set a
+// deadline.
+func clientHandshake(c io.ReadWriter, secret []byte, mode byte) (*[handshake.KeyLen]byte, error) {
+	k, err := storeExchange(secret, mode).DialKey(c, nil, handshake.Peer{Name: "server", Of: "server",
+		NoSecret: "the server does not know the secret (wrong RINGDDP_SECRET, or not the job's store)"}, []byte(labelSession))
+	if err != nil {
+		return nil, err
+	}
+	return sessionKey(mode, k), nil
+}
+
+// sessionKey is k in a mode with a secret, nil (frames unsealed) in
+// insecure mode.
+func sessionKey(mode byte, k [handshake.KeyLen]byte) *[handshake.KeyLen]byte {
+	if mode == modeInsecure {
+		return nil
+	}
+	return &k
 }
 
 // isAuthErr reports errors that retrying cannot fix.

@@ -195,7 +195,7 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := &fakeConn{Reader: bytes.NewReader(b)}
-		if err := serverHandshake(c, testSecret, modeHMAC); err == nil {
+		if _, err := serverHandshake(c, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a client without the secret: %q", b)
 		}
 		out := c.w.Bytes()
@@ -219,8 +219,45 @@ func FuzzClientHandshake(f *testing.F) {
 	f.Add(append(append([]byte{}, hello...), 1, 0, 4, 'n', 'o', 'p', 'e'))
 	f.Add(append(append([]byte{}, hello...), 1, 0xff, 0xff))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if err := clientHandshake(&fakeConn{Reader: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
+		if _, err := clientHandshake(&fakeConn{Reader: bytes.NewReader(b)}, testSecret, modeHMAC); err == nil {
 			t.Fatalf("accepted a server without the secret: %q", b)
 		}
 	})
+}
+
+// TestStorePreAuthRefusals: what the store tells a client that has not
+// proved the secret names the reason and nothing about the job: no rank,
+// no address, no key, only the protocol versions and modes.
+func TestStorePreAuthRefusals(t *testing.T) {
+	answer := func(mode byte, version uint16) []byte {
+		b := make([]byte, answerLen)
+		putHello(b, mode, make([]byte, nonceLen))
+		binary.BigEndian.PutUint16(b[4:], version)
+		return b
+	}
+	foreign := answer(modeHMAC, storeVersion)
+	copy(foreign, "GET ")
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"another version", answer(modeHMAC, storeVersion+1), fmt.Sprintf("client speaks store protocol version %d, this build version %d", storeVersion+1, storeVersion)},
+		{"insecure client", answer(modeInsecure, storeVersion), "client is insecure (no secret), this side is authenticated (shared secret)"},
+		{"wrong secret", answer(modeHMAC, storeVersion), "authentication failed: the server does not accept this client's secret"},
+		{"not the protocol", foreign, "client does not speak the ringddp store protocol"},
+	} {
+		fc := &fakeConn{Reader: bytes.NewReader(c.in)}
+		if _, err := serverHandshake(fc, testSecret, modeHMAC); err == nil {
+			t.Fatalf("%s: accepted", c.name)
+		}
+		out := fc.w.Bytes()[helloLen:]
+		if len(out) < 3 || out[0] != 1 {
+			t.Fatalf("%s: sent %q after the hello, want a refusal", c.name, out)
+		}
+		reason := string(out[3:])
+		if !strings.HasSuffix(reason, c.want) || strings.Contains(reason, "rank") {
+			t.Errorf("%s: refusal %q, want %q and no rank", c.name, reason, c.want)
+		}
+	}
 }

@@ -10,20 +10,26 @@
 //     through a TCPStore client. Every connection is authenticated in both
 //     directions by an HMAC-SHA256 challenge-response over a shared secret
 //     (RINGDDP_SECRET); running without one is an explicit opt-out
-//     (StoreConfig.Insecure). Frames are bounded, every blocking call has a
-//     timeout, and malformed input closes the offending connection and
-//     nothing else. Authentication only: traffic after the handshake is
-//     neither encrypted nor integrity-protected, as in gloo and NCCL, so run
-//     jobs on a network you trust.
+//     (StoreConfig.Insecure). After the handshake every request and reply
+//     is authenticated (tcpstore_link.go): two GMAC tags per frame under a
+//     key per connection and direction derived from the handshake, with a
+//     counter per direction, so a relay without the secret cannot change,
+//     replay, reorder or splice frames; the reader of a bad frame closes
+//     the connection with an error wrapping ErrFrameAuth. Frames are not
+//     encrypted. Insecure stores send them bare. Frames are bounded, every
+//     blocking call has a timeout, and malformed input closes the offending
+//     connection and nothing else.
 //
 // The server's limits (StoreConfig; defaults in parentheses) bound what
 // strangers and secret holders can make rank 0 hold:
 //   - Strangers: a connection has HandshakeTimeout (2 s) to authenticate,
 //     and at most MaxPending (64) may be authenticating at once. A
 //     connection arriving at that limit, or at MaxConns (1024), is served
-//     and the oldest authenticating connection of the host with the most
-//     of them is dropped instead, so a flood of connections delays a rank
-//     by milliseconds rather than shutting it out. StoreServer.TurnedAway
+//     and an authenticating connection is dropped instead: its own host's
+//     oldest once that host holds as many as any other, else the oldest of
+//     the host holding the most. So a flood of connections delays a rank
+//     by milliseconds rather than shutting it out, and a flood from one
+//     host evicts none of another host's handshakes. StoreServer.TurnedAway
 //     counts what was dropped, and from where; a Get that times out tells
 //     its caller too, as the likely reason a rank never arrived.
 //   - Secret holders: a request's claimed length is checked against
@@ -32,7 +38,10 @@
 //     it, and its body must arrive within IOTimeout (10 s); the store
 //     holds at most MaxKeys (65536) keys and MaxStoredBytes (32 MiB); a
 //     Get waits at most the server's Timeout, whatever the client asks,
-//     and ends as soon as its client hangs up. So rank 0's heap stays in
+//     and ends as soon as its client hangs up; replies a client leaves
+//     unread fill at most MaxUnreadReplyBytes (128 KiB) of its
+//     connection's send buffer before the server stops reading that
+//     connection, and close it after IOTimeout. So rank 0's heap stays in
 //     the tens of megabytes whatever a client sends. A refused request
 //     fails with an error wrapping ErrLimit that names the limit.
 //

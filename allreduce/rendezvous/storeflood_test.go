@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,6 +22,11 @@ import (
 // Half the connections send the first bytes of a handshake and stall, the
 // others send nothing. stop ends it and closes every connection.
 func startFlood(addr string, workers, total int) (opened *atomic.Int64, stop func()) {
+	return startFloodFrom(addr, nil, workers, total)
+}
+
+// startFloodFrom is startFlood from the local address from (nil: any).
+func startFloodFrom(addr string, from net.Addr, workers, total int) (opened *atomic.Int64, stop func()) {
 	opened = new(atomic.Int64)
 	quit := make(chan struct{})
 	slots := make(chan struct{}, total)
@@ -34,7 +40,7 @@ func startFlood(addr string, workers, total int) (opened *atomic.Int64, stop fun
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d := net.Dialer{Timeout: time.Second}
+			d := net.Dialer{Timeout: time.Second, LocalAddr: from}
 			for {
 				select {
 				case <-quit:
@@ -211,14 +217,14 @@ func TestStoreEvictsBusiestHost(t *testing.T) {
 	lone := add("10.0.0.2")
 	flood := []*serverConn{add("10.0.0.9"), add("10.0.0.9"), add("10.0.0.9")}
 	s.mu.Lock()
-	v1, v2 := s.evictLocked(), s.evictLocked()
+	v1, v2 := s.evictLocked("10.0.0.5"), s.evictLocked("10.0.0.5")
 	s.mu.Unlock()
 	if v1 != flood[0] || v2 != flood[1] || lone.evicted || !v1.evicted {
 		t.Errorf("evicted %v, %v; want the flood's oldest two", v1.host, v2.host)
 	}
 	s.mu.Lock()
-	v3, v4 := s.evictLocked(), s.evictLocked() // a tie: the oldest goes first
-	v5 := s.evictLocked()
+	v3, v4 := s.evictLocked("10.0.0.5"), s.evictLocked("10.0.0.5") // a tie: the oldest goes first
+	v5 := s.evictLocked("10.0.0.5")
 	s.mu.Unlock()
 	if v3 != lone || v4 != flood[2] || v5 != nil || s.pending.Len() != 0 || len(s.byHost) != 0 || len(s.conns) != 0 {
 		t.Errorf("then %v, %v, %v", v3, v4, v5)
@@ -227,4 +233,92 @@ func TestStoreEvictsBusiestHost(t *testing.T) {
 	if _, err := v1.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("evicted connection reads %v", err)
 	}
+
+	// A newcomer from a host that, counting it, holds as many pending
+	// connections as the busiest evicts its own host's oldest, even when
+	// another host's are older; from a host with none, the busiest's.
+	slow := []*serverConn{add("10.0.0.1"), add("10.0.0.1")}
+	flood = []*serverConn{add("10.0.0.9"), add("10.0.0.9")}
+	s.mu.Lock()
+	v6 := s.evictLocked("10.0.0.9") // 10.0.0.9 would hold 3 against 2
+	v7 := s.evictLocked("10.0.0.9") // 2 against 2
+	v8 := s.evictLocked("10.0.0.7") // none of its own: the oldest of the busiest
+	s.mu.Unlock()
+	if v6 != flood[0] || v7 != flood[1] || v8 != slow[0] {
+		t.Errorf("newcomers from the flood evicted %v, %v; a third host %v", v6.host, v7.host, v8.host)
+	}
+}
+
+// slowConn delays its first write: a client far away, or slow to compute
+// its answer.
+type slowConn struct {
+	net.Conn
+	delay time.Duration
+	once  sync.Once
+}
+
+func (c *slowConn) Write(b []byte) (int, error) {
+	c.once.Do(func() { time.Sleep(c.delay) })
+	return c.Conn.Write(b)
+}
+
+// TestStoreFloodSparesOtherHosts: the review's attack. A flood of
+// connections from 127.0.0.2 does not evict the handshakes of another
+// host, 127.0.0.1, whose clients answer the server's hello only after
+// 200 ms: every one of them authenticates, with the default limits (10
+// slow clients) and with MaxPending 8 (4 slow clients, half the slots:
+// the flood then holds as many as they do).
+func TestStoreFloodSparesOtherHosts(t *testing.T) {
+	if c, err := net.Dial("tcp", "127.0.0.2:1"); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	} else if c != nil {
+		c.Close()
+	}
+	for _, c := range []struct{ maxPending, slow int }{{DefaultMaxPending, 10}, {8, 4}} {
+		cfg := testStoreConfig()
+		cfg.MaxPending = c.maxPending
+		srv := startServer(t, cfg)
+		failed, ta, opened := slowHandshakesUnderFlood(t, srv, c.slow)
+		t.Logf("MaxPending %d: %d of %d slow handshakes from 127.0.0.1 failed under a flood from 127.0.0.2 (%d connections); %s",
+			c.maxPending, failed, c.slow, opened, ta)
+		if failed > 0 {
+			t.Errorf("MaxPending %d: %d of %d slow handshakes from another host were dropped", c.maxPending, failed, c.slow)
+		}
+		for _, h := range ta.From {
+			if h.Host == "127.0.0.1" {
+				t.Errorf("MaxPending %d: the store turned away %d connections of 127.0.0.1", c.maxPending, h.Count)
+			}
+		}
+	}
+}
+
+// slowHandshakesUnderFlood floods srv from 127.0.0.2 until its pending
+// slots are full, then authenticates n clients from 127.0.0.1 that answer
+// after 200 ms, and returns how many failed, what the server turned away,
+// and how many connections the flood opened.
+func slowHandshakesUnderFlood(t *testing.T, srv *StoreServer, n int) (failed int, ta TurnedAway, opened int64) {
+	count, stop := startFloodFrom(srv.Addr().String(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, 4, DefaultMaxConns+DefaultMaxPending)
+	defer stop()
+	waitFor(t, func() bool { return srv.Stats().Pending == srv.cfg.MaxPending })
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			c, err := net.DialTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, srv.Addr().(*net.TCPAddr))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			_, err = clientHandshake(&slowConn{Conn: c, delay: 200 * time.Millisecond}, testSecret, modeHMAC)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			failed++
+			t.Logf("slow handshake: %v", err)
+		}
+	}
+	return failed, srv.TurnedAway(), count.Load()
 }

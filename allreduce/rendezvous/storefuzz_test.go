@@ -3,7 +3,7 @@ package rendezvous
 import (
 	"bytes"
 	"encoding/binary"
-	"io"
+	"errors"
 	"math"
 	"net"
 	"testing"
@@ -73,44 +73,68 @@ func FuzzStoreRequests(f *testing.F) {
 	f.Add(reqHeader(opSet, 4, 1000, 0)) // stalls mid-body
 	f.Add(bytes.Repeat(rawRequest(opAdd, "n", make([]byte, 8), 0), 20))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg := StoreConfig{Insecure: true, Timeout: 50 * time.Millisecond, MaxValueLen: 64,
-			MaxInFlightBytes: 4 * (64 + MaxKeyLen), MaxKeys: 8, MaxStoredBytes: 512}.withDefaults()
-		s := newStoreServer(nil, cfg, modeInsecure)
-		defer s.mem.Close()
-		srvSide, cli := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.serveRequests(srvSide)
-			srvSide.Close()
-		}()
-		replies := make(chan error, 1)
-		go func() {
-			for {
-				st, body, err := readReply(cli)
-				if err != nil {
-					replies <- nil
-					return
-				}
-				if st > stLimit || len(body) > max(cfg.MaxValueLen, maxErrorText) {
-					replies <- io.ErrUnexpectedEOF
-					return
-				}
-			}
-		}()
-		cli.Write(b)
-		cli.Close()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("server still serving 5 s after the client hung up")
-		}
-		if err := <-replies; err != nil {
-			t.Fatal("malformed reply")
-		}
+		s, _ := fuzzServe(t, b, nil)
+		cfg := s.cfg
 		st := s.Stats()
 		if st.InFlightBytes != 0 || st.Keys > cfg.MaxKeys || st.StoredBytes > cfg.MaxStoredBytes {
 			t.Fatalf("after the connection: %+v", st)
 		}
 	})
+}
+
+// fuzzServe serves b, as one client's bytes, on a connection of a server
+// with small limits, sealed under key (nil: insecure), until the server
+// ends the connection, and returns the server and how many replies it
+// sent. It fails t on a hang or a malformed reply (a bad tag, an unknown
+// status, an oversized body).
+func fuzzServe(t *testing.T, b []byte, key *[32]byte) (*StoreServer, int) {
+	cfg := StoreConfig{Insecure: key == nil, Secret: testSecret, Timeout: 50 * time.Millisecond, MaxValueLen: 64,
+		MaxInFlightBytes: 4 * (64 + MaxKeyLen), MaxKeys: 8, MaxStoredBytes: 512}
+	if key == nil {
+		cfg.Secret = nil
+	}
+	cfg = cfg.withDefaults()
+	mode, _ := authMode(cfg.Secret, cfg.Insecure)
+	s := newStoreServer(nil, cfg, mode)
+	t.Cleanup(func() { s.mem.Close() })
+	srvSide, cli := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l, _ := newStoreLink(srvSide, key, false)
+		s.serveRequests(l)
+		srvSide.Close()
+	}()
+	replies := make(chan int, 1)
+	cl, _ := newStoreLink(cli, key, true)
+	go func() {
+		n := 0
+		for {
+			st, body, err := readReply(&rawConn{storeLink: cl})
+			if err != nil {
+				if errors.Is(err, ErrFrameAuth) {
+					n = -1
+				}
+				replies <- n
+				return
+			}
+			if st > stLimit || len(body) > max(cfg.MaxValueLen, maxErrorText) {
+				replies <- -1
+				return
+			}
+			n++
+		}
+	}()
+	cli.Write(b)
+	cli.Close()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("server still serving 5 s after the client hung up")
+	}
+	n := <-replies
+	if n < 0 {
+		t.Fatal("malformed reply")
+	}
+	return s, n
 }

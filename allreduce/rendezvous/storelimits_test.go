@@ -27,14 +27,14 @@ func rawRequest(op byte, key string, val []byte, wait time.Duration) []byte {
 	return b
 }
 
-// readReply reads one reply, whatever its length.
-func readReply(r io.Reader) (byte, []byte, error) {
+// readReply reads one reply, whatever its length, checking its tags.
+func readReply(c *rawConn) (byte, []byte, error) {
 	var h [replyHeaderLen]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
+	if err := c.readRecord(h[:], 0); err != nil {
 		return 0, nil, err
 	}
 	body := make([]byte, binary.BigEndian.Uint32(h[4:]))
-	_, err := io.ReadFull(r, body)
+	err := c.readRecord(body, 0)
 	return h[0], body, err
 }
 
@@ -356,7 +356,7 @@ func TestStoreMemoryUnderSecretHolder(t *testing.T) {
 			what, h, rssMB(), st.Conns, st.Keys, float64(st.StoredBytes)/1e6, float64(st.InFlightBytes)/1e6)
 	}
 	sample("before")
-	var hold []net.Conn
+	var hold []*rawConn
 	defer func() {
 		for _, c := range hold {
 			c.Close()
@@ -435,7 +435,7 @@ func TestStoreMemoryUnderSecretHolder(t *testing.T) {
 
 // setPastMaxKeys pipelines Sets of DefaultMaxKeys+10 keys on the raw
 // connection c and checks that the last 10 are refused naming MaxKeys.
-func setPastMaxKeys(t *testing.T, c net.Conn) {
+func setPastMaxKeys(t *testing.T, c *rawConn) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var limited int
@@ -473,7 +473,7 @@ func setPastMaxKeys(t *testing.T, c net.Conn) {
 // claim 1 MiB bodies and stall after 4 bytes, waits until the bytes in
 // flight near MaxInFlightBytes, and checks that every reply is a
 // MaxInFlightBytes refusal.
-func stallBodies(t *testing.T, srv *StoreServer, addr string, hold *[]net.Conn) {
+func stallBodies(t *testing.T, srv *StoreServer, addr string, hold *[]*rawConn) {
 	refused := 0
 	for i := 0; i < 40; i++ {
 		c := rawClient(t, addr)

@@ -44,6 +44,9 @@ func (s *StoreServer) acceptLoop() {
 			continue
 		}
 		backoff = 0
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetWriteBuffer(s.cfg.MaxUnreadReplyBytes)
+		}
 		sc := &serverConn{Conn: c, host: hostOf(c.RemoteAddr())}
 		// The handshake's deadline, set before an eviction can cut it
 		// short.
@@ -55,7 +58,7 @@ func (s *StoreServer) acceptLoop() {
 			continue
 		}
 		if s.pending.Len() >= s.cfg.MaxPending || len(s.conns) >= s.cfg.MaxConns {
-			if s.evictLocked() == nil {
+			if s.evictLocked(sc.host) == nil {
 				// Every connection has authenticated: only secret holders
 				// hold the slots, so the newcomer goes.
 				s.turned.note(turnRefused, sc.host)
@@ -73,23 +76,39 @@ func (s *StoreServer) acceptLoop() {
 	}
 }
 
-// evictLocked evicts the oldest pending connection of the host with the
-// most pending connections: it no longer counts against the limits, and
-// its handshake is cut short (its goroutine closes it). It returns the
-// connection, or nil when nothing is pending. Called with mu held.
+// evictLocked makes room for a newcomer from host newcomer by evicting a
+// pending connection: it no longer counts against the limits, and its
+// handshake is cut short (its goroutine closes it). It returns the
+// connection, or nil when nothing is pending. Called with mu held. The
+// victim, so that a flood from one host evicts only its own connections:
+//
+//  1. Count the newcomer with its host's pending connections. If that
+//     host then has at least as many as any other, and has one pending
+//     already, its own oldest goes: a host can take another's slot only
+//     while it holds fewer.
+//  2. Otherwise the oldest pending connection of the host with the most
+//     goes (among hosts tied for the most, the oldest connection).
+//
+// So a host holding no more than its share of the pending slots keeps
+// them however fast another host connects. Many hosts with one connection
+// each (step 2 among ties) lose their oldest first.
 //
 // The handshake is interrupted rather than the connection closed: one
 // whose handshake has already succeeded (the client holds the server's
 // final message) is admitted after all, so a client never finds the
 // connection it authenticated closed under it.
-func (s *StoreServer) evictLocked() *serverConn {
+func (s *StoreServer) evictLocked(newcomer string) *serverConn {
 	most := 0
 	for _, n := range s.byHost {
 		most = max(most, n)
 	}
+	victim := func(sc *serverConn) bool { return s.byHost[sc.host] == most }
+	if own := s.byHost[newcomer]; own > 0 && own+1 >= most {
+		victim = func(sc *serverConn) bool { return sc.host == newcomer }
+	}
 	for e := s.pending.Front(); e != nil; e = e.Next() {
 		sc := e.Value.(*serverConn)
-		if s.byHost[sc.host] == most {
+		if victim(sc) {
 			s.unpendLocked(sc)
 			sc.evicted = true
 			delete(s.conns, sc)
@@ -112,9 +131,13 @@ func (s *StoreServer) unpendLocked(sc *serverConn) {
 func (s *StoreServer) serve(sc *serverConn) {
 	defer s.wg.Done()
 	defer s.drop(sc)
-	err := serverHandshake(sc.Conn, s.cfg.Secret, s.mode)
-	if s.admit(sc, err) {
-		s.serveRequests(sc.Conn)
+	key, err := serverHandshake(sc.Conn, s.cfg.Secret, s.mode)
+	if !s.admit(sc, err) {
+		return
+	}
+	l, err := newStoreLink(sc.Conn, key, false)
+	if err == nil {
+		s.serveRequests(l)
 	}
 }
 

@@ -23,8 +23,8 @@ type TCPStore struct {
 	mode byte
 
 	mu     sync.Mutex
-	idle   []net.Conn
-	busy   map[net.Conn]struct{}
+	idle   []*storeLink
+	busy   map[*storeLink]struct{}
 	closed bool
 	server *StoreServer // hosted by this rank (Connect on rank 0), closed with the client
 }
@@ -47,7 +47,7 @@ func DialStore(ctx context.Context, addr string, cfg StoreConfig) (*TCPStore, er
 	if err != nil {
 		return nil, err
 	}
-	s := &TCPStore{addr: addr, cfg: cfg, mode: mode, busy: make(map[net.Conn]struct{})}
+	s := &TCPStore{addr: addr, cfg: cfg, mode: mode, busy: make(map[*storeLink]struct{})}
 	ctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	c, err := s.dial(ctx)
@@ -98,7 +98,7 @@ func (s *TCPStore) callCtx(ctx context.Context) (context.Context, context.Cancel
 // dial opens and authenticates a connection, retrying connection failures.
 // A server that is up but cut the handshake short (it was flooded with
 // connections, and evicted ours) is retried sooner than one that is not up.
-func (s *TCPStore) dial(ctx context.Context) (net.Conn, error) {
+func (s *TCPStore) dial(ctx context.Context) (*storeLink, error) {
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
 	var last error
@@ -109,10 +109,14 @@ func (s *TCPStore) dial(ctx context.Context) (net.Conn, error) {
 			wait = min(backoff, maxHandshakeRetryWait)
 			dl, _ := ctx.Deadline()
 			_ = c.SetDeadline(earliest(dl, time.Now().Add(s.cfg.HandshakeTimeout)))
-			err = clientHandshake(c, s.cfg.Secret, s.mode)
+			var key *[32]byte
+			key, err = clientHandshake(c, s.cfg.Secret, s.mode)
 			if err == nil {
 				_ = c.SetDeadline(time.Time{})
-				return c, nil
+				var l *storeLink
+				if l, err = newStoreLink(c, key, true); err == nil {
+					return l, nil
+				}
 			}
 			_ = c.Close()
 			if isAuthErr(err) {
@@ -146,7 +150,7 @@ func (s *TCPStore) ctxErr(ctx context.Context, what string) error {
 	return fmt.Errorf("rendezvous: %s: %w", what, ctx.Err())
 }
 
-func (s *TCPStore) get(ctx context.Context) (net.Conn, error) {
+func (s *TCPStore) get(ctx context.Context) (*storeLink, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -175,7 +179,7 @@ func (s *TCPStore) get(ctx context.Context) (net.Conn, error) {
 }
 
 // put returns a connection after a call; a broken one is closed.
-func (s *TCPStore) put(c net.Conn, healthy bool) {
+func (s *TCPStore) put(c *storeLink, healthy bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.busy, c)
@@ -230,6 +234,8 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, op byte, key stri
 			return 0, nil, s.ctxErr(ctx, what)
 		case errors.Is(err, ErrProtocol):
 			return 0, nil, fmt.Errorf("rendezvous: %s: %w", what, err)
+		case errors.Is(err, ErrFrameAuth):
+			return 0, nil, fmt.Errorf("rendezvous: %s: store %s: reply: %w: %s", what, s.addr, err, tamperNote)
 		case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			return 0, nil, fmt.Errorf("rendezvous: %s: store server %s closed the connection: %w", what, s.addr, err)
 		}
@@ -244,16 +250,18 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, op byte, key stri
 	return status, body, nil
 }
 
-func (s *TCPStore) exchange(c net.Conn, op byte, key string, val []byte, wait time.Duration) (byte, []byte, error) {
+// exchange sends one request and reads its reply: header first, checked
+// (and authenticated) before anything is allocated for the body.
+func (s *TCPStore) exchange(c *storeLink, op byte, key string, val []byte, wait time.Duration) (byte, []byte, error) {
 	req := make([]byte, reqHeaderLen+len(key)+len(val))
 	encodeRequest(req, request{op: op, keyLen: len(key), valLen: len(val), wait: wait})
 	copy(req[reqHeaderLen:], key)
 	copy(req[reqHeaderLen+len(key):], val)
-	if _, err := c.Write(req); err != nil {
+	if err := c.writeFrame(req[:reqHeaderLen], req[reqHeaderLen:]); err != nil {
 		return 0, nil, err
 	}
 	var hdr [replyHeaderLen]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+	if err := c.readRecord(hdr[:], 0); err != nil {
 		return 0, nil, err
 	}
 	status, n, err := decodeReply(hdr[:], s.cfg.MaxValueLen)
@@ -261,7 +269,7 @@ func (s *TCPStore) exchange(c net.Conn, op byte, key string, val []byte, wait ti
 		return 0, nil, err
 	}
 	body := make([]byte, n)
-	if _, err := io.ReadFull(c, body); err != nil {
+	if err := c.readRecord(body, 0); err != nil {
 		return 0, nil, err
 	}
 	return status, body, nil

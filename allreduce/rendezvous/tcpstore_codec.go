@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Request and reply framing after the handshake:
+// Request and reply framing after the handshake (with a secret, the
+// header and the body of each are followed by their tags: tcpstore_link.go):
 //
 //	request: op u8 | 0 0 0 | keyLen u32 | valLen u32 | waitMs u32 | key | value
 //	reply:   status u8 | 0 0 0 | len u32 | body

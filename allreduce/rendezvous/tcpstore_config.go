@@ -36,18 +36,29 @@ type StoreConfig struct {
 	MaxConns int
 	// MaxPending bounds the server's connections that have not
 	// authenticated yet. A connection arriving at this limit, or at
-	// MaxConns, is not refused: the server closes the oldest pending
-	// connection of the remote host with the most pending connections (the
-	// oldest of all when one host floods) to make room, so that strangers
-	// holding connections open cannot crowd out a rank. Only when every
-	// one of MaxConns connections has authenticated is the newcomer
-	// refused. Default DefaultMaxPending.
+	// MaxConns, is not refused: the server closes a pending connection to
+	// make room (StoreServer.evictLocked: the newcomer's own host's oldest
+	// once that host, counting the newcomer, holds as many as any other;
+	// else the oldest of the host with the most), so that strangers holding
+	// connections open cannot crowd out a rank, and one host's flood
+	// evicts only its own. Only when every one of MaxConns connections has
+	// authenticated is the newcomer refused. Default DefaultMaxPending.
 	MaxPending int
 	// MaxInFlightBytes bounds the request bodies (keys and values) the
 	// server holds at once, over all its connections: a request that would
 	// pass it is refused with an error wrapping ErrLimit before anything is
 	// allocated for it. Default DefaultMaxInFlightBytes.
 	MaxInFlightBytes int64
+	// MaxUnreadReplyBytes bounds, per connection, the bytes of replies the
+	// server has handed to the kernel that its client has not read: each
+	// server connection's socket send buffer is set to it (SO_SNDBUF; Linux
+	// reserves twice that), and the server reads a connection's next
+	// request only once the reply to the last is in that buffer in whole,
+	// so a client that sends requests without reading the replies stops
+	// being read, and is closed when a reply has not gone within
+	// IOTimeout. Other connections are not affected. Default
+	// DefaultMaxUnreadReplyBytes.
+	MaxUnreadReplyBytes int
 	// MaxKeys bounds the keys the server stores: a Set or Add making a key
 	// beyond it fails with ErrLimit. Default DefaultMaxKeys.
 	MaxKeys int
@@ -71,6 +82,10 @@ const (
 	// DefaultMaxInFlightBytes is StoreConfig.MaxInFlightBytes's default: a
 	// rendezvous moves kilobytes.
 	DefaultMaxInFlightBytes = 16 << 20
+	// DefaultMaxUnreadReplyBytes is StoreConfig.MaxUnreadReplyBytes's
+	// default: a few round trips of a rendezvous's replies, and a
+	// thirtieth of what Linux lets a send buffer grow to unset (4 MiB).
+	DefaultMaxUnreadReplyBytes = 128 << 10
 )
 
 // withDefaults is c with its unset fields set to their defaults.
@@ -83,6 +98,7 @@ func (c StoreConfig) withDefaults() StoreConfig {
 	orDefault(&c.MaxConns, DefaultMaxConns)
 	orDefault(&c.MaxPending, DefaultMaxPending)
 	orDefault(&c.MaxInFlightBytes, DefaultMaxInFlightBytes)
+	orDefault(&c.MaxUnreadReplyBytes, DefaultMaxUnreadReplyBytes)
 	orDefault(&c.MaxKeys, DefaultMaxKeys)
 	orDefault(&c.MaxStoredBytes, DefaultMaxStoredBytes)
 	return c

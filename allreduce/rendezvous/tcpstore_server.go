@@ -119,32 +119,50 @@ func (s *StoreServer) Stats() StoreStats {
 }
 
 // serveRequests answers an authenticated client's requests until it goes
-// away or breaks the protocol.
-func (s *StoreServer) serveRequests(c net.Conn) {
+// away or breaks the protocol. It reads a request only once the reply to
+// the last has been handed to the kernel in whole: a client that sends
+// requests without reading the replies finds the connection's send buffer
+// (MaxUnreadReplyBytes) full, the server no longer reading, and after
+// IOTimeout the connection closed.
+func (s *StoreServer) serveRequests(l *storeLink) {
 	var hdr [reqHeaderLen]byte
 	for {
 		// An authenticated client may stay idle between calls; once a
 		// request begins, the rest of it must follow in time.
-		_ = c.SetDeadline(time.Time{})
-		if _, err := io.ReadFull(c, hdr[:1]); err != nil {
+		_ = l.SetDeadline(time.Time{})
+		if _, err := io.ReadFull(l, hdr[:1]); err != nil {
 			return
 		}
-		_ = c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
-		if _, err := io.ReadFull(c, hdr[1:]); err != nil {
+		_ = l.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+		if err := l.readRecord(hdr[:], 1); err != nil {
+			s.readFailed(l, err)
 			return
 		}
 		req, err := decodeRequest(hdr[:], s.cfg.MaxValueLen)
 		if err != nil {
 			var re *requestError
 			if errors.As(err, &re) {
-				s.replyText(c, re.status, re.msg)
+				s.replyText(l, re.status, re.msg)
 			}
 			return
 		}
-		if !s.handle(c, req) {
+		if !s.handle(l, req) {
 			return
 		}
 	}
+}
+
+// readFailed ends a connection whose request could not be read: one that
+// failed its authentication is counted as turned away (tampered) and its
+// client told which record failed, in a reply the client can check.
+func (s *StoreServer) readFailed(l *storeLink, err error) {
+	if !errors.Is(err, ErrFrameAuth) {
+		return
+	}
+	s.mu.Lock()
+	s.turned.note(turnTampered, hostOf(l.RemoteAddr()))
+	s.mu.Unlock()
+	s.replyText(l, stError, fmt.Sprintf("request from %s: %v: %s", l.RemoteAddr(), err, tamperNote))
 }
 
 // reserve takes n bytes of the in-flight budget, or reports how much is
@@ -167,32 +185,28 @@ func (s *StoreServer) release(n int64) {
 
 // handle reads the body of one request, serves it and replies; false ends
 // the connection.
-func (s *StoreServer) handle(c net.Conn, req request) bool {
+func (s *StoreServer) handle(c *storeLink, req request) bool {
 	n := int64(req.keyLen) + int64(req.valLen)
 	if ok, taken := s.reserve(n); !ok {
 		s.replyText(c, stLimit, fmt.Sprintf("a request of %d bytes would pass the store's limit of %d bytes of requests in flight (MaxInFlightBytes; %d in flight): try again later",
 			n, s.cfg.MaxInFlightBytes, taken))
 		return false
 	}
-	// Both buffers are within the reservation; the value's becomes the
-	// stored value, uncopied. The reservation ends once the body is in,
+	// The body is within the reservation; its value becomes the stored
+	// value, uncopied. The reservation ends once the body is in,
 	// before the request is served and answered: a client that has its
 	// answer must find the budget free again (its next request, or
 	// another client's, would otherwise be refused while this goroutine
 	// has yet to run its release), and what the body became is counted as
 	// stored bytes (Set) or is a key of at most MaxKeyLen (Get, Add).
-	keyb := make([]byte, req.keyLen)
-	val := make([]byte, req.valLen)
-	_, kerr := io.ReadFull(c, keyb)
-	var verr error
-	if kerr == nil {
-		_, verr = io.ReadFull(c, val)
-	}
+	body := make([]byte, n)
+	err := c.readRecord(body, 0)
 	s.release(n)
-	if kerr != nil || verr != nil {
+	if err != nil {
+		s.readFailed(c, err)
 		return false
 	}
-	key := string(keyb)
+	key, val := string(body[:req.keyLen]), body[req.keyLen:n:n]
 	switch req.op {
 	case opSet:
 		if err := s.mem.set(key, val); err != nil {
@@ -229,14 +243,14 @@ func (s *StoreServer) handle(c net.Conn, req request) bool {
 // waitWatching waits up to wait for key, and reports gone without waiting
 // further when the client hangs up (or sends anything: it may not while
 // its Get waits), so that no socket lingers in CLOSE-WAIT.
-func (s *StoreServer) waitWatching(c net.Conn, key string, wait time.Duration) (v []byte, err error, gone bool) {
+func (s *StoreServer) waitWatching(c *storeLink, key string, wait time.Duration) (v []byte, err error, gone bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = c.SetReadDeadline(time.Time{})
 	watch := make(chan bool, 1)
 	go func() {
 		var b [1]byte
-		_, err := c.Read(b[:])
+		_, err := c.Conn.Read(b[:])
 		g := err == nil || !errors.Is(err, os.ErrDeadlineExceeded)
 		if g {
 			cancel()
@@ -266,7 +280,7 @@ func (s *StoreServer) timeoutNote(key string, asked time.Duration) string {
 }
 
 // replyStoreErr answers a failed Set or Add; false ends the connection.
-func (s *StoreServer) replyStoreErr(c net.Conn, err error) bool {
+func (s *StoreServer) replyStoreErr(c *storeLink, err error) bool {
 	var le *limitError
 	switch {
 	case errors.As(err, &le):
@@ -278,7 +292,7 @@ func (s *StoreServer) replyStoreErr(c net.Conn, err error) bool {
 }
 
 // replyText replies with a message, cut to what a client reads.
-func (s *StoreServer) replyText(c net.Conn, status byte, msg string) bool {
+func (s *StoreServer) replyText(c *storeLink, status byte, msg string) bool {
 	if len(msg) > maxErrorText {
 		msg = msg[:maxErrorText]
 	}
@@ -286,11 +300,9 @@ func (s *StoreServer) replyText(c net.Conn, status byte, msg string) bool {
 }
 
 // reply writes a reply; body is not copied (it may be a stored value).
-func (s *StoreServer) reply(c net.Conn, status byte, body []byte) bool {
+func (s *StoreServer) reply(c *storeLink, status byte, body []byte) bool {
 	var h [replyHeaderLen]byte
 	encodeReply(h[:], status, len(body))
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.IOTimeout))
-	bufs := net.Buffers{h[:], body}
-	_, err := bufs.WriteTo(c)
-	return err == nil
+	return c.writeFrame(h[:], body) == nil
 }

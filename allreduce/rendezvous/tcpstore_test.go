@@ -184,18 +184,73 @@ func reqHeader(op byte, keyLen, valLen, waitMs uint32) []byte {
 }
 
 // rawClient is an authenticated connection the test drives by hand.
-func rawClient(t *testing.T, addr string) net.Conn {
+func rawClient(t *testing.T, addr string) *rawConn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := clientHandshake(c, testSecret, modeHMAC); err != nil {
+	key, err := clientHandshake(c, testSecret, modeHMAC)
+	if err != nil {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Time{})
-	return c
+	l, err := newStoreLink(c, key, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawConn{storeLink: l}
+}
+
+// rawConn is a client connection whose Write takes requests as the
+// unsealed protocol writes them (header | key | value, one after another,
+// any of them cut short) and sends them sealed: a header's tag as soon as
+// the header is whole, a body's bytes as they come and its tag once it is
+// whole. So a test can stall a request anywhere, or claim any length.
+type rawConn struct {
+	*storeLink
+	hdr  []byte // the current request's header, while incomplete
+	body []byte // its body so far
+	left int64  // body bytes still to come
+}
+
+func (c *rawConn) Write(b []byte) (int, error) {
+	var out []byte
+	tag := make([]byte, 16)
+	n := len(b)
+	for len(b) > 0 {
+		if c.left == 0 {
+			k := min(reqHeaderLen-len(c.hdr), len(b))
+			c.hdr, b = append(c.hdr, b[:k]...), b[k:]
+			out = append(out, c.hdr[len(c.hdr)-k:]...)
+			if len(c.hdr) < reqHeaderLen {
+				break
+			}
+			out = append(out, c.seal(tag, c.hdr)...)
+			c.left = int64(binary.BigEndian.Uint32(c.hdr[4:])) + int64(binary.BigEndian.Uint32(c.hdr[8:]))
+			c.hdr, c.body = nil, nil
+		} else {
+			k := int(min(c.left, int64(len(b))))
+			c.body, b = append(c.body, b[:k]...), b[k:]
+			out = append(out, c.body[len(c.body)-k:]...)
+			c.left -= int64(k)
+		}
+		if c.left == 0 && c.hdr == nil {
+			out = append(out, c.seal(tag, c.body)...)
+			c.body = nil
+		}
+	}
+	_, err := c.Conn.Write(out)
+	return n, err
+}
+
+// seal is rec's tag, or nothing on an insecure link.
+func (c *rawConn) seal(tag, rec []byte) []byte {
+	if c.send == nil {
+		return nil
+	}
+	return c.send.Seal(tag, rec)
 }
 
 // TestStoreMaxConns: at MaxConns a newcomer evicts the oldest connection

@@ -23,6 +23,9 @@ type TurnedAway struct {
 	// Rejected: failed authentication (a wrong secret, the other mode, not
 	// this protocol).
 	Rejected int64
+	// Tampered: authenticated, then closed because a request failed its
+	// frame authentication (ErrFrameAuth): changed in transit.
+	Tampered int64
 	// From counts them by remote host, most first, for the first
 	// MaxTurnedAwayHosts hosts seen.
 	From []HostCount
@@ -40,7 +43,9 @@ type HostCount struct {
 const MaxTurnedAwayHosts = 16
 
 // Total is how many connections were turned away.
-func (t TurnedAway) Total() int64 { return t.Evicted + t.Refused + t.Abandoned + t.Rejected }
+func (t TurnedAway) Total() int64 {
+	return t.Evicted + t.Refused + t.Abandoned + t.Rejected + t.Tampered
+}
 
 // String words the counts for an error message, e.g. "the store turned
 // away 812 connections (800 evicted while authenticating, 12 abandoned
@@ -59,7 +64,8 @@ func (t TurnedAway) String() string {
 		n    int64
 		what string
 	}{{t.Evicted, "evicted while authenticating"}, {t.Refused, "refused at the connection limit"},
-		{t.Abandoned, "abandoned authentication"}, {t.Rejected, "failed authentication"}} {
+		{t.Abandoned, "abandoned authentication"}, {t.Rejected, "failed authentication"},
+		{t.Tampered, "closed after a frame failed authentication"}} {
 		if p.n > 0 {
 			fmt.Fprintf(&b, "%s%d %s", sep, p.n, p.what)
 			sep = ", "
@@ -98,6 +104,7 @@ const (
 	turnRefused
 	turnAbandoned
 	turnRejected
+	turnTampered
 )
 
 func (l *turnedAwayLog) note(why turnReason, host string) {
@@ -110,6 +117,8 @@ func (l *turnedAwayLog) note(why turnReason, host string) {
 		l.counts.Abandoned++
 	case turnRejected:
 		l.counts.Rejected++
+	case turnTampered:
+		l.counts.Tampered++
 	}
 	if l.hosts == nil {
 		l.hosts = make(map[string]int64)

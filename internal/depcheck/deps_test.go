@@ -30,6 +30,9 @@ var forbidden = map[string][]string{
 	// numeric vocabulary below everything; the rank runner above allreduce,
 	// below the trainer and the commands.
 	"allreduce/internal/handshake": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "ddp", "zero", "optim", "models", "datasets"},
+	// Frame sealing, below the store (and any protocol that seals its
+	// frames), imports nothing of the module.
+	"allreduce/internal/frameseal": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "allreduce/internal/handshake", "internal/untrusted", "ddp", "zero", "optim", "models", "datasets"},
 	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"internal/vecops":              {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"internal/run/rankrun":         {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},

@@ -60,6 +60,10 @@ type Answer struct {
 // Body is the answer's body.
 func (a *Answer) Body() []byte { return a.whole[HelloLen : len(a.whole)-MACLen] }
 
+// Key is the connection's session key under label, once the listener has
+// accepted the dialer (Exchange.SessionKey).
+func (a *Answer) Key(label []byte) [KeyLen]byte { return a.x.SessionKey(label, a.hello, a.whole) }
+
 // Accept sends the verdict that admits the dialer: 0 | macL.
 func (a *Answer) Accept(w io.Writer) error {
 	verdict := make([]byte, 1, 1+MACLen)
@@ -141,40 +145,75 @@ type Peer struct {
 // its MAC, and reads the verdict, whose MAC it checks. The caller has set
 // a deadline.
 func (x *Exchange) Dial(c io.ReadWriter, body []byte, peer Peer) error {
-	hello := make([]byte, HelloLen)
+	_, _, err := x.dial(c, body, peer)
+	return err
+}
+
+// DialKey is Dial, and returns the connection's session key under label
+// (SessionKey).
+func (x *Exchange) DialKey(c io.ReadWriter, body []byte, peer Peer, label []byte) ([KeyLen]byte, error) {
+	hello, answer, err := x.dial(c, body, peer)
+	if err != nil {
+		return [KeyLen]byte{}, err
+	}
+	return x.SessionKey(label, hello, answer), nil
+}
+
+// KeyLen is the length of a session key, in bytes.
+const KeyLen = MACLen
+
+// SessionKey is the session key of the exchange of hello and answer
+// (macD included) under label:
+//
+//	key = HMAC-SHA256(secret, label | hello | answer)
+//
+// Both sides compute it once the exchange has succeeded, and neither sends
+// it; it covers both nonces, so it differs per connection, and the label
+// (which must name the protocol and its version) keeps the keys of two
+// protocols apart. In insecure mode it is keyed by the empty secret and
+// protects nothing.
+func (x *Exchange) SessionKey(label, hello, answer []byte) [KeyLen]byte {
+	var k [KeyLen]byte
+	copy(k[:], MAC(x.Secret, label, hello, answer))
+	return k
+}
+
+// dial is Dial, returning the hello and the answer sent.
+func (x *Exchange) dial(c io.ReadWriter, body []byte, peer Peer) (hello, answer []byte, err error) {
+	hello = make([]byte, HelloLen)
 	if _, err := io.ReadFull(c, hello); err != nil {
-		return fmt.Errorf("reading %s hello: %w", peer.Of, err)
+		return nil, nil, fmt.Errorf("reading %s hello: %w", peer.Of, err)
 	}
 	if err := x.checkHello(hello, peer.Name); err != nil {
-		return err
+		return nil, nil, err
 	}
-	answer := make([]byte, HelloLen, HelloLen+len(body)+MACLen)
+	answer = make([]byte, HelloLen, HelloLen+len(body)+MACLen)
 	if err := x.putHello(answer); err != nil {
-		return err
+		return nil, nil, err
 	}
 	answer = append(answer, body...)
 	answer = append(answer, MAC(x.Secret, x.DialerLabel, hello, answer)...)
 	if _, err := c.Write(answer); err != nil {
-		return err
+		return nil, nil, err
 	}
 	var status [1]byte
 	if _, err := io.ReadFull(c, status[:]); err != nil {
-		return fmt.Errorf("reading %s verdict: %w", peer.Of, err)
+		return nil, nil, fmt.Errorf("reading %s verdict: %w", peer.Of, err)
 	}
 	switch status[0] {
 	case 0:
 		got := make([]byte, MACLen)
 		if _, err := io.ReadFull(c, got); err != nil {
-			return fmt.Errorf("reading %s verdict: %w", peer.Of, err)
+			return nil, nil, fmt.Errorf("reading %s verdict: %w", peer.Of, err)
 		}
 		if !Verify(got, x.Secret, x.ListenerLabel, hello, answer) {
-			return fmt.Errorf("%w: %s", x.ErrAuth, peer.NoSecret)
+			return nil, nil, fmt.Errorf("%w: %s", x.ErrAuth, peer.NoSecret)
 		}
-		return nil
+		return hello, answer, nil
 	case 1:
-		return x.refused(c, peer.Name)
+		return nil, nil, x.refused(c, peer.Name)
 	}
-	return fmt.Errorf("%w: bad verdict byte %d from %s", x.ErrProtocol, status[0], peer.Name)
+	return nil, nil, fmt.Errorf("%w: bad verdict byte %d from %s", x.ErrProtocol, status[0], peer.Name)
 }
 
 // refused reads the reason of a refusal from peer.

@@ -22,6 +22,10 @@
 //   - A nonce is NonceLen fresh random bytes that one side chose: a MAC
 //     over the other side's nonce proves the secret now, not in a recorded
 //     exchange.
+//   - A session key is what both sides derive from a successful Exchange
+//     (Exchange.SessionKey: an HMAC over its first two messages, both
+//     nonces included, under the secret and a label naming the protocol),
+//     never sent: the key the store seals its frames under.
 //   - A refusal reason is u16 length | text, at most Protocol.MaxReason
 //     bytes; the text is the peer's and must pass through
 //     untrusted.Printable before anyone sees it.
@@ -29,8 +33,10 @@
 // The rule every protocol here follows: the side that connects proves the
 // secret first, and the side that listens sends nothing computed with the
 // secret until that proof has checked, so a stranger who connects obtains
-// no value to test guesses of the secret against. MACs are compared in
-// constant time (Verify). Exchange is the whole three-message handshake of
+// no value to test guesses of the secret against; what it sends a peer that
+// has not proved the secret (a refusal's reason) names versions, modes and
+// the peer's role, never a rank or anything else of the job. MACs are
+// compared in constant time (Verify). Exchange is the whole three-message handshake of
 // the store and the shm transport; the tcp transport's four messages are
 // built from the same pieces.
 package handshake
