@@ -223,6 +223,12 @@ type attempt struct {
 // wait collects them. A rank that cannot be started is the job's first
 // failure.
 func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
+	if a.ranks < 1 || a.ranks > maxNodeRanks {
+		if a.storeLn != nil {
+			a.storeLn.Close()
+		}
+		return nil, fmt.Errorf("launch: %d ranks on this host: want 1..%d", a.ranks, maxNodeRanks)
+	}
 	cfg.Ranks = a.ranks
 	if a.master != "" {
 		cfg.Nnodes, cfg.NodeRank, cfg.Master = a.nnodes, a.nodeRank, a.master

@@ -24,6 +24,7 @@ const (
 	maxShownText  = 2000     // the runes of another launcher's text a message quotes
 	maxNodeRanks  = 1 << 16  // ranks a node may report (-ranks)
 	maxStopSeqRun = 1 << 20  // stop-seq values a report may carry
+	minStorePort  = 1024     // the lowest store_port: node 0 binds a port the kernel picks
 )
 
 // printable reports whether s is valid UTF-8 without control characters.
@@ -61,8 +62,8 @@ func checkPlan(p *nodePlan, n, nnodes, ranks int) error {
 	switch {
 	case p.RanksPerNode != ranks:
 		return fmt.Errorf("ranks_per_node %d: want this node's -ranks %d", p.RanksPerNode, ranks)
-	case p.StorePort < 1 || p.StorePort > 65535:
-		return fmt.Errorf("store_port %d: want 1..65535", p.StorePort)
+	case p.StorePort < minStorePort || p.StorePort > 65535:
+		return fmt.Errorf("store_port %d: want %d..65535 (node 0 binds a free unprivileged port)", p.StorePort, minStorePort)
 	case p.RunID == "" || len(p.RunID) > maxRunIDLen || !printable(p.RunID):
 		return fmt.Errorf("run_id %q: want 1..%d printable bytes", untrusted.Text(p.RunID, 80), maxRunIDLen)
 	case p.Step < 0:

@@ -45,7 +45,7 @@ func (r *nodeRdzv) dialLeader(ctx context.Context, scfg rendezvous.StoreConfig) 
 		if portOpen(master) {
 			// Accepting, but no handshake completed for a whole round:
 			// one last try, for a node 0 that has only just come up.
-			c, cancel := context.WithTimeout(ctx, 3*time.Second)
+			c, cancel := context.WithTimeout(ctx, min(3*time.Second, r.cfg.joinReport))
 			st, err2 := rendezvous.DialStore(c, master, scfg)
 			cancel()
 			if err2 == nil {
