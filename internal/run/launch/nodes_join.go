@@ -278,6 +278,7 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 		return fmt.Errorf("launch: node 0: %w", a.err)
 	}
 	rep, cfg := a.rep, r.cfg
+	got[a.node] = rep // a reader of the plan, whatever it says
 	switch {
 	case rep.Ranks != cfg.Ranks:
 		return fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: node %d has -ranks %d", cfg.Ranks, a.node, rep.Ranks)
@@ -288,7 +289,6 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach",
 			a.node, rep.Master, cfg.Master)
 	}
-	got[a.node] = rep
 	fmt.Fprintf(r.w.errOut, "launch: node 0: node %d joined (%d of %d)\n", a.node, len(got), want)
 	return nil
 }
