@@ -15,18 +15,20 @@ import (
 // 4 of nodes_join.go): it dials until Elastic.JoinTimeout, saying every
 // Config.joinReport why it still waits, and fails at once on a store that
 // refuses the secret or does not speak the protocol, or on a port that
-// accepts connections but completes no handshake for a whole joinReport.
+// accepts connections but completes no handshake for two dialRounds.
 // It then claims its -node-rank, which no other launcher may hold.
 func (r *nodeRdzv) dialLeader(ctx context.Context, scfg rendezvous.StoreConfig) error {
 	master := r.cfg.Master
 	start := time.Now()
 	deadline := start.Add(r.e.JoinTimeout)
+	round := min(dialRound, r.cfg.joinReport)
+	lastReport := start
 	for {
-		round := time.Now().Add(r.cfg.joinReport)
-		if round.After(deadline) {
-			round = deadline
+		end := time.Now().Add(round)
+		if end.After(deadline) {
+			end = deadline
 		}
-		c, cancel := context.WithDeadline(ctx, round)
+		c, cancel := context.WithDeadline(ctx, end)
 		st, err := rendezvous.DialStore(c, master, scfg)
 		cancel()
 		switch {
@@ -45,7 +47,7 @@ func (r *nodeRdzv) dialLeader(ctx context.Context, scfg rendezvous.StoreConfig) 
 		if portOpen(master) {
 			// Accepting, but no handshake completed for a whole round:
 			// one last try, for a node 0 that has only just come up.
-			c, cancel := context.WithTimeout(ctx, min(3*time.Second, r.cfg.joinReport))
+			c, cancel := context.WithTimeout(ctx, round)
 			st, err2 := rendezvous.DialStore(c, master, scfg)
 			cancel()
 			if err2 == nil {
@@ -53,12 +55,19 @@ func (r *nodeRdzv) dialLeader(ctx context.Context, scfg rendezvous.StoreConfig) 
 				return r.claimNode(ctx)
 			}
 			return fmt.Errorf("launch: node %d: something at %s accepts connections but has not answered as node 0's launcher for %v: "+
-				"is the port taken by another program on node 0? (%w)", r.node, master, r.cfg.joinReport, err)
+				"is the port taken by another program on node 0? (%w)", r.node, master, time.Since(start).Round(time.Second), err)
 		}
-		fmt.Fprintf(r.w.errOut, "launch: node %d: still waiting for node 0's launcher at %s (%v of at most %v): %v\n",
-			r.node, master, time.Since(start).Round(time.Second), r.e.JoinTimeout, err)
+		if now := time.Now(); now.Sub(lastReport) >= r.cfg.joinReport {
+			lastReport = now
+			fmt.Fprintf(r.w.errOut, "launch: node %d: still waiting for node 0's launcher at %s (%v of at most %v): %v\n",
+				r.node, master, now.Sub(start).Round(time.Second), r.e.JoinTimeout, err)
+		}
 	}
 }
+
+// dialRound is how long dialLeader dials before it looks at why it has
+// not reached node 0 yet.
+const dialRound = 5 * time.Second
 
 // portOpen reports whether a TCP connection to addr is accepted.
 func portOpen(addr string) bool {

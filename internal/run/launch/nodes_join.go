@@ -46,8 +46,8 @@ import (
 //     why they still wait (connection refused: node 0 is not up yet, or
 //     does not listen on that address); a store that refuses the secret
 //     or does not speak the protocol is an error at once, and so is a
-//     port that accepts connections but never completes a handshake for a
-//     whole joinReport (another program holds it).
+//     port that accepts connections but completes no handshake for 10 s
+//     (another program holds it).
 
 // Defaults of Config's join timings.
 const (
