@@ -62,9 +62,11 @@ type nodeReport struct {
 	Fail    *wireFailure `json:"fail,omitempty"`
 	Signal  string       `json:"signal,omitempty"` // its launcher was stopped by this signal
 	Fatal   string       `json:"fatal,omitempty"`  // its launcher gives up (it leaves the job)
-	// Joining: its -nnodes and -master, which node 0 checks against its own.
-	Nnodes int    `json:"nnodes,omitempty"`
-	Master string `json:"master,omitempty"`
+	// Joining: its -nnodes and -master, and whether -master names a
+	// loopback address on this node, which node 0 checks against its own.
+	Nnodes         int    `json:"nnodes,omitempty"`
+	Master         string `json:"master,omitempty"`
+	MasterLoopback bool   `json:"master_loopback,omitempty"`
 }
 
 // wireFailure is a node's first failed rank, as reported.

@@ -34,9 +34,9 @@ import (
 //     itself means two nodes were given -node-rank 0, and both end.
 //  3. Node 0 reads every node's join report as it comes (awaitNodes) and
 //     ends the job at once, publishing why, when one disagrees: another
-//     -ranks or -nnodes, or a -master other than a loopback address while
-//     node 0's is one (its ranks would publish addresses the others
-//     cannot reach). It prints each node that joins, each connection its
+//     -ranks or -nnodes, or a -master that is not a loopback address where
+//     that node resolves it while node 0's is one where node 0 does (its
+//     ranks would publish addresses the others cannot reach). It prints each node that joins, each connection its
 //     store turns away (where from, why) as it happens, and every
 //     Config.joinReport (15 s) whom it still waits for. A connection that
 //     failed authentication (a wrong secret) while nodes are missing ends
@@ -284,19 +284,14 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 		return fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: node %d has -ranks %d", cfg.Ranks, a.node, rep.Ranks)
 	case rep.Nnodes != 0 && rep.Nnodes != cfg.Nnodes:
 		return fmt.Errorf("launch: node 0: every node must be given the same -nnodes as node 0's %d: node %d has -nnodes %d", cfg.Nnodes, a.node, rep.Nnodes)
-	case rep.Master != "" && loopbackHost(r.host) && !masterLoopback(rep.Master):
-		return fmt.Errorf("launch: node 0: node %d dials node 0 at -master %s, but node 0 was given -master %s, a loopback address: "+
-			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach",
+	case rep.Master != "" && !rep.MasterLoopback && loopbackHost(r.host):
+		return fmt.Errorf("launch: node 0: node %d dials node 0 at -master %s, but node 0 was given -master %s, a loopback address here: "+
+			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach "+
+			"(a host name that node 0 resolves to 127.0.x.x, as /etc/hosts often does, counts as loopback)",
 			a.node, rep.Master, cfg.Master)
 	}
 	fmt.Fprintf(r.w.errOut, "launch: node 0: node %d joined (%d of %d)\n", a.node, len(got), want)
 	return nil
-}
-
-// masterLoopback reports whether -master s names a loopback host.
-func masterLoopback(s string) bool {
-	host, _, err := splitMaster(s)
-	return err == nil && loopbackHost(host)
 }
 
 // joinWatch is what node 0 reports while it waits: the connections its
