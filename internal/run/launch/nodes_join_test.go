@@ -71,6 +71,7 @@ func (n *joinNode) expectErr(t *testing.T, limit time.Duration, wants ...string)
 			t.Errorf("node %d: error %q lacks %q\nstderr:\n%s", n.cfg.NodeRank, n.err, w, n.stderr)
 		}
 	}
+	t.Logf("node %d failed after %v: %v", n.cfg.NodeRank, n.took.Round(time.Millisecond), n.err)
 	if n.took > limit {
 		t.Errorf("node %d took %v to fail, want at most %v", n.cfg.NodeRank, n.took, limit)
 	}

@@ -36,7 +36,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 		case plan.Done:
 			return nil
 		case plan.Err != "":
-			return fmt.Errorf("launch: node 0 ended the job: %s", strings.TrimPrefix(plan.Err, "launch: "))
+			return fmt.Errorf("launch: node 0 ended the job: %s", strings.TrimPrefix(strings.TrimPrefix(plan.Err, "launch: "), "node 0: "))
 		}
 		idx := slices.Index(plan.Members, r.node)
 		if idx < 0 {
