@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,8 @@ func TestMain(m *testing.M) {
 //	           all are connected; the others sleep (ignoring SIGTERM with
 //	           RINGDDP_HELPER_IGNORE_TERM=1)
 //	interrupt  prints "ready", waits for an interrupt, prints "got interrupt"
+//	attack     with what it holds, tries to write a plan into the launchers'
+//	           rendezvous at RINGDDP_HELPER_LAUNCHERS and prints the outcome
 //	secretgone after connecting, starts a child (mode envcheck) that says
 //	           whether it inherited RINGDDP_SECRET
 //	elastic    5 all-reduce "steps" reported on the status pipe, failing as
@@ -129,6 +132,8 @@ func helperMain(mode string) int {
 		time.Sleep(time.Hour)
 	case "secretgone":
 		err = helperSecretGone(ctx, g, env.Rank)
+	case "attack":
+		err = helperAttack(ctx, g, env)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -305,5 +310,21 @@ func helperSecretGone(ctx context.Context, g *allreduce.Group, rank int) error {
 	}
 	_, set := os.LookupEnv(EnvSecret)
 	fmt.Printf("rank %d: %s: %s in own env: %v\n", rank, strings.TrimSpace(string(out)), EnvSecret, set)
+	return allreduce.Barrier(ctx, g)
+}
+
+// helperAttack is a rank turned hostile: with the secret it was given, it
+// dials the launchers' rendezvous and tries to publish a plan there.
+func helperAttack(ctx context.Context, g *allreduce.Group, env rendezvous.Env) error {
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := rendezvous.DialStore(c, os.Getenv("RINGDDP_HELPER_LAUNCHERS"), rendezvous.StoreConfig{Secret: env.Secret})
+	if err == nil {
+		err = st.Set(c, "elastic/1/plan", []byte(`{"attempt":1,"ranks_per_node":8,"members":[0,1],"store_port":9,"run_id":"x"}`))
+		st.Close()
+		fmt.Printf("rank %d: attack wrote a plan: %v\n", env.Rank, err)
+	} else {
+		fmt.Printf("rank %d: attack refused: %v\n", env.Rank, errors.Is(err, rendezvous.ErrAuth))
+	}
 	return allreduce.Barrier(ctx, g)
 }

@@ -28,3 +28,33 @@ func TestRankDropsSecret(t *testing.T) {
 		}
 	}
 }
+
+// A rank of a job of two nodes, turned hostile, cannot reach the
+// launchers' rendezvous with the secret it holds (issue 31's injected
+// plan): it was given one derived from the job's, and the job runs on.
+func TestRankCannotWritePlans(t *testing.T) {
+	t.Parallel()
+	master := loopbackMaster(t)
+	nodes := []*joinNode{newJoinNode(0, 1, master, joinTestSecret), newJoinNode(1, 1, master, joinTestSecret)}
+	outs := make([]*lockedBuffer, 2)
+	for i, n := range nodes {
+		var stdout *lockedBuffer
+		n.cfg, stdout, n.stderr = helperConfig(1, "attack", "RINGDDP_HELPER_LAUNCHERS="+master)
+		n.cfg.Nnodes, n.cfg.NodeRank, n.cfg.Master = 2, i, master
+		n.cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: joinTestSecret}[k] }
+		outs[i] = stdout
+	}
+	runJoin(nodes...)
+	for i, n := range nodes {
+		if n.err != nil {
+			t.Fatalf("node %d: %v\nstderr:\n%s", i, n.err, n.stderr)
+		}
+		want := fmt.Sprintf("rank %d: attack refused: true", i)
+		if i > 0 {
+			want = fmt.Sprintf("[rank %d] %s", i, want)
+		}
+		if !slices.Contains(lines(outs[i].String()), want) {
+			t.Errorf("node %d's stdout lacks %q:\n%s", i, want, outs[i])
+		}
+	}
+}
