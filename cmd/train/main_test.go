@@ -226,7 +226,7 @@ func TestHelp(t *testing.T) {
 	for _, f := range []string{"-ranks", "-model", "-dtype", "-epochs", "-batch", "-lr", "-momentum", "-weight-decay",
 		"-optim", "-bucket-mb", "-seed", "-data", "-export-data", "-checkpoint", "-resume", "-max-steps", "-out", "-json", "-transport",
 		"-timeout", "-quiet", "-nnodes", "-node-rank", "-master", "-insecure",
-		"-checkpoint-every", "-checkpoint-keep", "-max-restarts", "-min-ranks"} {
+		"-checkpoint-every", "-checkpoint-keep", "-max-restarts", "-min-ranks", "-join-timeout"} {
 		require.Regexp(t, `(?m)^  `+f+`( |$)`, out)
 	}
 }

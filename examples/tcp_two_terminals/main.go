@@ -17,12 +17,16 @@
 //
 //	go run ./examples/tcp_two_terminals
 //
-// Start only one, and it waits for the other up to -connect-timeout, then
-// fails naming the rank that never came.
+// Start only one, and it waits for the other up to -connect-timeout,
+// saying every 15 s what it waits for (rank 1: why rank 0's store does not
+// answer), then fails naming the rank that never came. Rank 0 prints every
+// connection its store turns away as it happens; a rank given another
+// secret fails at once, and rank 0 10 s after it tried.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,10 +43,12 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 	env, err := rendezvous.FromEnv(os.Getenv) // RANK, WORLD_SIZE, MASTER_ADDR, ... (or mpirun's, srun's)
+	// The secret is in env now: what this program starts does not need it.
+	os.Unsetenv("RINGDDP_SECRET")
 	switch {
 	case err != nil:
 	case env.Found:
-		err = run(ctx, env, *connectTimeout, os.Stdout)
+		err = run(ctx, env, wait{timeout: *connectTimeout, every: 15 * time.Second, grace: 10 * time.Second, errOut: os.Stderr}, os.Stdout)
 	default:
 		err = startBoth(ctx, "", os.Args[1:], nil, os.Stdout, os.Stderr)
 	}
@@ -52,20 +58,33 @@ func main() {
 	}
 }
 
-// run is one rank: connect, all-reduce, print.
-func run(ctx context.Context, env rendezvous.Env, connectTimeout time.Duration, out io.Writer) error {
+// run is one rank: connect (waiting for the other as w says), all-reduce,
+// print.
+func run(ctx context.Context, env rendezvous.Env, w wait, out io.Writer) error {
 	// The store is where the ranks find each other: rank 0 hosts it at
 	// MASTER_ADDR:MASTER_PORT. Every connection is authenticated with
 	// env.Secret (RINGDDP_SECRET).
-	store, err := rendezvous.Connect(ctx, env, "", rendezvous.StoreConfig{Timeout: connectTimeout})
+	store, err := connectStore(ctx, env, rendezvous.StoreConfig{Timeout: w.timeout}, w)
 	if err != nil {
 		return err
 	}
 	defer store.Close() // after g.Close: rank 0 serves the store until both have left
 	cfg := tcp.ConfigFromEnv(env, store)
-	cfg.ConnectTimeout = connectTimeout
-	conn, err := tcp.Dial(ctx, cfg)
+	cfg.ConnectTimeout = w.timeout
+	dctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	formed := func() {}
+	if srv := store.Server(); srv != nil { // rank 0: say what happens while waiting
+		var wctx context.Context
+		wctx, formed = context.WithCancel(ctx)
+		go watchFormation(wctx, srv, w, fail)
+	}
+	conn, err := tcp.Dial(dctx, cfg)
+	formed()
 	if err != nil {
+		if cause := context.Cause(dctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
 		return err
 	}
 	g, err := allreduce.NewGroup(conn) // the group owns conn

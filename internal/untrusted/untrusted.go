@@ -13,3 +13,17 @@ func Printable(b []byte) string {
 	}
 	return string(out)
 }
+
+// Text is Printable(s) cut to at most max runes, "..." marking a cut: a
+// text from elsewhere (another host's failure reason, say) that a message
+// quotes.
+func Text(s string, max int) string {
+	p := []rune(Printable([]byte(s)))
+	if max < 4 {
+		max = 4
+	}
+	if len(p) <= max {
+		return string(p)
+	}
+	return string(p[:max-3]) + "..."
+}

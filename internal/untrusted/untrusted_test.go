@@ -15,3 +15,22 @@ func TestPrintable(t *testing.T) {
 		}
 	}
 }
+
+func TestText(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"eleven char", 10, "eleven ..."},
+		{"a\x1b[2Jb", 10, "a?[2Jb"},
+		{"größe größe", 8, "größe..."},
+		{"abcdef", 1, "a..."},
+	} {
+		if got := Text(c.in, c.max); got != c.want {
+			t.Errorf("Text(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+	}
+}

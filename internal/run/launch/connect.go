@@ -157,6 +157,10 @@ var _ transport.Exchanger = (*Conn)(nil)
 // MASTER_ADDR:MASTER_PORT — and dials the TCP mesh, authenticated with
 // RINGDDP_SECRET. Without launcher variables it is rank 0 of a job of one.
 //
+// Reading the environment (Options.Getenv nil), Connect removes
+// RINGDDP_SECRET from it once read (os.Unsetenv), so that the processes
+// the rank starts do not inherit the secret.
+//
 // Connect leaves GOMAXPROCS alone: a rank started by another launcher
 // than ringddp's calls ShareCores first to take its share of the cores.
 //
@@ -176,6 +180,11 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		if env, err = rendezvous.FromEnv(getenv); err != nil {
 			return nil, env, err
 		}
+	}
+	if opts.Getenv == nil {
+		// The secret lives on in env.Secret: nothing this rank starts
+		// (a shell, a profiler, a data loader) inherits it.
+		_ = os.Unsetenv(EnvSecret)
 	}
 	insecure, err := insecureEnv(getenv)
 	if err != nil {

@@ -20,9 +20,15 @@
 // port, and the secret a fresh random one (crypto/rand), so no other user
 // of the host can join the job. With -nnodes N the launcher on node k
 // (-node-rank k) starts global ranks k·ranks … k·ranks+ranks-1 of
-// N·ranks, rank 0's store is at -master host:port, and the secret is
-// RINGDDP_SECRET from the environment, the same on every node (an error
-// when absent, unless -insecure); ranks then listen on the address of the
+// N·ranks. The launchers first meet at -master host:port, where node 0's
+// launcher hosts their rendezvous (nodes.go, nodes_join.go): every node
+// joins and agrees (-ranks, -nnodes, -master) before any rank starts, each
+// waiting launcher says as it goes whom it waits for and why, and a
+// misconfiguration ends every node within seconds naming it. Rank 0's
+// store then takes a fresh port node 0's launcher binds. The job's secret
+// is RINGDDP_SECRET from the launchers' environment, the same on every
+// node (an error when absent, unless -insecure); the ranks get a secret
+// derived from it (nodes_seal.go), and listen on the address of the
 // interface that routes to the master (tcp.ConfigFromEnv).
 //
 // Output: every line a rank writes to stdout or stderr is forwarded, as a
@@ -87,6 +93,10 @@
 // when this process is a tcp job's launcher.
 //
 // Security: the secret authenticates every connection (store and mesh).
+// A rank removes RINGDDP_SECRET from its environment once Connect has read
+// it. With several nodes only the launchers hold the job's secret; what
+// they exchange is MACed under a key the ranks cannot derive, and checked
+// field by field (nodes_check.go).
 // Afterwards the mesh's frames are protected as RINGDDP_WIRE_PROTECTION
 // (Options.WireProtection, the commands' -wire-protection) says: auto by
 // default, mac (every frame authenticated) on links between hosts and none

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,12 +69,22 @@ type Elastic struct {
 	RejoinTimeout time.Duration
 	// JoinTimeout, with several nodes, is how long node 0's launcher waits
 	// for every node's launcher to join before the first attempt, and the
-	// others for node 0's. Default DefaultJoinTimeout.
+	// others for node 0's. Default Config.JoinTimeout, else
+	// DefaultJoinTimeout.
 	JoinTimeout time.Duration
 }
 
 // check validates e for cfg and fills in its defaults.
 func (e *Elastic) check(cfg Config) error {
+	if e.RejoinTimeout < 0 || e.JoinTimeout < 0 {
+		return errors.New("launch: negative rejoin or join timeout")
+	}
+	if e.RejoinTimeout == 0 {
+		e.RejoinTimeout = DefaultRejoinTimeout
+	}
+	if e.JoinTimeout == 0 {
+		e.JoinTimeout = cmp.Or(cfg.JoinTimeout, DefaultJoinTimeout)
+	}
 	switch {
 	case e.MaxRestarts < 0:
 		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
@@ -85,20 +96,12 @@ func (e *Elastic) check(cfg Config) error {
 		return errors.New("launch: restarts need Elastic.Prepare")
 	case cfg.Nnodes > 1 && cfg.Master == "":
 		return fmt.Errorf("launch: %d nodes restarting together need the master's host:port, where node 0's launcher hosts their rendezvous", cfg.Nnodes)
-	case e.RejoinTimeout < 0 || e.JoinTimeout < 0:
-		return errors.New("launch: negative rejoin or join timeout")
 	}
 	if e.MinRanks == 0 {
 		e.MinRanks = cfg.Nnodes * cfg.Ranks
 	}
 	if e.Backoff <= 0 {
 		e.Backoff = DefaultBackoff
-	}
-	if e.RejoinTimeout == 0 {
-		e.RejoinTimeout = DefaultRejoinTimeout
-	}
-	if e.JoinTimeout == 0 {
-		e.JoinTimeout = DefaultJoinTimeout
 	}
 	return nil
 }

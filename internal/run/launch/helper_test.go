@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,6 +41,10 @@ func TestMain(m *testing.M) {
 //	           all are connected; the others sleep (ignoring SIGTERM with
 //	           RINGDDP_HELPER_IGNORE_TERM=1)
 //	interrupt  prints "ready", waits for an interrupt, prints "got interrupt"
+//	attack     with what it holds, tries to write a plan into the launchers'
+//	           rendezvous at RINGDDP_HELPER_LAUNCHERS and prints the outcome
+//	secretgone after connecting, starts a child (mode envcheck) that says
+//	           whether it inherited RINGDDP_SECRET
 //	elastic    5 all-reduce "steps" reported on the status pipe, failing as
 //	           RINGDDP_HELPER_FAILS says (elastic_test.go)
 //
@@ -58,6 +63,11 @@ func helperMain(mode string) int {
 	}
 	if mode == "elastic" {
 		return helperElastic()
+	}
+	if mode == "envcheck" { // a rank's child: what it inherited
+		_, set := os.LookupEnv(EnvSecret)
+		fmt.Printf("child sees %s: %v\n", EnvSecret, set)
+		return 0
 	}
 	var opts Options
 	if d, err := time.ParseDuration(os.Getenv("RINGDDP_HELPER_TIMEOUT")); err == nil {
@@ -120,6 +130,10 @@ func helperMain(mode string) int {
 		}
 		fmt.Println("ready")
 		time.Sleep(time.Hour)
+	case "secretgone":
+		err = helperSecretGone(ctx, g, env.Rank)
+	case "attack":
+		err = helperAttack(ctx, g, env)
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -283,4 +297,34 @@ func helperConfig(ranks int, mode string, extra ...string) (Config, *lockedBuffe
 
 func lines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// helperSecretGone starts a child of this rank, once connected, that
+// reports whether RINGDDP_SECRET reached it, and prints its answer.
+func helperSecretGone(ctx context.Context, g *allreduce.Group, rank int) error {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperVar+"=envcheck")
+	out, err := cmd.Output()
+	if err != nil {
+		return err
+	}
+	_, set := os.LookupEnv(EnvSecret)
+	fmt.Printf("rank %d: %s: %s in own env: %v\n", rank, strings.TrimSpace(string(out)), EnvSecret, set)
+	return allreduce.Barrier(ctx, g)
+}
+
+// helperAttack is a rank turned hostile: with the secret it was given, it
+// dials the launchers' rendezvous and tries to publish a plan there.
+func helperAttack(ctx context.Context, g *allreduce.Group, env rendezvous.Env) error {
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := rendezvous.DialStore(c, os.Getenv("RINGDDP_HELPER_LAUNCHERS"), rendezvous.StoreConfig{Secret: env.Secret})
+	if err == nil {
+		err = st.Set(c, "elastic/1/plan", []byte(`{"attempt":1,"ranks_per_node":8,"members":[0,1],"store_port":9,"run_id":"x"}`))
+		st.Close()
+		fmt.Printf("rank %d: attack wrote a plan: %v\n", env.Rank, err)
+	} else {
+		fmt.Printf("rank %d: attack refused: %v\n", env.Rank, errors.Is(err, rendezvous.ErrAuth))
+	}
+	return allreduce.Barrier(ctx, g)
 }

@@ -2,6 +2,9 @@ package launch
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -458,7 +461,14 @@ func TestJobVars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if get(m, EnvSecret) != "shared" || get(m, "MASTER_ADDR") != "node0" || get(m, "MASTER_PORT") != "1234" || get(m, EnvRunID) != "" {
+	// The ranks get a secret derived from the job's (which only the
+	// launchers hold): HMAC-SHA256 under the rank-secret label, in hex.
+	mac := hmac.New(sha256.New, []byte("shared"))
+	mac.Write([]byte("ringddp/launch/rank-secret/v1"))
+	if got, want := get(m, EnvSecret), hex.EncodeToString(mac.Sum(nil)); got != want {
+		t.Errorf("the ranks' secret %q, want %q (derived, never the job's own)", got, want)
+	}
+	if get(m, "MASTER_ADDR") != "node0" || get(m, "MASTER_PORT") != "1234" || get(m, EnvRunID) != "" {
 		t.Errorf("multi-host variables %v", m)
 	}
 	if _, _, err := jobVars(Config{Ranks: 2, Nnodes: 2, Master: "node0:1234"}, none); err == nil {

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,6 +57,17 @@ type Config struct {
 	// Elastic, with MaxRestarts > 0, restarts the job after a failure
 	// (elastic.go); nil or MaxRestarts 0: a failure ends the job.
 	Elastic *Elastic
+
+	// JoinTimeout, with several nodes, is how long the launchers wait for
+	// each other before the ranks start (-join-timeout; Elastic.JoinTimeout
+	// takes precedence). Default DefaultJoinTimeout.
+	JoinTimeout time.Duration
+
+	// joinReport is how often a launcher waiting for the others says whom
+	// it waits for, and rejectedGrace how long node 0 waits on after a
+	// connection failed authentication while nodes are missing (tests
+	// shorten them). Defaults defaultJoinReport, defaultRejectedGrace.
+	joinReport, rejectedGrace time.Duration
 }
 
 // ExitError is a launcher's failure: the first rank that exited with a
@@ -126,6 +138,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer signal.Stop(sigs)
 	}
 	w := newOutputs(cfg)
+	if cfg.Nnodes > 1 { // the launchers meet first, restarts or not (nodes.go)
+		return runNodes(ctx, cfg, w, sigs)
+	}
 	if cfg.Elastic != nil && cfg.Elastic.MaxRestarts > 0 {
 		return runElastic(ctx, cfg, w, sigs)
 	}
@@ -169,6 +184,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
+	if cfg.JoinTimeout < 0 {
+		return cfg, fmt.Errorf("launch: join timeout %v: must not be negative", cfg.JoinTimeout)
+	}
+	cfg.joinReport = cmp.Or(cfg.joinReport, defaultJoinReport)
+	cfg.rejectedGrace = cmp.Or(cfg.rejectedGrace, defaultRejectedGrace)
+	if cfg.Elastic == nil && cfg.Nnodes > 1 {
+		cfg.Elastic = &Elastic{} // no restarts: the nodes' rendezvous only
+	}
 	if cfg.Elastic != nil {
 		if err := cfg.Elastic.check(cfg); err != nil {
 			return cfg, err
@@ -200,6 +223,12 @@ type attempt struct {
 // wait collects them. A rank that cannot be started is the job's first
 // failure.
 func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
+	if a.ranks < 1 || a.ranks > maxNodeRanks {
+		if a.storeLn != nil {
+			a.storeLn.Close()
+		}
+		return nil, fmt.Errorf("launch: %d ranks on this host: want 1..%d", a.ranks, maxNodeRanks)
+	}
 	cfg.Ranks = a.ranks
 	if a.master != "" {
 		cfg.Nnodes, cfg.NodeRank, cfg.Master = a.nnodes, a.nodeRank, a.master
@@ -327,7 +356,10 @@ func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os
 		if secret == "" {
 			return nil, nil, fmt.Errorf("launch: %w", errNoSharedSecret)
 		}
-		vars = append(vars, EnvSecret+"="+secret)
+		// The ranks get a secret derived from the job's, not the job's
+		// own: they cannot join the launchers' rendezvous or author what
+		// the launchers accept (nodes_seal.go).
+		vars = append(vars, EnvSecret+"="+rankSecret(secret))
 	default:
 		// One host: a fresh secret that only this job's ranks know.
 		secret, err := randomHex(32)

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -64,6 +62,11 @@ type nodeReport struct {
 	Fail    *wireFailure `json:"fail,omitempty"`
 	Signal  string       `json:"signal,omitempty"` // its launcher was stopped by this signal
 	Fatal   string       `json:"fatal,omitempty"`  // its launcher gives up (it leaves the job)
+	// Joining: its -nnodes and -master, and whether -master names a
+	// loopback address on this node, which node 0 checks against its own.
+	Nnodes         int    `json:"nnodes,omitempty"`
+	Master         string `json:"master,omitempty"`
+	MasterLoopback bool   `json:"master_loopback,omitempty"`
 }
 
 // wireFailure is a node's first failed rank, as reported.
@@ -116,16 +119,23 @@ type nodeRdzv struct {
 	e     *Elastic
 	w     outputs
 	store *rendezvous.TCPStore
+	seal  sealer // MACs the values the launchers exchange (nodes_seal.go)
 	node  int    // this node's -node-rank at the start
 	host  string // the master's host
+	port  int    // the master's port
+
+	// Node 0: its leader key, and whether -master's host is not one of
+	// this host's addresses (nodes_join.go).
+	leader       leaderInfo
+	masterRemote bool
 }
 
 // key is attempt n's key k.
 func (r *nodeRdzv) key(n int, k string) string { return "elastic/" + strconv.Itoa(n) + "/" + k }
 
-// runNodes runs an elastic job of several nodes (see above).
+// runNodes runs a job of several nodes (see above): the launchers meet
+// (nodes_join.go), then run the attempts.
 func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) error {
-	e := cfg.Elastic
 	host, port, err := splitMaster(cfg.Master)
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -134,42 +144,28 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 	if !cfg.Insecure && secret == "" {
 		return fmt.Errorf("launch: %w", errNoSharedSecret)
 	}
-	scfg := rendezvous.StoreConfig{Secret: []byte(secret), Insecure: cfg.Insecure, Timeout: e.JoinTimeout}
-	r := &nodeRdzv{cfg: cfg, e: e, w: w, node: cfg.NodeRank, host: host}
+	r := &nodeRdzv{cfg: cfg, e: cfg.Elastic, w: w, node: cfg.NodeRank, host: host, port: port, seal: newSealer(secret)}
+	scfg := rendezvous.StoreConfig{Secret: []byte(secret), Insecure: cfg.Insecure, Timeout: r.e.JoinTimeout}
 	sctx, stop := signalContext(ctx, sigs)
 	if cfg.NodeRank == 0 {
-		ln, err := listenHostPort(host, port)
-		if err == nil {
-			r.store, err = rendezvous.ConnectListener(sctx, rendezvous.Env{Rank: 0, WorldSize: cfg.Nnodes}, ln, scfg)
-		}
-		if err != nil {
-			stop()
-			return fmt.Errorf("launch: node 0: hosting the launchers' rendezvous at %s: %w", cfg.Master, err)
-		}
-	} else if r.store, err = rendezvous.DialStore(sctx, cfg.Master, scfg); err != nil {
-		stop()
-		return fmt.Errorf("launch: node %d: joining node 0's launcher at %s: %w", cfg.NodeRank, cfg.Master, err)
+		err = r.host0(sctx, scfg)
+	} else {
+		err = r.dialLeader(sctx, scfg)
 	}
-	if err := stop(); err != nil {
-		r.store.Close()
-		return fmt.Errorf("launch: node %d: %w", cfg.NodeRank, err)
+	if serr := stop(); serr != nil {
+		if r.store != nil {
+			r.store.Close()
+		}
+		return fmt.Errorf("launch: node %d: %w", cfg.NodeRank, serr)
+	}
+	if err != nil {
+		return err
 	}
 	defer r.store.Close()
 	if cfg.NodeRank == 0 {
 		return r.lead(ctx, sigs)
 	}
 	return r.follow(ctx, sigs)
-}
-
-// listenHostPort listens on host:port, or on every interface when host
-// names this machine through an address it does not hold (as rank 0's
-// store does).
-func listenHostPort(host string, port int) (net.Listener, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-	if errors.Is(err, syscall.EADDRNOTAVAIL) {
-		ln, err = net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
-	}
-	return ln, err
 }
 
 // signalContext is ctx, cancelled when a signal arrives on sigs, until
@@ -206,7 +202,8 @@ func (r *nodeRdzv) publish(ctx context.Context, p nodePlan) error {
 	if err != nil {
 		return err
 	}
-	if err := r.store.Set(ctx, r.key(p.Attempt, "plan"), b); err != nil {
+	k := r.key(p.Attempt, "plan")
+	if err := r.store.Set(ctx, k, r.seal.seal(k, b)); err != nil {
 		return fmt.Errorf("launch: node 0: publishing the plan of attempt %d: %w", p.Attempt+1, err)
 	}
 	return nil
@@ -243,20 +240,40 @@ func (r *nodeRdzv) gather(ctx context.Context, n int, want []int, deadline time.
 	got := map[int]nodeReport{}
 	for _, node := range want {
 		c, cancel := context.WithDeadline(ctx, deadline)
-		b, err := r.store.Get(c, r.key(n, "node/"+strconv.Itoa(node)))
+		rep, err := r.readReport(c, n, node)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return got
 			}
+			if !errors.Is(err, rendezvous.ErrTimeout) {
+				fmt.Fprintf(r.w.errOut, "launch: node 0: %v\n", err)
+			}
 			continue
 		}
-		var rep nodeReport
-		if json.Unmarshal(b, &rep) == nil && rep.Node == node {
-			got[node] = rep
-		}
+		got[node] = rep
 	}
 	return got
+}
+
+// readReport waits for node's report for rendezvous n and checks it.
+func (r *nodeRdzv) readReport(ctx context.Context, n, node int) (nodeReport, error) {
+	k := r.key(n, "node/"+strconv.Itoa(node))
+	var rep nodeReport
+	b, err := r.store.Get(ctx, k)
+	if err == nil {
+		b, err = r.seal.open(k, b)
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &rep)
+	}
+	if err == nil {
+		err = checkReport(&rep, node, n-1)
+	}
+	if err != nil && !errors.Is(err, rendezvous.ErrTimeout) && ctx.Err() == nil {
+		return rep, fmt.Errorf("node %d's report (%s): %w", node, k, err)
+	}
+	return rep, err
 }
 
 // post sets this node's report for rendezvous n.
@@ -267,7 +284,8 @@ func (r *nodeRdzv) post(ctx context.Context, n int, rep nodeReport) error {
 	}
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return r.store.Set(c, r.key(n, "node/"+strconv.Itoa(r.node)), b)
+	k := r.key(n, "node/"+strconv.Itoa(r.node))
+	return r.store.Set(c, k, r.seal.seal(k, b))
 }
 
 // rendezvous posts this node's report for rendezvous n and waits for node
@@ -279,15 +297,24 @@ func (r *nodeRdzv) rendezvous(ctx context.Context, n int, rep nodeReport) (nodeP
 	if err := r.post(ctx, n, rep); err != nil {
 		return nodePlan{}, lost(err)
 	}
-	deadline := time.Now().Add(r.e.JoinTimeout + r.e.RejoinTimeout + time.Minute)
+	start := time.Now()
+	deadline := start.Add(r.e.JoinTimeout + r.e.RejoinTimeout + time.Minute)
+	k := r.key(n, "plan")
 	for {
-		c, cancel := context.WithTimeout(ctx, 30*time.Second)
-		b, err := r.store.Get(c, r.key(n, "plan"))
+		c, cancel := context.WithTimeout(ctx, r.cfg.joinReport)
+		b, err := r.store.Get(c, k)
 		cancel()
 		if err == nil {
 			var p nodePlan
-			if err := json.Unmarshal(b, &p); err != nil {
-				return p, fmt.Errorf("launch: node %d: node 0's plan: %w", r.node, err)
+			b, err = r.seal.open(k, b)
+			if err == nil {
+				err = json.Unmarshal(b, &p)
+			}
+			if err == nil {
+				err = checkPlan(&p, n, r.cfg.Nnodes, r.cfg.Ranks)
+			}
+			if err != nil {
+				return p, fmt.Errorf("launch: node %d: refusing node 0's plan for attempt %d (%s): %w", r.node, n+1, k, err)
 			}
 			c, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, _ = r.store.Add(c, r.key(n, "ack"), 1)
@@ -297,6 +324,8 @@ func (r *nodeRdzv) rendezvous(ctx context.Context, n int, rep nodeReport) (nodeP
 		if ctx.Err() != nil || !errors.Is(err, rendezvous.ErrTimeout) || time.Now().After(deadline) {
 			return nodePlan{}, lost(err)
 		}
+		fmt.Fprintf(r.w.errOut, "launch: node %d: still waiting for node 0's plan for attempt %d (%v so far; node 0 waits for the other nodes)\n",
+			r.node, n+1, time.Since(start).Round(time.Second))
 	}
 }
 

@@ -7,54 +7,9 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
-
-// join waits for every node's launcher to join before the first attempt
-// and returns that attempt's plan; an error has been published to the
-// nodes that joined.
-func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, error) {
-	cfg, e := r.cfg, r.e
-	perNode := cfg.Ranks
-	baseID := cfg.Getenv(EnvRunID)
-	if baseID == "" {
-		id, err := randomHex(8)
-		if err != nil {
-			return nodePlan{}, fmt.Errorf("launch: making the run id: %w", err)
-		}
-		baseID = "elastic-" + id
-	}
-	members := make([]int, cfg.Nnodes)
-	for i := range members {
-		members[i] = i
-	}
-	fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for %d nodes' launchers at %s (at most %v)\n", cfg.Nnodes-1, cfg.Master, e.JoinTimeout)
-	sctx, stopSig := signalContext(ctx, sigs)
-	reps := r.gather(sctx, 0, members[1:], time.Now().Add(e.JoinTimeout))
-	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: perNode}
-	if err := stopSig(); err != nil {
-		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", err))
-	}
-	var missing, bad []string
-	for _, m := range members[1:] {
-		rep, ok := reps[m]
-		switch {
-		case !ok:
-			missing = append(missing, strconv.Itoa(m))
-		case rep.Ranks != perNode:
-			bad = append(bad, fmt.Sprintf("node %d has -ranks %d", m, rep.Ranks))
-		}
-	}
-	if len(missing) > 0 {
-		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: node(s) %s did not join within %v (-master %s)", strings.Join(missing, ", "), e.JoinTimeout, cfg.Master))
-	}
-	if len(bad) > 0 {
-		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: %s", perNode, strings.Join(bad, "; ")))
-	}
-	return plan, nil
-}
 
 // lead is node 0's launcher: it runs the attempts, and after each decides
 // with the restart policy what the nodes do next.

@@ -19,7 +19,7 @@ import (
 // follow is the launcher of a node other than 0.
 func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	cfg, e := r.cfg, r.e
-	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1}
+	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host)}
 	var runErr error // the last attempt's, on this node
 	for n := 0; ; n++ {
 		sctx, stopSig := signalContext(ctx, sigs)
@@ -36,7 +36,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 		case plan.Done:
 			return nil
 		case plan.Err != "":
-			return fmt.Errorf("launch: node 0 ended the job: %s", strings.TrimPrefix(plan.Err, "launch: "))
+			return fmt.Errorf("launch: node 0 ended the job: %s", strings.TrimPrefix(strings.TrimPrefix(plan.Err, "launch: "), "node 0: "))
 		}
 		idx := slices.Index(plan.Members, r.node)
 		if idx < 0 {
@@ -114,7 +114,8 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 				seqMu.Unlock()
 				if s == 1 {
 					b, _ := json.Marshal(stopMsg{Node: r.node, Rank: e.Rank, Pid: e.Pid, Reason: e.Reason()})
-					if err := r.store.Set(c, r.key(n, "stop"), b); err != nil {
+					k := r.key(n, "stop")
+					if err := r.store.Set(c, k, r.seal.seal(k, b)); err != nil {
 						fmt.Fprintf(r.w.errOut, "launch: node %d: telling the other nodes of the failure: %v\n", r.node, err)
 					}
 				}
@@ -123,11 +124,13 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 	}
 	a := attempt{
 		ranks: plan.RanksPerNode, args: args,
-		env:    []string{EnvRestart + "=" + strconv.Itoa(n)},
 		getenv: runIDGetenv(r.cfg.Getenv, plan.RunID),
 		nnodes: len(plan.Members), nodeRank: idx,
 		master:  net.JoinHostPort(r.host, strconv.Itoa(plan.StorePort)),
 		storeLn: storeLn, onFail: onFail, stopReq: stopCh,
+	}
+	if r.e.MaxRestarts > 0 {
+		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
 	}
 	j, prog, err := startWithStatus(r.cfg, r.w, a)
 	if err != nil {
@@ -184,9 +187,10 @@ func (j *job) consequence(e *ExitError) bool {
 // watchStop waits for attempt n's stop key until ctx ends and sends what
 // stopped it (another node's failure) on stop.
 func (r *nodeRdzv) watchStop(ctx context.Context, n int, stop chan<- string) {
+	k := r.key(n, "stop")
 	for ctx.Err() == nil {
 		c, cancel := context.WithTimeout(ctx, 30*time.Second)
-		b, err := r.store.Get(c, r.key(n, "stop"))
+		b, err := r.store.Get(c, k)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, rendezvous.ErrTimeout) {
@@ -198,7 +202,18 @@ func (r *nodeRdzv) watchStop(ctx context.Context, n int, stop chan<- string) {
 			continue
 		}
 		var m stopMsg
-		if json.Unmarshal(b, &m) != nil || m.Node == r.node {
+		b, err = r.seal.open(k, b)
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err == nil {
+			err = checkStop(&m, r.cfg.Nnodes)
+		}
+		if err != nil {
+			fmt.Fprintf(r.w.errOut, "launch: node %d: ignoring a stop request that does not check (%s): %v\n", r.node, k, err)
+			return
+		}
+		if m.Node == r.node {
 			return // this node's own failure: its ranks are stopping already
 		}
 		stop <- fmt.Sprintf("launch: node %d's rank %d (pid %d) %s; stopping this node's ranks", m.Node, m.Rank, m.Pid, m.Reason)

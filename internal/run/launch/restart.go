@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -94,6 +95,9 @@ func (p *restartPolicy) Step(end attemptEnd) restartStep {
 	}
 	f := end.Failure
 	p.failures = append(p.failures, f)
+	if p.maxRestarts == 0 { // a job of several nodes without restarts: its failure, as is
+		return restartStep{Done: true, Err: fmt.Errorf("launch: %w%s", f.Exit, strings.TrimPrefix(f.String(), f.Exit.Error()))}
+	}
 	if len(p.failures) > p.maxRestarts {
 		return restartStep{Done: true, Err: fmt.Errorf("launch: %w", &RestartsExhaustedError{MaxRestarts: p.maxRestarts, Failures: p.failures})}
 	}

@@ -53,7 +53,11 @@ type TransportFlags struct {
 	// WireProtection is -wire-protection (tcp only): auto, none, mac or aead; ""
 	// takes RINGDDP_WIRE_PROTECTION, else tcp.DefaultWireProtection.
 	WireProtection string
-	Flags          // -nnodes, -node-rank, -master, -insecure (tcp only)
+	// JoinTimeout is -join-timeout (RegisterJoinTimeout): how long the
+	// launchers of several nodes wait for each other, and a rank to join
+	// its job (Options.ConnectTimeout); 0: DefaultJoinTimeout.
+	JoinTimeout time.Duration
+	Flags       // -nnodes, -node-rank, -master, -insecure (tcp only)
 }
 
 // Register adds -transport, -timeout, -wire-protection, -nnodes,
@@ -66,6 +70,12 @@ func (f *TransportFlags) Register(fs *flag.FlagSet) {
 		"auto (mac on links between hosts, none on links within one), none, mac (header and payload authenticated, replay and reordering detected) or aead (also encrypted); default $%s, else %s; auto, mac and aead need the secret (with -insecure: none)",
 		EnvWireProtection, tcp.DefaultWireProtection))
 	f.Flags.Register(fs)
+}
+
+// RegisterJoinTimeout adds -join-timeout to fs (a command that offers
+// it; see TransportFlags.JoinTimeout).
+func (f *TransportFlags) RegisterJoinTimeout(fs *flag.FlagSet) {
+	fs.DurationVar(&f.JoinTimeout, "join-timeout", DefaultJoinTimeout, "with -transport tcp: how long a rank waits to join its job and, with -nnodes, the nodes' launchers wait for each other (a waiting launcher says whom it waits for every 15s)")
 }
 
 // CheckName reports an unknown -transport.
@@ -92,12 +102,15 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 	if f.Timeout < 0 {
 		return nil, fmt.Errorf("-timeout %v: must not be negative", f.Timeout)
 	}
-	t := &Transport{Name: f.Name, Timeout: f.Timeout, Ranks: ranks}
+	if f.JoinTimeout < 0 {
+		return nil, fmt.Errorf("-join-timeout %v: must not be negative", f.JoinTimeout)
+	}
+	t := &Transport{Name: f.Name, Timeout: f.Timeout, JoinTimeout: f.JoinTimeout, Ranks: ranks}
 	if f.Name == Shm && (given["wire-protection"] || f.Nnodes > 1) {
 		return nil, errors.New("-transport shm runs every rank on this host, without a wire: no -wire-protection, -nnodes 1 (use -transport tcp or auto across hosts)")
 	}
 	if !multiProcess(f.Name) {
-		for _, name := range []string{"nnodes", "node-rank", "master", "insecure", "wire-protection"} {
+		for _, name := range []string{"nnodes", "node-rank", "master", "insecure", "wire-protection", "join-timeout"} {
 			if given[name] {
 				return nil, fmt.Errorf("-%s applies to -transport tcp only", name)
 			}
@@ -129,7 +142,9 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 type Transport struct {
 	Name    string        // Inproc or TCP
 	Timeout time.Duration // the no-progress timeout, defaults applied
-	Ranks   int           // the world size
+	// JoinTimeout bounds joining the job (-join-timeout; 0: the default).
+	JoinTimeout time.Duration
+	Ranks       int // the world size
 	// WireProtection is the tcp frames' protection (-wire-protection,
 	// else RINGDDP_WIRE_PROTECTION), "" for the default. Ranks started by
 	// the launcher get the same flag and environment.
@@ -200,7 +215,7 @@ func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, e
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, t.MP.Env.WorldSize)
 	}
 	env := t.MP.Env
-	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, Insecure: t.MP.Insecure, WireProtection: t.WireProtection, Env: &env, Transport: t.Name})
+	conn, _, err := Connect(ctx, Options{Timeout: t.Timeout, ConnectTimeout: t.JoinTimeout, Insecure: t.MP.Insecure, WireProtection: t.WireProtection, Env: &env, Transport: t.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +249,7 @@ func (t *Transport) Launch(ctx context.Context, args []string, ranks RankCommand
 	}
 	return Run(context.WithoutCancel(ctx), Config{
 		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, NodeRank: t.MP.NodeRank,
-		Master: t.MP.Master, Insecure: t.MP.Insecure,
+		Master: t.MP.Master, Insecure: t.MP.Insecure, JoinTimeout: t.JoinTimeout,
 		Path: path, Args: argv, Env: env,
 		Stdout: stdout, Stderr: os.Stderr,
 	})

@@ -24,6 +24,7 @@ func parseTransportFlags(t *testing.T, ranks int, env map[string]string, args ..
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	var tf TransportFlags
 	tf.Register(fs)
+	tf.RegisterJoinTimeout(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}
@@ -46,6 +47,14 @@ func TestTransportFlagsResolve(t *testing.T) {
 	if err != nil || !tr.Launcher() || tr.Timeout != DefaultTimeout || tr.Ranks != 3 || tr.MP.LocalRanks != 3 || !tr.HoldsRank0() {
 		t.Errorf("tcp launcher: %+v, %v", tr, err)
 	}
+	tr, err = parseTransportFlags(t, 3, none, "-transport", "tcp")
+	if err != nil || tr.JoinTimeout != DefaultJoinTimeout {
+		t.Errorf("-join-timeout's default: %v, %v", tr.JoinTimeout, err)
+	}
+	tr, err = parseTransportFlags(t, 3, none, "-transport", "tcp", "-join-timeout", "20s")
+	if err != nil || tr.JoinTimeout != 20*time.Second {
+		t.Errorf("-join-timeout 20s: %v, %v", tr.JoinTimeout, err)
+	}
 	rank1 := map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
 	tr, err = parseTransportFlags(t, 4, rank1, "-transport", "tcp", "-timeout", "2s")
 	if err != nil || tr.Launcher() || tr.Ranks != 2 || tr.MP.Env.Rank != 1 || tr.HoldsRank0() || tr.Timeout != 2*time.Second {
@@ -64,10 +73,13 @@ func TestTransportFlagsResolve(t *testing.T) {
 		{none, []string{"-insecure"}, "-insecure applies to -transport tcp only"},
 		{none, []string{"-transport", "tcp", "-nnodes", "2"}, "-nnodes 2 needs -master host:port"},
 		{rank1, []string{"-transport", "tcp", "-ranks", "4"}, "-ranks 4 disagrees with the launcher's world size WORLD_SIZE=2"},
+		{none, []string{"-join-timeout", "1m"}, "-join-timeout applies to -transport tcp only"},
+		{none, []string{"-transport", "tcp", "-join-timeout", "-1s"}, "-join-timeout -1s: must not be negative"},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		var tf TransportFlags
 		tf.Register(fs)
+		tf.RegisterJoinTimeout(fs)
 		ranks := fs.Int("ranks", 4, "")
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
