@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,8 @@ func TestMaxStepsPrintsPartialEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, text, "epoch 1/2  train_loss ")
 	require.Contains(t, text, "epoch 2/2 (partial: step 5/10)  train_loss ")
-	require.Contains(t, text, "% overlapped)")
+	require.Contains(t, text, "% overlapped | ")
+	require.Contains(t, text, "\n  per step: compute ")
 	require.Contains(t, text, "stopped at -max-steps 15 (epoch 2, step 5)")
 
 	out := t.TempDir()
@@ -60,4 +62,47 @@ func TestMaxStepsPrintsPartialEpoch(t *testing.T) {
 func TestEpochX(t *testing.T) {
 	require.Equal(t, 2.0, epochX(trainer.EpochMetrics{Epoch: 2, StepInEpoch: 10, StepsPerEpoch: 10}))
 	require.Equal(t, 1.25, epochX(trainer.EpochMetrics{Epoch: 2, Partial: true, StepInEpoch: 5, StepsPerEpoch: 20}))
+}
+
+// The epoch's headline is short, as PyTorch's examples print it; the
+// breakdown's second line adds up (comm = hidden + comm wait, so comm is
+// never below comm wait) and the slowest rank has a line only when named.
+func TestPrintEpoch(t *testing.T) {
+	m := trainer.EpochMetrics{Epoch: 1, Steps: 200, StepInEpoch: 200, StepsPerEpoch: 200, TrainLoss: 0.2841,
+		TestLoss: 0.1298, TestAccuracy: 0.9512, SamplesPerSec: 12345.4, EpochSeconds: 4.2, EvalSeconds: 0.9,
+		ComputeSeconds: 2.84, CommWaitSeconds: 0.62, CommHiddenSeconds: 0.2, CommSeconds: 0.82, OptimizerSeconds: 0.12,
+		CommBytesPerStep: 1415577, OptStateBytesPerRank: 940544, Ranks: 4, SlowestRank: -1}
+	var b strings.Builder
+	printEpoch(&b, m, 3)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	require.Len(t, lines, 2, b.String())
+	require.Equal(t, "epoch 1/3  train_loss 0.2841  test_loss 0.1298  test_acc 95.12%  12,345 samples/s  4.2s (eval 0.9s)", lines[0])
+	require.Equal(t, "  per step: compute 14.2 ms + comm wait 3.1 ms + optimizer 0.6 ms | comm 4.1 ms, 24% overlapped | 1.35 MiB sent, 918.5 KiB opt state per rank", lines[1])
+
+	m.SlowestRank, m.SlowestRankShare, m.SlowestRankLagMs = 2, 0.6, 5.43
+	b.Reset()
+	printEpoch(&b, m, 3)
+	require.Contains(t, b.String(), "\n  slowest rank 2: last in 60% of steps, median 5.4 ms behind (chance: 25%)\n")
+}
+
+func TestThousands(t *testing.T) {
+	for x, want := range map[float64]string{0: "0", 7.4: "7", 999.5: "1,000", 12345.4: "12,345", 1234567: "1,234,567", -4321: "-4,321"} {
+		require.Equal(t, want, thousands(x), "%v", x)
+	}
+}
+
+// In a run's JSON the figures are consistent: comm is hidden + comm wait,
+// hidden fits in compute (buckets of 100 bytes: several, some
+// communicated during the backward pass).
+func TestBreakdownConsistent(t *testing.T) {
+	data := writeMNISTDir(t)
+	out, err := runTrain(t, "-data", data, "-ranks", "3", "-batch", "24", "-epochs", "1", "-hidden", "8", "-bucket-mb", "0.0001", "-json")
+	require.NoError(t, err, out)
+	for _, r := range jsonLines(t, out) {
+		f := func(k string) float64 { return r[k].(float64) }
+		require.InDelta(t, f("comm_seconds"), f("comm_hidden_seconds")+f("comm_wait_seconds"), 1e-9, "%v", r)
+		require.GreaterOrEqual(t, f("comm_seconds"), f("comm_wait_seconds"))
+		require.GreaterOrEqual(t, f("comm_hidden_seconds"), 0.0)
+		require.LessOrEqual(t, f("comm_hidden_seconds"), f("compute_seconds"))
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"time"
 
 	"github.com/ringddp/ringddp/datasets"
@@ -83,17 +81,11 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if o.blas, err = blas.Setup(gemmThreads(o.tr)); err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
 			return fmt.Errorf("-out: %w", err)
@@ -128,6 +120,8 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	}
 	if !o.json && o.tr.HoldsRank0() {
 		printSummary(stdout, res, o, time.Since(start))
+	} else if o.tr.HoldsRank0() {
+		printWritten(os.Stderr, o) // stdout carries the JSON lines only
 	}
 	return nil
 }
@@ -141,6 +135,7 @@ type report struct {
 	status *launch.Status
 	prog   progress
 	cfg    *trainer.Config // the configuration trained with, for its epochs
+	title  string          // the run, on the plots
 
 	all    []trainer.EpochMetrics
 	losses []stepLoss // every step's loss, for the plot
@@ -152,6 +147,7 @@ func (r *report) started(p trainer.Plan) {
 	if !r.o.json && !r.o.quiet {
 		printPlan(r.stdout, p, r.o)
 	}
+	r.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, time.Now())
 	r.prog.plan(p)
 	r.status.Started(p.GlobalStep)
 }
@@ -179,7 +175,7 @@ func (r *report) epoch(m trainer.EpochMetrics) {
 		printEpoch(r.stdout, m, r.cfg.Epochs)
 	}
 	if r.o.out != "" && r.outErr == nil {
-		r.outErr = writeOutputs(r.o.out, r.all, r.losses)
+		r.outErr = writeOutputs(r.o.out, r.title, r.all, r.losses)
 	}
 }
 
@@ -225,12 +221,7 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	if res.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
 	}
-	if o.out != "" {
-		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
-	}
-	if o.cfg.Trace != "" {
-		fmt.Fprintf(w, "trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.cfg.Trace)
-	}
+	printWritten(w, o)
 }
 
 // humanBytes renders n bytes with a binary unit.
