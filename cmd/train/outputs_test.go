@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/csv"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -105,4 +108,78 @@ func TestBreakdownConsistent(t *testing.T) {
 		require.GreaterOrEqual(t, f("comm_hidden_seconds"), 0.0)
 		require.LessOrEqual(t, f("comm_hidden_seconds"), f("compute_seconds"))
 	}
+}
+
+// Without -out a run writes its files into a new directory of its own
+// under the runs directory and says where, as it says where -cpuprofile
+// went; -out "" writes none.
+func TestDefaultOutDir(t *testing.T) {
+	data := writeMNISTDir(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	args := []string{"-data", data, "-ranks", "2", "-batch", "40", "-epochs", "1", "-hidden", "8", "-quiet"}
+	run := func(extra ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		require.NoError(t, runWith(ctx, append(args, extra...), &out, runEnv{runsDir: runs}))
+		return out.String()
+	}
+	out := run("-cpuprofile", prof)
+	dirs, err := os.ReadDir(runs)
+	require.NoError(t, err)
+	require.Len(t, dirs, 1)
+	dir := filepath.Join(runs, dirs[0].Name())
+	_, err = time.Parse(runDirLayout, dirs[0].Name())
+	require.NoError(t, err, "named by the start time")
+	for _, f := range []string{metricsFile, plotFile, breakdownFile} {
+		require.FileExists(t, filepath.Join(dir, f))
+	}
+	require.Contains(t, out, "metrics: "+filepath.Join(dir, metricsFile)+", plots: ")
+	require.Contains(t, out, "cpu profile: "+prof+" (go tool pprof)\n")
+	st, err := os.Stat(prof)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(0))
+
+	out = run("-out", "")
+	require.NotContains(t, out, "metrics: ")
+	dirs, err = os.ReadDir(runs)
+	require.NoError(t, err)
+	require.Len(t, dirs, 1, "-out \"\" wrote a directory")
+}
+
+// Runs that start in the same second get directories of their own.
+func TestNewRunDir(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "runs")
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)
+	a, err := newRunDir(root, start)
+	require.NoError(t, err)
+	b, err := newRunDir(root, start)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(root, "2026-01-02_03-04-05"), a)
+	require.Equal(t, a+"-2", b)
+	require.DirExists(t, b)
+}
+
+// The writer ends with the newest submission written, and reports a
+// failure to write.
+func TestOutWriter(t *testing.T) {
+	dir := t.TempDir()
+	w := &outWriter{dir: dir, title: "run"}
+	all := plotEpochs(4)
+	for n := 1; n <= 4; n++ {
+		w.submit(all[:n], nil)
+	}
+	require.NoError(t, w.wait())
+	f, err := os.Open(filepath.Join(dir, metricsFile))
+	require.NoError(t, err)
+	recs, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	require.NoError(t, err)
+	require.Len(t, recs, 5)
+
+	notDir := filepath.Join(dir, metricsFile) // a file
+	bad := &outWriter{dir: notDir}
+	bad.submit(all, nil)
+	require.Error(t, bad.wait())
 }

@@ -23,6 +23,9 @@ type runEnv struct {
 	// adjust, if set, changes the trainer's configuration before training
 	// (the tests' fault injection).
 	adjust func(*trainer.Config)
+	// runsDir, if set, is where a run that holds rank 0 writes its -out
+	// files when -out is not given, in a directory of its own (newRunDir).
+	runsDir string
 }
 
 // run parses args, trains, and writes the report to stdout.
@@ -86,15 +89,13 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 		return err
 	}
 	defer stopProfile()
-	if o.out != "" {
-		if err := os.MkdirAll(o.out, 0o755); err != nil {
-			return fmt.Errorf("-out: %w", err)
-		}
+	if err := o.outDir(env.runsDir); err != nil {
+		return err
 	}
 	start := time.Now()
 	cfg := o.cfg
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
-		prog: chooseProgress(stdout, o.json, o.quiet)}
+		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
@@ -106,6 +107,9 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	}
 	res, err := trainer.Run(ctx, cfg)
 	rep.prog.done()
+	if werr := rep.writer.wait(); werr != nil && rep.outErr == nil {
+		rep.outErr = werr
+	}
 	if errors.Is(err, datasets.ErrBundledMNISTUnavailable) {
 		return fmt.Errorf("%w\n%s", err, noBundledMNISTHint)
 	}
@@ -135,7 +139,7 @@ type report struct {
 	status *launch.Status
 	prog   progress
 	cfg    *trainer.Config // the configuration trained with, for its epochs
-	title  string          // the run, on the plots
+	writer *outWriter      // writes the -out files
 
 	all    []trainer.EpochMetrics
 	losses []stepLoss // every step's loss, for the plot
@@ -147,7 +151,7 @@ func (r *report) started(p trainer.Plan) {
 	if !r.o.json && !r.o.quiet {
 		printPlan(r.stdout, p, r.o)
 	}
-	r.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, time.Now())
+	r.writer.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, time.Now())
 	r.prog.plan(p)
 	r.status.Started(p.GlobalStep)
 }
@@ -161,7 +165,8 @@ func (r *report) stepped(s trainer.StepInfo) {
 	r.status.Stepped(s.GlobalStep)
 }
 
-// epoch prints the epoch's line (text or JSON) and rewrites the -out files.
+// epoch prints the epoch's line (text or JSON) and has the -out files
+// rewritten.
 func (r *report) epoch(m trainer.EpochMetrics) {
 	r.prog.done()
 	r.all = append(r.all, m)
@@ -174,8 +179,8 @@ func (r *report) epoch(m trainer.EpochMetrics) {
 	} else {
 		printEpoch(r.stdout, m, r.cfg.Epochs)
 	}
-	if r.o.out != "" && r.outErr == nil {
-		r.outErr = writeOutputs(r.o.out, r.title, r.all, r.losses)
+	if r.o.out != "" {
+		r.writer.submit(r.all, r.losses)
 	}
 }
 
