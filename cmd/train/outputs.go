@@ -115,15 +115,16 @@ func writeOutputFile(path string, write func(io.Writer) error) error {
 }
 
 // runTitle names a run on its plots: the model and element type, the
-// ranks and transport, DDP or ZeRO-1, and when it started (UTC, to the
-// second: the run's id among the runs written to one -out directory).
+// ranks and transport, DDP or ZeRO-1, and when it started (local time and
+// zone, to the second: the run's id, which also names its directory under
+// runs/).
 func runTitle(p trainer.Plan, transport string, zero1 bool, start time.Time) string {
 	mode := "DDP"
 	if zero1 {
 		mode = "ZeRO-1"
 	}
 	return fmt.Sprintf("%s %s, %d ranks over %s, %s, run of %s", p.Model, p.DType, p.Ranks, transport, mode,
-		start.UTC().Format("2006-01-02 15:04:05 UTC"))
+		start.Format("2006-01-02 15:04:05 MST"))
 }
 
 // csvColumns are EpochMetrics' JSON keys, in field order.

@@ -117,14 +117,15 @@ func (w *outWriter) wait() error {
 
 // outDir settles -out for this process: the directory given, created; or,
 // when -out is not given and this process holds rank 0 (whose report
-// writes the files), a new directory under runsDir ("" none).
-func (o *options) outDir(runsDir string) error {
+// writes the files), a new directory under runsDir ("" none) named by
+// start.
+func (o *options) outDir(runsDir string, start time.Time) error {
 	var err error
 	switch {
 	case o.out != "":
 		err = makeOutputDir(o.out)
 	case !o.outGiven && runsDir != "" && o.tr.HoldsRank0():
-		o.out, err = newRunDir(runsDir, time.Now())
+		o.out, err = newRunDir(runsDir, start)
 	}
 	if err != nil {
 		return fmt.Errorf("-out: %w", err)

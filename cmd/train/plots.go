@@ -93,8 +93,10 @@ func lossFigure(title string, epochs []trainer.EpochMetrics, losses []stepLoss) 
 	losses, train, test = plottable(losses), plottable(train), plottable(test)
 
 	lossPlot := plot.New()
-	lossPlot.Title.Text = "Loss"
-	lossPlot.Y.Label.Text = "cross-entropy (log scale)"
+	lossPlot.Title.Text = "Loss (cross-entropy, log scale)"
+	// A short label: gonum centres it on the axis's arithmetic mid-range,
+	// high on a log axis, where a long one would push the axes down.
+	lossPlot.Y.Label.Text = "loss"
 	lossPlot.Y.Scale = plot.LogScale{}
 	lossPlot.Y.Tick.Marker = logTicks{}
 	var err error
@@ -122,6 +124,14 @@ func lossFigure(title string, epochs []trainer.EpochMetrics, losses []stepLoss) 
 	accPlot.Y.Label.Text = "accuracy (%)"
 	if err := addLine(accPlot, "test accuracy", acc, green); err != nil {
 		return plotpng.Figure{}, err
+	}
+	if len(acc) > 0 { // a margin, so that no point sits on the axes' edge
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, a := range acc {
+			lo, hi = min(lo, a.loss), max(hi, a.loss)
+		}
+		pad := max(0.1, 0.1*(hi-lo))
+		accPlot.Y.Min, accPlot.Y.Max = lo-pad, hi+pad
 	}
 	for _, p := range []*plot.Plot{lossPlot, accPlot} {
 		p.X.Label.Text = "epoch"

@@ -94,6 +94,8 @@ func TestLossFigureLogAxis(t *testing.T) {
 	require.Greater(t, lossPlot.Y.Max, 2.3)
 	l := f.Layout()
 	for i, pn := range l.Panels {
+		// Above the data only the panel's title: no gap from the axis label.
+		require.Less(t, pn.Area.Max.Y-pn.Data.Max.Y, 20*vg.Length(1), "panel %d: space above the data", i)
 		if pn.Legend.Size().X > 0 {
 			require.False(t, intersects(pn.Legend, pn.Data), "panel %d: legend over the data", i)
 		}
@@ -111,8 +113,8 @@ func TestLossFigureLogAxis(t *testing.T) {
 // decodes, at the size it was drawn.
 func TestWriteOutputsPNG(t *testing.T) {
 	dir := t.TempDir()
-	title := runTitle(trainer.Plan{Model: "mlp", DType: "float32", Ranks: 4}, "inproc", false, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	require.Equal(t, "mlp float32, 4 ranks over inproc, DDP, run of 2026-01-02 03:04:05 UTC", title)
+	title := runTitle(trainer.Plan{Model: "mlp", DType: "float32", Ranks: 4}, "inproc", false, time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600)))
+	require.Equal(t, "mlp float32, 4 ranks over inproc, DDP, run of 2026-01-02 03:04:05 CET", title)
 	losses := []stepLoss{{0.01, 2.3}, {0.5, 0.4}, {1, 0.08}, {1.5, 0.06}, {2.4, 0.05}}
 	require.NoError(t, writeOutputs(dir, title, plotEpochs(3), losses))
 	for name, size := range map[string][2]vg.Length{

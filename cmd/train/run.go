@@ -89,13 +89,13 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 		return err
 	}
 	defer stopProfile()
-	if err := o.outDir(env.runsDir); err != nil {
+	start := time.Now()
+	if err := o.outDir(env.runsDir, start); err != nil {
 		return err
 	}
-	start := time.Now()
 	cfg := o.cfg
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
-		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}}
+		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
@@ -140,6 +140,7 @@ type report struct {
 	prog   progress
 	cfg    *trainer.Config // the configuration trained with, for its epochs
 	writer *outWriter      // writes the -out files
+	start  time.Time       // when the run started: its id on the plots and in runs/
 
 	all    []trainer.EpochMetrics
 	losses []stepLoss // every step's loss, for the plot
@@ -151,7 +152,7 @@ func (r *report) started(p trainer.Plan) {
 	if !r.o.json && !r.o.quiet {
 		printPlan(r.stdout, p, r.o)
 	}
-	r.writer.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, time.Now())
+	r.writer.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, r.start)
 	r.prog.plan(p)
 	r.status.Started(p.GlobalStep)
 }

@@ -8,7 +8,8 @@
 //   - the figure is the whole image: a title line on top, then the
 //     panels, one plot each, top to bottom;
 //   - a panel's area is the tile its plot is drawn in (its own title, axes
-//     and data); its data rectangle is where the plot draws its data;
+//     and data); its data rectangle is where the plot draws its data; the
+//     panels' data rectangles are aligned and of one size (column);
 //   - a legend goes inside the panel's data rectangle, where the plot
 //     places it (Legend.Top, Legend.Left), or, with OutsideLegends, in a
 //     column right of every panel, level with the top of its data
@@ -89,7 +90,7 @@ func (f Figure) Layout() Layout {
 
 // layoutOn computes the figure's layout on dc (its steps: the title line at
 // the top, the legend column at the right with OutsideLegends, the panels
-// aligned in what is left by plot.Align, each legend placed).
+// stacked in what is left (column), each legend placed).
 func (f Figure) layoutOn(dc draw.Canvas) Layout {
 	l := Layout{Image: dc.Rectangle}
 	area := dc
@@ -112,14 +113,9 @@ func (f Figure) layoutOn(dc draw.Canvas) Layout {
 			area.Max.X -= legendW + padPanel
 		}
 	}
-	grid := make([][]*plot.Plot, len(f.Plots))
+	tiles := column(f.Plots, area)
 	for i, p := range f.Plots {
-		grid[i] = []*plot.Plot{p}
-	}
-	tiles := draw.Tiles{Rows: len(f.Plots), Cols: 1, PadY: padPanel}
-	canvases := plot.Align(grid, tiles, area)
-	for i, p := range f.Plots {
-		c := canvases[i][0]
+		c := tiles[i]
 		pn := Panel{Area: c.Rectangle, Data: p.DataCanvas(c).Rectangle, canvas: c}
 		if size := legendSize(p); size.X > 0 {
 			pn.Legend = legendRect(p, pn, size, f.OutsideLegends, area.Max.X+padPanel)
@@ -127,6 +123,38 @@ func (f Figure) layoutOn(dc draw.Canvas) Layout {
 		l.Panels = append(l.Panels, pn)
 	}
 	return l
+}
+
+// column stacks plots top to bottom in area with padPanel between them,
+// their data rectangles aligned and of one size, and returns their tiles.
+// Its steps: each plot's insets, the room between its tile's edges and its
+// data rectangle (title, axes, labels), measured on area; the data
+// rectangles span area's width less the widest left and right insets, and
+// share its height less every plot's top and bottom insets and the
+// padding; each tile is its data rectangle grown by the plot's own insets.
+func column(plots []*plot.Plot, area draw.Canvas) []draw.Canvas {
+	type insets struct{ left, right, bottom, top vg.Length }
+	in := make([]insets, len(plots))
+	var left, right, height vg.Length
+	height = area.Max.Y - area.Min.Y - vg.Length(max(0, len(plots)-1))*padPanel
+	for i, p := range plots {
+		d := p.DataCanvas(area)
+		in[i] = insets{d.Min.X - area.Min.X, area.Max.X - d.Max.X, d.Min.Y - area.Min.Y, area.Max.Y - d.Max.Y}
+		left, right = max(left, in[i].left), max(right, in[i].right)
+		height -= in[i].bottom + in[i].top
+	}
+	h := height / vg.Length(max(1, len(plots)))
+	tiles := make([]draw.Canvas, len(plots))
+	top := area.Max.Y
+	for i := range plots {
+		bottom := top - in[i].top - h - in[i].bottom
+		tiles[i] = draw.Canvas{Canvas: area.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: area.Min.X + left - in[i].left, Y: bottom},
+			Max: vg.Point{X: area.Max.X - right + in[i].right, Y: top},
+		}}
+		top = bottom - padPanel
+	}
+	return tiles
 }
 
 // legendRect is where p's legend of size goes in panel pn: at the top of
