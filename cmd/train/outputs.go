@@ -202,9 +202,10 @@ func createOutputFile(path string) (*os.File, error) {
 }
 
 // printWritten says, once, where the run wrote its outputs besides the
-// checkpoint: -out's files, -cpuprofile's and -trace's.
-func printWritten(w io.Writer, o *options) {
-	if o.out != "" {
+// checkpoint: -out's files (if any epoch wrote them: outFiles),
+// -cpuprofile's and -trace's.
+func printWritten(w io.Writer, o *options, outFiles bool) {
+	if o.out != "" && outFiles {
 		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
 	}
 	if o.cpuProfile != "" {

@@ -132,3 +132,22 @@ func (o *options) outDir(runsDir string, start time.Time) error {
 	}
 	return nil
 }
+
+// finishOutputs ends the -out files after training, which trainErr ended
+// (nil: done): it waits for them to be written; removes the default run
+// directory if no epoch wrote into it; and when training failed, says on
+// stderr where the outputs written so far are, as the summary would have.
+func (r *report) finishOutputs(trainErr error) {
+	if err := r.writer.wait(); err != nil && r.outErr == nil {
+		r.outErr = err
+	}
+	if r.o.out != "" && !r.o.outGiven && len(r.all) == 0 {
+		removeEmptyDir(r.o.out)
+	}
+	if trainErr != nil && r.o.tr.HoldsRank0() {
+		printWritten(os.Stderr, r.o, len(r.all) > 0)
+	}
+}
+
+// removeEmptyDir removes dir if it is empty (and leaves it otherwise).
+func removeEmptyDir(dir string) { _ = os.Remove(dir) }

@@ -107,9 +107,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	}
 	res, err := trainer.Run(ctx, cfg)
 	rep.prog.done()
-	if werr := rep.writer.wait(); werr != nil && rep.outErr == nil {
-		rep.outErr = werr
-	}
+	rep.finishOutputs(err)
 	if errors.Is(err, datasets.ErrBundledMNISTUnavailable) {
 		return fmt.Errorf("%w\n%s", err, noBundledMNISTHint)
 	}
@@ -125,7 +123,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if !o.json && o.tr.HoldsRank0() {
 		printSummary(stdout, res, o, time.Since(start))
 	} else if o.tr.HoldsRank0() {
-		printWritten(os.Stderr, o) // stdout carries the JSON lines only
+		printWritten(os.Stderr, o, len(res.Epochs) > 0) // stdout carries the JSON lines only
 	}
 	return nil
 }
@@ -227,7 +225,7 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	if res.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
 	}
-	printWritten(w, o)
+	printWritten(w, o, len(res.Epochs) > 0)
 }
 
 // humanBytes renders n bytes with a binary unit.
