@@ -58,14 +58,14 @@ func TestTraceTCP(t *testing.T) {
 
 // -trace in process writes one file; -out draws the step-time breakdown
 // and the loss per step; the epoch line names the slowest rank, rank 1,
-// which sleeps 10 ms after each step.
+// which sleeps 25 ms after each step (long enough for a loaded host).
 func TestTraceAndPlotsInproc(t *testing.T) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "run.json")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	t.Setenv(faultsVar, "slow:1:10")
+	t.Setenv(faultsVar, "slow:1:25")
 	var buf bytes.Buffer
 	err := runWith(ctx, []string{"-data", data, "-ranks", "3", "-batch", "24", "-epochs", "2",
 		"-hidden", "8", "-quiet", "-trace", path, "-out", dir}, &buf, runEnv{adjust: testFaults(func(k string) string {
