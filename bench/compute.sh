@@ -25,9 +25,9 @@ for i in $(seq "$rounds"); do
 	for model in mlp cnn; do
 		load
 		echo "## default build, -model $model"
-		taskset -c 0 /tmp/ringddp-train -ranks 1 -epochs 1 -model $model -quiet | grep '^epoch'
+		taskset -c 0 /tmp/ringddp-train -ranks 1 -epochs 1 -model $model -quiet -out "" | grep '^epoch'
 		echo "## openblas build, -model $model"
-		taskset -c 0 /tmp/ringddp-train-openblas -ranks 1 -epochs 1 -model $model -quiet | grep '^epoch'
+		taskset -c 0 /tmp/ringddp-train-openblas -ranks 1 -epochs 1 -model $model -quiet -out "" | grep '^epoch'
 		echo "## pytorch, --model $model"
 		taskset -c 0 /usr/bin/python3 bench/pytorch/ddp_mnist.py --data "$mnist" --batch 256 --epochs 1 --ranks 1 --model $model 2>/dev/null
 	done
@@ -37,7 +37,7 @@ echo "### 4 ranks, MLP, global batch 256, 1 epoch ($rounds alternating rounds)"
 for i in $(seq "$rounds"); do
 	load
 	echo "## default build"
-	/tmp/ringddp-train -ranks 4 -epochs 1 -quiet | grep '^epoch'
+	/tmp/ringddp-train -ranks 4 -epochs 1 -quiet -out "" | grep '^epoch'
 	echo "## pytorch DDP"
 	torch --ranks 4
 done

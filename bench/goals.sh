@@ -36,14 +36,14 @@ for blas in "" -openblas; do
 	for r in 1 2 4; do
 		load
 		echo "## ringddp-train$blas -ranks $r -epochs 1"
-		/tmp/ringddp-train$blas -ranks $r -epochs 1 -quiet | grep '^epoch'
+		/tmp/ringddp-train$blas -ranks $r -epochs 1 -quiet -out "" | grep -A1 '^epoch' # the headline and the breakdown
 	done
 done
 echo "### PyTorch DDP (gloo, 1 thread per process), 4 ranks, global batch 256, 1 epoch"
 load
 /usr/bin/python3 bench/pytorch/ddp_mnist.py --data "$mnist" --ranks 4 --batch 256 --epochs 1 2>/dev/null
 load
-/tmp/ringddp-train-openblas -ranks 4 -epochs 1 -quiet | grep '^epoch'
+/tmp/ringddp-train-openblas -ranks 4 -epochs 1 -quiet -out "" | grep '^epoch'
 
 echo "### ZeRO-1 vs DDP: Adam, 4 ranks, 3 epochs (step time, accuracy, optimizer state)"
 for mode in "" -zero1; do
@@ -54,6 +54,6 @@ done
 for r in 2; do
 	for mode in "" -zero1; do
 		echo "## ringddp-train -optim adam -ranks $r -epochs 1 $mode"
-		/tmp/ringddp-train -optim adam -ranks $r -epochs 1 -json $mode
+		/tmp/ringddp-train -optim adam -ranks $r -epochs 1 -json -out "" $mode
 	done
 done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/internal/run/rankrun"
@@ -67,6 +68,11 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 		if err := writePlotFile(cfg, cfg.plot, p.rows); err != nil {
 			return err
 		}
+		notes := w
+		if cfg.json {
+			notes = os.Stderr // stdout carries the JSON rows only
+		}
+		fmt.Fprintf(notes, "plot: %s\n", cfg.plot)
 	}
 	if p.wrong > 0 {
 		return fmt.Errorf("%d wrong elements (see the #wrong column)", p.wrong)

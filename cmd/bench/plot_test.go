@@ -4,6 +4,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,18 @@ func TestSizeLabels(t *testing.T) {
 		if got := sizeLabel(k); got != want {
 			t.Errorf("sizeLabel(%d) = %q, want %q", k, got, want)
 		}
+	}
+}
+
+// -plot says where it wrote, after the table (on stderr with -json, whose
+// stdout is the JSON rows only).
+func TestPlotSaysWhere(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.png")
+	out, err := runBench(t, "-ranks", "2", "-min", "1K", "-max", "1K", "-iters", "1", "-warmup", "0", "-plot", path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.HasSuffix(out, "plot: "+path+"\n") {
+		t.Errorf("the output does not end with where -plot wrote:\n%s", out)
 	}
 }

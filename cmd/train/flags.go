@@ -27,6 +27,7 @@ type options struct {
 	cfg        trainer.Config
 	tr         *launch.Transport // -transport and the multi-process flags, resolved
 	out        string
+	outGiven   bool // -out was given ("" then writes no files)
 	json       bool
 	quiet      bool
 	cpuProfile string                  // -cpuprofile
@@ -104,7 +105,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.IntVar(&v.minRanks, "min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
 	fs.DurationVar(&v.rejoinTimeout, "rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
 	fs.Int64Var(&v.maxSteps, "max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
-	fs.StringVar(&v.out, "out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory")
+	fs.StringVar(&v.out, "out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory, rewritten after every epoch (default: a new directory "+defaultRunsDir+"/<start time> per run; -out \"\": none)")
 	fs.StringVar(&v.traceOut, "trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
 	fs.BoolVar(&v.jsonOut, "json", false, "print one JSON object per epoch instead of text")
 	fs.BoolVar(&v.quiet, "quiet", false, "no progress output, only the per-epoch lines")
@@ -152,7 +153,7 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 		set[k] = true
 	}
 
-	o := &options{out: v.out, json: v.jsonOut, quiet: v.quiet, cpuProfile: v.cpuProfile}
+	o := &options{out: v.out, outGiven: given["out"], json: v.jsonOut, quiet: v.quiet, cpuProfile: v.cpuProfile}
 	if err := v.tf.CheckName(); err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
-func main() { os.Exit(runMain(runEnv{ranks: launch.ThisProgram})) }
+func main() { os.Exit(runMain(runEnv{ranks: launch.ThisProgram, runsDir: defaultRunsDir})) }
 
 // runMain is main with env: it trains as the command line says and returns
 // the exit status.

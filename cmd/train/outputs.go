@@ -4,22 +4,19 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"image/color"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/ringddp/ringddp/internal/plotpng"
 	"github.com/ringddp/ringddp/internal/run/trainer"
 	"github.com/ringddp/ringddp/internal/safetensors"
+	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // The files -out writes.
@@ -33,45 +30,101 @@ const (
 // epochs done (fractional).
 type stepLoss struct{ x, loss float64 }
 
-// printEpoch writes an epoch's line: losses, accuracy, throughput, the
-// step-time breakdown (comm wait is the communication the backward pass
-// did not hide), all communication and the share of it that overlapped,
-// optimizer state and bytes sent, and the slowest rank (the one most
-// often last to hand in its gradients). A partial epoch (a -max-steps stop inside
-// it) says how far it got.
+// printEpoch writes an epoch's lines. The first is the headline, as
+// PyTorch's examples print it: the losses, the test accuracy, the
+// throughput and the epoch's time (and its evaluation's). The second,
+// indented, is the step-time breakdown in milliseconds per step, averaged
+// over ranks (trainer.EpochMetrics defines each): compute + comm wait +
+// optimizer, which is the step but for filling the batch; then all
+// communication, comm = hidden + comm wait, and the share of it the
+// backward pass hid; then the bytes each rank sends per step and its
+// optimizer state. A third names the slowest rank, only when the trainer
+// found it last significantly more often than chance. A partial epoch (a
+// -max-steps stop inside it) says how far it got.
 func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
 	head := fmt.Sprintf("epoch %d/%d", m.Epoch, epochs)
 	if m.Partial {
 		head += fmt.Sprintf(" (partial: step %d/%d)", m.StepInEpoch, m.StepsPerEpoch)
 	}
-	fmt.Fprintf(w, "%s  train_loss %.4f  test_acc %.2f%%  test_loss %.4f  %.0f samples/s  %.1fs (eval %.1fs)  step time: compute %.1fs, comm wait %.2fs (%.1f%%), optimizer %.2fs  comm %.2fs (%.0f%% overlapped)  opt state %s/rank, %s sent/step",
-		head, m.TrainLoss, 100*m.TestAccuracy, m.TestLoss, m.SamplesPerSec, m.EpochSeconds, m.EvalSeconds,
-		m.ComputeSeconds, m.CommWaitSeconds, 100*m.CommWaitFraction(), m.OptimizerSeconds,
-		m.CommSeconds, 100*m.CommOverlap(),
-		humanBytes(m.OptStateBytesPerRank), humanBytes(m.CommBytesPerStep))
+	fmt.Fprintf(w, "%s  train_loss %.4f  test_loss %.4f  test_acc %.2f%%  %s samples/s  %.1fs (eval %.1fs)\n",
+		head, m.TrainLoss, m.TestLoss, 100*m.TestAccuracy, thousands(m.SamplesPerSec), m.EpochSeconds, m.EvalSeconds)
+	b := stepBreakdown(m)
+	fmt.Fprintf(w, "  per step: compute %.1f ms + comm wait %.1f ms + optimizer %.1f ms | comm %.1f ms, %.0f%% overlapped | %s sent, %s opt state per rank\n",
+		b.compute, b.wait, b.optimizer, b.comm, 100*m.CommOverlap(),
+		humanBytes(m.CommBytesPerStep), humanBytes(m.OptStateBytesPerRank))
 	if m.Ranks > 1 && m.SlowestRank >= 0 {
-		fmt.Fprintf(w, "  slowest rank %d: last in %.0f%% of steps, median %.1f ms behind",
-			m.SlowestRank, 100*m.SlowestRankShare, m.SlowestRankLagMs)
+		fmt.Fprintf(w, "  slowest rank %d: last in %.0f%% of steps, median %.1f ms behind (chance: %.0f%%)\n",
+			m.SlowestRank, 100*m.SlowestRankShare, m.SlowestRankLagMs, 100/float64(m.Ranks))
 	}
-	fmt.Fprintln(w)
 }
 
-// writeOutputs (re)writes metrics.csv and the plots for the epochs and
-// steps so far, each atomically.
-func writeOutputs(dir string, epochs []trainer.EpochMetrics, losses []stepLoss) error {
-	if err := safetensors.AtomicWriteFile(filepath.Join(dir, metricsFile), func(w io.Writer) error {
+// breakdown is an epoch's step time in milliseconds per step: compute
+// (forward and backward), comm wait (the exposed communication), the
+// optimizer, and all communication (hidden + comm wait).
+type breakdown struct{ compute, wait, optimizer, comm float64 }
+
+// stepBreakdown is m's breakdown per step (zero without steps).
+func stepBreakdown(m trainer.EpochMetrics) breakdown {
+	if m.Steps <= 0 {
+		return breakdown{}
+	}
+	per := 1e3 / float64(m.Steps)
+	return breakdown{compute: m.ComputeSeconds * per, wait: m.CommWaitSeconds * per,
+		optimizer: m.OptimizerSeconds * per, comm: m.CommSeconds * per}
+}
+
+// thousands renders x rounded to an integer with commas between groups of
+// three digits: 12,345.
+func thousands(x float64) string {
+	s := strconv.FormatFloat(math.Round(math.Abs(x)), 'f', 0, 64)
+	var b strings.Builder
+	if x <= -0.5 {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// writeOutputs (re)writes metrics.csv and the plots, titled with the run,
+// for the epochs and steps so far, each atomically, one file per call of
+// writeOutputFile.
+func writeOutputs(dir, title string, epochs []trainer.EpochMetrics, losses []stepLoss) error {
+	if err := writeOutputFile(filepath.Join(dir, metricsFile), func(w io.Writer) error {
 		return writeCSV(w, epochs)
 	}); err != nil {
 		return err
 	}
-	if err := safetensors.AtomicWriteFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
-		return writePlot(w, epochs, losses)
+	if err := writeOutputFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
+		return writePlot(w, title, epochs, losses)
 	}); err != nil {
 		return err
 	}
-	return safetensors.AtomicWriteFile(filepath.Join(dir, breakdownFile), func(w io.Writer) error {
-		return writeBreakdown(w, epochs)
+	return writeOutputFile(filepath.Join(dir, breakdownFile), func(w io.Writer) error {
+		return writeBreakdown(w, title, epochs)
 	})
+}
+
+// writeOutputFile writes one -out file atomically.
+func writeOutputFile(path string, write func(io.Writer) error) error {
+	return safetensors.AtomicWriteFile(path, write)
+}
+
+// runTitle names a run on its plots: the model and element type, the
+// ranks and transport, DDP or ZeRO-1, and when it started (local time and
+// zone, to the second: the run's id, which also names its directory under
+// runs/).
+func runTitle(p trainer.Plan, transport string, zero1 bool, start time.Time) string {
+	mode := "DDP"
+	if zero1 {
+		mode = "ZeRO-1"
+	}
+	return fmt.Sprintf("%s %s, %d ranks over %s, %s, run of %s", p.Model, p.DType, p.Ranks, transport, mode,
+		start.Format("2006-01-02 15:04:05 MST"))
 }
 
 // csvColumns are EpochMetrics' JSON keys, in field order.
@@ -113,95 +166,56 @@ func writeCSV(w io.Writer, epochs []trainer.EpochMetrics) error {
 	return cw.Error()
 }
 
-// epochX is where an epoch's figures sit on the plots' epoch axis: at its
-// number for a full epoch, at the fraction reached for a partial one.
-func epochX(m trainer.EpochMetrics) float64 {
-	if !m.Partial || m.StepsPerEpoch <= 0 {
-		return float64(m.Epoch)
+// cpuProfileFile is where this process writes -cpuprofile: the path, or in
+// a tcp job, whose ranks are processes each, rank r's path.rank<r>
+// (trace.RankFile), as cmd/bench names them.
+func cpuProfileFile(o *options) string {
+	if o.tr != nil && o.tr.MP != nil && !o.tr.Launcher() {
+		return trace.RankFile(o.cpuProfile, o.tr.MP.Env.Rank)
 	}
-	return float64(m.Epoch-1) + float64(m.StepInEpoch)/float64(m.StepsPerEpoch)
+	return o.cpuProfile
 }
 
-// writePlot draws two panels as a PNG: the losses (the training loss of
-// every step, faint, and smoothed; the test loss per epoch) and the test
-// accuracy per epoch. Without step losses the training loss is drawn per
-// epoch.
-func writePlot(w io.Writer, epochs []trainer.EpochMetrics, losses []stepLoss) error {
-	train := make(plotter.XYs, len(epochs))
-	test := make(plotter.XYs, len(epochs))
-	acc := make(plotter.XYs, len(epochs))
-	for i, m := range epochs {
-		x := epochX(m)
-		train[i] = plotter.XY{X: x, Y: m.TrainLoss}
-		test[i] = plotter.XY{X: x, Y: m.TestLoss}
-		acc[i] = plotter.XY{X: x, Y: 100 * m.TestAccuracy}
+// startCPUProfile starts -cpuprofile, if given, into cpuProfileFile; stop
+// ends the profile and closes the file.
+func startCPUProfile(o *options) (stop func(), err error) {
+	if o.cpuProfile == "" {
+		return func() {}, nil
 	}
-	blue := color.RGBA{R: 31, G: 119, B: 180, A: 255}
-	orange := color.RGBA{R: 255, G: 127, B: 14, A: 255}
-	green := color.RGBA{R: 44, G: 160, B: 44, A: 255}
-
-	lossPlot := plot.New()
-	lossPlot.Title.Text = "Loss"
-	lossPlot.X.Label.Text = "epoch"
-	lossPlot.Y.Label.Text = "cross-entropy"
-	lossPlot.Y.Min = 0
-	if len(losses) > 0 {
-		if err := addStepLosses(lossPlot, losses, blue); err != nil {
-			return err
-		}
-	} else if err := addLine(lossPlot, "train loss", train, blue); err != nil {
-		return err
-	}
-	if err := addLine(lossPlot, "test loss", test, orange); err != nil {
-		return err
-	}
-	lossPlot.Legend.Top = true
-
-	accPlot := plot.New()
-	accPlot.Title.Text = "Test accuracy"
-	accPlot.X.Label.Text = "epoch"
-	accPlot.Y.Label.Text = "accuracy (%)"
-	if err := addLine(accPlot, "test accuracy", acc, green); err != nil {
-		return err
-	}
-	accPlot.Legend.Top = true
-	accPlot.Legend.Left = true
-	for _, p := range []*plot.Plot{lossPlot, accPlot} {
-		p.X.Tick.Marker = epochTicks{}
-		if n := len(epochs); n > 0 {
-			p.X.Min, p.X.Max = epochX(epochs[0])-0.25, epochX(epochs[n-1])+0.25
-		}
-		if len(losses) > 0 {
-			p.X.Min = min(p.X.Min, math.Floor(losses[0].x))
-		}
-	}
-
-	return plotpng.WriteColumn(w, 7*vg.Inch, 7*vg.Inch, lossPlot, accPlot)
-}
-
-func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.Color) error {
-	l, pts, err := plotter.NewLinePoints(xys)
+	f, err := createOutputFile(cpuProfileFile(o))
 	if err != nil {
-		return fmt.Errorf("plot %s: %w", name, err)
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
-	l.Color = c
-	l.Width = vg.Points(1.5)
-	pts.Color = c
-	pts.Shape = draw.CircleGlyph{}
-	p.Add(l, pts)
-	p.Legend.Add(name, l, pts)
-	return nil
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
-// epochTicks puts a labelled tick on every whole epoch.
-type epochTicks struct{}
+// createOutputFile creates (or truncates) one output file.
+func createOutputFile(path string) (*os.File, error) {
+	return os.Create(path)
+}
 
-func (epochTicks) Ticks(lo, hi float64) []plot.Tick {
-	var ticks []plot.Tick
-	for e := int(lo); float64(e) <= hi; e++ {
-		if float64(e) >= lo {
-			ticks = append(ticks, plot.Tick{Value: float64(e), Label: strconv.Itoa(e)})
-		}
+// printWritten says, once, where the run wrote its outputs besides the
+// checkpoint: -out's files (if any epoch wrote them: outFiles),
+// -cpuprofile's and -trace's.
+func printWritten(w io.Writer, o *options, outFiles bool) {
+	if o.out != "" && outFiles {
+		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
 	}
-	return ticks
+	if o.cpuProfile != "" {
+		where := cpuProfileFile(o)
+		if where != o.cpuProfile {
+			where = trace.RankFile(o.cpuProfile, 0) + " (rank r: " + o.cpuProfile + ".rank<r>)"
+		}
+		fmt.Fprintf(w, "cpu profile: %s (go tool pprof)\n", where)
+	}
+	if o.cfg.Trace != "" {
+		fmt.Fprintf(w, "trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.cfg.Trace)
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"time"
 
 	"github.com/ringddp/ringddp/datasets"
@@ -25,6 +23,9 @@ type runEnv struct {
 	// adjust, if set, changes the trainer's configuration before training
 	// (the tests' fault injection).
 	adjust func(*trainer.Config)
+	// runsDir, if set, is where a run that holds rank 0 writes its -out
+	// files when -out is not given, in a directory of its own (newRunDir).
+	runsDir string
 }
 
 // run parses args, trains, and writes the report to stdout.
@@ -83,26 +84,18 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if o.blas, err = blas.Setup(gemmThreads(o.tr)); err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o)
+	if err != nil {
+		return err
 	}
-	if o.out != "" {
-		if err := os.MkdirAll(o.out, 0o755); err != nil {
-			return fmt.Errorf("-out: %w", err)
-		}
-	}
+	defer stopProfile()
 	start := time.Now()
+	if err := o.outDir(env.runsDir, start); err != nil {
+		return err
+	}
 	cfg := o.cfg
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
-		prog: chooseProgress(stdout, o.json, o.quiet)}
+		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
@@ -114,6 +107,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	}
 	res, err := trainer.Run(ctx, cfg)
 	rep.prog.done()
+	rep.finishOutputs(err)
 	if errors.Is(err, datasets.ErrBundledMNISTUnavailable) {
 		return fmt.Errorf("%w\n%s", err, noBundledMNISTHint)
 	}
@@ -128,6 +122,8 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	}
 	if !o.json && o.tr.HoldsRank0() {
 		printSummary(stdout, res, o, time.Since(start))
+	} else if o.tr.HoldsRank0() {
+		printWritten(os.Stderr, o, len(res.Epochs) > 0) // stdout carries the JSON lines only
 	}
 	return nil
 }
@@ -141,6 +137,8 @@ type report struct {
 	status *launch.Status
 	prog   progress
 	cfg    *trainer.Config // the configuration trained with, for its epochs
+	writer *outWriter      // writes the -out files
+	start  time.Time       // when the run started: its id on the plots and in runs/
 
 	all    []trainer.EpochMetrics
 	losses []stepLoss // every step's loss, for the plot
@@ -152,6 +150,7 @@ func (r *report) started(p trainer.Plan) {
 	if !r.o.json && !r.o.quiet {
 		printPlan(r.stdout, p, r.o)
 	}
+	r.writer.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, r.start)
 	r.prog.plan(p)
 	r.status.Started(p.GlobalStep)
 }
@@ -165,7 +164,8 @@ func (r *report) stepped(s trainer.StepInfo) {
 	r.status.Stepped(s.GlobalStep)
 }
 
-// epoch prints the epoch's line (text or JSON) and rewrites the -out files.
+// epoch prints the epoch's line (text or JSON) and has the -out files
+// rewritten.
 func (r *report) epoch(m trainer.EpochMetrics) {
 	r.prog.done()
 	r.all = append(r.all, m)
@@ -178,8 +178,8 @@ func (r *report) epoch(m trainer.EpochMetrics) {
 	} else {
 		printEpoch(r.stdout, m, r.cfg.Epochs)
 	}
-	if r.o.out != "" && r.outErr == nil {
-		r.outErr = writeOutputs(r.o.out, r.all, r.losses)
+	if r.o.out != "" {
+		r.writer.submit(r.all, r.losses)
 	}
 }
 
@@ -225,12 +225,7 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	if res.Checkpoint != "" {
 		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
 	}
-	if o.out != "" {
-		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
-	}
-	if o.cfg.Trace != "" {
-		fmt.Fprintf(w, "trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.cfg.Trace)
-	}
+	printWritten(w, o, len(res.Epochs) > 0)
 }
 
 // humanBytes renders n bytes with a binary unit.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -55,14 +57,26 @@ func TestTraceTCP(t *testing.T) {
 }
 
 // -trace in process writes one file; -out draws the step-time breakdown
-// and the loss per step; the epoch line names the slowest rank.
+// and the loss per step; the epoch line names the slowest rank, rank 1,
+// which sleeps 25 ms after each step (long enough for a loaded host).
 func TestTraceAndPlotsInproc(t *testing.T) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "run.json")
-	out, err := runTrain(t, "-data", data, "-ranks", "3", "-batch", "24", "-epochs", "2",
-		"-hidden", "8", "-quiet", "-trace", path, "-out", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t.Setenv(faultsVar, "slow:1:25")
+	var buf bytes.Buffer
+	err := runWith(ctx, []string{"-data", data, "-ranks", "3", "-batch", "24", "-epochs", "2",
+		"-hidden", "8", "-quiet", "-trace", path, "-out", dir}, &buf, runEnv{adjust: testFaults(func(k string) string {
+		if k == "RANK" {
+			return "1"
+		}
+		return os.Getenv(k)
+	})})
+	out := buf.String()
 	require.NoError(t, err, out)
+	require.Contains(t, out, "slowest rank 1: ")
 	checkTrace(t, path, 3)
 	require.Regexp(t, `slowest rank \d: last in \d+% of steps, median [0-9.]+ ms behind`, out)
 	for _, name := range []string{plotFile, breakdownFile} {

@@ -9,21 +9,21 @@ import (
 )
 
 // figures is what one rank contributes to an epoch's metrics: its test
-// shard's evaluation, summed over ranks, and its step-time breakdown in
-// seconds, of which the metrics take the maximum over ranks.
+// shard's evaluation and its step-time breakdown in seconds, both summed
+// over ranks (the metrics divide the times by the ranks: their mean).
 type figures struct {
-	correct, lossSum, count            float64
-	compute, commWait, comm, optimizer float64
+	correct, lossSum, count              float64
+	compute, commWait, hidden, optimizer float64
 }
 
 const figureCount = 7
 
 func (f figures) values() [figureCount]float64 {
-	return [figureCount]float64{f.correct, f.lossSum, f.count, f.compute, f.commWait, f.comm, f.optimizer}
+	return [figureCount]float64{f.correct, f.lossSum, f.count, f.compute, f.commWait, f.hidden, f.optimizer}
 }
 
-// combineFigures sums the evaluation and takes the maximum of the times
-// over every rank's figures (rank order, so every rank gets the same).
+// combineFigures sums every rank's figures (rank order, so every rank gets
+// the same).
 func combineFigures(all []float64) figures {
 	var c figures
 	for r := 0; r+figureCount <= len(all); r += figureCount {
@@ -31,10 +31,10 @@ func combineFigures(all []float64) figures {
 		c.correct += v[0]
 		c.lossSum += v[1]
 		c.count += v[2]
-		c.compute = max(c.compute, v[3])
-		c.commWait = max(c.commWait, v[4])
-		c.comm = max(c.comm, v[5])
-		c.optimizer = max(c.optimizer, v[6])
+		c.compute += v[3]
+		c.commWait += v[4]
+		c.hidden += v[5]
+		c.optimizer += v[6]
 	}
 	return c
 }
@@ -59,7 +59,7 @@ func (w *worker[T]) endEpoch(p, resumeAt position, st epochStats, partial bool) 
 	}
 	mine := figures{
 		correct: float64(correct), lossSum: lossSum, count: float64(count),
-		compute: st.compute.Seconds(), commWait: st.commWait.Seconds(), comm: st.comm.Seconds(), optimizer: st.optimizer.Seconds(),
+		compute: st.compute.Seconds(), commWait: st.commWait.Seconds(), hidden: st.hidden.Seconds(), optimizer: st.optimizer.Seconds(),
 	}.values()
 	all := make([]float64, figureCount*w.g.Size())
 	sp := w.rec.Begin(trace.Comm, "collective", "epoch figures").Str("collective", "allgather").Int("bytes", int64(8*len(all)))

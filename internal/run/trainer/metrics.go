@@ -33,12 +33,26 @@ type StepInfo struct {
 }
 
 // EpochMetrics are one epoch's results (OnEpoch, Result.Epochs). Times are
-// seconds. The step-time breakdown sums ddp's per-step StepStats over the
-// epoch and takes the maximum over ranks: Compute (forward+backward),
-// CommWait (communication not hidden behind the backward pass: the wait
-// for the gradient buckets after it, and ZeRO-1's all-gather), Comm (all
-// of the communication, hidden or not: Comm - CommWait overlapped the
-// backward pass) and Optimizer.
+// seconds.
+//
+// The step-time breakdown is each rank's time summed over the epoch's
+// steps, then averaged over ranks (the mean, so that the figures add up as
+// one rank's do). In one step of one rank:
+//
+//   - Compute is the forward and backward pass (ddp's RunAll).
+//   - CommWait (the exposed communication) is the time from the end of the
+//     backward pass until the last gradient bucket's collective finished,
+//     plus ZeRO-1's all-gather of the parameters in the optimizer step: the
+//     time the step spent on nothing but communication, including waiting
+//     in a collective for a slower rank.
+//   - CommHidden is the time the bucket collectives ran while the backward
+//     pass was still running (their spans, intersected with the pass).
+//   - Comm = CommHidden + CommWait: the communication as the step sees it,
+//     of which CommHidden overlapped the backward pass (CommOverlap).
+//   - Optimizer is the optimizer's update of the parameters.
+//
+// Compute + CommWait + Optimizer is the step but for filling the batch;
+// EpochSeconds / Steps is the whole step's wall time.
 //
 // A run stopped by MaxSteps inside an epoch reports that epoch too, marked
 // Partial: its figures cover the steps run, and the test set is evaluated
@@ -60,16 +74,18 @@ type EpochMetrics struct {
 	EpochSeconds  float64 `json:"epoch_seconds"`   // wall time of the epoch's training steps
 	EvalSeconds   float64 `json:"eval_seconds"`    // wall time of the evaluation
 
-	ComputeSeconds   float64 `json:"compute_seconds"`
-	CommWaitSeconds  float64 `json:"comm_wait_seconds"` // exposed communication
-	CommSeconds      float64 `json:"comm_seconds"`      // all communication, overlapped or not
-	OptimizerSeconds float64 `json:"optimizer_seconds"`
+	ComputeSeconds    float64 `json:"compute_seconds"`     // forward and backward
+	CommWaitSeconds   float64 `json:"comm_wait_seconds"`   // exposed communication, after the backward pass
+	CommHiddenSeconds float64 `json:"comm_hidden_seconds"` // communication during the backward pass
+	CommSeconds       float64 `json:"comm_seconds"`        // CommHiddenSeconds + CommWaitSeconds
+	OptimizerSeconds  float64 `json:"optimizer_seconds"`
 
 	// The straggler: the rank that most often handed in its last gradient
-	// bucket last (-1 with one rank), the fraction of the epoch's steps in
-	// which it did, and its median lag behind the rank before it in those
-	// steps (ddp.WithArrivalStamps; clocks of ranks in other processes
-	// aligned to rank 0's at start).
+	// bucket last, when significantly more often than chance (stragglers'
+	// significant; else -1, as with one rank), the fraction of the epoch's
+	// steps in which it did, and its median lag behind the rank before it
+	// in those steps (ddp.WithArrivalStamps; clocks of ranks in other
+	// processes aligned to rank 0's at start).
 	SlowestRank      int     `json:"slowest_rank"`
 	SlowestRankShare float64 `json:"slowest_rank_share"`
 	SlowestRankLagMs float64 `json:"slowest_rank_lag_ms"`
@@ -90,13 +106,13 @@ func (m EpochMetrics) CommWaitFraction() float64 {
 	return m.CommWaitSeconds / total
 }
 
-// CommOverlap is the fraction of the communication time that the backward
-// pass hid: 1 - CommWait/Comm (0 without communication).
+// CommOverlap is the fraction of the communication that the backward pass
+// hid: CommHidden / Comm (0 without communication).
 func (m EpochMetrics) CommOverlap() float64 {
 	if m.CommSeconds <= 0 {
 		return 0
 	}
-	return max(0, 1-m.CommWaitSeconds/m.CommSeconds)
+	return m.CommHiddenSeconds / m.CommSeconds
 }
 
 // CommBytesPerStep is what a ring (or direct two-shot) all-reduce of m

@@ -52,13 +52,11 @@ var (
 // opt. Both agree on the loss and on stopping with the last gradient
 // bucket (ddp.WithAgreement), stop being this rank's vote, with the
 // straggler stamps (ddp.WithArrivalStamps) on rank 0's clock; env.rec,
-// if set, records the buckets.
+// if set, records the buckets, and env.spans their collectives' spans.
 func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, params G.Nodes, opt optim.Optimizer[T], stop func() bool, env rankEnv) (replica[T], error) {
 	first, rest := cfg.bucketBytes()
 	opts := []ddp.Option{ddp.WithBucketBytes(first, rest), ddp.WithAgreement(stop), ddp.WithArrivalStamps(stampClock(env.offset))}
-	if env.rec != nil {
-		opts = append(opts, ddp.WithObserver(bucketObserver{rec: env.rec}))
-	}
+	opts = append(opts, ddp.WithObserver(bucketObserver{rec: env.rec, spans: env.spans}))
 	if cfg.Zero1 {
 		return zero.Wrap[T](ctx, g, params, opt, opts...)
 	}

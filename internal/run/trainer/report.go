@@ -31,9 +31,13 @@ func (w *worker[T]) epochMetrics(p position, st epochStats, f figures, evalTime 
 		GlobalStep:  p.global,
 		TestCorrect: int(f.correct), TestCount: int(f.count),
 		EpochSeconds: st.wall.Seconds(), EvalSeconds: evalTime.Seconds(),
-		ComputeSeconds: f.compute, CommWaitSeconds: f.commWait, CommSeconds: f.comm, OptimizerSeconds: f.optimizer,
 		OptStateBytesPerRank: w.rep.StateBytes(), CommBytesPerStep: CommBytesPerStep(paramBytes, w.g.Size()),
 		Ranks: w.g.Size(), GlobalBatch: cfg.GlobalBatch,
+	}
+	if n := float64(w.g.Size()); n > 0 { // the mean over ranks
+		m.ComputeSeconds, m.CommWaitSeconds, m.OptimizerSeconds = f.compute/n, f.commWait/n, f.optimizer/n
+		m.CommHiddenSeconds = f.hidden / n
+		m.CommSeconds = m.CommHiddenSeconds + m.CommWaitSeconds
 	}
 	if p.lossSteps > 0 {
 		m.TrainLoss = p.lossSum / float64(p.lossSteps)
@@ -43,7 +47,7 @@ func (w *worker[T]) epochMetrics(p position, st epochStats, f figures, evalTime 
 		m.TestLoss = f.lossSum / f.count
 	}
 	m.SlowestRank, m.SlowestRankShare, m.SlowestRankLagMs = -1, 0, 0
-	if r, share, lag := st.slow.slowest(); r >= 0 {
+	if r, share, lag := st.slow.significant(); r >= 0 {
 		m.SlowestRank, m.SlowestRankShare, m.SlowestRankLagMs = r, share, float64(lag)/1e6
 	}
 	if st.wall > 0 {

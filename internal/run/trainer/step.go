@@ -12,21 +12,20 @@ import (
 type epochStats struct {
 	steps int
 	wall  time.Duration // from the epoch's first step to its last
-	// The step-time breakdown summed over the steps: forward and backward;
-	// communication not hidden by the backward pass (the bucket wait after
-	// it, and Step's own, such as ZeRO-1's all-gather); all communication,
-	// hidden or not; the optimizer.
-	compute, commWait, comm, optimizer time.Duration
-	slow                               stragglers
+	// The step-time breakdown summed over the steps (EpochMetrics defines
+	// each): compute, comm wait, hidden communication, optimizer.
+	compute, commWait, hidden, optimizer time.Duration
+	slow                                 stragglers
 }
 
-// add accounts for one step: Run's statistics, then Step's time in the
-// optimizer and in communication.
-func (s *epochStats) add(run ddp.StepStats, opt, stepComm time.Duration) {
+// add accounts for one step: Run's statistics and how much of its bucket
+// collectives ran inside its forward and backward pass (hidden), then
+// Step's time in the optimizer and in communication.
+func (s *epochStats) add(run ddp.StepStats, hidden, opt, stepComm time.Duration) {
 	s.steps++
 	s.compute += run.Compute
 	s.commWait += run.CommWait + stepComm
-	s.comm += run.Comm + stepComm
+	s.hidden += hidden
 	s.optimizer += opt
 }
 
@@ -100,7 +99,8 @@ func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
 	ended := time.Now()
 	opt := w.rep.LastOptimizerTime()
 	run := w.d.LastStats()
-	st.add(run, opt, max(0, ended.Sub(began)-opt))
+	hidden := w.spans.hidden(run.Start, run.Start.Add(run.Compute))
+	st.add(run, hidden, opt, max(0, ended.Sub(began)-opt))
 	agreed := w.d.Agreed()
 	st.slow.add(agreed, w.g.Size())
 	if w.rec != nil {

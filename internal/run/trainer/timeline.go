@@ -21,10 +21,13 @@ import (
 // clock first (syncClocks), which the straggler stamps use too.
 
 // rankEnv is what a rank runs with besides its configuration: its
-// timeline (nil: none) and its clock's offset from rank 0's.
+// timeline (nil: none), its clock's offset from rank 0's, and where its
+// replica's observer puts the bucket collectives' spans (newWorker sets
+// it).
 type rankEnv struct {
 	rec    *trace.Recorder
 	offset time.Duration
+	spans  *commSpans
 }
 
 // clocks are this process's ranks' offsets from rank 0's clock.
@@ -73,17 +76,73 @@ func traceFile(path string, ranks []int, world int) string {
 	return trace.RankFile(path, slices.Min(ranks))
 }
 
-// bucketObserver puts a rank's buckets on its timeline (ddp.Observer,
+// commSpans are the spans of one step's bucket collectives, to measure
+// how much of them the backward pass hid. The communication goroutine adds
+// them (bucketObserver.BucketReduced); the rank's goroutine takes them
+// after ddp's Run returned, which waited for that goroutine, so the two
+// never touch the slice at once.
+type commSpans struct{ spans [][2]time.Time }
+
+func (c *commSpans) add(start, end time.Time) {
+	if c != nil {
+		c.spans = append(c.spans, [2]time.Time{start, end})
+	}
+}
+
+// hidden is how long the spans added since the last call ran inside
+// [from, to], the step's forward and backward pass: the communication
+// the backward pass hid. It forgets the spans.
+func (c *commSpans) hidden(from, to time.Time) time.Duration {
+	if c == nil {
+		return 0
+	}
+	var d time.Duration
+	for _, s := range c.spans {
+		lo, hi := maxTime(s[0], from), minTime(s[1], to)
+		if hi.After(lo) {
+			d += hi.Sub(lo)
+		}
+	}
+	c.spans = c.spans[:0]
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// bucketObserver puts a rank's buckets on its timeline, if it has one
+// (rec), and their collectives' spans into spans (ddp.Observer,
 // ddp.PhaseObserver, zero.GatherObserver).
-type bucketObserver struct{ rec *trace.Recorder }
+type bucketObserver struct {
+	rec   *trace.Recorder
+	spans *commSpans
+}
 
 func bucketName(b int) string { return "bucket " + strconv.Itoa(b) }
 
 func (o bucketObserver) BucketReady(b, bytes int, t time.Time) {
+	if o.rec == nil {
+		return
+	}
 	o.rec.InstantAt(trace.Compute, "ddp", bucketName(b)+" ready", trace.Int("bytes", int64(bytes)), t)
 }
 
 func (o bucketObserver) BucketReduced(b, bytes int, collective string, start, end time.Time, err error) {
+	o.spans.add(start, end)
+	if o.rec == nil {
+		return
+	}
 	sp := o.rec.BeginAt(trace.Comm, "collective", bucketName(b), start).Str("collective", collective).Int("bytes", int64(bytes))
 	if err != nil {
 		sp = sp.Str("error", err.Error())
@@ -92,10 +151,18 @@ func (o bucketObserver) BucketReduced(b, bytes int, collective string, start, en
 }
 
 func (o bucketObserver) BucketPhase(b int, phase string, start, end time.Time) {
+	if o.rec == nil {
+		return
+	}
 	o.rec.BeginAt(trace.Comm, "phase", phase, start).Int("bucket", int64(b)).EndAt(end)
 }
 
+// ParamsGathered: ZeRO-1's all-gather runs in Step, after the backward
+// pass; the step counts it as exposed communication without its span.
 func (o bucketObserver) ParamsGathered(b, bytes int, start, end time.Time, err error) {
+	if o.rec == nil {
+		return
+	}
 	sp := o.rec.BeginAt(trace.Comm, "collective", "all-gather params "+strconv.Itoa(b), start).Int("bytes", int64(bytes))
 	if err != nil {
 		sp = sp.Str("error", err.Error())

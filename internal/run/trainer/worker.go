@@ -35,6 +35,7 @@ type worker[T Float] struct {
 	steps   int // per epoch
 	eval    *evaluator[T]
 	rec     *trace.Recorder // the timeline; nil: none
+	spans   *commSpans      // the step's bucket collectives, for the hidden communication
 }
 
 func newModel(g *G.ExprGraph, cfg Config, dt tensor.Dtype, features, classes int) (models.Model, error) {
@@ -82,7 +83,8 @@ func fill[T Float](ds *datasets.Dataset, idx []int, x, y []T) error {
 // newWorker builds rank g.Rank()'s sampler, model replica, training graph
 // and evaluator. The replica votes to stop once ctx is done.
 func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train, test *datasets.Dataset, env rankEnv) (*worker[T], error) {
-	w := &worker[T]{cfg: cfg, g: g, comm: context.WithoutCancel(ctx), train: train, test: test, rec: env.rec}
+	w := &worker[T]{cfg: cfg, g: g, comm: context.WithoutCancel(ctx), train: train, test: test, rec: env.rec, spans: &commSpans{}}
+	env.spans = w.spans
 	n := g.Size()
 	w.perRank = cfg.GlobalBatch / n
 	if cfg.GlobalBatch%n != 0 {
