@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 //	           all are connected; the others sleep (ignoring SIGTERM with
 //	           RINGDDP_HELPER_IGNORE_TERM=1)
 //	interrupt  prints "ready", waits for an interrupt, prints "got interrupt"
+//	           (and exits with status 1 with RINGDDP_HELPER_INTERRUPT_STATUS=1)
 //	attack     with what it holds, tries to write a plan into the launchers'
 //	           rendezvous at RINGDDP_HELPER_LAUNCHERS and prints the outcome
 //	secretgone after connecting, starts a child (mode envcheck) that says
@@ -59,6 +60,9 @@ func helperMain(mode string) int {
 		fmt.Println("ready")
 		<-sig
 		fmt.Println("got interrupt")
+		if os.Getenv("RINGDDP_HELPER_INTERRUPT_STATUS") == "1" {
+			return 1 // as a rank whose collective was cut short by the stop
+		}
 		return 0
 	}
 	if mode == "elastic" {

@@ -147,7 +147,36 @@ func TestLaunchChildFailure(t *testing.T) {
 
 // An interrupt to the launcher reaches every rank once.
 func TestLaunchForwardsInterrupt(t *testing.T) {
-	cfg, stdout, stderr := helperConfig(2, "interrupt")
+	stdout, stderr, err := interruptJob(t)
+	if err != nil {
+		t.Fatalf("Run = %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"got interrupt", "[rank 1] got interrupt"} {
+		if !slices.Contains(lines(stdout.String()), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// Ranks that exit non-zero when interrupted (as cmd/train's do over tcp)
+// end the job with an error that says the job was interrupted, not one that
+// reads as if a rank had failed on its own.
+func TestInterruptedJobSaysInterrupted(t *testing.T) {
+	stdout, stderr, err := interruptJob(t, "RINGDDP_HELPER_INTERRUPT_STATUS=1")
+	if err == nil {
+		t.Fatalf("Run = nil, want the interrupt\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	for _, want := range []string{"stopped by interrupt", "the job was interrupted", "exited with status 1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run = %q, lacks %q", err, want)
+		}
+	}
+}
+
+// interruptJob runs two "interrupt" helper ranks, sends this process
+// SIGINT once both are ready, and returns what Run returned.
+func interruptJob(t *testing.T, env ...string) (stdout, stderr *lockedBuffer, err error) {
+	cfg, stdout, stderr := helperConfig(2, "interrupt", env...)
 	cfg.NoSignals = false
 	var mu sync.Mutex
 	ready := 0
@@ -177,14 +206,7 @@ func TestLaunchForwardsInterrupt(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
-	}
-	for _, want := range []string{"got interrupt", "[rank 1] got interrupt"} {
-		if !slices.Contains(lines(stdout.String()), want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout)
-		}
-	}
+	return stdout, stderr, <-done
 }
 
 // killTrials is how many times TestKillRankMidAllReduce kills a rank: 20

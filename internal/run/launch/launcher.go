@@ -541,7 +541,9 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		return fmt.Errorf("launch: %w", err)
 	}
 	if j.after != nil {
-		return fmt.Errorf("launch: stopped by %v: %w", j.signaled, j.after)
+		// The ranks ended because the job was interrupted, not because one
+		// failed: say so first, then how the first of them ended.
+		return fmt.Errorf("launch: stopped by %v: the job was interrupted and every rank was asked to stop (the first to end, %w)", j.signaled, j.after)
 	}
 	return nil
 }
