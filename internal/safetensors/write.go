@@ -42,6 +42,9 @@ func DataSHA256(tensors []Tensor) string {
 
 // header builds the padded header for tensors (already in order).
 func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+	if err := DefaultLimits().checkWrite(tensors, metadata); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
@@ -100,8 +103,8 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	for b.Len()%8 != 0 {
 		b.WriteByte(' ')
 	}
-	if b.Len() > MaxHeaderSize {
-		return nil, fmt.Errorf("safetensors: header of %d bytes exceeds %d", b.Len(), MaxHeaderSize)
+	if lim := DefaultLimits().HeaderBytes; b.Len() > lim {
+		return nil, fmt.Errorf("safetensors: header of %d bytes exceeds the limit of %d", b.Len(), lim)
 	}
 	return b.Bytes(), nil
 }

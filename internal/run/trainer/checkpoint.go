@@ -15,6 +15,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/safetensors"
 	"github.com/ringddp/ringddp/optim"
 )
@@ -238,7 +239,7 @@ func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, 
 	}
 	meta[keyDataSHA] = safetensors.DataSHA256(tensors)
 	meta[keyIndexSHA] = indexSHA256(meta, tensors)
-	return safetensors.WriteFile(path, tensors, meta)
+	return safetensors.WriteFile(path, outfile.Private, tensors, meta)
 }
 
 func mismatch(path, field string, ck, run any) error {
