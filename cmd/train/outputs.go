@@ -17,9 +17,9 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/plotpng"
 	"github.com/ringddp/ringddp/internal/run/trainer"
-	"github.com/ringddp/ringddp/internal/safetensors"
 )
 
 // The files -out writes.
@@ -59,17 +59,17 @@ func printEpoch(w io.Writer, m trainer.EpochMetrics, epochs int) {
 // writeOutputs (re)writes metrics.csv and the plots for the epochs and
 // steps so far, each atomically.
 func writeOutputs(dir string, epochs []trainer.EpochMetrics, losses []stepLoss) error {
-	if err := safetensors.AtomicWriteFile(filepath.Join(dir, metricsFile), func(w io.Writer) error {
+	if err := outfile.Write(filepath.Join(dir, metricsFile), outfile.Shared, func(w io.Writer) error {
 		return writeCSV(w, epochs)
 	}); err != nil {
 		return err
 	}
-	if err := safetensors.AtomicWriteFile(filepath.Join(dir, plotFile), func(w io.Writer) error {
+	if err := outfile.Write(filepath.Join(dir, plotFile), outfile.Shared, func(w io.Writer) error {
 		return writePlot(w, epochs, losses)
 	}); err != nil {
 		return err
 	}
-	return safetensors.AtomicWriteFile(filepath.Join(dir, breakdownFile), func(w io.Writer) error {
+	return outfile.Write(filepath.Join(dir, breakdownFile), outfile.Shared, func(w io.Writer) error {
 		return writeBreakdown(w, epochs)
 	})
 }

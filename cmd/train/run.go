@@ -13,6 +13,7 @@ import (
 
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/run/launch"
 	"github.com/ringddp/ringddp/internal/run/trainer"
 	"github.com/ringddp/ringddp/internal/trace"
@@ -46,8 +47,18 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 	if o.exportData != "" {
 		return exportData(ctx, o.exportData, stdout)
 	}
+	if o.finished != "" {
+		w := stdout
+		if o.json {
+			w = os.Stderr
+		}
+		if o.tr.HoldsRank0() {
+			fmt.Fprintln(w, o.finished)
+		}
+		return nil
+	}
 	if o.tr.Launcher() { // -transport tcp, not under a launcher: be one
-		return launchJob(ctx, o, args, stdout, env)
+		return launchJob(ctx, o, withJobID(args, o.jobID), stdout, env)
 	}
 	return train(ctx, o, stdout, env)
 }
@@ -68,7 +79,7 @@ func launchJob(ctx context.Context, o *options, args []string, stdout io.Writer,
 
 // train sets this process up (cores, binding, status pipe, BLAS, CPU
 // profile, -out), trains with the report's hooks, and prints the summary.
-func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error {
+func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err error) {
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	if _, err := o.tr.Bind(); err != nil {
 		return err
@@ -84,15 +95,11 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 		return err
 	}
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer func() { err = errors.Join(err, stop()) }()
 	}
 	if o.out != "" {
 		if err := os.MkdirAll(o.out, 0o755); err != nil {
@@ -107,6 +114,9 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
 			fmt.Fprintf(stdout, "-resume latest: %s\n", n)
+		}
+		for _, n := range o.notes {
+			fmt.Fprintln(stdout, n)
 		}
 	}
 	if env.adjust != nil {
@@ -130,6 +140,27 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 		printSummary(stdout, res, o, time.Since(start))
 	}
 	return nil
+}
+
+// startCPUProfile starts -cpuprofile into a new file beside path
+// (outfile.Create: a symbolic link at path is replaced, never followed);
+// stop ends the profile and renames the file over path.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := outfile.Create(path, outfile.Shared)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Abort()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Commit(); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // report is the training's hooks (trainer.Config's OnStart, OnStep and

@@ -42,10 +42,19 @@ func (l Limits) check() error {
 	return nil
 }
 
-// checkWrite reports the first limit the tensors and metadata of a file
-// to write exceed, so that the writer never writes what DefaultLimits
-// would refuse to read.
-func (l Limits) checkWrite(tensors []Tensor, metadata map[string]string) error {
+// CheckWrite reports the first of l the file of tensors and metadata
+// would exceed, header length included: a writer that checks it never
+// writes what a reader with l refuses. Write checks DefaultLimits.
+func (l Limits) CheckWrite(tensors []Tensor, metadata map[string]string) error {
+	if err := l.checkCounts(tensors, metadata); err != nil {
+		return err
+	}
+	_, err := header(order(tensors), metadata, l)
+	return err
+}
+
+// checkCounts is CheckWrite without the header's length.
+func (l Limits) checkCounts(tensors []Tensor, metadata map[string]string) error {
 	if len(tensors) > l.Tensors {
 		return fmt.Errorf("safetensors: %d tensors exceed the limit of %d", len(tensors), l.Tensors)
 	}
