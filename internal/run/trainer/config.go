@@ -72,8 +72,8 @@ type Config struct {
 	// JobID is the identity of the job this run belongs to, kept across
 	// its resumes and restarts and written into every checkpoint
 	// (job.go); "" writes none. At most MaxJobID printable bytes.
-	JobID string
-	MaxSteps       int64  // stop once the global step count reaches this (0: no limit)
+	JobID    string
+	MaxSteps int64 // stop once the global step count reaches this (0: no limit)
 
 	// Connect returns this process's transport endpoints of a world of
 	// ranks ranks (one goroutine drives each); nil is an in-process world
