@@ -254,7 +254,7 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	msg += fmt.Sprintf(", %d steps in total, %.1fs", res.GlobalStep, elapsed.Seconds())
 	fmt.Fprintln(w, msg)
 	if res.Checkpoint != "" {
-		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
+		fmt.Fprintf(w, "checkpoint: %s (job %s)\n", res.Checkpoint, o.jobID)
 	}
 	if o.out != "" {
 		fmt.Fprintf(w, "metrics: %s, plots: %s, %s\n", filepath.Join(o.out, metricsFile), filepath.Join(o.out, plotFile), filepath.Join(o.out, breakdownFile))
