@@ -17,9 +17,9 @@ import (
 // The job a run belongs to, and what -checkpoint and -resume do with it
 // (docs/checkpoints.md):
 //
-//   - The job id is -job-id; else the launcher's (RINGDDP_RUN_ID,
-//     TORCHELASTIC_RUN_ID, SLURM_JOB_ID); else, resuming, the checkpoint's;
-//     else a new random one. This command's tcp launcher passes its job id
+//   - The job id is -job-id; else the environment's (RINGDDP_JOB_ID,
+//     TORCHELASTIC_RUN_ID, SLURM_JOB_ID: jobIDVars); else, resuming, the
+//     checkpoint's; else a new random one. This command's tcp launcher passes its job id
 //     to its ranks (-job-id), which keep it through elastic restarts.
 //   - -resume latest takes the newest valid checkpoint of the job in
 //     -checkpoint's series; with no job id known yet, the series' job,
@@ -35,16 +35,26 @@ import (
 //   - Resuming a checkpoint at or past -epochs has nothing to do: the run
 //     says so and exits 0 without starting.
 
-// explicitJob is the job id given by -job-id or by a launcher's
-// environment ("" when neither names one).
+// envJobID names the job id in the environment (like -job-id).
+const envJobID = "RINGDDP_JOB_ID"
+
+// jobIDVars are the variables a job id is taken from, in order: ours, then
+// the ids that torchrun (its --rdzv-id; "none" when not given) and Slurm
+// keep across the restarts of one job. RINGDDP_RUN_ID is not one: it
+// namespaces one attempt's rendezvous and changes with every restart.
+var jobIDVars = [...]string{envJobID, "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}
+
+// explicitJob is the job id given by -job-id or by the environment
+// (jobIDVars), "" when neither names one.
 func explicitJob(flagID string, getenv func(string) string) (string, error) {
-	id := flagID
-	what := "-job-id"
-	if id == "" {
-		if id = launch.RunID(getenv); id == launch.DefaultRunID {
-			return "", nil
+	id, what := flagID, "-job-id"
+	for _, k := range jobIDVars {
+		if id != "" {
+			break
 		}
-		what = "the run id of the environment (" + launch.EnvRunID + ", TORCHELASTIC_RUN_ID or SLURM_JOB_ID)"
+		if v := getenv(k); v != "" && v != "none" {
+			id, what = v, "$"+k
+		}
 	}
 	if err := trainer.CheckJobID(id); err != nil {
 		return "", fmt.Errorf("%s %q: %v", what, id, err)

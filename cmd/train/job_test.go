@@ -199,3 +199,43 @@ func TestOutputsReplaceSymlinks(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, fi.Mode().Perm()&0o077, "the checkpoint is readable by others: %v", fi.Mode().Perm())
 }
+
+// The job id comes from -job-id, else RINGDDP_JOB_ID, torchrun's or
+// Slurm's id; never from RINGDDP_RUN_ID, which changes with each attempt.
+func TestExplicitJob(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		flag string
+		env  func(string) string
+		want string
+	}{
+		{"", env(), ""},
+		{"", env(launch.EnvRunID, "standalone-1234"), ""},
+		{"", env("TORCHELASTIC_RUN_ID", "none"), ""},
+		{"", env("TORCHELASTIC_RUN_ID", "rdzv7", "SLURM_JOB_ID", "42"), "rdzv7"},
+		{"", env("SLURM_JOB_ID", "42", envJobID, "mine"), "mine"},
+		{"given", env(envJobID, "mine"), "given"},
+	} {
+		got, err := explicitJob(tc.flag, tc.env)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+	}
+	_, err := explicitJob("", env(envJobID, "a b"))
+	require.ErrorContains(t, err, `$RINGDDP_JOB_ID "a b"`)
+	_, err = explicitJob(strings.Repeat("x", 129), env())
+	require.ErrorContains(t, err, "-job-id")
+
+	require.Equal(t, "d/ck.safetensors", seriesPath("d/ck.step120.safetensors"))
+	require.Equal(t, "d/ck.stepx.safetensors", seriesPath("d/ck.stepx.safetensors"))
+	require.Equal(t, "d/ck.step01.safetensors", seriesPath("d/ck.step01.safetensors"))
+	require.Equal(t, "ck", seriesPath("ck"))
+}
