@@ -102,7 +102,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.Int64Var(&v.seed, "seed", def.Seed, "seed of the model initialisation and the data order")
 	fs.StringVar(&v.data, "data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
 	fs.StringVar(&v.exportData, "export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
-	fs.StringVar(&v.checkpoint, "checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
+	fs.StringVar(&v.checkpoint, "checkpoint", "", "write a checkpoint (safetensors, mode 0600) here after every epoch and when stopping early (default with -resume: the resumed checkpoint's series); its directory is checked writable before training")
 	fs.StringVar(&v.resume, "resume", "", "resume from this checkpoint and keep checkpointing into its series (unless -checkpoint says where); flags not given, -zero1 and the job id included, default to its values; \"latest\": the newest valid checkpoint of this job in -checkpoint's series, if there is one (else start afresh)")
 	fs.StringVar(&v.jobID, "job-id", "", "this job's id, written into its checkpoints: -resume latest and elastic restarts take only this job's, and a fresh run refuses to overwrite a series holding any (default: $"+envJobID+", $TORCHELASTIC_RUN_ID or $SLURM_JOB_ID; resuming, the checkpoint's; else a new random id)")
 	fs.Int64Var(&v.ckEvery, "checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
