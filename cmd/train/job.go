@@ -153,10 +153,14 @@ func (o *options) prepareCheckpoints(given map[string]bool, getenv func(string) 
 		return nil
 	}
 	dir := filepath.Dir(o.cfg.Checkpoint)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("-checkpoint %s: %w", o.cfg.Checkpoint, err)
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = outfile.CheckWritable(dir)
 	}
-	if err := outfile.CheckWritable(dir); err != nil {
+	if err != nil && o.checkpointFromResume {
+		return fmt.Errorf("-checkpoint %s (the default with -resume: give -checkpoint to write elsewhere): %w", o.cfg.Checkpoint, err)
+	}
+	if err != nil {
 		return fmt.Errorf("-checkpoint %s: %w", o.cfg.Checkpoint, err)
 	}
 	restart := getenv(launch.EnvRestart)
@@ -164,7 +168,7 @@ func (o *options) prepareCheckpoints(given map[string]bool, getenv func(string) 
 	if o.resumed != nil {
 		rule.Jobs = append(rule.Jobs, o.resumed.JobID)
 	}
-	err := trainer.CheckSeries(o.cfg.Checkpoint, rule)
+	err = trainer.CheckSeries(o.cfg.Checkpoint, rule)
 	var c *trainer.SeriesConflict
 	if !errors.As(err, &c) {
 		return err

@@ -152,13 +152,19 @@ func TestCheckpointDirCheckedFirst(t *testing.T) {
 	require.ErrorContains(t, err, "-checkpoint "+ck)
 	require.ErrorContains(t, err, "not a directory")
 	require.Empty(t, out)
+
 	if os.Geteuid() == 0 {
 		return // root writes a read-only directory
 	}
 	ro := filepath.Join(dir, "ro")
-	require.NoError(t, os.Mkdir(ro, 0o555))
-	_, err = runTrain(t, "-data", data, "-ranks", "2", "-batch", "40", "-hidden", "8", "-epochs", "1", "-checkpoint", filepath.Join(ro, "ck.safetensors"))
-	require.ErrorContains(t, err, "directory "+ro+" is not writable")
+	require.NoError(t, os.Mkdir(ro, 0o755))
+	src := filepath.Join(ro, "ck.safetensors")
+	_, err = runTrain(t, "-data", data, "-ranks", "2", "-batch", "40", "-hidden", "8", "-epochs", "2", "-max-steps", "3", "-checkpoint", src)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(ro, 0o555))
+	t.Cleanup(func() { _ = os.Chmod(ro, 0o755) })
+	_, err = runTrain(t, "-data", data, "-resume", src)
+	require.ErrorContains(t, err, "-checkpoint "+src+" (the default with -resume: give -checkpoint to write elsewhere): directory "+ro+" is not writable")
 }
 
 // Symbolic links planted at every output path (an attacker's links into
