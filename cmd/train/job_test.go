@@ -97,6 +97,17 @@ func TestElasticRestartChoosesOwnJob(t *testing.T) {
 	require.Equal(t, trainer.StampedCheckpoint(ck, 40), r.From)
 	require.Equal(t, int64(40), r.Step)
 	require.Contains(t, strings.Join(r.Notes, "\n"), "written by another job "+foreign.JobID+" at global step 30")
+
+	// -resume latest in the same series: this job's newest; with no job
+	// known, the series' two jobs are named; another job's id finds none.
+	path, notes, err := latestCheckpoint(ck, "job-elastic")
+	require.NoError(t, err)
+	require.Equal(t, trainer.StampedCheckpoint(ck, 40), path)
+	require.Contains(t, strings.Join(notes, "\n"), foreign.JobID)
+	_, _, err = latestCheckpoint(ck, "")
+	require.ErrorContains(t, err, "holds checkpoints of 2 jobs, job-elastic (newest step 40), "+foreign.JobID+" (newest step 30): give -job-id to choose, or -resume PATH")
+	_, _, err = latestCheckpoint(ck, "job-zzz")
+	require.ErrorContains(t, err, "holds no checkpoint of this job (job-zzz)")
 }
 
 // -resume PATH keeps checkpointing into PATH's series and takes the
