@@ -16,6 +16,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/inproc"
 	"github.com/ringddp/ringddp/internal/bytesize"
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
@@ -297,17 +298,19 @@ func startCPUProfile(cfg *config) (func(), error) {
 	if cfg.mp != nil {
 		path += fmt.Sprintf(".rank%d", cfg.mp.Env.Rank)
 	}
-	f, err := os.Create(path)
+	f, err := outfile.Create(path, outfile.Shared) // a symbolic link at path is replaced, not followed
 	if err != nil {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		f.Abort()
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	return func() {
 		pprof.StopCPUProfile()
-		f.Close()
+		if err := f.Commit(); err != nil {
+			fmt.Fprintf(os.Stderr, "-cpuprofile: %v\n", err)
+		}
 	}, nil
 }
 

@@ -18,32 +18,15 @@ import (
 // Elastic training: -max-restarts and -min-ranks make a tcp job's launcher
 // (every node's, with -nnodes; -rejoin-timeout) restart it after a
 // failure (launch.Elastic) from the newest valid
-// checkpoint of -checkpoint's series (trainer.NewestCheckpoint), which
-// -checkpoint-every and -checkpoint-keep write; -resume latest does the
-// same choice for restart loops outside this command (docs/elastic.md).
+// checkpoint of this job in -checkpoint's series (trainer.NewestCheckpoint;
+// the job id: job.go), which -checkpoint-every and -checkpoint-keep write;
+// -resume latest does the same choice for restart loops outside this
+// command (docs/elastic.md).
 
 const (
 	resumeLatest = "latest" // -resume latest
 	defaultKeep  = 2        // -checkpoint-keep with -checkpoint-every or -max-restarts
 )
-
-// latestCheckpoint resolves -resume latest: the newest valid checkpoint of
-// path's series, or "" to start afresh, and notes on what it skipped.
-func latestCheckpoint(path string) (string, []string, error) {
-	found, err := trainer.NewestCheckpoint(path)
-	if err != nil {
-		return "", nil, fmt.Errorf("-resume latest: %w", err)
-	}
-	return found.Path, skippedNotes(found), nil
-}
-
-func skippedNotes(found trainer.FoundCheckpoint) []string {
-	var notes []string
-	for _, s := range found.Skipped {
-		notes = append(notes, fmt.Sprintf("skipped %s: %v", s.Path, s.Err))
-	}
-	return notes
-}
 
 // elasticFlags checks -max-restarts and -min-ranks and returns them, the
 // minimum resolved (default: every rank). They are the launcher's: a rank
@@ -155,7 +138,7 @@ func (o *options) prepareRestart(args []string, a launch.Attempt) (launch.Resume
 	if err != nil {
 		return launch.Resume{}, err
 	}
-	found, err := trainer.NewestCheckpoint(o.cfg.Checkpoint)
+	found, err := trainer.NewestCheckpoint(o.cfg.Checkpoint, o.jobID)
 	if err != nil {
 		return launch.Resume{}, err
 	}

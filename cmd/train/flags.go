@@ -39,6 +39,11 @@ type options struct {
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
+
+	jobID                string   // the job's id (job.go)
+	checkpointFromResume bool     // -checkpoint defaulted to the -resume file's series
+	notes                []string // what the run took from its -resume checkpoint, printed before training
+	finished             string   // the -resume checkpoint is at -epochs already: this says so, and nothing runs
 }
 
 // flagValues holds the command line's flags as parsed, before validation:
@@ -61,6 +66,7 @@ type flagValues struct {
 	exportData    string                // -export-data
 	checkpoint    string                // -checkpoint
 	resume        string                // -resume
+	jobID         string                // -job-id
 	ckEvery       int64                 // -checkpoint-every
 	ckKeep        int                   // -checkpoint-keep
 	maxRestarts   int                   // -max-restarts
@@ -97,8 +103,9 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.Int64Var(&v.seed, "seed", def.Seed, "seed of the model initialisation and the data order")
 	fs.StringVar(&v.data, "data", "", "MNIST-style IDX directory (default: the bundled real MNIST, from the Go module cache)")
 	fs.StringVar(&v.exportData, "export-data", "", "write the bundled MNIST (its four gzipped IDX files, as -data reads them) into this directory and exit, for hosts without the go command")
-	fs.StringVar(&v.checkpoint, "checkpoint", "", "write a checkpoint (safetensors) here after every epoch and when stopping early")
-	fs.StringVar(&v.resume, "resume", "", "resume from this checkpoint; flags not given default to its values; \"latest\": the newest valid checkpoint of -checkpoint's series, if there is one (else start afresh)")
+	fs.StringVar(&v.checkpoint, "checkpoint", "", "write a checkpoint (safetensors, mode 0600) here after every epoch and when stopping early (default with -resume: the resumed checkpoint's series); its directory is checked writable before training")
+	fs.StringVar(&v.resume, "resume", "", "resume from this checkpoint and keep checkpointing into its series (unless -checkpoint says where); flags not given, -zero1 and the job id included, default to its values; \"latest\": the newest valid checkpoint of this job in -checkpoint's series, if there is one (else start afresh)")
+	fs.StringVar(&v.jobID, "job-id", "", "this job's id, written into its checkpoints: -resume latest and elastic restarts take only this job's, and a fresh run refuses to overwrite a series holding any (default: $"+envJobID+", $TORCHELASTIC_RUN_ID or $SLURM_JOB_ID; resuming, the checkpoint's; else a new random id)")
 	fs.Int64Var(&v.ckEvery, "checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
 	fs.IntVar(&v.ckKeep, "checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
 	fs.IntVar(&v.maxRestarts, "max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
@@ -172,6 +179,9 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 	if err := o.buildConfig(v); err != nil {
 		return nil, err
 	}
+	if err := o.prepareCheckpoints(given, os.Getenv); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -180,11 +190,14 @@ func parseFlags(args []string, stdout io.Writer) (*options, error) {
 // (and that set does not hold yet) to its values, adding them to set.
 func (o *options) resolveResume(v *flagValues, set map[string]bool) error {
 	var err error
+	if o.jobID, err = explicitJob(v.jobID, os.Getenv); err != nil {
+		return err
+	}
 	if v.resume == resumeLatest {
 		if v.checkpoint == "" {
 			return errors.New("-resume latest needs -checkpoint: it resumes from the newest valid checkpoint written there")
 		}
-		if v.resume, o.resumeNotes, err = latestCheckpoint(v.checkpoint); err != nil {
+		if v.resume, o.resumeNotes, err = latestCheckpoint(v.checkpoint, o.jobID); err != nil {
 			return err
 		}
 	}
@@ -196,6 +209,12 @@ func (o *options) resolveResume(v *flagValues, set map[string]bool) error {
 		return fmt.Errorf("-resume: %w", err)
 	}
 	o.resumed = &info
+	if o.jobID == "" {
+		o.jobID = info.JobID // adopted: the run continues the checkpoint's job
+	}
+	if v.checkpoint == "" {
+		v.checkpoint, o.checkpointFromResume = seriesPath(v.resume), true
+	}
 	fill := func(name string, apply func()) {
 		if !set[name] {
 			apply()
@@ -210,6 +229,7 @@ func (o *options) resolveResume(v *flagValues, set map[string]bool) error {
 	fill("dtype", func() { v.dtype = info.DType })
 	fill("batch", func() { v.batch = info.GlobalBatch })
 	fill("seed", func() { v.seed = info.Seed })
+	fill("zero1", func() { v.zero1 = info.Zero1 })
 	fill("optim", func() { v.optName = info.Optim })
 	if v.optName == info.Optim {
 		fill("lr", func() { v.lr = info.LR })

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"runtime/pprof"
@@ -14,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/run/trainer"
-	"github.com/ringddp/ringddp/internal/safetensors"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 
@@ -111,7 +110,7 @@ func writeOutputs(dir, title string, epochs []trainer.EpochMetrics, losses []ste
 
 // writeOutputFile writes one -out file atomically.
 func writeOutputFile(path string, write func(io.Writer) error) error {
-	return safetensors.AtomicWriteFile(path, write)
+	return outfile.Write(path, outfile.Shared, write)
 }
 
 // runTitle names a run on its plots: the model and element type, the
@@ -176,29 +175,28 @@ func cpuProfileFile(o *options) string {
 	return o.cpuProfile
 }
 
-// startCPUProfile starts -cpuprofile, if given, into cpuProfileFile; stop
-// ends the profile and closes the file.
-func startCPUProfile(o *options) (stop func(), err error) {
+// startCPUProfile starts -cpuprofile, if given, into a new file beside
+// cpuProfileFile (outfile.Create: a symbolic link there is replaced, never
+// followed); stop ends the profile and renames the file into place.
+func startCPUProfile(o *options) (stop func() error, err error) {
 	if o.cpuProfile == "" {
-		return func() {}, nil
+		return func() error { return nil }, nil
 	}
-	f, err := createOutputFile(cpuProfileFile(o))
+	f, err := outfile.Create(cpuProfileFile(o), outfile.Shared)
 	if err != nil {
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		f.Abort()
 		return nil, fmt.Errorf("-cpuprofile: %w", err)
 	}
-	return func() {
+	return func() error {
 		pprof.StopCPUProfile()
-		f.Close()
+		if err := f.Commit(); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		return nil
 	}, nil
-}
-
-// createOutputFile creates (or truncates) one output file.
-func createOutputFile(path string) (*os.File, error) {
-	return os.Create(path)
 }
 
 // printWritten says, once, where the run wrote its outputs besides the

@@ -47,8 +47,18 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 	if o.exportData != "" {
 		return exportData(ctx, o.exportData, stdout)
 	}
+	if o.finished != "" {
+		w := stdout
+		if o.json {
+			w = os.Stderr
+		}
+		if o.tr.HoldsRank0() {
+			fmt.Fprintln(w, o.finished)
+		}
+		return nil
+	}
 	if o.tr.Launcher() { // -transport tcp, not under a launcher: be one
-		return launchJob(ctx, o, args, stdout, env)
+		return launchJob(ctx, o, withJobID(args, o.jobID), stdout, env)
 	}
 	return train(ctx, o, stdout, env)
 }
@@ -69,7 +79,7 @@ func launchJob(ctx context.Context, o *options, args []string, stdout io.Writer,
 
 // train sets this process up (cores, binding, status pipe, BLAS, CPU
 // profile, -out), trains with the report's hooks, and prints the summary.
-func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error {
+func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err error) {
 	o.tr.ShareCores() // a tcp rank under another launcher: its share of the cores
 	if _, err := o.tr.Bind(); err != nil {
 		return err
@@ -88,7 +98,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if err != nil {
 		return err
 	}
-	defer stopProfile()
+	defer func() { err = errors.Join(err, stopProfile()) }()
 	start := time.Now()
 	if err := o.outDir(env.runsDir, start); err != nil {
 		return err
@@ -100,6 +110,9 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) error 
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
 			fmt.Fprintf(stdout, "-resume latest: %s\n", n)
+		}
+		for _, n := range o.notes {
+			fmt.Fprintln(stdout, n)
 		}
 	}
 	if env.adjust != nil {
@@ -223,7 +236,7 @@ func printSummary(w io.Writer, res *trainer.Result, o *options, elapsed time.Dur
 	msg += fmt.Sprintf(", %d steps in total, %.1fs", res.GlobalStep, elapsed.Seconds())
 	fmt.Fprintln(w, msg)
 	if res.Checkpoint != "" {
-		fmt.Fprintf(w, "checkpoint: %s\n", res.Checkpoint)
+		fmt.Fprintf(w, "checkpoint: %s (job %s)\n", res.Checkpoint, o.jobID)
 	}
 	printWritten(w, o, len(res.Epochs) > 0)
 }

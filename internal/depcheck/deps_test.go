@@ -39,7 +39,9 @@ var forbidden = map[string][]string{
 
 	// The byte-size vocabulary imports nothing of the module; the
 	// sequential reference of the collectives only allreduce's types.
-	"internal/bytesize":      {"allreduce", "allreduce/cost", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets"},
+	"internal/bytesize": {"allreduce", "allreduce/cost", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets"},
+	// Safe creation of output files imports nothing of the module.
+	"internal/outfile":       {"allreduce", "numeric", "ddp", "zero", "optim", "models", "datasets", "internal/safetensors", "internal/trace", "internal/run/trainer"},
 	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 }
 

@@ -2,86 +2,56 @@ package safetensors
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"syscall"
+
+	"github.com/ringddp/ringddp/internal/outfile"
 )
 
-// ReadFile reads and decodes the safetensors file at path; errors name it.
-func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+// ReadFile reads and decodes the safetensors file at path within
+// DefaultLimits; errors name it.
+func ReadFile(path string) (*File, error) { return ReadFileLimits(path, DefaultLimits()) }
+
+// ReadFileLimits is ReadFile within lim. It reads the header first and
+// the data section only if its length is the one the header's tensors
+// need: a hostile file costs at most lim.HeaderBytes of reading.
+func ReadFileLimits(path string, lim Limits) (*File, error) {
+	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	f, err := Parse(b)
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	f, err := readSized(bufio.NewReaderSize(fh, 64<<10), st.Size(), lim)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, nil
 }
 
-// WriteFile writes tensors and metadata to path atomically (AtomicWriteFile).
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
-	return AtomicWriteFile(path, func(w io.Writer) error { return Write(w, tensors, metadata) })
+// WriteFile writes tensors and metadata to path atomically, with mode
+// (less the umask), without following a symbolic link at path
+// (outfile.Write).
+func WriteFile(path string, mode os.FileMode, tensors []Tensor, metadata map[string]string) error {
+	if err := outfile.Write(path, mode, func(w io.Writer) error { return Write(w, tensors, metadata) }); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
 }
 
-// AtomicWriteFile replaces path with what write writes, atomically: it
-// writes to a new temporary file in path's directory, flushes and fsyncs it,
-// closes it, renames it over path and fsyncs the directory. On any error the
-// temporary file is removed and path is untouched. The file gets mode 0644.
-func AtomicWriteFile(path string, write func(w io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	name := tmp.Name()
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(name)
-			err = fmt.Errorf("safetensors: writing %s: %w", path, err)
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err = write(bw); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(name, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so a rename in it is durable. Filesystems and
-// platforms that cannot sync a directory (EINVAL, e.g. some network
-// filesystems; Windows) are not an error.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) && !errors.Is(err, syscall.EINVAL) {
-		return err
+// AtomicWriteFile replaces path with what write writes, atomically and
+// without following a symbolic link at path, with mode 0644 less the umask
+// (outfile.Write with outfile.Shared). On any error path is untouched.
+func AtomicWriteFile(path string, write func(w io.Writer) error) error {
+	if err := outfile.Write(path, outfile.Shared, write); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }

@@ -88,3 +88,45 @@ func same(t *testing.T, a, b *File) {
 		}
 	}
 }
+
+// FuzzReadLimits reads under small limits: no input panics, Parse and Read
+// agree, and every accepted file is within the limits (so none was
+// skipped by the scan), while the same input under DefaultLimits is
+// accepted too whenever it is under the small ones.
+func FuzzReadLimits(f *testing.F) {
+	lim := Limits{HeaderBytes: 512, Tensors: 3, NameBytes: 8, Dims: 3, MetadataEntries: 2}
+	f.Add(file(`{"a":{"dtype":"U8","shape":[1,1,1],"data_offsets":[0,1]}}`, []byte{1}))
+	f.Add(file(`{"a":{"dtype":"U8","shape":[1,1,1,1],"data_offsets":[0,1]}}`, []byte{1}))
+	f.Add(file(string(manyTensors(3, 8)), nil))
+	f.Add(file(string(manyTensors(4, 2)), nil))
+	f.Add(file(string(manyTensors(1, 9)), nil))
+	f.Add(file(`{"__metadata__":{"a":"","b":""}}`, nil))
+	f.Add(file(`{"__metadata__":{"a":"","b":"","c":""}}`, nil))
+	f.Add(file(`{"__metadata__":{"123456789":""}}`, nil))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, perr := ParseLimits(in, lim)
+		_, rerr := ReadLimits(bytes.NewReader(in), lim)
+		if (perr == nil) != (rerr == nil) || (perr != nil && perr.Error() != rerr.Error()) {
+			t.Fatalf("Parse error %v, Read error %v", perr, rerr)
+		}
+		if perr != nil {
+			return
+		}
+		if len(in)-8-len(p.DataSection()) > lim.HeaderBytes || len(p.Tensors) > lim.Tensors || len(p.Metadata) > lim.MetadataEntries {
+			t.Fatalf("accepted beyond the limits: %d tensors, %d metadata entries", len(p.Tensors), len(p.Metadata))
+		}
+		for _, x := range p.Tensors {
+			if len(x.Name) > lim.NameBytes || len(x.Shape) > lim.Dims {
+				t.Fatalf("accepted tensor %q of %d dims beyond the limits", x.Name, len(x.Shape))
+			}
+		}
+		for k := range p.Metadata {
+			if len(k) > lim.NameBytes {
+				t.Fatalf("accepted metadata key %q beyond the limits", k)
+			}
+		}
+		if _, err := Parse(in); err != nil {
+			t.Fatalf("accepted under small limits but not under the defaults: %v", err)
+		}
+	})
+}

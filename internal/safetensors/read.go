@@ -19,17 +19,23 @@ func formatErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrFormat}, args...)...)
 }
 
-// Parse decodes a whole safetensors file held in b. The tensors' Data share
-// b's memory.
-func Parse(b []byte) (*File, error) {
+// Parse decodes a whole safetensors file held in b, within DefaultLimits.
+// The tensors' Data share b's memory.
+func Parse(b []byte) (*File, error) { return ParseLimits(b, DefaultLimits()) }
+
+// ParseLimits is Parse within lim.
+func ParseLimits(b []byte, lim Limits) (*File, error) {
+	if err := lim.check(); err != nil {
+		return nil, err
+	}
 	if len(b) < 8 {
 		return nil, formatErr("%d bytes, shorter than the 8-byte header length", len(b))
 	}
 	n := binary.LittleEndian.Uint64(b[:8])
-	if err := checkHeaderLen(n, uint64(len(b)-8)); err != nil {
+	if err := checkHeaderLen(n, uint64(len(b)-8), lim); err != nil {
 		return nil, err
 	}
-	f, dataLen, err := parseHeader(b[8 : 8+n])
+	f, dataLen, err := parseHeader(b[8:8+n], lim)
 	if err != nil {
 		return nil, err
 	}
@@ -41,10 +47,24 @@ func Parse(b []byte) (*File, error) {
 	return f, nil
 }
 
-// Read decodes a safetensors file from r, reading it to its end. Memory
-// grows with the bytes r actually delivers, not with the sizes the file
-// declares.
-func Read(r io.Reader) (*File, error) {
+// Read decodes a safetensors file from r within DefaultLimits, reading it
+// to its end. Memory grows with the bytes r actually delivers, not with the
+// sizes the file declares: the header is read only up to the limit, and
+// the data section only once the header has been validated and its
+// tensors found to tile it.
+func Read(r io.Reader) (*File, error) { return ReadLimits(r, DefaultLimits()) }
+
+// ReadLimits is Read within lim.
+func ReadLimits(r io.Reader, lim Limits) (*File, error) { return readSized(r, -1, lim) }
+
+// readSized reads a file of size bytes (-1: unknown) from r. With the size
+// known, a data section of another length than the header's tensors need
+// is refused before it is read, and the one that fits is read into a
+// buffer of exactly its size.
+func readSized(r io.Reader, size int64, lim Limits) (*File, error) {
+	if err := lim.check(); err != nil {
+		return nil, err
+	}
 	var nb [8]byte
 	if k, err := io.ReadFull(r, nb[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -53,7 +73,11 @@ func Read(r io.Reader) (*File, error) {
 		return nil, fmt.Errorf("safetensors: reading the header length: %w", err)
 	}
 	n := binary.LittleEndian.Uint64(nb[:])
-	if err := checkHeaderLen(n, math.MaxUint64); err != nil {
+	avail := uint64(math.MaxUint64)
+	if size >= 8 {
+		avail = uint64(size) - 8
+	}
+	if err := checkHeaderLen(n, avail, lim); err != nil {
 		return nil, err
 	}
 	h, err := io.ReadAll(io.LimitReader(r, int64(n)))
@@ -63,11 +87,20 @@ func Read(r io.Reader) (*File, error) {
 	if uint64(len(h)) != n {
 		return nil, formatErr("header length %d exceeds the %d bytes that follow it", n, len(h))
 	}
-	f, dataLen, err := parseHeader(h)
+	f, dataLen, err := parseHeader(h, lim)
 	if err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(io.LimitReader(r, int64(dataLen)+1))
+	var data []byte
+	if size >= 0 {
+		if have := avail - n; have != dataLen {
+			return nil, dataLenErr(have, dataLen)
+		}
+		data = make([]byte, dataLen)
+		_, err = io.ReadFull(r, data)
+	} else {
+		data, err = io.ReadAll(io.LimitReader(r, int64(dataLen)+1))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: reading the data: %w", err)
 	}
@@ -78,12 +111,12 @@ func Read(r io.Reader) (*File, error) {
 	return f, nil
 }
 
-func checkHeaderLen(n, avail uint64) error {
+func checkHeaderLen(n, avail uint64, lim Limits) error {
 	switch {
 	case n == 0:
 		return formatErr("header length is 0")
-	case n > MaxHeaderSize:
-		return formatErr("header length %d exceeds the limit of %d bytes", n, MaxHeaderSize)
+	case n > uint64(lim.HeaderBytes):
+		return formatErr("header length %d exceeds the limit of %d bytes", n, lim.HeaderBytes)
 	case n > avail:
 		return formatErr("header length %d exceeds the %d bytes that follow it", n, avail)
 	}
@@ -118,11 +151,11 @@ type entry struct {
 
 // parseHeader validates the header and returns the file (tensors sorted by
 // offset, data not yet bound) and the data section length the tensors need.
-func parseHeader(h []byte) (*File, uint64, error) {
+func parseHeader(h []byte, lim Limits) (*File, uint64, error) {
 	if len(h) == 0 || h[0] != '{' {
 		return nil, 0, formatErr("header does not start with '{'")
 	}
-	end, err := checkJSON(h)
+	end, err := checkJSON(h, lim)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -246,21 +279,42 @@ func parseEntry(name string, raw json.RawMessage) (Tensor, [2]uint64, error) {
 }
 
 // checkJSON checks that h starts with exactly one JSON object with no
-// duplicate keys at any depth, and returns the offset just past it.
-func checkJSON(h []byte) (int, error) {
+// duplicate keys at any depth and within lim (walk), and returns the
+// offset just past it.
+func checkJSON(h []byte, lim Limits) (int, error) {
 	dec := json.NewDecoder(bytes.NewReader(h))
 	dec.UseNumber()
-	if err := walk(dec, 0); err != nil {
+	s := &scan{dec: dec, lim: lim}
+	if err := s.walk(0, ""); err != nil {
 		return 0, err
 	}
 	return int(dec.InputOffset()), nil
 }
 
-// maxDepth bounds nesting (a valid header has depth 3).
-const maxDepth = 8
+// maxEntryFields bounds the fields of a tensor entry and the values of an
+// array other than a shape (data_offsets has 2): a few more than valid, so
+// that a stray field or value gets parseEntry's precise error.
+const maxEntryFields = 8
 
-func walk(dec *json.Decoder, depth int) error {
-	tok, err := dec.Token()
+// maxDepth bounds nesting: a valid header is an object (depth 0) of
+// objects (1) holding arrays (2) of numbers.
+const maxDepth = 3
+
+// scan walks a header's JSON tokens, checking Limits as it goes.
+type scan struct {
+	dec     *json.Decoder
+	lim     Limits
+	tensors int
+}
+
+// walk reads one JSON value at depth (key: the key it is the value of, ""
+// at the top), refusing duplicate keys and, at each level, what exceeds
+// the limits: at the top, tensor names longer than NameBytes and more than
+// Tensors tensors; in __metadata__, keys longer than NameBytes and more
+// than MetadataEntries of them; in a tensor entry, more than its three
+// keys; arrays longer than Dims (a shape) or 2 (data_offsets).
+func (s *scan) walk(depth int, key string) error {
+	tok, err := s.dec.Token()
 	if err != nil {
 		return formatErr("header JSON: %v", err)
 	}
@@ -274,34 +328,72 @@ func walk(dec *json.Decoder, depth int) error {
 	switch d {
 	case '{':
 		seen := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
+		for s.dec.More() {
+			k, err := s.dec.Token()
 			if err != nil {
 				return formatErr("header JSON: %v", err)
 			}
-			key, ok := k.(string)
+			name, ok := k.(string)
 			if !ok {
 				return formatErr("header JSON: object key %v is not a string", k)
 			}
-			if seen[key] {
-				return formatErr("header JSON: key %q appears twice in one object", key)
+			if seen[name] {
+				return formatErr("header JSON: key %q appears twice in one object", name)
 			}
-			seen[key] = true
-			if err := walk(dec, depth+1); err != nil {
+			seen[name] = true
+			if err := s.key(depth, key, name, len(seen)); err != nil {
+				return err
+			}
+			if err := s.walk(depth+1, name); err != nil {
 				return err
 			}
 		}
 	case '[':
-		for dec.More() {
-			if err := walk(dec, depth+1); err != nil {
+		n, most := 0, maxEntryFields
+		if key == "shape" {
+			most = s.lim.Dims
+		}
+		for s.dec.More() {
+			if n++; n > most {
+				if key == "shape" {
+					return formatErr("a shape has more than %d dimensions (the limit)", most)
+				}
+				return formatErr("header JSON: array %q has more than %d values", key, most)
+			}
+			if err := s.walk(depth+1, ""); err != nil {
 				return err
 			}
 		}
 	default:
 		return formatErr("header JSON: unexpected %v", d)
 	}
-	if _, err := dec.Token(); err != nil { // the closing delimiter
+	if _, err := s.dec.Token(); err != nil { // the closing delimiter
 		return formatErr("header JSON: %v", err)
+	}
+	return nil
+}
+
+// key checks the count-th key name of an object at depth, the value of
+// parent, against the limits.
+func (s *scan) key(depth int, parent, name string, count int) error {
+	switch {
+	case depth == 0 && name == MetadataKey:
+	case depth == 0:
+		if len(name) > s.lim.NameBytes {
+			return formatErr("a tensor name of %d bytes exceeds the limit of %d", len(name), s.lim.NameBytes)
+		}
+		if s.tensors++; s.tensors > s.lim.Tensors {
+			return formatErr("more than %d tensors (the limit)", s.lim.Tensors)
+		}
+	case depth == 1 && parent == MetadataKey:
+		if len(name) > s.lim.NameBytes {
+			return formatErr("a %s key of %d bytes exceeds the limit of %d", MetadataKey, len(name), s.lim.NameBytes)
+		}
+		if count > s.lim.MetadataEntries {
+			return formatErr("%s has more than %d entries (the limit)", MetadataKey, s.lim.MetadataEntries)
+		}
+	case count > maxEntryFields:
+		return formatErr("tensor %q: more than %d fields (a tensor has dtype, shape and data_offsets)", parent, maxEntryFields)
 	}
 	return nil
 }

@@ -15,18 +15,21 @@
 // the same bytes.
 //
 // The reader is strict and never panics or allocates in proportion to sizes
-// the input merely declares: the header length is bounded (MaxHeaderSize and
-// the input's length); the header must be one JSON object starting with '{'
-// followed only by spaces, with no duplicate keys at any level and no
-// unknown fields in a tensor entry; every dtype must be known, every
+// the input merely declares: the header is bounded (Limits: its length,
+// the number of tensors and metadata entries, name lengths, dimensions,
+// each checked while the header is scanned, so a hostile header is refused
+// at the first entry past a limit); the header must be one JSON object
+// starting with '{' followed only by spaces, with no duplicate keys at any
+// level and no unknown fields in a tensor entry; every dtype must be known, every
 // dimension non-negative, the byte length (shape product × dtype size,
 // computed with overflow checks) must equal end-begin, and the tensors must
 // tile the data section exactly: sorted by offset they start at 0, are
 // contiguous, do not overlap and end at its last byte.
 //
-// WriteFile writes atomically (temporary file in the target directory,
-// fsync, rename, fsync of the directory), so a crash leaves either the old
-// file or the new one, never a torn one.
+// WriteFile writes atomically (internal/outfile: temporary file in the
+// target directory, fsync, rename, fsync of the directory), so a crash
+// leaves either the old file or the new one, never a torn one, and a
+// symbolic link at the target is replaced, never followed.
 package safetensors
 
 import (
@@ -38,8 +41,8 @@ import (
 	"math/bits"
 )
 
-// MaxHeaderSize bounds the header length a reader accepts (100 MiB), as the
-// reference implementation does.
+// MaxHeaderSize is the format's bound on the header length (100 MiB), as
+// in the reference implementation: the most Limits.HeaderBytes may be.
 const MaxHeaderSize = 100 << 20
 
 // MetadataKey is the reserved header key of the string-to-string metadata.

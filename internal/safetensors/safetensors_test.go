@@ -268,16 +268,16 @@ func TestAtomicWriteFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ckpt.safetensors")
 	tensors, meta := sample(t)
-	require.NoError(t, WriteFile(path, tensors, meta))
+	require.NoError(t, WriteFile(path, 0o600, tensors, meta))
 	f, err := ReadFile(path)
 	require.NoError(t, err)
 	require.Equal(t, meta, f.Metadata)
 	st, err := os.Stat(path)
 	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+	require.Zero(t, st.Mode().Perm()&^0o600, "mode %v: readable by others", st.Mode().Perm())
 
 	// Overwrite; a failing writer leaves the old file and no temporary.
-	require.NoError(t, WriteFile(path, tensors[:1], nil))
+	require.NoError(t, WriteFile(path, 0o600, tensors[:1], nil))
 	err = AtomicWriteFile(path, func(w io.Writer) error {
 		_, _ = w.Write([]byte("partial"))
 		return errors.New("boom")
@@ -292,14 +292,14 @@ func TestAtomicWriteFile(t *testing.T) {
 	require.Len(t, entries, 1, "no temporary files left")
 
 	// Invalid tensors: nothing replaces the file.
-	err = WriteFile(path, []Tensor{{Name: "x", DType: "nope"}}, nil)
+	err = WriteFile(path, 0o600, []Tensor{{Name: "x", DType: "nope"}}, nil)
 	require.ErrorContains(t, err, "unknown dtype")
 	f, err = ReadFile(path)
 	require.NoError(t, err)
 	require.Len(t, f.Tensors, 1)
 
 	// Missing directory.
-	require.Error(t, WriteFile(filepath.Join(dir, "no", "such", "x.safetensors"), tensors, nil))
+	require.Error(t, WriteFile(filepath.Join(dir, "no", "such", "x.safetensors"), 0o600, tensors, nil))
 
 	// ReadFile names the path on a format error.
 	bad := filepath.Join(dir, "bad.safetensors")

@@ -41,7 +41,10 @@ func DataSHA256(tensors []Tensor) string {
 }
 
 // header builds the padded header for tensors (already in order).
-func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
+func header(tensors []Tensor, metadata map[string]string, lim Limits) ([]byte, error) {
+	if err := lim.checkCounts(tensors, metadata); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	b.WriteByte('{')
 	first := true
@@ -100,8 +103,8 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 	for b.Len()%8 != 0 {
 		b.WriteByte(' ')
 	}
-	if b.Len() > MaxHeaderSize {
-		return nil, fmt.Errorf("safetensors: header of %d bytes exceeds %d", b.Len(), MaxHeaderSize)
+	if b.Len() > lim.HeaderBytes {
+		return nil, fmt.Errorf("safetensors: header of %d bytes exceeds the limit of %d", b.Len(), lim.HeaderBytes)
 	}
 	return b.Bytes(), nil
 }
@@ -112,7 +115,7 @@ func header(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 // writing anything.
 func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 	ordered := order(tensors)
-	h, err := header(ordered, metadata)
+	h, err := header(ordered, metadata, DefaultLimits())
 	if err != nil {
 		return err
 	}

@@ -8,9 +8,10 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
+
+	"github.com/ringddp/ringddp/internal/outfile"
 )
 
 // File is a trace file's content: Chrome's JSON object format.
@@ -253,24 +254,11 @@ func MergeRanks(path string, ranks int) error {
 	return nil
 }
 
+// writeAtomic replaces path with what write writes (outfile.Write): a new
+// temporary file renamed over it, so a symbolic link at path is replaced,
+// never followed; mode 0644 less the umask, as PyTorch's profiler traces.
 func writeAtomic(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("trace: %w", err)
-	}
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("trace: writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("trace: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := outfile.Write(path, outfile.Shared, write); err != nil {
 		return fmt.Errorf("trace: %w", err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/internal/outfile"
 	"github.com/ringddp/ringddp/internal/safetensors"
 	"github.com/ringddp/ringddp/optim"
 )
@@ -29,6 +30,10 @@ import (
 //	metadata  format, format_version      "ringddp.checkpoint", "1"
 //	          model, dtype, hidden        what was trained (hidden: MLP widths, "a,b")
 //	          global_batch, ranks, seed   the run's shape (ranks is informational)
+//	          zero1                       "true" when written by a ZeRO-1 run (optional:
+//	                                      absent reads as false)
+//	          job_id                      the job that wrote it (job.go; optional:
+//	                                      absent in files of older builds)
 //	          epoch, step_in_epoch        position: 0-based epoch in progress and the
 //	          global_step                 steps of it done; optimizer steps in total
 //	          steps_per_epoch             at the writer's world size (informational)
@@ -52,6 +57,8 @@ const (
 	checkpointVersion = "1"
 	keyDataSHA        = "data_sha256"
 	keyIndexSHA       = "index_sha256"
+	keyJobID          = "job_id"
+	keyZero1          = "zero1"
 )
 
 // ErrCheckpoint is wrapped by every error about an unreadable, corrupt or
@@ -84,6 +91,8 @@ type CheckpointInfo struct {
 	GlobalBatch int
 	Ranks       int
 	Seed        int64
+	Zero1       bool   // written by a ZeRO-1 run
+	JobID       string // the job that wrote it ("" from an older build)
 
 	Epoch         int   // 0-based epoch in progress
 	StepInEpoch   int   // steps of it done
@@ -236,9 +245,16 @@ func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, 
 	if info.Model == ModelMLP {
 		meta["hidden"] = joinInts(info.Hidden)
 	}
+	if info.JobID != "" {
+		meta[keyJobID] = info.JobID
+	}
+	meta[keyZero1] = strconv.FormatBool(info.Zero1)
 	meta[keyDataSHA] = safetensors.DataSHA256(tensors)
 	meta[keyIndexSHA] = indexSHA256(meta, tensors)
-	return safetensors.WriteFile(path, tensors, meta)
+	if err := checkpointLimits().CheckWrite(tensors, meta); err != nil {
+		return fmt.Errorf("trainer: the checkpoint would not be readable: %w", err)
+	}
+	return safetensors.WriteFile(path, outfile.Private, tensors, meta)
 }
 
 func mismatch(path, field string, ck, run any) error {

@@ -117,7 +117,7 @@ func readCheckpoint(path string) (*checkpoint, error) {
 // a ringddp checkpoint of the version this build reads, whose data and
 // header match the checksums its metadata records.
 func openCheckpoint(path string) (*safetensors.File, error) {
-	f, err := safetensors.ReadFile(path)
+	f, err := safetensors.ReadFileLimits(path, checkpointLimits())
 	if err != nil {
 		if errors.Is(err, safetensors.ErrFormat) {
 			return nil, fmt.Errorf("trainer: checkpoint %s is corrupt or not a safetensors file: %w: %w", path, ErrCheckpoint, err)
@@ -157,6 +157,22 @@ func (c *checkpoint) readMeta(meta map[string]string) ([]string, error) {
 		if info.Seed, err = strconv.ParseInt(seed, 10, 64); err != nil {
 			return nil, ckErr(path, "metadata %q = %q is not an integer", "seed", seed)
 		}
+	}
+	switch z := meta[keyZero1]; z {
+	case "", "false":
+	case "true":
+		info.Zero1 = true
+	default:
+		return nil, ckErr(path, "metadata %q = %q, want true or false", keyZero1, z)
+	}
+	if id, ok := meta[keyJobID]; ok {
+		if id == "" {
+			return nil, ckErr(path, "metadata %q is empty", keyJobID)
+		}
+		if err := CheckJobID(id); err != nil {
+			return nil, ckErr(path, "metadata %q: %v", keyJobID, err)
+		}
+		info.JobID = id
 	}
 	info.Epoch = m.int("epoch")
 	info.StepInEpoch = m.int("step_in_epoch")

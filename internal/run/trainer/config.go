@@ -69,7 +69,11 @@ type Config struct {
 	// (NewestCheckpoint); 0 keeps Checkpoint alone.
 	CheckpointKeep int
 	Resume         string // checkpoint to resume from ("" none)
-	MaxSteps       int64  // stop once the global step count reaches this (0: no limit)
+	// JobID is the identity of the job this run belongs to, kept across
+	// its resumes and restarts and written into every checkpoint
+	// (job.go); "" writes none. At most MaxJobID printable bytes.
+	JobID    string
+	MaxSteps int64 // stop once the global step count reaches this (0: no limit)
 
 	// Connect returns this process's transport endpoints of a world of
 	// ranks ranks (one goroutine drives each); nil is an in-process world
@@ -197,6 +201,8 @@ func (c Config) Validate() error {
 		return fieldErr("checkpoint-keep", c.CheckpointKeep, ">= 0")
 	case (c.CheckpointEvery > 0 || c.CheckpointKeep > 0) && c.Checkpoint == "":
 		return fmt.Errorf("trainer: checkpoint-every = %d and checkpoint-keep = %d need a checkpoint path", c.CheckpointEvery, c.CheckpointKeep)
+	case CheckJobID(c.JobID) != nil:
+		return fmt.Errorf("trainer: job id: %w", CheckJobID(c.JobID))
 	case (c.Train == nil) != (c.Test == nil):
 		return fmt.Errorf("trainer: Train and Test must be set together")
 	}

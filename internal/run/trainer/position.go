@@ -21,7 +21,7 @@ func (w *worker[T]) info(p position) CheckpointInfo {
 	cfg := w.cfg
 	return CheckpointInfo{
 		Model: cfg.Model, DType: cfg.DType, Hidden: cfg.hidden(), GlobalBatch: cfg.GlobalBatch,
-		Ranks: w.g.Size(), Seed: cfg.Seed,
+		Ranks: w.g.Size(), Seed: cfg.Seed, Zero1: cfg.Zero1, JobID: cfg.JobID,
 		Epoch: p.epoch, StepInEpoch: p.step, GlobalStep: p.global, StepsPerEpoch: w.steps,
 		EpochLossSum: p.lossSum, EpochLossSteps: p.lossSteps,
 	}

@@ -10,7 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/ringddp/ringddp/internal/outfile"
 )
 
 // A checkpoint series is the file Config.Checkpoint names plus, with
@@ -89,36 +90,36 @@ type FoundCheckpoint struct {
 	Skipped []SkippedCheckpoint // invalid candidates, newest (by name's step) first
 }
 
-// NewestCheckpoint looks at path and its step-stamped checkpoints and
-// returns the valid one (format, checksums, internal consistency: as
-// -resume checks) with the most optimizer steps, preferring a stamped name
-// to path on a tie (it is never rewritten). Found.Path is "" when none is
-// valid or none exists. The error is for a directory that cannot be listed.
-func NewestCheckpoint(path string) (FoundCheckpoint, error) {
-	var found FoundCheckpoint
-	files, err := stampedFiles(path)
+// NewestCheckpoint looks at path and its step-stamped checkpoints
+// (ListSeries) and returns the valid one (format, checksums, internal
+// consistency: as -resume checks) of job with the most optimizer steps,
+// preferring a stamped name to path on a tie (it is never rewritten);
+// job "" takes any job's. Invalid files and other jobs' checkpoints are
+// listed in Skipped (the latter wrapping ErrOtherJob). Found.Path is ""
+// when none is taken. The error is for a directory that cannot be listed.
+func NewestCheckpoint(path, job string) (FoundCheckpoint, error) {
+	files, err := ListSeries(path)
 	if err != nil {
-		return found, err
+		return FoundCheckpoint{}, err
 	}
-	candidates := make([]string, 0, len(files)+1)
-	for i := len(files) - 1; i >= 0; i-- {
-		candidates = append(candidates, files[i].path)
-	}
-	candidates = append(candidates, path)
-	for _, c := range candidates {
-		info, err := ReadCheckpointInfo(c)
-		if err != nil {
-			if c == path && errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			found.Skipped = append(found.Skipped, SkippedCheckpoint{Path: c, Err: err})
-			continue
+	return NewestOf(files, job), nil
+}
+
+// NewestOf is NewestCheckpoint's choice among files (ListSeries').
+func NewestOf(files []SeriesFile, job string) FoundCheckpoint {
+	var found FoundCheckpoint
+	for _, f := range files {
+		switch {
+		case f.Err != nil:
+			found.Skipped = append(found.Skipped, SkippedCheckpoint{Path: f.Path, Err: f.Err})
+		case job != "" && f.Info.JobID != job:
+			found.Skipped = append(found.Skipped, SkippedCheckpoint{Path: f.Path, Err: fmt.Errorf("%w %s at global step %d, not by this job (%s)",
+				ErrOtherJob, jobName(f.Info.JobID), f.Info.GlobalStep, job)})
+		case found.Path == "" || f.Info.GlobalStep > found.Info.GlobalStep:
+			found.Path, found.Info = f.Path, f.Info
 		}
-		if found.Path == "" || info.GlobalStep > found.Info.GlobalStep {
-			found.Path, found.Info = c, info
-		}
 	}
-	return found, nil
+	return found
 }
 
 // saveCheckpoint writes the checkpoint at step with write: to path alone
@@ -156,24 +157,7 @@ func linkOver(src, dst string) error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so a rename in it is durable; filesystems
-// that cannot sync a directory are not an error.
-func syncDir(dir string) error {
-	if dir == "" {
-		dir = "."
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) && !errors.Is(err, syscall.EINVAL) {
-		return err
-	}
-	return nil
+	return outfile.SyncDir(dir)
 }
 
 // prune removes path's stamped checkpoints past step (left by a timeline

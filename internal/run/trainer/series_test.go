@@ -91,7 +91,7 @@ func TestCheckpointKeepPrunes(t *testing.T) {
 func TestNewestCheckpointSkipsTorn(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ck.safetensors")
-	found, err := NewestCheckpoint(path)
+	found, err := NewestCheckpoint(path, "")
 	require.NoError(t, err)
 	require.Empty(t, found.Path, "nothing written yet")
 	require.Empty(t, found.Skipped)
@@ -103,7 +103,7 @@ func TestNewestCheckpointSkipsTorn(t *testing.T) {
 	cfg.CheckpointKeep = 3
 	_, err = Run(ctxT(t), cfg)
 	require.NoError(t, err)
-	found, err = NewestCheckpoint(path)
+	found, err = NewestCheckpoint(path, "")
 	require.NoError(t, err)
 	require.Equal(t, StampedCheckpoint(path, 25), found.Path, "a stamped name before the plain one")
 	require.Equal(t, int64(25), found.Info.GlobalStep)
@@ -118,7 +118,7 @@ func TestNewestCheckpointSkipsTorn(t *testing.T) {
 	require.NoError(t, os.WriteFile(StampedCheckpoint(path, 20), b, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ck.stepx.safetensors"), []byte("not ours"), 0o644))
 
-	found, err = NewestCheckpoint(path)
+	found, err = NewestCheckpoint(path, "")
 	require.NoError(t, err)
 	require.Equal(t, StampedCheckpoint(path, 10), found.Path)
 	var skipped []string
