@@ -3,6 +3,7 @@ package doccheck
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -107,8 +108,12 @@ func CompareTable(file string, rows []Row, flags []Flag, values map[string][]str
 				continue
 			}
 			if ok, want := DefaultAgrees(f, defs[i]); !ok {
-				msgs = append(msgs, fmt.Sprintf("%s:%d: -%s: the table's default %q disagrees with -h (%s): change the default cell to start with %q",
-					file, r.Line, name, defs[i], describeDefault(f), want))
+				fix := fmt.Sprintf("start with %q", want)
+				if isZero(f) && usageDefault(f.Usage) != "" {
+					fix = fmt.Sprintf("name each of %q", want)
+				}
+				msgs = append(msgs, fmt.Sprintf("%s:%d: -%s: the table's default %q disagrees with -h (%s): change the default cell to %s",
+					file, r.Line, name, defs[i], describeDefault(f), fix))
 			}
 			for _, v := range values[name] {
 				if !strings.Contains(r.Meaning, v) && !strings.Contains(r.Default, v) {
@@ -120,9 +125,12 @@ func CompareTable(file string, rows []Row, flags []Flag, values map[string][]str
 	}
 	for _, f := range flags {
 		if !documented[f.Name] {
-			_, want := DefaultAgrees(f, "")
+			def := f.DefValue
+			if d := usageDefault(f.Usage); isZero(f) && d != "" {
+				def = d
+			}
 			msgs = append(msgs, fmt.Sprintf("%s: -%s has no row in the flag table: add \"| `-%s` | %s | %s |\"",
-				file, f.Name, f.Name, want, firstSentence(f.Usage)))
+				file, f.Name, f.Name, def, firstSentence(f.Usage)))
 		}
 	}
 	return msgs
@@ -185,9 +193,9 @@ func usageDefault(usage string) string {
 //   - a default other than the type's zero value: the cell starts with it
 //     ("25", "auto", "30s (…)");
 //   - a zero default whose usage states another ("default $RINGDDP_ALGO,
-//     else auto", "default: the bundled real MNIST"): the cell names every
-//     $VARIABLE of that statement, the value after its "else", and
-//     otherwise its first word that is not an article;
+//     else auto", "default: the bundled real MNIST"): the cell names the
+//     statement's first word that is not an article, its $VARIABLES and
+//     the value after its "else" (keyWords);
 //   - a plain zero default: the cell is empty, or starts with the zero
 //     value ("0 (not given)", "false").
 func DefaultAgrees(f Flag, cell string) (bool, string) {
@@ -202,10 +210,10 @@ func DefaultAgrees(f Flag, cell string) (bool, string) {
 	need := keyWords(d)
 	for _, w := range need {
 		if !strings.Contains(cell, w) {
-			return false, strings.Join(need, ", else ")
+			return false, strings.Join(need, " … ")
 		}
 	}
-	return true, strings.Join(need, ", else ")
+	return true, strings.Join(need, " … ")
 }
 
 // startsWithWord reports whether s starts with w followed by nothing, a
@@ -218,29 +226,30 @@ func startsWithWord(s, w string) bool {
 	return rest == "" || strings.ContainsAny(rest[:1], " ,;(")
 }
 
-// keyWords are the words of a stated default a table cell must name: its
-// $VARIABLES and the value after "else"; without either, its first word
-// that is not an article.
+// keyWords are the words of a stated default a table cell must name, in
+// order: its first word that is not an article, its $VARIABLES and the
+// value after "else".
 func keyWords(d string) []string {
 	var out []string
+	add := func(w string) {
+		if w = strings.TrimSuffix(w, ":"); !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
 	fields := strings.FieldsFunc(d, func(r rune) bool { return r == ' ' || r == ',' })
+	for _, w := range fields {
+		if l := strings.ToLower(w); l != "the" && l != "a" && l != "an" {
+			add(w)
+			break
+		}
+	}
 	for i, w := range fields {
 		switch {
 		case strings.HasPrefix(w, "$"):
-			out = append(out, w)
+			add(w)
 		case w == "else" && i+1 < len(fields):
-			out = append(out, fields[i+1])
+			add(fields[i+1])
 		}
 	}
-	if len(out) > 0 {
-		return out
-	}
-	for _, w := range fields {
-		switch strings.ToLower(w) {
-		case "the", "a", "an":
-			continue
-		}
-		return []string{strings.TrimSuffix(w, ":")}
-	}
-	return nil
+	return out
 }

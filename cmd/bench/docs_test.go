@@ -1,0 +1,115 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/allreduce/tcp"
+	"github.com/ringddp/ringddp/internal/doccheck"
+	"github.com/ringddp/ringddp/internal/run/launch"
+)
+
+// benchFlags is the command's flag set as -h prints it (parseConfig
+// builds and parses it in one), read at test time, with the defaults that
+// come from the environment left unset.
+func benchFlags(t *testing.T) []doccheck.Flag {
+	t.Helper()
+	t.Setenv(allreduce.AlgorithmEnv, "")
+	t.Setenv(cost.ProfileEnv, "")
+	var help strings.Builder
+	cfg, err := parseConfig([]string{"-h"}, &help)
+	require.NoError(t, err)
+	require.Nil(t, cfg)
+	flags, err := doccheck.ParseDefaults(help.String())
+	require.NoError(t, err)
+	require.Greater(t, len(flags), 20, "-h:\n%s", help.String())
+	return flags
+}
+
+// The flag table of cmd/bench/README.md documents every flag of -h, with
+// -h's default, and -transport's and -algo's every value; every row's
+// flag exists. A flag added, removed or given another default fails here,
+// naming the row to add, remove or change.
+func TestFlagTableMatchesFlagSet(t *testing.T) {
+	md, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	values := map[string][]string{
+		"transport":       append(strings.Split(launch.TransportNames(), ", "), simTransport),
+		"algo":            strings.Split(allreduce.AlgorithmNames(), ", "),
+		"op":              strings.Split(names(collectives), ", "),
+		"dtype":           strings.Split(names(dtypes), ", "),
+		"redop":           strings.Split(names(redops), ", "),
+		"wire-protection": {string(tcp.WireAuto), string(tcp.WireNone), string(tcp.WireMAC), string(tcp.WireAEAD)},
+	}
+	rows := doccheck.FlagRows(string(md))
+	require.NotEmpty(t, rows, "cmd/bench/README.md has no flag table (| flag | default | meaning |)")
+	for _, msg := range doccheck.CompareTable("cmd/bench/README.md", rows, benchFlags(t), values) {
+		t.Error(msg)
+	}
+}
+
+// Every `go run ./cmd/bench` and `./bench` line of the README and the
+// docs passes only flags the command defines, each flag that takes a
+// value with one; those that need nothing an earlier command wrote or a
+// launcher's environment parse as typed (the validation a run does
+// before it starts any rank).
+func TestDocSnippetsUseRealFlags(t *testing.T) {
+	flags := benchFlags(t)
+	files := []string{"../../README.md"}
+	for _, glob := range []string{"../../docs/*.md", "../*/README.md", "../../examples/*/README.md"} {
+		m, err := filepath.Glob(glob)
+		require.NoError(t, err)
+		files = append(files, m...)
+	}
+	checked := 0
+	for _, file := range files {
+		md, err := os.ReadFile(file)
+		require.NoError(t, err)
+		name := strings.TrimPrefix(file, "../../")
+		for _, inv := range doccheck.Invocations(doccheck.ShellLines(string(md)), []string{"bench"}) {
+			checked++
+			msgs := doccheck.CheckFlags(name, inv, flags)
+			for _, msg := range msgs {
+				t.Error(msg)
+			}
+			if len(msgs) > 0 || !parsesAlone(inv) {
+				continue
+			}
+			t.Run(name+":"+strings.Join(inv.Args, " "), func(t *testing.T) {
+				t.Chdir(t.TempDir())
+				_, err := parseConfig(inv.Args, &strings.Builder{})
+				require.NoError(t, err, "%s:%d: `%s` does not parse as typed", name, inv.Line.Line, inv.Line.Text)
+			})
+		}
+	}
+	require.Greater(t, checked, 10, "the snippets' bench lines were not found")
+}
+
+// parsesAlone reports whether an invocation parses without what a test
+// cannot give: a launcher's environment, a file an earlier command wrote
+// (-profile, -compare), a placeholder, another build's transport.
+func parsesAlone(inv doccheck.Invocation) bool {
+	if (inv.Via != "go run" && inv.Via != "binary") || len(inv.Env) > 0 {
+		return false
+	}
+	for i, a := range inv.Args {
+		switch strings.TrimLeft(a, "-") {
+		case "profile", "compare", "nnodes":
+			return false
+		case "transport":
+			if i+1 < len(inv.Args) && inv.Args[i+1] == "cuda" {
+				return false
+			}
+		}
+		if strings.ContainsAny(a, "$<>") || strings.Contains(a, "...") {
+			return false
+		}
+	}
+	return true
+}
