@@ -38,6 +38,7 @@ type options struct {
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
+	algo, profile string        // -algo and -profile as given ("": auto, the default model), for the plan
 }
 
 // flagValues holds the command line's flags as parsed, before validation:
@@ -322,6 +323,7 @@ func (o *options) buildConfig(v *flagValues) error {
 			return fmt.Errorf("-hidden %q: %v", v.hidden, err)
 		}
 	}
+	o.algo, o.profile = v.algo, v.profile
 	groupOpts, err := groupOptions(v.algo, v.profile)
 	if err != nil {
 		return err
