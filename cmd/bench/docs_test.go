@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,18 +60,12 @@ func TestFlagTableMatchesFlagSet(t *testing.T) {
 // before it starts any rank).
 func TestDocSnippetsUseRealFlags(t *testing.T) {
 	flags := benchFlags(t)
-	files := []string{"../../README.md"}
-	for _, glob := range []string{"../../docs/*.md", "../*/README.md", "../../examples/*/README.md"} {
-		m, err := filepath.Glob(glob)
-		require.NoError(t, err)
-		files = append(files, m...)
-	}
+	docs, err := doccheck.Docs("../..")
+	require.NoError(t, err)
 	checked := 0
-	for _, file := range files {
-		md, err := os.ReadFile(file)
-		require.NoError(t, err)
-		name := strings.TrimPrefix(file, "../../")
-		for _, inv := range doccheck.Invocations(doccheck.ShellLines(string(md)), []string{"bench"}) {
+	for _, doc := range docs {
+		name := doc.Name
+		for _, inv := range doccheck.Invocations(doccheck.ShellLines(doc.Text), []string{"bench"}) {
 			checked++
 			msgs := doccheck.CheckFlags(name, inv, flags)
 			for _, msg := range msgs {

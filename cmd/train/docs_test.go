@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,19 +25,6 @@ func trainFlags(t *testing.T) []doccheck.Flag {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	defineFlags(fs, trainer.DefaultConfig())
 	return doccheck.FromFlagSet(fs)
-}
-
-// docFiles are the Markdown files whose snippets the tests check,
-// relative to this directory.
-func docFiles(t *testing.T) []string {
-	t.Helper()
-	files := []string{"../../README.md"}
-	for _, glob := range []string{"../../docs/*.md", "../*/README.md", "../../examples/*/README.md"} {
-		m, err := filepath.Glob(glob)
-		require.NoError(t, err)
-		files = append(files, m...)
-	}
-	return files
 }
 
 // The flag table of cmd/train/README.md documents every flag of -h, with
@@ -74,11 +60,11 @@ func TestFlagTableMatchesFlagSet(t *testing.T) {
 func TestDocSnippetsUseRealFlags(t *testing.T) {
 	flags := trainFlags(t)
 	checked := 0
-	for _, file := range docFiles(t) {
-		md, err := os.ReadFile(file)
-		require.NoError(t, err)
-		name := strings.TrimPrefix(file, "../../")
-		lines := doccheck.ShellLines(string(md))
+	docs, err := doccheck.Docs("../..")
+	require.NoError(t, err)
+	for _, doc := range docs {
+		name := doc.Name
+		lines := doccheck.ShellLines(doc.Text)
 		for _, inv := range doccheck.Invocations(lines, []string{"train"}) {
 			checked++
 			msgs := doccheck.CheckFlags(name, inv, flags)

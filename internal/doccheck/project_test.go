@@ -1,29 +1,21 @@
 package doccheck
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// projectDocs are the project's Markdown files with shell snippets,
-// relative to this directory, and their names from the repository root.
+// projectDocs are the project's Markdown files, by name.
 func projectDocs(t *testing.T) map[string]string {
 	t.Helper()
+	docs, err := Docs("../..")
+	require.NoError(t, err)
 	out := map[string]string{}
-	for _, glob := range []string{"../../README.md", "../../docs/*.md", "../../cmd/*/README.md", "../../examples/*/README.md"} {
-		m, err := filepath.Glob(glob)
-		require.NoError(t, err)
-		for _, f := range m {
-			b, err := os.ReadFile(f)
-			require.NoError(t, err)
-			out[strings.TrimPrefix(f, "../../")] = string(b)
-		}
+	for _, d := range docs {
+		out[d.Name] = d.Text
 	}
-	require.Contains(t, out, "README.md")
 	return out
 }
 

@@ -2,6 +2,8 @@ package doccheck
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -61,21 +63,32 @@ func ShellLines(md string) []Line {
 // stripComment removes a shell comment: a "#" at the start of a word,
 // outside quotes.
 func stripComment(s string) string {
-	var quote byte
+	var q quotes
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t'):
+		if !q.quoted(s[i]) && s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') {
 			return s[:i]
 		}
 	}
 	return s
+}
+
+// quotes follows a line's shell quotes byte by byte.
+type quotes struct{ open byte }
+
+// quoted takes the line's next byte and reports whether it is a quote
+// mark or inside quotes: no operator, comment or word break.
+func (q *quotes) quoted(c byte) bool {
+	switch {
+	case q.open != 0:
+		if c == q.open {
+			q.open = 0
+		}
+		return true
+	case c == '\'' || c == '"':
+		q.open = c
+		return true
+	}
+	return false
 }
 
 // comment is a line's comment: after an unquoted word-initial "#".
@@ -134,7 +147,7 @@ func Words(s string) []string {
 // | and & outside quotes and $(...).
 func Commands(s string) []string {
 	var out []string
-	var quote byte
+	var q quotes
 	depth, start := 0, 0
 	cut := func(i, n int) {
 		out = append(out, strings.TrimSpace(s[start:i]))
@@ -143,12 +156,7 @@ func Commands(s string) []string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
+		case q.quoted(c):
 		case c == '(':
 			depth++
 		case c == ')':
@@ -357,4 +365,42 @@ func usedLater(lines []Line, block int, name string) bool {
 		}
 	}
 	return false
+}
+
+// Doc is a Markdown file of the project: its path from the repository
+// root and its text.
+type Doc struct {
+	Name, Text string
+}
+
+// docGlobs are the project's Markdown files with shell snippets, from the
+// repository root.
+var docGlobs = []string{"README.md", "docs/*.md", "cmd/*/README.md", "examples/*/README.md"}
+
+// Docs reads the project's Markdown files with snippets (the README, the
+// docs, the commands' and the examples' READMEs) under the repository
+// root, in that order.
+func Docs(root string) ([]Doc, error) {
+	var out []Doc
+	for _, glob := range docGlobs {
+		names, err := filepath.Glob(filepath.Join(root, glob))
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range names {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				return nil, err
+			}
+			rel, err := filepath.Rel(root, name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Doc{Name: filepath.ToSlash(rel), Text: string(b)})
+		}
+	}
+	if len(out) == 0 || out[0].Name != "README.md" {
+		return nil, fmt.Errorf("doccheck: no README.md under %s", root)
+	}
+	return out, nil
 }
