@@ -184,7 +184,7 @@ func algoText(c *config) string {
 	case "allreduce":
 		switch c.algo {
 		case "auto":
-			return "auto (per size class, the algorithm the cost model predicts fastest: see -explain)"
+			return "auto (per size class, the algorithm the cost model predicts fastest, named in the algo column: auto:<algorithm>; see -explain)"
 		case algoAll:
 			return "all: " + algoNames(c.algos)
 		default:
@@ -197,7 +197,7 @@ func algoText(c *config) string {
 	for _, s := range c.schedules {
 		switch s {
 		case allreduce.RootedAuto:
-			names = append(names, "auto (per size class, the binomial tree or the pipelined chain, whichever the cost model predicts faster: see -explain)")
+			names = append(names, "auto (per size class, the binomial tree or the pipelined chain, whichever the cost model predicts faster, named in the algo column: auto:tree, auto:chain; see -explain)")
 		case allreduce.RootedTree:
 			names = append(names, "tree (binomial)")
 		default:

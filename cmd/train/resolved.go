@@ -83,10 +83,11 @@ func modelLabel(profile string, c transport.Conn) string {
 // parameter is larger). Over
 // several hosts auto picks again at the first call, from the hosts'
 // topology, which it does not know yet. ZeRO-1 reduce-scatters and
-// all-gathers instead, each by auto's pick.
+// all-gathers instead, by the ring: auto picks nothing else for them
+// (halving-doubling runs only when asked, which the trainer does not).
 func algorithmLine(p trainer.Plan, o *options, algo string, c transport.Conn) string {
 	if o.cfg.Zero1 {
-		return "ZeRO-1: gradients reduce-scattered, parameters all-gathered (ring or halving-doubling, auto's pick per size; -algo applies to all-reduce only)"
+		return "ZeRO-1: gradients reduce-scattered and parameters all-gathered by the ring (auto's only pick for them; -algo applies to all-reduce only)"
 	}
 	if c == nil {
 		return ""
