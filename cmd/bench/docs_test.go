@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,4 +106,40 @@ func parsesAlone(inv doccheck.Invocation) bool {
 		}
 	}
 	return true
+}
+
+// cmd/bench/README.md's lines that run in process run as typed, cut to
+// sizes up to 1 KiB and one iteration (flags given later win): each gives
+// its table with no wrong element.
+func TestReadmeBenchLinesRun(t *testing.T) {
+	docs, err := doccheck.Docs("../..")
+	require.NoError(t, err)
+	t.Chdir(t.TempDir()) // -plot's file
+	ran := 0
+	for _, doc := range docs {
+		if doc.Name != "cmd/bench/README.md" {
+			continue
+		}
+		for _, inv := range doccheck.Invocations(doccheck.ShellLines(doc.Text), []string{"bench"}) {
+			if !parsesAlone(inv) || slices.ContainsFunc(inv.Args, func(a string) bool {
+				// Processes (run by the tcp and shm tests), a calibration
+				// (seconds of sweeps), predictions only, or 1024 simulated
+				// ranks (sim_test.go runs them): not here.
+				return a == "tcp" || a == "shm" || a == "auto" || a == "1024" || strings.HasPrefix(a, "-calibrate") || a == "-explain"
+			}) {
+				continue
+			}
+			out, err := runBench(t, append(inv.Args, "-min", "8", "-max", "1K", "-iters", "1", "-warmup", "0")...)
+			require.NoError(t, err, "%s:%d: `%s`: %s", doc.Name, inv.Line.Line, inv.Line.Text, out)
+			if slices.Contains(inv.Args, "-json") {
+				for _, r := range jsonRows(t, out) {
+					require.Zero(t, num(t, r, "wrong"), "%s:%d: %v", doc.Name, inv.Line.Line, r)
+				}
+			} else {
+				require.Contains(t, out, "# wrong elements    : 0 OK", "%s:%d", doc.Name, inv.Line.Line)
+			}
+			ran++
+		}
+	}
+	require.Greater(t, ran, 3, "cmd/bench/README.md's lines were not found")
 }
