@@ -80,12 +80,13 @@ func modelLabel(profile string, c transport.Conn) string {
 // and for auto the cost model it picked by. One bucket: the algorithm of
 // its size. Several: the rule by size, from 8 B to all the parameters'
 // bytes (a bucket holds at most -bucket-mb, the first 1 MiB, unless one
-// parameter is larger). Over
-// several hosts auto picks again at the first call, from the hosts'
-// topology, which it does not know yet. ZeRO-1 reduce-scatters and
+// parameter is larger). When this rank's host holds fewer ranks than the
+// world (its endpoint's LocalSize), auto picks again at the first call,
+// from the hosts' topology, which it does not know yet; the line says so.
+// ZeRO-1 reduce-scatters and
 // all-gathers instead, by the ring: auto picks nothing else for them
 // (halving-doubling runs only when asked, which the trainer does not).
-func algorithmLine(p trainer.Plan, o *options, algo string, c transport.Conn) string {
+func algorithmLine(p trainer.Plan, o *options, c transport.Conn) string {
 	if o.cfg.Zero1 {
 		return "ZeRO-1: gradients reduce-scattered and parameters all-gathered by the ring (auto's only pick for them; -algo applies to all-reduce only)"
 	}
@@ -97,18 +98,18 @@ func algorithmLine(p trainer.Plan, o *options, algo string, c transport.Conn) st
 		return fmt.Sprintf("all-reduce: %v", err)
 	}
 	var b strings.Builder
-	auto := algo == "" || algo == allreduce.Auto.String()
+	auto := o.algo == "" || o.algo == allreduce.Auto.String()
 	if auto {
 		b.WriteString("all-reduce algorithm auto, by " + modelLabel(o.profile, c) + ": ")
 	} else {
-		b.WriteString("all-reduce algorithm -algo " + algo + ": ")
+		b.WriteString("all-reduce algorithm -algo " + o.algo + ": ")
 	}
 	if p.Buckets <= 1 {
 		fmt.Fprintf(&b, "%s for the one bucket (%s)", g.AlgorithmFor(int(p.ParamBytes)), humanBytes(p.ParamBytes))
 	} else {
 		fmt.Fprintf(&b, "%d buckets, by size: %s", p.Buckets, algorithmRule(g, int(p.ParamBytes)))
 	}
-	if auto && o.tr.MP != nil && o.tr.MP.Nnodes > 1 {
+	if ls, ok := c.(interface{ LocalSize() int }); ok && auto && ls.LocalSize() < c.Size() {
 		b.WriteString(" (for ranks on one host; across hosts auto picks again at the first call, from the hosts' topology)")
 	}
 	return b.String()

@@ -208,7 +208,7 @@ func printPlan(w io.Writer, p trainer.Plan, o *options, conn transport.Conn) {
 		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, tr, why, o.blas, p.TrainExamples, p.TestExamples)
 	fmt.Fprintf(w, "global batch %d (%d per rank), %d steps per epoch, %s, %d gradient bucket(s); all-reduce sends %s per rank per step\n",
 		p.GlobalBatch, p.PerRankBatch, p.StepsPerEpoch, opt, p.Buckets, mib(p.CommBytesPerStep))
-	if line := algorithmLine(p, o, o.algo, conn); line != "" {
+	if line := algorithmLine(p, o, conn); line != "" {
 		fmt.Fprintln(w, line)
 	}
 	if p.Resumed {
