@@ -45,7 +45,8 @@ type row struct {
 
 	redop   string
 	root    int
-	virtual bool // timing-only (-transport sim): not checked
+	virtual bool   // timing-only (-transport sim): not checked
+	ran     string // what ran: all-reduce's algorithm, broadcast's and reduce's schedule (auto's choice for auto)
 }
 
 // newRow computes the bandwidths of a size: algbw = bytes / time (GB/s,
@@ -96,8 +97,8 @@ func newPrinter(cfg *config, w io.Writer) *printer {
 
 // The table's columns, in the manner of nccl-tests, and the optional ones.
 const (
-	headFmt     = "#%12s %12s %8s %6s %5s %12s %12s %8s %8s %7s"
-	rowFmt      = "%13d %12d %8s %6s %5d %12s %12.2f %8.2f %8.2f %7s"
+	headFmt     = "#%12s %12s %8s %6s %5s %17s %12s %8s %8s %7s"
+	rowFmt      = "%13d %12d %8s %6s %5d %17s %12.2f %8.2f %8.2f %7s"
 	linkHeadFmt = " %8s"
 	linkRowFmt  = " %8.2f"
 	predHeadFmt = " %12s %12s %7s"
@@ -183,7 +184,7 @@ func algoText(c *config) string {
 	case "allreduce":
 		switch c.algo {
 		case "auto":
-			return "auto (per size class, the algorithm the cost model predicts fastest: see -explain)"
+			return "auto (per size class, the algorithm the cost model predicts fastest, named in the algo column: auto:<algorithm>; see -explain)"
 		case algoAll:
 			return "all: " + algoNames(c.algos)
 		default:
@@ -196,7 +197,7 @@ func algoText(c *config) string {
 	for _, s := range c.schedules {
 		switch s {
 		case allreduce.RootedAuto:
-			names = append(names, "auto (per size class, the binomial tree or the pipelined chain, whichever the cost model predicts faster: see -explain)")
+			names = append(names, "auto (per size class, the binomial tree or the pipelined chain, whichever the cost model predicts faster, named in the algo column: auto:tree, auto:chain; see -explain)")
 		case allreduce.RootedTree:
 			names = append(names, "tree (binomial)")
 		default:
@@ -235,7 +236,11 @@ func (p *printer) row(r row) error {
 	case r.Wrong != nil:
 		wrong = strconv.FormatInt(*r.Wrong, 10)
 	}
-	line := fmt.Sprintf(rowFmt, r.Bytes, r.Count, r.DType, r.redop, r.root, r.Algo, r.TimeUS, r.AlgBW, r.BusBW, wrong)
+	algo := r.Algo
+	if algo == allreduce.Auto.String() && r.ran != "" {
+		algo += ":" + r.ran // what auto chose for this size
+	}
+	line := fmt.Sprintf(rowFmt, r.Bytes, r.Count, r.DType, r.redop, r.root, algo, r.TimeUS, r.AlgBW, r.BusBW, wrong)
 	if p.link {
 		line += fmt.Sprintf(linkRowFmt, deref(r.LinkGBps))
 	}

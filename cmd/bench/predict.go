@@ -5,13 +5,19 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
-// predictRow adds the model's columns to rank 0's row: on the simulator
-// the bandwidth of the link a topology-blind algorithm pays (between
-// nodes, or within the one node); with a model, for all-reduce, the
-// algorithm that ran (auto's pick), for broadcast and reduce the schedule
-// that ran, its predicted time on the group's shape and the ratio of
-// measured to predicted.
+// predictRow adds to rank 0's row what ran — for all-reduce the
+// algorithm (auto's pick for auto), for broadcast and reduce the schedule,
+// which the table's algo column names for auto — and the model's columns: on the simulator the bandwidth of the link a
+// topology-blind algorithm pays (between nodes, or within the one node);
+// with a model, the predicted time of what ran on the group's shape and
+// the ratio of measured to predicted.
 func predictRow(cfg *config, g *allreduce.Group, shape cost.Shape, r *row) {
+	switch {
+	case cfg.op.kind == allreduce.KindAllReduce:
+		r.ran = g.AlgorithmFor(r.Bytes).String()
+	case cfg.op.rooted:
+		r.ran = g.RootedScheduleFor(cfg.op.kind, r.Bytes).String()
+	}
 	if cfg.model == nil {
 		return
 	}
@@ -30,7 +36,7 @@ func predictRow(cfg *config, g *allreduce.Group, shape cost.Shape, r *row) {
 	switch {
 	case cfg.op.kind == allreduce.KindAllReduce:
 		ran := g.AlgorithmFor(r.Bytes)
-		r.Pick, r.shape = ran.String(), shape
+		r.Pick, r.shape = r.ran, shape
 		t, ok := allreduce.PredictAlgorithm(m, shape, ran, r.Bytes)
 		if !ok {
 			return
@@ -42,7 +48,7 @@ func predictRow(cfg *config, g *allreduce.Group, shape cost.Shape, r *row) {
 		if err != nil {
 			return
 		}
-		r.Pick, seconds = ran.String(), p.TreeSeconds
+		r.Pick, seconds = r.ran, p.TreeSeconds
 		if ran == allreduce.RootedChain {
 			seconds = p.ChainSeconds
 		}

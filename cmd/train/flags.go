@@ -44,6 +44,7 @@ type options struct {
 	checkpointFromResume bool     // -checkpoint defaulted to the -resume file's series
 	notes                []string // what the run took from its -resume checkpoint, printed before training
 	finished             string   // the -resume checkpoint is at -epochs already: this says so, and nothing runs
+	algo, profile        string   // -algo and -profile as given ("": auto, the default model), for the plan
 }
 
 // flagValues holds the command line's flags as parsed, before validation:
@@ -344,6 +345,7 @@ func (o *options) buildConfig(v *flagValues) error {
 			return fmt.Errorf("-hidden %q: %v", v.hidden, err)
 		}
 	}
+	o.algo, o.profile = v.algo, v.profile
 	groupOpts, err := groupOptions(v.algo, v.profile)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
 	"github.com/ringddp/ringddp/internal/run/launch"
@@ -107,6 +108,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
 		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
+	cfg.Connect = keepConn(cfg.Connect, &rep.conn)
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
 			fmt.Fprintf(stdout, "-resume latest: %s\n", n)
@@ -152,6 +154,7 @@ type report struct {
 	cfg    *trainer.Config // the configuration trained with, for its epochs
 	writer *outWriter      // writes the -out files
 	start  time.Time       // when the run started: its id on the plots and in runs/
+	conn   transport.Conn  // this process's first endpoint, for the plan (keepConn)
 
 	all    []trainer.EpochMetrics
 	losses []stepLoss // every step's loss, for the plot
@@ -161,7 +164,7 @@ type report struct {
 // started prints the plan (text output) and reports the start.
 func (r *report) started(p trainer.Plan) {
 	if !r.o.json && !r.o.quiet {
-		printPlan(r.stdout, p, r.o)
+		printPlan(r.stdout, p, r.o, r.conn)
 	}
 	r.writer.title = runTitle(p, r.o.tr.Name, r.cfg.Zero1, r.start)
 	r.prog.plan(p)
@@ -198,7 +201,10 @@ func (r *report) epoch(m trainer.EpochMetrics) {
 
 func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
 
-func printPlan(w io.Writer, p trainer.Plan, o *options) {
+// printPlan prints the run's plan: what trains on what (the transport
+// -transport auto chose), the batch and optimizer, and the all-reduce
+// algorithm of the buckets (what auto chose, under which cost model).
+func printPlan(w io.Writer, p trainer.Plan, o *options, conn transport.Conn) {
 	opt := fmt.Sprintf("%s lr %g", p.Optim, p.LR)
 	if p.Optim == trainer.OptimSGD {
 		opt += fmt.Sprintf(" momentum %g", p.Momentum)
@@ -210,10 +216,14 @@ func printPlan(w io.Writer, p trainer.Plan, o *options) {
 	if o.cfg.Zero1 {
 		mode = "ZeRO-1"
 	}
-	fmt.Fprintf(w, "training %s (%s, %d parameters, %s) with %s on %d %s ranks, %s BLAS: %d train / %d test examples\n",
-		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, o.tr.Name, o.blas, p.TrainExamples, p.TestExamples)
+	tr, why := transportLabel(o.tr.Name, conn)
+	fmt.Fprintf(w, "training %s (%s, %d parameters, %s) with %s on %d %s ranks%s, %s BLAS: %d train / %d test examples\n",
+		p.Model, p.DType, p.Params, mib(p.ParamBytes), mode, p.Ranks, tr, why, o.blas, p.TrainExamples, p.TestExamples)
 	fmt.Fprintf(w, "global batch %d (%d per rank), %d steps per epoch, %s, %d gradient bucket(s); all-reduce sends %s per rank per step\n",
 		p.GlobalBatch, p.PerRankBatch, p.StepsPerEpoch, opt, p.Buckets, mib(p.CommBytesPerStep))
+	if line := algorithmLine(p, o, conn); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	if p.Resumed {
 		fmt.Fprintf(w, "resuming from %s at epoch %d, step %d (global step %d)\n",
 			o.cfg.Resume, p.StartEpoch+1, p.StartStep, p.GlobalStep)
