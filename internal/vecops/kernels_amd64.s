@@ -2144,3 +2144,297 @@ lut64AVX2_loop:
 lut64AVX2_done:
 	VZEROUPPER
 	RET
+
+// func copyBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-50
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+16(FP), SI
+	MOVQ    ss+24(FP), R8
+	MOVQ    rows+32(FP), CX
+	MOVQ    full+40(FP), R9
+	MOVWQZX mask+48(FP), R10
+	KMOVW   R10, K1
+	SHLQ    $0x02, DX
+	SHLQ    $0x02, R8
+	TESTQ   CX, CX
+	JZ      copyBlock32AVX512_done
+
+copyBlock32AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    copyBlock32AVX512_tail
+
+copyBlock32AVX512_vec:
+	VMOVUPS (R11), Z0
+	VMOVUPS Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     copyBlock32AVX512_vec
+
+copyBlock32AVX512_tail:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       copyBlock32AVX512_row
+
+copyBlock32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func addBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·addBlock32AVX512(SB), NOSPLIT, $0-50
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+16(FP), SI
+	MOVQ    ss+24(FP), R8
+	MOVQ    rows+32(FP), CX
+	MOVQ    full+40(FP), R9
+	MOVWQZX mask+48(FP), R10
+	KMOVW   R10, K1
+	SHLQ    $0x02, DX
+	SHLQ    $0x02, R8
+	TESTQ   CX, CX
+	JZ      addBlock32AVX512_done
+
+addBlock32AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    addBlock32AVX512_tail
+
+addBlock32AVX512_vec:
+	VMOVUPS (R11), Z0
+	VMOVUPS (R12), Z1
+	VADDPS  Z0, Z1, Z0
+	VMOVUPS Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     addBlock32AVX512_vec
+
+addBlock32AVX512_tail:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS.Z (R12), K1, Z1
+	VADDPS    Z0, Z1, Z0
+	VMOVUPS   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       addBlock32AVX512_row
+
+addBlock32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func relu32AVX512(out *float32, x *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·relu32AVX512(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z1
+	SHRQ         $0x04, CX
+	JZ           relu32AVX512_done
+
+relu32AVX512_loop:
+	VMOVUPS   (SI), Z2
+	VCMPPS    $0x1d, Z0, Z2, K1
+	VMOVAPS.Z Z1, K1, Z3
+	VMULPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	DECQ      CX
+	JNZ       relu32AVX512_loop
+
+relu32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·reluGrad32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         dy+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z1
+	SHRQ         $0x04, CX
+	JZ           reluGrad32AVX512_done
+
+reluGrad32AVX512_loop:
+	VMOVUPS   (SI), Z2
+	VCMPPS    $0x1d, Z0, Z2, K1
+	VMOVAPS.Z Z1, K1, Z3
+	VMOVUPS   (DX), Z4
+	VMULPS    Z3, Z4, Z2
+	VMOVUPS   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DX
+	DECQ      CX
+	JNZ       reluGrad32AVX512_loop
+
+reluGrad32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func copyBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-50
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+16(FP), SI
+	MOVQ    ss+24(FP), R8
+	MOVQ    rows+32(FP), CX
+	MOVQ    full+40(FP), R9
+	MOVWQZX mask+48(FP), R10
+	KMOVW   R10, K1
+	SHLQ    $0x03, DX
+	SHLQ    $0x03, R8
+	TESTQ   CX, CX
+	JZ      copyBlock64AVX512_done
+
+copyBlock64AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    copyBlock64AVX512_tail
+
+copyBlock64AVX512_vec:
+	VMOVUPD (R11), Z0
+	VMOVUPD Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     copyBlock64AVX512_vec
+
+copyBlock64AVX512_tail:
+	VMOVUPD.Z (R11), K1, Z0
+	VMOVUPD   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       copyBlock64AVX512_row
+
+copyBlock64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func addBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·addBlock64AVX512(SB), NOSPLIT, $0-50
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+16(FP), SI
+	MOVQ    ss+24(FP), R8
+	MOVQ    rows+32(FP), CX
+	MOVQ    full+40(FP), R9
+	MOVWQZX mask+48(FP), R10
+	KMOVW   R10, K1
+	SHLQ    $0x03, DX
+	SHLQ    $0x03, R8
+	TESTQ   CX, CX
+	JZ      addBlock64AVX512_done
+
+addBlock64AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    addBlock64AVX512_tail
+
+addBlock64AVX512_vec:
+	VMOVUPD (R11), Z0
+	VMOVUPD (R12), Z1
+	VADDPD  Z0, Z1, Z0
+	VMOVUPD Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     addBlock64AVX512_vec
+
+addBlock64AVX512_tail:
+	VMOVUPD.Z (R11), K1, Z0
+	VMOVUPD.Z (R12), K1, Z1
+	VADDPD    Z0, Z1, Z0
+	VMOVUPD   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       addBlock64AVX512_row
+
+addBlock64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func relu64AVX512(out *float64, x *float64, n int)
+// Requires: AVX, AVX512F
+TEXT ·relu64AVX512(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVQ         $0x3ff0000000000000, AX
+	VPBROADCASTQ AX, Z1
+	SHRQ         $0x03, CX
+	JZ           relu64AVX512_done
+
+relu64AVX512_loop:
+	VMOVUPD   (SI), Z2
+	VCMPPD    $0x1d, Z0, Z2, K1
+	VMOVAPD.Z Z1, K1, Z3
+	VMULPD    Z3, Z2, Z2
+	VMOVUPD   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	DECQ      CX
+	JNZ       relu64AVX512_loop
+
+relu64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluGrad64AVX512(out *float64, x *float64, dy *float64, n int)
+// Requires: AVX, AVX512F
+TEXT ·reluGrad64AVX512(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         dy+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVQ         $0x3ff0000000000000, AX
+	VPBROADCASTQ AX, Z1
+	SHRQ         $0x03, CX
+	JZ           reluGrad64AVX512_done
+
+reluGrad64AVX512_loop:
+	VMOVUPD   (SI), Z2
+	VCMPPD    $0x1d, Z0, Z2, K1
+	VMOVAPD.Z Z1, K1, Z3
+	VMOVUPD   (DX), Z4
+	VMULPD    Z3, Z4, Z2
+	VMOVUPD   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DX
+	DECQ      CX
+	JNZ       reluGrad64AVX512_loop
+
+reluGrad64AVX512_done:
+	VZEROUPPER
+	RET

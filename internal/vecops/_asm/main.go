@@ -382,5 +382,11 @@ func main() {
 			}
 		}
 	}
+	for _, e := range []elem{f32, f64} {
+		block(e, false)
+		block(e, true)
+		rectifier(e, false)
+		rectifier(e, true)
+	}
 	Generate()
 }
