@@ -16,14 +16,15 @@ import (
 //	y[n, f, oy, ox] = b[f] + Σ_{ci,i,j} w[f, ci, i, j] · x[n, ci, oy+i, ox+j]
 //
 // with y (batch, cout, h−kh+1, w−kw+1) in NCHW (see convGeom for the
-// algorithm: im2col and one matrix product per image, through gorgonia's
-// BLAS). Its gradients are ops too: dW = Σ_n dY_n·col_nᵀ (col_nᵀ built as
-// a matrix of its own, im2row), db = Σ of dY over images and positions,
-// dX = col2im(Wᵀ·dY_n). With gradX false no gradient is built for x (a
-// layer whose input is data): the graph then treats x as not
-// differentiable, and G.Grad with respect to x is an error. The op and its
-// gradients keep their output buffers and column matrices from run to run. Conv2D takes graphlock; the models call conv2d inside their own
-// graphlock.Do.
+// algorithm: im2col and one matrix product per group of images, through
+// gorgonia's BLAS). Its gradients are ops too: dW = Σ_G dY_G·rows_G (the
+// column matrices' transposes built as matrices of their own, im2row),
+// db = Σ of dY over images and positions, dX = col2im(Wᵀ·dY_G). With
+// gradX false no gradient is built for x (a layer whose input is data):
+// the graph then treats x as not differentiable, and G.Grad with respect
+// to x is an error. The op and its gradients keep their output buffers
+// and lowered matrices from run to run. Conv2D takes graphlock; the
+// models call conv2d inside their own graphlock.Do.
 func Conv2D(x, w, b *G.Node, gradX bool) (*G.Node, error) {
 	return locked(func() (*G.Node, error) { return conv2d(x, w, b, gradX) })
 }
@@ -74,12 +75,13 @@ func convGeometry(x, w, b tensor.Shape) (convGeom, error) {
 }
 
 // convOp: (x, w, b) → y. Its buffer is the node's value every run; col
-// is its one column matrix.
+// is a group's column matrix and prod the group's product Y_G.
 type convOp struct {
 	geom  convGeom
 	gradX bool
 	out   outBuffer
 	col   scratch
+	prod  scratch
 }
 
 var (
@@ -121,7 +123,7 @@ func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := shaped(&op.out, g.outShape(), vals[0].Dtype())
-	convForward(G.WhichBLAS(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.col()))
+	convForward(G.WhichBLAS(), vecBest(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.prod, g.groupOut()))
 	return out, nil
 }
 

@@ -14,9 +14,13 @@ import (
 )
 
 // convCases are the geometries the tests run: outputs of size 1, 1×1 and
-// 5×5 kernels, batch 1, one and three input channels, h ≠ w, kh ≠ kw, and
-// LeNet's two layers.
+// 5×5 kernels, batch 1, one and three input channels, h ≠ w, kh ≠ kw,
+// LeNet's two layers, and batches taken in several groups (budget: two
+// images' column matrices per product, the last group one image; three
+// per product, output rows of 17, a run of more than eight).
 var convCases = []convGeom{
+	{n: 5, c: 2, h: 6, w: 7, f: 3, kh: 3, kw: 2, budget: 2 * 2 * 3 * 2 * 4 * 6},
+	{n: 7, c: 3, h: 9, w: 19, f: 17, kh: 3, kw: 3, budget: 3 * 3 * 3 * 3 * 7 * 17},
 	{n: 1, c: 1, h: 5, w: 5, f: 1, kh: 5, kw: 5},
 	{n: 2, c: 3, h: 7, w: 5, f: 4, kh: 1, kw: 1},
 	{n: 3, c: 3, h: 9, w: 6, f: 2, kh: 5, kw: 5},
@@ -328,8 +332,8 @@ func TestIm2rowIsIm2colTransposed(t *testing.T) {
 		g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 		x := normals(rand.New(rand.NewPCG(1, 1)), g.image())
 		col, rows := make([]float64, g.col()), make([]float64, g.col())
-		im2col(g, x, col)
-		im2row(g, x, rows)
+		im2col(vecBest(), g, x, col, g.p())
+		im2row(vecBest(), g, x, rows)
 		k, p := g.k(), g.p()
 		for r := 0; r < k; r++ {
 			for q := 0; q < p; q++ {

@@ -9,12 +9,13 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// convFilterGradOp: (x, dY) → dW = Σ_n dY_n·rows_n; rows is its one row
-// matrix.
+// convFilterGradOp: (x, dY) → dW = Σ_G dY_G·rows_G; rows is a group's row
+// matrix and dyg its gathered output gradient.
 type convFilterGradOp struct {
 	geom convGeom
 	out  outBuffer
 	rows scratch
+	dyg  scratch
 }
 
 // convBiasGradOp: dY → db = Σ of dY over images and positions, (1, f, 1, 1).
@@ -24,12 +25,13 @@ type convBiasGradOp struct {
 	sums scratch
 }
 
-// convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_n) per image; dcol is its
-// one column matrix.
+// convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_G) per group; dcol is a
+// group's column matrix and dyg its gathered output gradient.
 type convInputGradOp struct {
 	geom convGeom
 	out  outBuffer
 	dcol scratch
+	dyg  scratch
 }
 
 var (
@@ -96,7 +98,7 @@ func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error
 		return nil, err
 	}
 	out := shaped(&op.out, g.filterShape(), vals[0].Dtype())
-	convFilterGrad(G.WhichBLAS(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.col()))
+	convFilterGrad(G.WhichBLAS(), vecBest(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
 	return out, nil
 }
 
@@ -130,7 +132,7 @@ func inputGradDo[T float](op *convInputGradOp, vals []G.Value) (G.Value, error) 
 		return nil, err
 	}
 	out := shaped(&op.out, g.inShape(), vals[0].Dtype())
-	convInputGrad(G.WhichBLAS(), g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.col()))
+	convInputGrad(G.WhichBLAS(), vecBest(), g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
 	return out, nil
 }
 

@@ -5,6 +5,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // outBuffer is an op's output tensor, kept from run to run so that the op
@@ -45,12 +47,26 @@ func elementwise(op string, buf *outBuffer, xv, dyv G.Value) (G.Value, error) {
 	return out, nil
 }
 
+// rectifyInto writes x ⊙ (x ≥ 0) (dy nil) or dy ⊙ (x ≥ 0) into out, with
+// the vector kernels of the fastest vecops variant.
 func rectifyInto[T float](out, x []T, dy *tensor.Dense) {
 	if dy == nil {
-		rectify(out, x)
+		vecops.ReLU(vecBest(), out, x)
 		return
 	}
-	rectifyGrad(out, x, dy.Data().([]T))
+	vecops.ReLUGrad(vecBest(), out, x, dy.Data().([]T))
+}
+
+// vecBest is the vecops variant the ops compute with: the fastest this
+// CPU runs, or the one RINGDDP_VECOPS names; the scalar loops when that
+// name is not one this CPU runs (the trainer reports that error at start).
+func vecBest() vecops.Variant {
+	v, err := vecops.Best()
+	if err != nil {
+		vs := vecops.Variants()
+		return vs[len(vs)-1]
+	}
+	return v
 }
 
 // denseOf returns v as a contiguous dense tensor (views materialised).

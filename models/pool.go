@@ -171,13 +171,31 @@ func (op *poolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	return G.Nodes{dx}, nil
 }
 
-// wins reports whether v replaces best as a window's maximum: v is greater,
-// or best is NaN and v is not.
-func wins[T float](v, best T) bool { return v > best || (best != best && v == v) }
+// bit is 1 for true and 0 for false (a SETcc, no branch).
+func bit(b bool) int {
+	var i int
+	if b {
+		i = 1
+	}
+	return i
+}
+
+// winsBit is 1 when v replaces best as a window's maximum (v is greater,
+// or best is NaN and v is not) and 0 otherwise, without a branch: the
+// winners of a window are data, and a branch on them would be
+// mispredicted about half the time.
+func winsBit[T float](v, best T) int {
+	return bit(v > best) | (bit(best != best) & bit(v == v))
+}
 
 // maxPool2 pools planes planes of h×w elements of x into y (⌊h/2⌋×⌊w/2⌋
-// each), scanning each window in row-major order (see MaxPool2x2), and
-// records each winner's index into x in argmax.
+// each), and records each winner's index into x in argmax. The scan of
+// a window in row-major order (see MaxPool2x2) is a tournament: the
+// winner of the top pair, the winner of the bottom pair, then the bottom
+// one only when it wins against the top one. It keeps the first maximum
+// in row-major order as the scan does (a later element replaces an
+// earlier one only when it wins), and is computed on indices, without
+// branches.
 func maxPool2[T float](x, y []T, argmax []int32, planes, h, w int) {
 	oh, ow := h/2, w/2
 	o := 0
@@ -188,17 +206,11 @@ func maxPool2[T float](x, y []T, argmax []int32, planes, h, w int) {
 			top, bottom := x[r0:r0+2*ow], x[r1:r1+2*ow]
 			yr, ar := y[o:o+ow], argmax[o:o+ow]
 			for j := range yr {
-				best, at := top[2*j], r0+2*j
-				if v := top[2*j+1]; wins(v, best) {
-					best, at = v, r0+2*j+1
-				}
-				if v := bottom[2*j]; wins(v, best) {
-					best, at = v, r1+2*j
-				}
-				if v := bottom[2*j+1]; wins(v, best) {
-					best, at = v, r1+2*j+1
-				}
-				yr[j], ar[j] = best, int32(at)
+				t := 2*j + winsBit(top[2*j+1], top[2*j])
+				b := 2*j + winsBit(bottom[2*j+1], bottom[2*j])
+				at := r0 + t
+				at += winsBit(bottom[b], top[t]) * (r1 + b - at)
+				yr[j], ar[j] = x[at], int32(at)
 			}
 			o += ow
 		}
