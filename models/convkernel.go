@@ -88,35 +88,32 @@ func (g convGeom) outShape() tensor.Shape    { return tensor.Shape{g.n, g.f, g.o
 
 // im2col writes one image x (c·h·w elements) as its column matrix into
 // col, whose rows are ld elements apart (p for one image, G·p inside a
-// group's matrix): each row is a block of oh runs of ow contiguous input
-// elements, one vecops.CopyBlock.
+// group's matrix). Row (ci, i, j) is oh runs of ow contiguous input
+// elements, x[ci, oy+i, j..j+ow−1]; for each (ci, i) the kw rows of j =
+// 0… are one vecops.CopyBlocks (blocks one row of col, and one element of
+// x, apart).
 func im2col[T float](v vecops.Variant, g convGeom, x, col []T, ld int) {
-	row := 0
+	b := vecops.Blocks{Outer: g.kw, Rows: g.oh, Width: g.ow, Stride: g.ow, OuterStride: ld, SrcStride: g.w, SrcOuterStride: 1}
 	for ci := 0; ci < g.c; ci++ {
-		plane := x[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for i := 0; i < g.kh; i++ {
-			for j := 0; j < g.kw; j++ {
-				vecops.CopyBlock(v, col[row*ld:], g.ow, plane[i*g.w+j:], g.w, g.oh, g.ow)
-				row++
-			}
+			vecops.CopyBlocks(v, col[(ci*g.kh+i)*g.kw*ld:], x[ci*g.h*g.w+i*g.w:], b)
 		}
 	}
 }
 
 // im2row writes one image x (c·h·w elements) as its row matrix into rows
 // (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
-// order. For each output row oy, input channel ci and kernel row i, the
-// kw elements that every position ox of the row takes are x[ci, oy+i,
-// ox..ox+kw−1]: one vecops.CopyBlock of ow runs of kw, the runs one
-// element apart in x (neighbouring patches overlap) and k apart in rows.
+// order. For each input channel ci and kernel row i, the kw elements that
+// position (oy, ox) takes are x[ci, oy+i, ox..ox+kw−1]: one
+// vecops.CopyBlocks of oh blocks (one per oy) of ow runs of kw, the runs
+// one element apart in x (neighbouring patches overlap) and k apart in
+// rows.
 func im2row[T float](v vecops.Variant, g convGeom, x, rows []T) {
 	k := g.k()
-	for oy := 0; oy < g.oh; oy++ {
-		dst := rows[oy*g.ow*k:]
-		for ci := 0; ci < g.c; ci++ {
-			for i := 0; i < g.kh; i++ {
-				vecops.CopyBlock(v, dst[(ci*g.kh+i)*g.kw:], k, x[ci*g.h*g.w+(oy+i)*g.w:], 1, g.ow, g.kw)
-			}
+	b := vecops.Blocks{Outer: g.oh, Rows: g.ow, Width: g.kw, Stride: k, OuterStride: g.ow * k, SrcStride: 1, SrcOuterStride: g.w}
+	for ci := 0; ci < g.c; ci++ {
+		for i := 0; i < g.kh; i++ {
+			vecops.CopyBlocks(v, rows[(ci*g.kh+i)*g.kw:], x[ci*g.h*g.w+i*g.w:], b)
 		}
 	}
 }
@@ -124,17 +121,14 @@ func im2row[T float](v vecops.Variant, g convGeom, x, rows []T) {
 // col2im is im2col's adjoint: it sets one image dx (c·h·w elements) to
 // Σ over the column matrix dcol's entries (rows ld elements apart) of
 // dcol[(ci,i,j), (oy,ox)] added at x[ci, oy+i, ox+j], the rows taken in
-// order, each one vecops.AddBlock of oh runs of ow.
+// order, each oh runs of ow; for each (ci, i) the kw rows of j = 0… are
+// one vecops.AddBlocks.
 func col2im[T float](v vecops.Variant, g convGeom, dcol []T, ld int, dx []T) {
 	clear(dx[:g.image()])
-	row := 0
+	b := vecops.Blocks{Outer: g.kw, Rows: g.oh, Width: g.ow, Stride: g.w, OuterStride: 1, SrcStride: g.ow, SrcOuterStride: ld}
 	for ci := 0; ci < g.c; ci++ {
-		plane := dx[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for i := 0; i < g.kh; i++ {
-			for j := 0; j < g.kw; j++ {
-				vecops.AddBlock(v, plane[i*g.w+j:], g.w, dcol[row*ld:], g.ow, g.oh, g.ow)
-				row++
-			}
+			vecops.AddBlocks(v, dx[ci*g.h*g.w+i*g.w:g.image()], dcol[(ci*g.kh+i)*g.kw*ld:], b)
 		}
 	}
 }

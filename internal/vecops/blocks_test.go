@@ -6,67 +6,78 @@ import (
 	"testing"
 )
 
-// blockShape is one CopyBlock/AddBlock call: rows runs of width, the runs
-// ds apart in dst and ss apart in src.
-type blockShape struct{ rows, width, ds, ss int }
-
-// blockShapes cover no rows, no width, every tail of both vector widths,
-// whole vectors, runs wider than two vectors, strides equal to the width
-// (contiguous), wider (gaps) and shorter (dst runs overlap, as in a
-// col2im with overlapping patches), and src stride 1 (an im2row's
-// neighbouring patches).
-func blockShapes() []blockShape {
-	var out []blockShape
+// blockLayouts cover no blocks, no rows, no width, every tail of both
+// vector widths, whole vectors, runs wider than two vectors, strides equal
+// to the width (contiguous), wider (gaps) and shorter (dst runs overlap,
+// as in a col2im with overlapping patches), src stride 1 (an im2row's
+// neighbouring patches), and one, two and three blocks, apart and
+// overlapping.
+func blockLayouts() []Blocks {
+	var out []Blocks
 	for _, width := range []int{0, 1, 3, 5, 7, 8, 9, 15, 16, 17, 24, 33} {
 		for _, rows := range []int{0, 1, 4} {
-			out = append(out,
-				blockShape{rows, width, width, width},
-				blockShape{rows, width, width + 3, 2*width + 1},
-				blockShape{rows, width, max(1, width/2), 1},
-				blockShape{rows, width, 200, width + 1})
+			for _, outer := range []int{0, 1, 2, 3} {
+				for _, st := range [][4]int{
+					{width, width, 4 * width, 4 * width},
+					{width + 3, 2*width + 1, 5*width + 13, 9 * width},
+					{max(1, width/2), 1, 1, 7},
+					{200, width + 1, 3, 1000},
+				} {
+					out = append(out, Blocks{Outer: outer, Rows: rows, Width: width,
+						Stride: st[0], SrcStride: st[1], OuterStride: st[2], SrcOuterStride: st[3]})
+				}
+			}
 		}
 	}
 	return out
 }
 
+// extent is the elements a layout spans with the given strides.
+func extent(b Blocks, stride, outerStride int) int {
+	if b.Outer == 0 || b.Rows == 0 || b.Width == 0 {
+		return 0
+	}
+	return (b.Outer-1)*outerStride + (b.Rows-1)*stride + b.Width
+}
+
 // blockRef is the definition, element by element.
-func blockRef[T Float](add bool, dst []T, src []T, s blockShape) {
-	for r := 0; r < s.rows; r++ {
-		for t := 0; t < s.width; t++ {
-			if add {
-				dst[r*s.ds+t] = dst[r*s.ds+t] + src[r*s.ss+t]
-			} else {
-				dst[r*s.ds+t] = src[r*s.ss+t]
+func blockRef[T Float](add bool, dst []T, src []T, b Blocks) {
+	for o := 0; o < b.Outer; o++ {
+		for r := 0; r < b.Rows; r++ {
+			for t := 0; t < b.Width; t++ {
+				d, s := o*b.OuterStride+r*b.Stride+t, o*b.SrcOuterStride+r*b.SrcStride+t
+				if add {
+					dst[d] = dst[d] + src[s]
+				} else {
+					dst[d] = src[s]
+				}
 			}
 		}
 	}
 }
 
-// Every variant's CopyBlock and AddBlock equal the definition bit for bit
-// (NaN payloads included: AddBlock keeps dst's NaN when both are NaN),
-// touch nothing outside the runs, and read and write runs that end at the
-// very end of their slices.
+// Every variant's CopyBlocks and AddBlocks equal the definition bit for
+// bit (NaN payloads included: AddBlocks keeps dst's NaN when both are
+// NaN), touch nothing outside the runs, and read and write runs that end
+// at the very end of their slices.
 func testBlocks[T Float](t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 37))
 	vs := append(variantsHere(t), goVariant())
 	for _, add := range []bool{false, true} {
-		op := map[bool]string{false: "CopyBlock", true: "AddBlock"}[add]
-		for _, s := range blockShapes() {
-			nd, ns := 0, 0
-			if s.rows > 0 && s.width > 0 {
-				nd, ns = (s.rows-1)*s.ds+s.width, (s.rows-1)*s.ss+s.width
-			}
+		op := map[bool]string{false: "CopyBlocks", true: "AddBlocks"}[add]
+		for _, b := range blockLayouts() {
+			nd, ns := extent(b, b.Stride, b.OuterStride), extent(b, b.SrcStride, b.SrcOuterStride)
 			dst0, src := fill[T](rng, nd+2), fill[T](rng, ns)
 			want := append([]T(nil), dst0...)
-			blockRef(add, want[1:nd+1], src, s)
+			blockRef(add, want[1:nd+1], src, b)
 			for _, v := range vs {
 				got := append([]T(nil), dst0...)
 				if add {
-					AddBlock(v, got[1:nd+1], s.ds, src, s.ss, s.rows, s.width)
+					AddBlocks(v, got[1:nd+1], src, b)
 				} else {
-					CopyBlock(v, got[1:nd+1], s.ds, src, s.ss, s.rows, s.width)
+					CopyBlocks(v, got[1:nd+1], src, b)
 				}
-				sameBits(t, fmt.Sprintf("%s %s %+v", v.Name, op, s), got, want)
+				sameBits(t, fmt.Sprintf("%s %s %+v", v.Name, op, b), got, want)
 			}
 		}
 	}
@@ -77,28 +88,29 @@ func TestBlocksMatchDefinition(t *testing.T) {
 	t.Run("float64", testBlocks[float64])
 }
 
-// A block that does not fit its slices, or a negative size, panics before
-// anything is touched.
+// A layout that does not fit its slices, or a negative size or stride,
+// panics before anything is touched.
 func TestBlocksRefuseWhatDoesNotFit(t *testing.T) {
 	dst, src := make([]float32, 10), make([]float32, 10)
-	for _, c := range []struct {
-		nd, ds, ss, rows, width int
-	}{
-		{10, 4, 4, 3, 3},  // dst needs 11
-		{10, 3, 5, 2, 6},  // src needs 11
-		{10, -1, 1, 2, 2}, // negative stride
-		{10, 1, 1, -1, 2}, // negative rows
+	for _, b := range []Blocks{
+		{Outer: 1, Rows: 3, Width: 3, Stride: 4, SrcStride: 4},                                    // dst needs 11
+		{Outer: 1, Rows: 2, Width: 6, Stride: 3, SrcStride: 5},                                    // src needs 11
+		{Outer: 2, Rows: 1, Width: 2, Stride: 1, SrcStride: 1, OuterStride: 9, SrcOuterStride: 1}, // dst needs 11
+		{Outer: 1, Rows: 2, Width: 2, Stride: -1, SrcStride: 1},                                   // negative stride
+		{Outer: 1, Rows: -1, Width: 2, Stride: 1, SrcStride: 1},                                   // negative rows
 	} {
 		for _, v := range append(variantsHere(t), goVariant()) {
-			for _, f := range []func(Variant, []float32, int, []float32, int, int, int){CopyBlock[float32], AddBlock[float32]} {
+			for _, f := range []func(Variant, []float32, []float32, Blocks){CopyBlocks[float32], AddBlocks[float32]} {
+				before := append([]float32(nil), dst...)
 				func() {
 					defer func() {
 						if recover() == nil {
-							t.Errorf("%s %+v: no panic", v.Name, c)
+							t.Errorf("%s %+v: no panic", v.Name, b)
 						}
 					}()
-					f(v, dst[:c.nd], c.ds, src, c.ss, c.rows, c.width)
+					f(v, dst, src, b)
 				}()
+				sameBits(t, fmt.Sprintf("%s %+v: dst after the panic", v.Name, b), dst, before)
 			}
 		}
 	}

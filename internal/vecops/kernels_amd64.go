@@ -284,15 +284,15 @@ func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n in
 //go:noescape
 func lut64AVX2(dst *float64, src *byte, n int, table *[256]float64)
 
-// copyBlock32AVX512 copies rows runs of full whole vectors and a masked one from src (stride ss elements) to dst (stride ds).
+// copyBlock32AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
-func copyBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 
-// addBlock32AVX512 adds rows runs of full whole vectors and a masked one from src (stride ss elements) to dst (stride ds).
+// addBlock32AVX512 adds outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
-func addBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+func addBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 
 // relu32AVX512 is ReLU's forward pass on the first n - n%16 elements.
 //
@@ -304,15 +304,15 @@ func relu32AVX512(out *float32, x *float32, n int)
 //go:noescape
 func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
 
-// copyBlock64AVX512 copies rows runs of full whole vectors and a masked one from src (stride ss elements) to dst (stride ds).
+// copyBlock64AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
-func copyBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 
-// addBlock64AVX512 adds rows runs of full whole vectors and a masked one from src (stride ss elements) to dst (stride ds).
+// addBlock64AVX512 adds outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
-func addBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+func addBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 
 // relu64AVX512 is ReLU's forward pass on the first n - n%8 elements.
 //

@@ -2145,21 +2145,26 @@ lut64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func copyBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+// func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
-TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-50
+TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-74
 	MOVQ    dst+0(FP), DI
 	MOVQ    ds+8(FP), DX
-	MOVQ    src+16(FP), SI
-	MOVQ    ss+24(FP), R8
-	MOVQ    rows+32(FP), CX
-	MOVQ    full+40(FP), R9
-	MOVWQZX mask+48(FP), R10
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
 	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
 	SHLQ    $0x02, DX
 	SHLQ    $0x02, R8
-	TESTQ   CX, CX
-	JZ      copyBlock32AVX512_done
+	SHLQ    $0x02, R10
+	SHLQ    $0x02, AX
+
+copyBlock32AVX512_outer:
+	MOVQ rows+56(FP), CX
 
 copyBlock32AVX512_row:
 	MOVQ  SI, R11
@@ -2183,26 +2188,33 @@ copyBlock32AVX512_tail:
 	ADDQ      DX, DI
 	DECQ      CX
 	JNZ       copyBlock32AVX512_row
-
-copyBlock32AVX512_done:
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       copyBlock32AVX512_outer
 	VZEROUPPER
 	RET
 
-// func addBlock32AVX512(dst *float32, ds int, src *float32, ss int, rows int, full int, mask uint16)
+// func addBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
-TEXT ·addBlock32AVX512(SB), NOSPLIT, $0-50
+TEXT ·addBlock32AVX512(SB), NOSPLIT, $0-74
 	MOVQ    dst+0(FP), DI
 	MOVQ    ds+8(FP), DX
-	MOVQ    src+16(FP), SI
-	MOVQ    ss+24(FP), R8
-	MOVQ    rows+32(FP), CX
-	MOVQ    full+40(FP), R9
-	MOVWQZX mask+48(FP), R10
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
 	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
 	SHLQ    $0x02, DX
 	SHLQ    $0x02, R8
-	TESTQ   CX, CX
-	JZ      addBlock32AVX512_done
+	SHLQ    $0x02, R10
+	SHLQ    $0x02, AX
+
+addBlock32AVX512_outer:
+	MOVQ rows+56(FP), CX
 
 addBlock32AVX512_row:
 	MOVQ  SI, R11
@@ -2230,8 +2242,10 @@ addBlock32AVX512_tail:
 	ADDQ      DX, DI
 	DECQ      CX
 	JNZ       addBlock32AVX512_row
-
-addBlock32AVX512_done:
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       addBlock32AVX512_outer
 	VZEROUPPER
 	RET
 
@@ -2292,21 +2306,26 @@ reluGrad32AVX512_done:
 	VZEROUPPER
 	RET
 
-// func copyBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+// func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
-TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-50
+TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-74
 	MOVQ    dst+0(FP), DI
 	MOVQ    ds+8(FP), DX
-	MOVQ    src+16(FP), SI
-	MOVQ    ss+24(FP), R8
-	MOVQ    rows+32(FP), CX
-	MOVQ    full+40(FP), R9
-	MOVWQZX mask+48(FP), R10
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
 	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
 	SHLQ    $0x03, DX
 	SHLQ    $0x03, R8
-	TESTQ   CX, CX
-	JZ      copyBlock64AVX512_done
+	SHLQ    $0x03, R10
+	SHLQ    $0x03, AX
+
+copyBlock64AVX512_outer:
+	MOVQ rows+56(FP), CX
 
 copyBlock64AVX512_row:
 	MOVQ  SI, R11
@@ -2330,26 +2349,33 @@ copyBlock64AVX512_tail:
 	ADDQ      DX, DI
 	DECQ      CX
 	JNZ       copyBlock64AVX512_row
-
-copyBlock64AVX512_done:
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       copyBlock64AVX512_outer
 	VZEROUPPER
 	RET
 
-// func addBlock64AVX512(dst *float64, ds int, src *float64, ss int, rows int, full int, mask uint16)
+// func addBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
-TEXT ·addBlock64AVX512(SB), NOSPLIT, $0-50
+TEXT ·addBlock64AVX512(SB), NOSPLIT, $0-74
 	MOVQ    dst+0(FP), DI
 	MOVQ    ds+8(FP), DX
-	MOVQ    src+16(FP), SI
-	MOVQ    ss+24(FP), R8
-	MOVQ    rows+32(FP), CX
-	MOVQ    full+40(FP), R9
-	MOVWQZX mask+48(FP), R10
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
 	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
 	SHLQ    $0x03, DX
 	SHLQ    $0x03, R8
-	TESTQ   CX, CX
-	JZ      addBlock64AVX512_done
+	SHLQ    $0x03, R10
+	SHLQ    $0x03, AX
+
+addBlock64AVX512_outer:
+	MOVQ rows+56(FP), CX
 
 addBlock64AVX512_row:
 	MOVQ  SI, R11
@@ -2377,8 +2403,10 @@ addBlock64AVX512_tail:
 	ADDQ      DX, DI
 	DECQ      CX
 	JNZ       addBlock64AVX512_row
-
-addBlock64AVX512_done:
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       addBlock64AVX512_outer
 	VZEROUPPER
 	RET
 

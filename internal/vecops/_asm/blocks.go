@@ -9,33 +9,40 @@ import (
 )
 
 // block emits the AVX-512 kernel that copies (add false) or adds (add
-// true) a block of rows runs of width elements: for r < rows,
+// true) outer blocks of rows runs of width elements: for o < outer and
+// r < rows, with d = o·dso + r·ds and s = o·sso + r·ss,
 //
-//	dst[r·ds + t] = src[r·ss + t]              (copy)
-//	dst[r·ds + t] = dst[r·ds + t] + src[r·ss + t]  (add, dst the first source)
+//	dst[d + t] = src[s + t]              (copy)
+//	dst[d + t] = dst[d + t] + src[s + t]  (add, dst the first source)
 //
 // for t < full·lanes with whole vectors, and for the next lanes elements
 // where the bits of mask say so (masked loads and stores: elements past
 // the mask are neither read nor written, so a run may end at the end of
-// its slice). The strides ds and ss are in elements.
+// its slice). The runs go in order of o, then r. The strides are in
+// elements; the kernel takes dso − rows·ds and sso − rows·ss for dso and
+// sso, and outer and rows of 1 at least.
 func block(e elem, add bool) {
 	kind, verb := "copy", "copies"
 	if add {
 		kind, verb = "add", "adds"
 	}
 	name := fmt.Sprintf("%sBlock%dAVX512", kind, e.bits)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(dst *%[1]s, ds int, src *%[1]s, ss int, rows, full int, mask uint16)", e.goType))
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(dst *%[1]s, ds, dso int, src *%[1]s, ss, sso int, outer, rows, full int, mask uint16)", e.goType))
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s %s rows runs of full whole vectors and a masked one from src (stride ss elements) to dst (stride ds).", name, verb))
+	Doc(fmt.Sprintf("%s %s outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.", name, verb))
 	dst, ds := Load(Param("dst"), RDI), Load(Param("ds"), RDX)
 	src, ss := Load(Param("src"), RSI), Load(Param("ss"), R8)
-	rows, full := Load(Param("rows"), RCX), Load(Param("full"), R9)
+	full := Load(Param("full"), R9)
 	m := Load(Param("mask"), R10)
 	KMOVW(m.(GPPhysical).As32(), K1)
+	// dso and sso come less rows·ds and rows·ss: what moves the pointers
+	// from the end of one block to the start of the next.
+	dso, sso, outer := Load(Param("dso"), R10), Load(Param("sso"), RAX), Load(Param("outer"), RBX)
 	shift := U8(log2(e.bytes))
-	SHLQ(shift, ds)
-	SHLQ(shift, ss)
-	p, q, i := R11, R12, R13
+	for _, r := range []Register{ds, ss, dso, sso} {
+		SHLQ(shift, r)
+	}
+	rows, p, q, i := RCX, R11, R12, R13
 	v, w := vec(64, 0), vec(64, 1)
 	masked := func(mv func(Op, Op, Op), m Mem, d Op) { mv(m, K1, d) }
 	moveZ := func(s, k, d Op) { VMOVUPS_Z(s, k, d) }
@@ -46,8 +53,9 @@ func block(e elem, add bool) {
 	if e.bits == 64 {
 		store = func(s, k, d Op) { VMOVUPD(s, k, d) }
 	}
-	TESTQ(rows, rows)
-	JZ(LabelRef(name + "_done"))
+	// The caller passes outer and rows of 1 at least.
+	Label(name + "_outer")
+	Load(Param("rows"), rows)
 	Label(name + "_row")
 	MOVQ(src, p)
 	MOVQ(dst, q)
@@ -76,6 +84,10 @@ func block(e elem, add bool) {
 	ADDQ(ds, dst)
 	DECQ(rows)
 	JNZ(LabelRef(name + "_row"))
+	ADDQ(dso, dst)
+	ADDQ(sso, src)
+	DECQ(outer)
+	JNZ(LabelRef(name + "_outer"))
 	Label(name + "_done")
 	VZEROUPPER()
 	RET()
