@@ -120,16 +120,12 @@ func im2row[T float](v vecops.Variant, g convGeom, x, rows []T) {
 
 // col2im is im2col's adjoint: it sets one image dx (c·h·w elements) to
 // Σ over the column matrix dcol's entries (rows ld elements apart) of
-// dcol[(ci,i,j), (oy,ox)] added at x[ci, oy+i, ox+j], the rows taken in
-// order, each oh runs of ow; for each (ci, i) the kw rows of j = 0… are
-// one vecops.AddBlocks.
+// dcol[(ci,i,j), (oy,ox)] added at x[ci, oy+i, ox+j], each element's
+// terms in order of (i, j) from +0: one vecops.Col2Im per input channel.
 func col2im[T float](v vecops.Variant, g convGeom, dcol []T, ld int, dx []T) {
-	clear(dx[:g.image()])
-	b := vecops.Blocks{Outer: g.kw, Rows: g.oh, Width: g.ow, Stride: g.w, OuterStride: 1, SrcStride: g.ow, SrcOuterStride: ld}
+	pl := vecops.Plane{H: g.h, W: g.w, KH: g.kh, KW: g.kw, LD: ld}
 	for ci := 0; ci < g.c; ci++ {
-		for i := 0; i < g.kh; i++ {
-			vecops.AddBlocks(v, dx[ci*g.h*g.w+i*g.w:g.image()], dcol[(ci*g.kh+i)*g.kw*ld:], b)
-		}
+		vecops.Col2Im(v, dx[ci*g.h*g.w:(ci+1)*g.h*g.w], dcol[ci*g.kh*g.kw*ld:], pl)
 	}
 }
 

@@ -141,3 +141,61 @@ func TestReLUMatchesScalar(t *testing.T) {
 	t.Run("float32", testReLU[float32])
 	t.Run("float64", testReLU[float64])
 }
+
+// col2imRef is the definition of Col2Im, term by term from +0.
+func col2imRef[T Float](dx, dcol []T, p Plane) {
+	oh, ow := p.H-p.KH+1, p.W-p.KW+1
+	for y := 0; y < p.H; y++ {
+		for x := 0; x < p.W; x++ {
+			var acc T
+			for i := 0; i < p.KH; i++ {
+				for j := 0; j < p.KW; j++ {
+					if oy, ox := y-i, x-j; oy >= 0 && oy < oh && ox >= 0 && ox < ow {
+						acc = acc + dcol[(i*p.KW+j)*p.LD+oy*ow+ox]
+					}
+				}
+			}
+			dx[y*p.W+x] = acc
+		}
+	}
+}
+
+// Every variant's Col2Im equals the definition bit for bit (NaN payloads,
+// −0 sums included) for planes narrower and wider than a vector, 1×1 and
+// full-size kernels, and column rows packed and LD apart, and writes
+// nothing past the plane.
+func testCol2Im[T Float](t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 43))
+	for _, p := range []Plane{
+		{H: 12, W: 12, KH: 5, KW: 5}, {H: 1, W: 1, KH: 1, KW: 1}, {H: 7, W: 3, KH: 7, KW: 1},
+		{H: 4, W: 16, KH: 2, KW: 3}, {H: 5, W: 9, KH: 3, KW: 9}, {H: 6, W: 17, KH: 3, KW: 4}, {H: 3, W: 40, KH: 2, KW: 2},
+	} {
+		oh, ow := p.H-p.KH+1, p.W-p.KW+1
+		for _, extra := range []int{0, 13} {
+			p.LD = oh*ow + extra
+			dcol := fill[T](rng, (p.KH*p.KW-1)*p.LD+oh*ow)
+			for i := range dcol {
+				if rng.IntN(5) == 0 {
+					var zero T
+					dcol[i] = -zero
+				}
+			}
+			want := make([]T, p.H*p.W+3)
+			col2imRef(want, dcol, p)
+			for _, v := range append(variantsHere(t), goVariant()) {
+				got := make([]T, p.H*p.W+3)
+				for i := range got {
+					got[i] = 7
+				}
+				Col2Im(v, got, dcol, p)
+				want[p.H*p.W], want[p.H*p.W+1], want[p.H*p.W+2] = 7, 7, 7
+				sameBits(t, fmt.Sprintf("%s Col2Im %+v", v.Name, p), got, want)
+			}
+		}
+	}
+}
+
+func TestCol2ImMatchesDefinition(t *testing.T) {
+	t.Run("float32", testCol2Im[float32])
+	t.Run("float64", testCol2Im[float64])
+}

@@ -304,6 +304,11 @@ func relu32AVX512(out *float32, x *float32, n int)
 //go:noescape
 func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
 
+// col2im32AVX512 sets one plane of dx (h rows of w ≤ lanes) to the col2im of dcol (rows ld apart).
+//
+//go:noescape
+func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+
 // copyBlock64AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
@@ -323,3 +328,8 @@ func relu64AVX512(out *float64, x *float64, n int)
 //
 //go:noescape
 func reluGrad64AVX512(out *float64, x *float64, dy *float64, n int)
+
+// col2im64AVX512 sets one plane of dx (h rows of w ≤ lanes) to the col2im of dcol (rows ld apart).
+//
+//go:noescape
+func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)

@@ -2306,6 +2306,68 @@ reluGrad32AVX512_done:
 	VZEROUPPER
 	RET
 
+// func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·col2im32AVX512(SB), NOSPLIT, $0-76
+	MOVQ    dx+0(FP), DI
+	MOVQ    dcol+8(FP), SI
+	MOVQ    ld+16(FP), DX
+	MOVQ    ow+48(FP), R10
+	MOVQ    kh+56(FP), R11
+	MOVQ    kw+64(FP), R12
+	MOVWQZX rowMask+72(FP), AX
+	KMOVW   AX, K1
+	MOVWQZX runMask+74(FP), AX
+	KMOVW   AX, K3
+	XORQ    BX, BX
+
+col2im32AVX512_row:
+	VPXORD  Z0, Z0, Z0
+	MOVQ    BX, CX
+	SUBQ    oh+40(FP), CX
+	INCQ    CX
+	XORQ    AX, AX
+	CMPQ    CX, AX
+	CMOVQLT AX, CX
+	MOVQ    R11, R13
+	DECQ    R13
+	CMPQ    R13, BX
+	CMOVQGT BX, R13
+
+col2im32AVX512_i:
+	CMPQ  CX, R13
+	JGT   col2im32AVX512_store
+	MOVQ  CX, R8
+	IMULQ R12, R8
+	IMULQ DX, R8
+	MOVQ  BX, AX
+	SUBQ  CX, AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	SHLQ  $0x02, R8
+	ADDQ  SI, R8
+	KMOVW K3, K2
+	MOVQ  R12, R9
+
+col2im32AVX512_j:
+	VADDPS   (R8), Z0, K2, Z0
+	KSHIFTLW $0x01, K2, K2
+	LEAQ     -4(R8)(DX*4), R8
+	DECQ     R9
+	JNZ      col2im32AVX512_j
+	INCQ     CX
+	JMP      col2im32AVX512_i
+
+col2im32AVX512_store:
+	MOVQ    BX, AX
+	IMULQ   w+32(FP), AX
+	VMOVUPS Z0, K1, (DI)(AX*4)
+	INCQ    BX
+	CMPQ    BX, h+24(FP)
+	JLT     col2im32AVX512_row
+	VZEROUPPER
+	RET
+
 // func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
 TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-74
@@ -2464,5 +2526,67 @@ reluGrad64AVX512_loop:
 	JNZ       reluGrad64AVX512_loop
 
 reluGrad64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·col2im64AVX512(SB), NOSPLIT, $0-76
+	MOVQ    dx+0(FP), DI
+	MOVQ    dcol+8(FP), SI
+	MOVQ    ld+16(FP), DX
+	MOVQ    ow+48(FP), R10
+	MOVQ    kh+56(FP), R11
+	MOVQ    kw+64(FP), R12
+	MOVWQZX rowMask+72(FP), AX
+	KMOVW   AX, K1
+	MOVWQZX runMask+74(FP), AX
+	KMOVW   AX, K3
+	XORQ    BX, BX
+
+col2im64AVX512_row:
+	VPXORD  Z0, Z0, Z0
+	MOVQ    BX, CX
+	SUBQ    oh+40(FP), CX
+	INCQ    CX
+	XORQ    AX, AX
+	CMPQ    CX, AX
+	CMOVQLT AX, CX
+	MOVQ    R11, R13
+	DECQ    R13
+	CMPQ    R13, BX
+	CMOVQGT BX, R13
+
+col2im64AVX512_i:
+	CMPQ  CX, R13
+	JGT   col2im64AVX512_store
+	MOVQ  CX, R8
+	IMULQ R12, R8
+	IMULQ DX, R8
+	MOVQ  BX, AX
+	SUBQ  CX, AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	SHLQ  $0x03, R8
+	ADDQ  SI, R8
+	KMOVW K3, K2
+	MOVQ  R12, R9
+
+col2im64AVX512_j:
+	VADDPD   (R8), Z0, K2, Z0
+	KSHIFTLW $0x01, K2, K2
+	LEAQ     -8(R8)(DX*8), R8
+	DECQ     R9
+	JNZ      col2im64AVX512_j
+	INCQ     CX
+	JMP      col2im64AVX512_i
+
+col2im64AVX512_store:
+	MOVQ    BX, AX
+	IMULQ   w+32(FP), AX
+	VMOVUPD Z0, K1, (DI)(AX*8)
+	INCQ    BX
+	CMPQ    BX, h+24(FP)
+	JLT     col2im64AVX512_row
 	VZEROUPPER
 	RET

@@ -39,6 +39,7 @@ type kernels[T Float] struct {
 	copyBlock, addBlock blockKernel[T]
 	relu                reluKernel[T]
 	reluGrad            reluGradKernel[T]
+	col2im              col2imKernel[T]
 }
 
 // typed is one variant's kernels for both element types. Nil kernels (all

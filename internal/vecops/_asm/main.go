@@ -387,6 +387,7 @@ func main() {
 		block(e, true)
 		rectifier(e, false)
 		rectifier(e, true)
+		col2im(e)
 	}
 	Generate()
 }
