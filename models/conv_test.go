@@ -331,13 +331,17 @@ func TestIm2rowIsIm2colTransposed(t *testing.T) {
 	for _, g := range convCases {
 		g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 		x := normals(rand.New(rand.NewPCG(1, 1)), g.image())
-		col, rows := make([]float64, g.col()), make([]float64, g.col())
+		col, rows := make([]float64, g.col()), make([]float64, g.p()*g.kp())
 		im2col(vecBest(), g, x, col, g.p())
 		im2row(vecBest(), g, x, rows)
-		k, p := g.k(), g.p()
-		for r := 0; r < k; r++ {
-			for q := 0; q < p; q++ {
-				require.Equal(t, col[r*p+q], rows[q*k+r], "%v%v: row %d column %d", g.inShape(), g.filterShape(), r, q)
+		k, kp, p := g.k(), g.kp(), g.p()
+		for q := 0; q < p; q++ {
+			for r := 0; r < kp; r++ {
+				want := 0.0 // the padding is not written
+				if r < k {
+					want = col[r*p+q]
+				}
+				require.Equal(t, want, rows[q*kp+r], "%v%v: row %d column %d", g.inShape(), g.filterShape(), r, q)
 			}
 		}
 	}

@@ -10,12 +10,14 @@ import (
 )
 
 // convFilterGradOp: (x, dY) → dW = Σ_G dY_G·rows_G; rows is a group's row
-// matrix and dyg its gathered output gradient.
+// matrix (its own: see convFilterGrad for why), dyg its gathered output
+// gradient and dwp the sum with padded rows.
 type convFilterGradOp struct {
 	geom convGeom
 	out  outBuffer
 	rows scratch
 	dyg  scratch
+	dwp  scratch
 }
 
 // convBiasGradOp: dY → db = Σ of dY over images and positions, (1, f, 1, 1).
@@ -98,7 +100,8 @@ func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error
 		return nil, err
 	}
 	out := shaped(&op.out, g.filterShape(), vals[0].Dtype())
-	convFilterGrad(G.WhichBLAS(), vecBest(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
+	convFilterGrad(G.WhichBLAS(), vecBest(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupRows()),
+		scratchOf[T](&op.dyg, g.groupOut()), scratchOf[T](&op.dwp, g.f*g.kp()))
 	return out, nil
 }
 

@@ -76,10 +76,22 @@ func (g convGeom) group() int {
 	return max(1, min(g.n, budget/g.col()))
 }
 
-// groupCol and groupOut are the element counts of a group's column matrix
-// and of its f × G·p output (or gathered gradient).
-func (g convGeom) groupCol() int { return g.group() * g.col() }
-func (g convGeom) groupOut() int { return g.group() * g.outImage() }
+// groupCol is the element count of a group's column matrix with its row
+// of ones (k+1 rows, see convForward); groupRows of a group's row matrix
+// with rows of kp() elements; groupOut of a group's f × G·p output (or
+// gathered gradient).
+func (g convGeom) groupCol() int  { return g.group() * (g.k() + 1) * g.p() }
+func (g convGeom) groupRows() int { return g.group() * g.p() * g.kp() }
+func (g convGeom) groupOut() int  { return g.group() * g.outImage() }
+
+// rowPad is what the row matrix's rows are padded to, in elements: a
+// multiple of every variant's micro-panel width, so that the filter
+// gradient's product reads every panel of rows in place (a partial last
+// panel would be copied, a row at a time, for every group).
+const rowPad = 32
+
+// kp is k rounded up to rowPad: the row matrix's row stride.
+func (g convGeom) kp() int { return (g.k() + rowPad - 1) / rowPad * rowPad }
 
 func (g convGeom) inShape() tensor.Shape     { return tensor.Shape{g.n, g.c, g.h, g.w} }
 func (g convGeom) filterShape() tensor.Shape { return tensor.Shape{g.f, g.c, g.kh, g.kw} }
@@ -102,15 +114,16 @@ func im2col[T float](v vecops.Variant, g convGeom, x, col []T, ld int) {
 }
 
 // im2row writes one image x (c·h·w elements) as its row matrix into rows
-// (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
+// (p rows of k elements, kp apart; the kp−k elements after each are not
+// written): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
 // order. For each input channel ci and kernel row i, the kw elements that
 // position (oy, ox) takes are x[ci, oy+i, ox..ox+kw−1]: one
 // vecops.CopyBlocks of oh blocks (one per oy) of ow runs of kw, the runs
-// one element apart in x (neighbouring patches overlap) and k apart in
+// one element apart in x (neighbouring patches overlap) and kp apart in
 // rows.
 func im2row[T float](v vecops.Variant, g convGeom, x, rows []T) {
-	k := g.k()
-	b := vecops.Blocks{Outer: g.oh, Rows: g.ow, Width: g.kw, Stride: k, OuterStride: g.ow * k, SrcStride: 1, SrcOuterStride: g.w}
+	kp := g.kp()
+	b := vecops.Blocks{Outer: g.oh, Rows: g.ow, Width: g.kw, Stride: kp, OuterStride: g.ow * kp, SrcStride: 1, SrcOuterStride: g.w}
 	for ci := 0; ci < g.c; ci++ {
 		for i := 0; i < g.kh; i++ {
 			vecops.CopyBlocks(v, rows[(ci*g.kh+i)*g.kw:], x[ci*g.h*g.w+i*g.w:], b)
@@ -154,36 +167,43 @@ func gatherGroup[T float](g convGeom, dy, dyg []T, n0, cnt int) {
 }
 
 // convForward computes y = conv(x, w) + b for the whole batch, a group of
-// images at a time: im2col of each image into its columns of col, Y_G =
-// W·col (f × G·p, into out), then each image's output plane f is Y_G's
-// row f at the image's columns plus b[f].
-func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, col, out []T) {
+// images at a time. The bias rides in the product: col has a last row of
+// ones (row k) and wb is W with b as its last column (f × k+1), so that
+// each element's sum ends with b[f]·1, one more fused multiply-add. Per
+// group: im2col of each image into its columns of col, Y_G = wb·col (f ×
+// G·p, into out), then each image's output (f planes of p) copied out of
+// Y_G's columns.
+func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, col, out, wb []T) {
 	k, p, gr := g.k(), g.p(), g.group()
+	for f := 0; f < g.f; f++ {
+		copy(wb[f*(k+1):f*(k+1)+k], w[f*k:(f+1)*k])
+		wb[f*(k+1)+k] = b[f]
+	}
 	for n0 := 0; n0 < g.n; n0 += gr {
 		cnt := min(gr, g.n-n0)
 		ld := cnt * p
 		for i := 0; i < cnt; i++ {
 			im2col(v, g, x[(n0+i)*g.image():][:g.image()], col[i*p:], ld)
 		}
-		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, ld, k, w, k, col, ld, 0, out, ld)
-		for i := 0; i < cnt; i++ {
-			yn := y[(n0+i)*g.outImage():]
-			for f := 0; f < g.f; f++ {
-				dst, src, bf := yn[f*p:][:p], out[f*ld+i*p:][:p], b[f]
-				for q, v := range src {
-					dst[q] = v + bf
-				}
-			}
+		ones := col[k*ld : (k+1)*ld]
+		for q := range ones {
+			ones[q] = 1
 		}
+		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, ld, k+1, wb, k+1, col, ld, 0, out, ld)
+		vecops.CopyBlocks(v, y[n0*g.outImage():], out, vecops.Blocks{Outer: cnt, Rows: g.f, Width: p,
+			Stride: p, OuterStride: g.outImage(), SrcStride: ld, SrcOuterStride: p})
 	}
 }
 
 // convFilterGrad sets dw = Σ over groups of dY_G·rows_G: per group, the
 // gathered output gradient dY_G (into dyg), im2row of each image into its
-// rows of rows, then one product of f × G·p by G·p × k accumulated into dw
-// by the product itself (beta 1 after the first group), groups in order.
-func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw, rows, dyg []T) {
-	k, p, gr := g.k(), g.p(), g.group()
+// rows of rows, then one product of f × G·p by G·p × kp accumulated into
+// dwp (f × kp) by the product itself (beta 1 after the first group),
+// groups in order; dw is dwp's first k columns. The kp−k padding columns
+// of rows are zero: the op's own scratch, which only im2row writes, and
+// never in those columns, so they keep the zeros of its allocation.
+func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw, rows, dyg, dwp []T) {
+	k, kp, p, gr := g.k(), g.kp(), g.p(), g.group()
 	for n0 := 0; n0 < g.n; n0 += gr {
 		cnt := min(gr, g.n-n0)
 		var beta T
@@ -192,10 +212,11 @@ func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw,
 		}
 		gatherGroup(g, dy, dyg, n0, cnt)
 		for i := 0; i < cnt; i++ {
-			im2row(v, g, x[(n0+i)*g.image():][:g.image()], rows[i*p*k:])
+			im2row(v, g, x[(n0+i)*g.image():][:g.image()], rows[i*p*kp:])
 		}
-		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, k, cnt*p, dyg, cnt*p, rows, k, beta, dw, k)
+		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, kp, cnt*p, dyg, cnt*p, rows, kp, beta, dwp, kp)
 	}
+	vecops.CopyBlocks(v, dw, dwp, vecops.Blocks{Outer: 1, Rows: g.f, Width: k, Stride: k, SrcStride: kp})
 }
 
 // convBiasGrad sets db[f] = Σ over images and output positions of
