@@ -19,7 +19,8 @@ import (
 // algorithm: im2col and one matrix product per group of images, through
 // gorgonia's BLAS). Its gradients are ops too: dW = Σ_G dY_G·rows_G (the
 // column matrices' transposes built as matrices of their own, im2row),
-// db = Σ of dY over images and positions, dX = col2im(Wᵀ·dY_G). With
+// db = Σ of dY over images and positions (a column of ones in rows_G: the
+// same product), dX = col2im(Wᵀ·dY_G). With
 // gradX false no gradient is built for x (a layer whose input is data):
 // the graph then treats x as not differentiable, and G.Grad with respect
 // to x is an error. The op and its gradients keep their output buffers
@@ -155,11 +156,12 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if len(inputs) != 3 {
 		return nil, fmt.Errorf("Conv2D.SymDiff: want 3 inputs, got %d", len(inputs))
 	}
-	dw, err := G.ApplyOp(&convFilterGradOp{geom: op.geom}, inputs[0], grad)
+	filter := &convFilterGradOp{geom: op.geom}
+	dw, err := G.ApplyOp(filter, inputs[0], grad)
 	if err != nil {
 		return nil, fmt.Errorf("Conv2D.SymDiff: filter: %w", err)
 	}
-	db, err := G.ApplyOp(&convBiasGradOp{geom: op.geom}, grad)
+	db, err := G.ApplyOp(&convBiasGradOp{geom: op.geom, filter: filter}, dw)
 	if err != nil {
 		return nil, fmt.Errorf("Conv2D.SymDiff: bias: %w", err)
 	}

@@ -90,8 +90,9 @@ func (g convGeom) groupOut() int  { return g.group() * g.outImage() }
 // panel would be copied, a row at a time, for every group).
 const rowPad = 32
 
-// kp is k rounded up to rowPad: the row matrix's row stride.
-func (g convGeom) kp() int { return (g.k() + rowPad - 1) / rowPad * rowPad }
+// kp is k+1 rounded up to rowPad: the row matrix's row stride (column k
+// is the bias gradient's column of ones).
+func (g convGeom) kp() int { return (g.k() + rowPad) / rowPad * rowPad }
 
 func (g convGeom) inShape() tensor.Shape     { return tensor.Shape{g.n, g.c, g.h, g.w} }
 func (g convGeom) filterShape() tensor.Shape { return tensor.Shape{g.f, g.c, g.kh, g.kw} }
@@ -197,11 +198,13 @@ func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, c
 
 // convFilterGrad sets dw = Σ over groups of dY_G·rows_G: per group, the
 // gathered output gradient dY_G (into dyg), im2row of each image into its
-// rows of rows, then one product of f × G·p by G·p × kp accumulated into
-// dwp (f × kp) by the product itself (beta 1 after the first group),
-// groups in order; dw is dwp's first k columns. The kp−k padding columns
-// of rows are zero: the op's own scratch, which only im2row writes, and
-// never in those columns, so they keep the zeros of its allocation.
+// rows of rows and 1 into their column k, then one product of f × G·p by
+// G·p × kp accumulated into dwp (f × kp) by the product itself (beta 1
+// after the first group), groups in order. dw is dwp's first k columns,
+// and column k is the bias gradient, Σ of dY over images and positions
+// (convBiasGradOp copies it). The other padding columns of rows are zero:
+// the op's own scratch, which nothing else writes, and never in those
+// columns, so they keep the zeros of its allocation.
 func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw, rows, dyg, dwp []T) {
 	k, kp, p, gr := g.k(), g.kp(), g.p(), g.group()
 	for n0 := 0; n0 < g.n; n0 += gr {
@@ -214,37 +217,12 @@ func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw,
 		for i := 0; i < cnt; i++ {
 			im2row(v, g, x[(n0+i)*g.image():][:g.image()], rows[i*p*kp:])
 		}
+		for r := 0; r < cnt*p; r++ {
+			rows[r*kp+k] = 1
+		}
 		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, kp, cnt*p, dyg, cnt*p, rows, kp, beta, dwp, kp)
 	}
 	vecops.CopyBlocks(v, dw, dwp, vecops.Blocks{Outer: 1, Rows: g.f, Width: k, Stride: k, SrcStride: kp})
-}
-
-// convBiasGrad sets db[f] = Σ over images and output positions of
-// dY[n, f, ·], in float64: reading dY in order, four partial sums per f
-// (positions q mod 4, kept in sums, 4·f elements), then added.
-func convBiasGrad[T float](g convGeom, dy, db []T, sums []float64) {
-	p := g.p()
-	clear(sums[:4*g.f])
-	for n := 0; n < g.n; n++ {
-		for f := 0; f < g.f; f++ {
-			s := sums[4*f : 4*f+4]
-			row := dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p]
-			q := 0
-			for ; q+4 <= len(row); q += 4 {
-				s[0] += float64(row[q])
-				s[1] += float64(row[q+1])
-				s[2] += float64(row[q+2])
-				s[3] += float64(row[q+3])
-			}
-			for ; q < len(row); q++ {
-				s[q%4] += float64(row[q])
-			}
-		}
-	}
-	for f := range db[:g.f] {
-		s := sums[4*f : 4*f+4]
-		db[f] = T((s[0] + s[1]) + (s[2] + s[3]))
-	}
 }
 
 // convInputGrad sets dx a group at a time: the gathered output gradient
