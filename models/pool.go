@@ -8,6 +8,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // MaxPool2x2 is a 2×2 max-pool with stride 2 and no padding, as one op, for
@@ -16,7 +18,8 @@ import (
 // 2i..2i+1, 2j..2j+1] (an odd last row or column belongs to no window, as
 // in gorgonia's MaxPool2D). The forward run records each window's argmax
 // (an index into x) and the gradient sends dY[n, c, i, j] to it alone,
-// every other element of dX being 0.
+// every other element of dX being 0. The forward pass is vecops.MaxPool2
+// (vector kernels where the CPU has them).
 //
 // Which element wins, as gorgonia's MaxPool2D decides it (a scan of the
 // window in row-major order keeping an element only when it is strictly
@@ -119,7 +122,7 @@ func poolDo[T float](op *poolOp, vals []G.Value) (G.Value, error) {
 	}
 	out := shaped(&op.out, op.outShape(), vals[0].Dtype())
 	op.argmax = grown(op.argmax, op.outShape().TotalSize())
-	maxPool2(x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
+	vecops.MaxPool2(vecBest(), x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
 	return out, nil
 }
 
@@ -169,52 +172,6 @@ func (op *poolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 		return nil, fmt.Errorf("MaxPool2x2.SymDiff: %w", err)
 	}
 	return G.Nodes{dx}, nil
-}
-
-// bit is 1 for true and 0 for false (a SETcc, no branch).
-func bit(b bool) int {
-	var i int
-	if b {
-		i = 1
-	}
-	return i
-}
-
-// winsBit is 1 when v replaces best as a window's maximum (v is greater,
-// or best is NaN and v is not) and 0 otherwise, without a branch: the
-// winners of a window are data, and a branch on them would be
-// mispredicted about half the time.
-func winsBit[T float](v, best T) int {
-	return bit(v > best) | (bit(best != best) & bit(v == v))
-}
-
-// maxPool2 pools planes planes of h×w elements of x into y (⌊h/2⌋×⌊w/2⌋
-// each), and records each winner's index into x in argmax. The scan of
-// a window in row-major order (see MaxPool2x2) is a tournament: the
-// winner of the top pair, the winner of the bottom pair, then the bottom
-// one only when it wins against the top one. It keeps the first maximum
-// in row-major order as the scan does (a later element replaces an
-// earlier one only when it wins), and is computed on indices, without
-// branches.
-func maxPool2[T float](x, y []T, argmax []int32, planes, h, w int) {
-	oh, ow := h/2, w/2
-	o := 0
-	for pl := 0; pl < planes; pl++ {
-		for i := 0; i < oh; i++ {
-			r0 := pl*h*w + 2*i*w
-			r1 := r0 + w
-			top, bottom := x[r0:r0+2*ow], x[r1:r1+2*ow]
-			yr, ar := y[o:o+ow], argmax[o:o+ow]
-			for j := range yr {
-				t := 2*j + winsBit(top[2*j+1], top[2*j])
-				b := 2*j + winsBit(bottom[2*j+1], bottom[2*j])
-				at := r0 + t
-				at += winsBit(bottom[b], top[t]) * (r1 + b - at)
-				yr[j], ar[j] = x[at], int32(at)
-			}
-			o += ow
-		}
-	}
 }
 
 // maxPool2Grad sets dx to 0 but at each argmax[o], which gets dy[o].

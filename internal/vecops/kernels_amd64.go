@@ -309,6 +309,11 @@ func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
 //go:noescape
 func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
 
+// maxPool32AVX512 is MaxPool2 for rows of full chunks of 16 outputs and a masked one.
+//
+//go:noescape
+func maxPool32AVX512(x *float32, y *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
 // copyBlock64AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
@@ -333,3 +338,8 @@ func reluGrad64AVX512(out *float64, x *float64, dy *float64, n int)
 //
 //go:noescape
 func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+
+// maxPool64AVX512 is MaxPool2 for rows of full chunks of 8 outputs and a masked one.
+//
+//go:noescape
+func maxPool64AVX512(x *float64, y *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)

@@ -2145,6 +2145,24 @@ lut64AVX2_done:
 	VZEROUPPER
 	RET
 
+DATA poolLane2<>+0(SB)/4, $0x00000000
+DATA poolLane2<>+4(SB)/4, $0x00000002
+DATA poolLane2<>+8(SB)/4, $0x00000004
+DATA poolLane2<>+12(SB)/4, $0x00000006
+DATA poolLane2<>+16(SB)/4, $0x00000008
+DATA poolLane2<>+20(SB)/4, $0x0000000a
+DATA poolLane2<>+24(SB)/4, $0x0000000c
+DATA poolLane2<>+28(SB)/4, $0x0000000e
+DATA poolLane2<>+32(SB)/4, $0x00000010
+DATA poolLane2<>+36(SB)/4, $0x00000012
+DATA poolLane2<>+40(SB)/4, $0x00000014
+DATA poolLane2<>+44(SB)/4, $0x00000016
+DATA poolLane2<>+48(SB)/4, $0x00000018
+DATA poolLane2<>+52(SB)/4, $0x0000001a
+DATA poolLane2<>+56(SB)/4, $0x0000001c
+DATA poolLane2<>+60(SB)/4, $0x0000001e
+GLOBL poolLane2<>(SB), RODATA|NOPTR, $64
+
 // func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
 TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-74
@@ -2368,6 +2386,155 @@ col2im32AVX512_store:
 	VZEROUPPER
 	RET
 
+// func maxPool32AVX512(x *float32, y *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPool32AVX512(SB), NOSPLIT, $0-62
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VMOVDQU32    Z24, Z20
+	VPADDD       Z25, Z24, Z21
+	VPBROADCASTD R9, Z26
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPool32AVX512_done
+
+maxPool32AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPool32AVX512_nextplane
+
+maxPool32AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPool32AVX512_tail
+
+maxPool32AVX512_chunk:
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS      (R11), Z0
+	VMOVUPS      64(R11), Z1
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      (R11), Z2
+	VMOVUPS      64(R11), Z3
+	VMOVDQU32    Z20, Z4
+	VPERMI2PS    Z1, Z0, Z4
+	VMOVDQU32    Z21, Z5
+	VPERMI2PS    Z1, Z0, Z5
+	VMOVDQU32    Z20, Z6
+	VPERMI2PS    Z3, Z2, Z6
+	VMOVDQU32    Z21, Z7
+	VPERMI2PS    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPS       $0x1e, Z4, Z5, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPS       $0x1e, Z6, Z7, K4
+	VCMPPS       $0x03, Z6, Z6, K2
+	VCMPPS       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPS    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPS       $0x1e, Z4, Z6, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPS      Z4, (DI)
+	VMOVDQU32    Z8, (DX)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000020, R13
+	DECQ         R10
+	JNZ          maxPool32AVX512_chunk
+
+maxPool32AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPool32AVX512_nextrow
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS.Z    (R11), K5, Z0
+	VMOVUPS.Z    64(R11), K6, Z1
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS.Z    (R11), K5, Z2
+	VMOVUPS.Z    64(R11), K6, Z3
+	VMOVDQU32    Z20, Z4
+	VPERMI2PS    Z1, Z0, Z4
+	VMOVDQU32    Z21, Z5
+	VPERMI2PS    Z1, Z0, Z5
+	VMOVDQU32    Z20, Z6
+	VPERMI2PS    Z3, Z2, Z6
+	VMOVDQU32    Z21, Z7
+	VPERMI2PS    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPS       $0x1e, Z4, Z5, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPS       $0x1e, Z6, Z7, K4
+	VCMPPS       $0x03, Z6, Z6, K2
+	VCMPPS       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPS    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPS       $0x1e, Z4, Z6, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPS      Z4, K7, (DI)
+	VMOVDQU32    Z8, K7, (DX)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*4), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPool32AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPool32AVX512_row
+
+maxPool32AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPool32AVX512_plane
+
+maxPool32AVX512_done:
+	VZEROUPPER
+	RET
+
 // func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
 TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-74
@@ -2588,5 +2755,157 @@ col2im64AVX512_store:
 	INCQ    BX
 	CMPQ    BX, h+24(FP)
 	JLT     col2im64AVX512_row
+	VZEROUPPER
+	RET
+
+// func maxPool64AVX512(x *float64, y *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPool64AVX512(SB), NOSPLIT, $0-62
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPMOVZXDQ    Y24, Z20
+	VPMOVZXDQ    Y24, Z21
+	MOVQ         $0x0000000000000001, AX
+	VPBROADCASTQ AX, Z28
+	VPADDQ       Z28, Z21, Z21
+	VPBROADCASTD R9, Z26
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPool64AVX512_done
+
+maxPool64AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPool64AVX512_nextplane
+
+maxPool64AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPool64AVX512_tail
+
+maxPool64AVX512_chunk:
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD      (R11), Z0
+	VMOVUPD      64(R11), Z1
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      (R11), Z2
+	VMOVUPD      64(R11), Z3
+	VMOVDQU64    Z20, Z4
+	VPERMI2PD    Z1, Z0, Z4
+	VMOVDQU64    Z21, Z5
+	VPERMI2PD    Z1, Z0, Z5
+	VMOVDQU64    Z20, Z6
+	VPERMI2PD    Z3, Z2, Z6
+	VMOVDQU64    Z21, Z7
+	VPERMI2PD    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPD       $0x1e, Z4, Z5, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPD       $0x1e, Z6, Z7, K4
+	VCMPPD       $0x03, Z6, Z6, K2
+	VCMPPD       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPD    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPD       $0x1e, Z4, Z6, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPD      Z4, (DI)
+	VMOVDQU      Y8, (DX)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000010, R13
+	DECQ         R10
+	JNZ          maxPool64AVX512_chunk
+
+maxPool64AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPool64AVX512_nextrow
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD.Z    (R11), K5, Z0
+	VMOVUPD.Z    64(R11), K6, Z1
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD.Z    (R11), K5, Z2
+	VMOVUPD.Z    64(R11), K6, Z3
+	VMOVDQU64    Z20, Z4
+	VPERMI2PD    Z1, Z0, Z4
+	VMOVDQU64    Z21, Z5
+	VPERMI2PD    Z1, Z0, Z5
+	VMOVDQU64    Z20, Z6
+	VPERMI2PD    Z3, Z2, Z6
+	VMOVDQU64    Z21, Z7
+	VPERMI2PD    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPD       $0x1e, Z4, Z5, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPD       $0x1e, Z6, Z7, K4
+	VCMPPD       $0x03, Z6, Z6, K2
+	VCMPPD       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPD    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPD       $0x1e, Z4, Z6, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPD      Z4, K7, (DI)
+	VMOVDQU32    Z8, K7, (DX)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*8), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPool64AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPool64AVX512_row
+
+maxPool64AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPool64AVX512_plane
+
+maxPool64AVX512_done:
 	VZEROUPPER
 	RET

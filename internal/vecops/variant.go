@@ -40,6 +40,7 @@ type kernels[T Float] struct {
 	relu                reluKernel[T]
 	reluGrad            reluGradKernel[T]
 	col2im              col2imKernel[T]
+	maxPool             poolKernel[T]
 }
 
 // typed is one variant's kernels for both element types. Nil kernels (all

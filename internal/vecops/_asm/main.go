@@ -382,12 +382,14 @@ func main() {
 			}
 		}
 	}
+	emitLane2()
 	for _, e := range []elem{f32, f64} {
 		block(e, false)
 		block(e, true)
 		rectifier(e, false)
 		rectifier(e, true)
 		col2im(e)
+		maxPool(e)
 	}
 	Generate()
 }
