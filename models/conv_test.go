@@ -102,24 +102,30 @@ func TestConv2DMatchesDirectSums(t *testing.T) {
 		for _, g := range convCases {
 			g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 			t.Run(fmt.Sprintf("%v/%v%v", dt, g.inShape(), g.filterShape()), func(t *testing.T) {
-				c := newConvRig(t, dt, g, 1)
-				rng := rand.New(rand.NewPCG(9, 9))
-				for step := range 2 {
-					if step > 0 {
-						require.NoError(t, G.Let(c.x, backing(dt, g.inShape(), normals(rng, g.n*g.image()))))
-						require.NoError(t, G.Let(c.r, backing(dt, g.outShape(), normals(rng, g.n*g.outImage()))))
-						c.vm.Reset()
-					}
-					require.NoError(t, c.vm.RunAll())
-					x, w, b, r := toF64(t, c.x.Value()), toF64(t, c.w.Value()), toF64(t, c.b.Value()), toF64(t, c.r.Value())
-					ref := directConv(g, x, w, b, r)
-					requireNear(t, "y", toF64(t, c.y.Value()), ref.y, ref.yMag, g.k()+1, dt)
-					requireNear(t, "dX", toF64(t, c.grads[0].Value()), ref.dx, ref.dxMag, g.f*g.kh*g.kw, dt)
-					requireNear(t, "dW", toF64(t, c.grads[1].Value()), ref.dw, ref.dwMag, g.n*g.p(), dt)
-					requireNear(t, "db", toF64(t, c.grads[2].Value()), ref.db, ref.dbMag, g.n*g.p(), dt)
-				}
+				checkConvAgainstDirect(t, dt, g)
 			})
 		}
+	}
+}
+
+// checkConvAgainstDirect runs Conv2D for g twice (fresh inputs the second
+// time) and compares its output and gradients with directConv.
+func checkConvAgainstDirect(t *testing.T, dt tensor.Dtype, g convGeom) {
+	c := newConvRig(t, dt, g, 1)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for step := range 2 {
+		if step > 0 {
+			require.NoError(t, G.Let(c.x, backing(dt, g.inShape(), normals(rng, g.n*g.image()))))
+			require.NoError(t, G.Let(c.r, backing(dt, g.outShape(), normals(rng, g.n*g.outImage()))))
+			c.vm.Reset()
+		}
+		require.NoError(t, c.vm.RunAll())
+		x, w, b, r := toF64(t, c.x.Value()), toF64(t, c.w.Value()), toF64(t, c.b.Value()), toF64(t, c.r.Value())
+		ref := directConv(g, x, w, b, r)
+		requireNear(t, "y", toF64(t, c.y.Value()), ref.y, ref.yMag, g.k()+1, dt)
+		requireNear(t, "dX", toF64(t, c.grads[0].Value()), ref.dx, ref.dxMag, g.f*g.kh*g.kw, dt)
+		requireNear(t, "dW", toF64(t, c.grads[1].Value()), ref.dw, ref.dwMag, g.n*g.p(), dt)
+		requireNear(t, "db", toF64(t, c.grads[2].Value()), ref.db, ref.dbMag, g.n*g.p(), dt)
 	}
 }
 
