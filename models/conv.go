@@ -76,14 +76,13 @@ func convGeometry(x, w, b tensor.Shape) (convGeom, error) {
 }
 
 // convOp: (x, w, b) → y. Its buffer is the node's value every run; col
-// is a group's column matrix, prod the group's product Y_G and wb the
-// filter with the bias as a last column.
+// is a group's column matrix and wb the filter with the bias as a last
+// column.
 type convOp struct {
 	geom  convGeom
 	gradX bool
 	out   outBuffer
 	col   scratch
-	prod  scratch
 	wb    scratch
 }
 
@@ -126,8 +125,7 @@ func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := shaped(&op.out, g.outShape(), vals[0].Dtype())
-	convForward(G.WhichBLAS(), vecBest(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.prod, g.groupOut()),
-		scratchOf[T](&op.wb, g.f*(g.k()+1)))
+	convForward(G.WhichBLAS(), vecBest(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.wb, g.f*(g.k()+1)))
 	return out, nil
 }
 

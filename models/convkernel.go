@@ -171,10 +171,12 @@ func gatherGroup[T float](g convGeom, dy, dyg []T, n0, cnt int) {
 // images at a time. The bias rides in the product: col has a last row of
 // ones (row k) and wb is W with b as its last column (f × k+1), so that
 // each element's sum ends with b[f]·1, one more fused multiply-add. Per
-// group: im2col of each image into its columns of col, Y_G = wb·col (f ×
-// G·p, into out), then each image's output (f planes of p) copied out of
-// Y_G's columns.
-func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, col, out, wb []T) {
+// group: im2col of each image into its columns of col, then per image
+// y_n = wb·(its columns of col), written straight into y (f × p, which is
+// the image's output in NCHW order). The products read wb and col where
+// they are (whole micro-panels), so the group saves the lowering's cache
+// misses, not packing.
+func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, col, wb []T) {
 	k, p, gr := g.k(), g.p(), g.group()
 	for f := 0; f < g.f; f++ {
 		copy(wb[f*(k+1):f*(k+1)+k], w[f*k:(f+1)*k])
@@ -190,9 +192,9 @@ func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, c
 		for q := range ones {
 			ones[q] = 1
 		}
-		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, ld, k+1, wb, k+1, col, ld, 0, out, ld)
-		vecops.CopyBlocks(v, y[n0*g.outImage():], out, vecops.Blocks{Outer: cnt, Rows: g.f, Width: p,
-			Stride: p, OuterStride: g.outImage(), SrcStride: ld, SrcOuterStride: p})
+		for i := 0; i < cnt; i++ {
+			gemm(bl, blas.NoTrans, blas.NoTrans, g.f, p, k+1, wb, k+1, col[i*p:], ld, 0, y[(n0+i)*g.outImage():], p)
+		}
 	}
 }
 
