@@ -18,8 +18,8 @@ import (
 // 2i..2i+1, 2j..2j+1] (an odd last row or column belongs to no window, as
 // in gorgonia's MaxPool2D). The forward run records each window's argmax
 // (an index into x) and the gradient sends dY[n, c, i, j] to it alone,
-// every other element of dX being 0. The forward pass is vecops.MaxPool2
-// (vector kernels where the CPU has them).
+// every other element of dX being 0. Both passes are vecops kernels
+// (MaxPool2, MaxPool2Grad: vector code where the CPU has it).
 //
 // Which element wins, as gorgonia's MaxPool2D decides it (a scan of the
 // window in row-major order keeping an element only when it is strictly
@@ -139,7 +139,8 @@ func poolGradDo[T float](op *poolGradOp, vals []G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := shaped(&op.out, op.fwd.in, vals[1].Dtype())
-	maxPool2Grad(dy, out.Data().([]T), op.fwd.argmax)
+	in := op.fwd.in
+	vecops.MaxPool2Grad(vecBest(), dy, out.Data().([]T), op.fwd.argmax, in[0]*in[1], in[2], in[3])
 	return out, nil
 }
 
@@ -172,12 +173,4 @@ func (op *poolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 		return nil, fmt.Errorf("MaxPool2x2.SymDiff: %w", err)
 	}
 	return G.Nodes{dx}, nil
-}
-
-// maxPool2Grad sets dx to 0 but at each argmax[o], which gets dy[o].
-func maxPool2Grad[T float](dy, dx []T, argmax []int32) {
-	clear(dx)
-	for o, at := range argmax {
-		dx[at] = dy[o]
-	}
 }

@@ -314,6 +314,11 @@ func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow
 //go:noescape
 func maxPool32AVX512(x *float32, y *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
 
+// maxPoolGrad32AVX512 is MaxPool2Grad for rows of full chunks of 16 windows and a masked one.
+//
+//go:noescape
+func maxPoolGrad32AVX512(dy *float32, dx *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
 // copyBlock64AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
 //
 //go:noescape
@@ -343,3 +348,8 @@ func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow
 //
 //go:noescape
 func maxPool64AVX512(x *float64, y *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
+// maxPoolGrad64AVX512 is MaxPool2Grad for rows of full chunks of 8 windows and a masked one.
+//
+//go:noescape
+func maxPoolGrad64AVX512(dy *float64, dx *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)

@@ -2163,6 +2163,62 @@ DATA poolLane2<>+56(SB)/4, $0x0000001c
 DATA poolLane2<>+60(SB)/4, $0x0000001e
 GLOBL poolLane2<>(SB), RODATA|NOPTR, $64
 
+DATA poolIlv32Lo<>+0(SB)/4, $0x00000000
+DATA poolIlv32Lo<>+4(SB)/4, $0x00000010
+DATA poolIlv32Lo<>+8(SB)/4, $0x00000001
+DATA poolIlv32Lo<>+12(SB)/4, $0x00000011
+DATA poolIlv32Lo<>+16(SB)/4, $0x00000002
+DATA poolIlv32Lo<>+20(SB)/4, $0x00000012
+DATA poolIlv32Lo<>+24(SB)/4, $0x00000003
+DATA poolIlv32Lo<>+28(SB)/4, $0x00000013
+DATA poolIlv32Lo<>+32(SB)/4, $0x00000004
+DATA poolIlv32Lo<>+36(SB)/4, $0x00000014
+DATA poolIlv32Lo<>+40(SB)/4, $0x00000005
+DATA poolIlv32Lo<>+44(SB)/4, $0x00000015
+DATA poolIlv32Lo<>+48(SB)/4, $0x00000006
+DATA poolIlv32Lo<>+52(SB)/4, $0x00000016
+DATA poolIlv32Lo<>+56(SB)/4, $0x00000007
+DATA poolIlv32Lo<>+60(SB)/4, $0x00000017
+GLOBL poolIlv32Lo<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv32Hi<>+0(SB)/4, $0x00000008
+DATA poolIlv32Hi<>+4(SB)/4, $0x00000018
+DATA poolIlv32Hi<>+8(SB)/4, $0x00000009
+DATA poolIlv32Hi<>+12(SB)/4, $0x00000019
+DATA poolIlv32Hi<>+16(SB)/4, $0x0000000a
+DATA poolIlv32Hi<>+20(SB)/4, $0x0000001a
+DATA poolIlv32Hi<>+24(SB)/4, $0x0000000b
+DATA poolIlv32Hi<>+28(SB)/4, $0x0000001b
+DATA poolIlv32Hi<>+32(SB)/4, $0x0000000c
+DATA poolIlv32Hi<>+36(SB)/4, $0x0000001c
+DATA poolIlv32Hi<>+40(SB)/4, $0x0000000d
+DATA poolIlv32Hi<>+44(SB)/4, $0x0000001d
+DATA poolIlv32Hi<>+48(SB)/4, $0x0000000e
+DATA poolIlv32Hi<>+52(SB)/4, $0x0000001e
+DATA poolIlv32Hi<>+56(SB)/4, $0x0000000f
+DATA poolIlv32Hi<>+60(SB)/4, $0x0000001f
+GLOBL poolIlv32Hi<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv64Lo<>+0(SB)/8, $0x0000000000000000
+DATA poolIlv64Lo<>+8(SB)/8, $0x0000000000000008
+DATA poolIlv64Lo<>+16(SB)/8, $0x0000000000000001
+DATA poolIlv64Lo<>+24(SB)/8, $0x0000000000000009
+DATA poolIlv64Lo<>+32(SB)/8, $0x0000000000000002
+DATA poolIlv64Lo<>+40(SB)/8, $0x000000000000000a
+DATA poolIlv64Lo<>+48(SB)/8, $0x0000000000000003
+DATA poolIlv64Lo<>+56(SB)/8, $0x000000000000000b
+GLOBL poolIlv64Lo<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv64Hi<>+0(SB)/8, $0x0000000000000004
+DATA poolIlv64Hi<>+8(SB)/8, $0x000000000000000c
+DATA poolIlv64Hi<>+16(SB)/8, $0x0000000000000005
+DATA poolIlv64Hi<>+24(SB)/8, $0x000000000000000d
+DATA poolIlv64Hi<>+32(SB)/8, $0x0000000000000006
+DATA poolIlv64Hi<>+40(SB)/8, $0x000000000000000e
+DATA poolIlv64Hi<>+48(SB)/8, $0x0000000000000007
+DATA poolIlv64Hi<>+56(SB)/8, $0x000000000000000f
+GLOBL poolIlv64Hi<>(SB), RODATA|NOPTR, $64
+
 // func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
 // Requires: AVX, AVX512F
 TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-74
@@ -2532,6 +2588,130 @@ maxPool32AVX512_nextplane:
 	JNZ   maxPool32AVX512_plane
 
 maxPool32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func maxPoolGrad32AVX512(dy *float32, dx *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPoolGrad32AVX512(SB), NOSPLIT, $0-62
+	MOVQ         dy+0(FP), DI
+	MOVQ         dx+8(FP), SI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VPADDD       Z25, Z26, Z28
+	VMOVDQU32    poolIlv32Lo<>+0(SB), Z20
+	VMOVDQU32    poolIlv32Hi<>+0(SB), Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPoolGrad32AVX512_done
+
+maxPoolGrad32AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPoolGrad32AVX512_nextplane
+
+maxPoolGrad32AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPoolGrad32AVX512_tail
+
+maxPoolGrad32AVX512_chunk:
+	VMOVUPS      (DI), Z0
+	VMOVDQU32    (DX), Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z6
+	VMOVDQU32    Z20, Z7
+	VPERMI2PS    Z4, Z3, Z7
+	VMOVDQU32    Z21, Z8
+	VPERMI2PS    Z4, Z3, Z8
+	VMOVDQU32    Z20, Z9
+	VPERMI2PS    Z6, Z5, Z9
+	VMOVDQU32    Z21, Z10
+	VPERMI2PS    Z6, Z5, Z10
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS      Z7, (R11)
+	VMOVUPS      Z8, 64(R11)
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      Z9, (R11)
+	VMOVUPS      Z10, 64(R11)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000020, R13
+	DECQ         R10
+	JNZ          maxPoolGrad32AVX512_chunk
+
+maxPoolGrad32AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPoolGrad32AVX512_nextrow
+	VMOVUPS.Z    (DI), K7, Z0
+	VMOVDQU32.Z  (DX), K7, Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z6
+	VMOVDQU32    Z20, Z7
+	VPERMI2PS    Z4, Z3, Z7
+	VMOVDQU32    Z21, Z8
+	VPERMI2PS    Z4, Z3, Z8
+	VMOVDQU32    Z20, Z9
+	VPERMI2PS    Z6, Z5, Z9
+	VMOVDQU32    Z21, Z10
+	VPERMI2PS    Z6, Z5, Z10
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS      Z7, K5, (R11)
+	VMOVUPS      Z8, K6, 64(R11)
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      Z9, K5, (R11)
+	VMOVUPS      Z10, K6, 64(R11)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*4), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPoolGrad32AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPoolGrad32AVX512_row
+
+maxPoolGrad32AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPoolGrad32AVX512_plane
+
+maxPoolGrad32AVX512_done:
 	VZEROUPPER
 	RET
 
@@ -2907,5 +3087,129 @@ maxPool64AVX512_nextplane:
 	JNZ   maxPool64AVX512_plane
 
 maxPool64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func maxPoolGrad64AVX512(dy *float64, dx *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPoolGrad64AVX512(SB), NOSPLIT, $0-62
+	MOVQ         dy+0(FP), DI
+	MOVQ         dx+8(FP), SI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VPADDD       Z25, Z26, Z28
+	VMOVDQU64    poolIlv64Lo<>+0(SB), Z20
+	VMOVDQU64    poolIlv64Hi<>+0(SB), Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPoolGrad64AVX512_done
+
+maxPoolGrad64AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPoolGrad64AVX512_nextplane
+
+maxPoolGrad64AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPoolGrad64AVX512_tail
+
+maxPoolGrad64AVX512_chunk:
+	VMOVUPD      (DI), Z0
+	VMOVDQU      (DX), Y1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z6
+	VMOVDQU64    Z20, Z7
+	VPERMI2PD    Z4, Z3, Z7
+	VMOVDQU64    Z21, Z8
+	VPERMI2PD    Z4, Z3, Z8
+	VMOVDQU64    Z20, Z9
+	VPERMI2PD    Z6, Z5, Z9
+	VMOVDQU64    Z21, Z10
+	VPERMI2PD    Z6, Z5, Z10
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD      Z7, (R11)
+	VMOVUPD      Z8, 64(R11)
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      Z9, (R11)
+	VMOVUPD      Z10, 64(R11)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000010, R13
+	DECQ         R10
+	JNZ          maxPoolGrad64AVX512_chunk
+
+maxPoolGrad64AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPoolGrad64AVX512_nextrow
+	VMOVUPD.Z    (DI), K7, Z0
+	VMOVDQU32.Z  (DX), K7, Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z6
+	VMOVDQU64    Z20, Z7
+	VPERMI2PD    Z4, Z3, Z7
+	VMOVDQU64    Z21, Z8
+	VPERMI2PD    Z4, Z3, Z8
+	VMOVDQU64    Z20, Z9
+	VPERMI2PD    Z6, Z5, Z9
+	VMOVDQU64    Z21, Z10
+	VPERMI2PD    Z6, Z5, Z10
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD      Z7, K5, (R11)
+	VMOVUPD      Z8, K6, 64(R11)
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      Z9, K5, (R11)
+	VMOVUPD      Z10, K6, 64(R11)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*8), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPoolGrad64AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPoolGrad64AVX512_row
+
+maxPoolGrad64AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPoolGrad64AVX512_plane
+
+maxPoolGrad64AVX512_done:
 	VZEROUPPER
 	RET

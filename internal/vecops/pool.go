@@ -69,3 +69,33 @@ func bit(b bool) int {
 func beats[T Float](v, u T) int {
 	return bit(v > u) | (bit(u != u) & bit(v == v))
 }
+
+// MaxPool2Grad is MaxPool2's gradient: dx (planes planes of h×w elements)
+// is 0 but at each window's winner argmax[o], which gets dy[o]; argmax is
+// what MaxPool2 recorded for the same planes, h and w. The avx512 variant
+// writes every window's four elements at once (dy where the winner is, +0
+// elsewhere), the others clear dx and scatter; every variant gives the
+// same bits. It panics as MaxPool2 does.
+func MaxPool2Grad[T Float](v Variant, dy, dx []T, argmax []int32, planes, h, w int) {
+	oh, ow := h/2, w/2
+	if planes < 0 || h < 2 || w < 2 || planes*h*w > math.MaxInt32 || len(dx) < planes*h*w || len(dy) < planes*oh*ow || len(argmax) < planes*oh*ow {
+		panic(fmt.Sprintf("vecops: MaxPool2Grad: %d planes of %d×%d, dy %d, dx %d, argmax %d elements", planes, h, w, len(dy), len(dx), len(argmax)))
+	}
+	if planes == 0 {
+		return
+	}
+	k := kernelsOf[T](&v)
+	if k.maxPoolGrad == nil {
+		clear(dx[:planes*h*w])
+		for o, at := range argmax[:planes*oh*ow] {
+			dx[at] = dy[o]
+		}
+		return
+	}
+	if h%2 != 0 || w%2 != 0 {
+		clear(dx[:planes*h*w]) // the elements in no window
+	}
+	rem := ow % k.lanes
+	in0, in1 := min(2*rem, k.lanes), max(0, 2*rem-k.lanes)
+	k.maxPoolGrad(&dy[0], &dx[0], &argmax[0], planes, h, w, ow/k.lanes, uint16(1)<<in0-1, uint16(1)<<in1-1, uint16(1)<<rem-1)
+}

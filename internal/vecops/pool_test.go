@@ -59,6 +59,7 @@ func testPool[T Float](t *testing.T) {
 			if am[n] != 9 {
 				t.Fatalf("%s: wrote past argmax", what)
 			}
+			checkPoolGrad[T](t, v, what, wantAm, planes, h, w)
 		}
 	}
 }
@@ -66,4 +67,21 @@ func testPool[T Float](t *testing.T) {
 func TestMaxPool2MatchesScan(t *testing.T) {
 	t.Run("float32", testPool[float32])
 	t.Run("float64", testPool[float64])
+}
+
+// checkPoolGrad requires MaxPool2Grad to give dx = 0 but dy at each
+// argmax (dy with NaN payloads and −0; dx starting as garbage, its
+// elements in no window included), writing nothing past dx.
+func checkPoolGrad[T Float](t *testing.T, v Variant, what string, am []int32, planes, h, w int) {
+	rng := rand.New(rand.NewPCG(59, 61))
+	dy := fill[T](rng, len(am))
+	want := make([]T, planes*h*w+1)
+	for o, at := range am {
+		want[at] = dy[o]
+	}
+	want[planes*h*w] = 5
+	dx := fill[T](rng, planes*h*w+1)
+	dx[planes*h*w] = 5
+	MaxPool2Grad(v, dy, dx[:planes*h*w], am, planes, h, w)
+	sameBits(t, what+" MaxPool2Grad", dx, want)
 }

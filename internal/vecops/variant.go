@@ -41,6 +41,7 @@ type kernels[T Float] struct {
 	reluGrad            reluGradKernel[T]
 	col2im              col2imKernel[T]
 	maxPool             poolKernel[T]
+	maxPoolGrad         poolKernel[T]
 }
 
 // typed is one variant's kernels for both element types. Nil kernels (all

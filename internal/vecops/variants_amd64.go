@@ -17,7 +17,7 @@ func allVariants() [3]Variant {
 			adam:      [3]adamKernel[float32]{adam32AVX512, adamL232AVX512, adamDecoupled32AVX512},
 			lut:       lut32AVX512,
 			copyBlock: copyBlock32AVX512, addBlock: addBlock32AVX512,
-			relu: relu32AVX512, reluGrad: reluGrad32AVX512, col2im: col2im32AVX512, maxPool: maxPool32AVX512,
+			relu: relu32AVX512, reluGrad: reluGrad32AVX512, col2im: col2im32AVX512, maxPool: maxPool32AVX512, maxPoolGrad: maxPoolGrad32AVX512,
 		},
 		f64: kernels[float64]{lanes: 8,
 			sgd: [3][2][2]sgdKernel[float64]{
@@ -28,7 +28,7 @@ func allVariants() [3]Variant {
 			adam:      [3]adamKernel[float64]{adam64AVX512, adamL264AVX512, adamDecoupled64AVX512},
 			lut:       lut64AVX512,
 			copyBlock: copyBlock64AVX512, addBlock: addBlock64AVX512,
-			relu: relu64AVX512, reluGrad: reluGrad64AVX512, col2im: col2im64AVX512, maxPool: maxPool64AVX512,
+			relu: relu64AVX512, reluGrad: reluGrad64AVX512, col2im: col2im64AVX512, maxPool: maxPool64AVX512, maxPoolGrad: maxPoolGrad64AVX512,
 		},
 	}}, {Name: "avx2", Needs: "AVX2", Runs: cpu.X86.HasAVX2, K: typed{
 		f32: kernels[float32]{lanes: 8,

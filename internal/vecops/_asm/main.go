@@ -383,6 +383,7 @@ func main() {
 		}
 	}
 	emitLane2()
+	emitInterleave()
 	for _, e := range []elem{f32, f64} {
 		block(e, false)
 		block(e, true)
@@ -390,6 +391,7 @@ func main() {
 		rectifier(e, true)
 		col2im(e)
 		maxPool(e)
+		maxPoolGrad(e)
 	}
 	Generate()
 }
