@@ -2459,9 +2459,9 @@ TEXT ·maxPool32AVX512(SB), NOSPLIT, $0-62
 	MOVL         $0x00000001, AX
 	VPBROADCASTD AX, Z25
 	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
 	VMOVDQU32    Z24, Z20
 	VPADDD       Z25, Z24, Z21
-	VPBROADCASTD R9, Z26
 	XORQ         BX, BX
 	TESTQ        R8, R8
 	JZ           maxPool32AVX512_done
@@ -2594,8 +2594,8 @@ maxPool32AVX512_done:
 // func maxPoolGrad32AVX512(dy *float32, dx *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
 // Requires: AVX, AVX512F, POPCNT
 TEXT ·maxPoolGrad32AVX512(SB), NOSPLIT, $0-62
-	MOVQ         dy+0(FP), DI
-	MOVQ         dx+8(FP), SI
+	MOVQ         dy+0(FP), SI
+	MOVQ         dx+8(FP), DI
 	MOVQ         argmax+16(FP), DX
 	MOVQ         planes+24(FP), R8
 	MOVQ         w+40(FP), R9
@@ -2629,7 +2629,7 @@ maxPoolGrad32AVX512_row:
 	JZ    maxPoolGrad32AVX512_tail
 
 maxPoolGrad32AVX512_chunk:
-	VMOVUPS      (DI), Z0
+	VMOVUPS      (SI), Z0
 	VMOVDQU32    (DX), Z1
 	VPBROADCASTD R13, Z2
 	VPADDD       Z24, Z2, Z2
@@ -2651,13 +2651,13 @@ maxPoolGrad32AVX512_chunk:
 	VPERMI2PS    Z6, Z5, Z9
 	VMOVDQU32    Z21, Z10
 	VPERMI2PS    Z6, Z5, Z10
-	LEAQ         (SI)(R13*4), R11
+	LEAQ         (DI)(R13*4), R11
 	VMOVUPS      Z7, (R11)
 	VMOVUPS      Z8, 64(R11)
 	LEAQ         (R11)(R9*4), R11
 	VMOVUPS      Z9, (R11)
 	VMOVUPS      Z10, 64(R11)
-	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000040, SI
 	ADDQ         $0x00000040, DX
 	ADDQ         $0x00000020, R13
 	DECQ         R10
@@ -2666,7 +2666,7 @@ maxPoolGrad32AVX512_chunk:
 maxPoolGrad32AVX512_tail:
 	KORTESTW     K7, K7
 	JZ           maxPoolGrad32AVX512_nextrow
-	VMOVUPS.Z    (DI), K7, Z0
+	VMOVUPS.Z    (SI), K7, Z0
 	VMOVDQU32.Z  (DX), K7, Z1
 	VPBROADCASTD R13, Z2
 	VPADDD       Z24, Z2, Z2
@@ -2688,7 +2688,7 @@ maxPoolGrad32AVX512_tail:
 	VPERMI2PS    Z6, Z5, Z9
 	VMOVDQU32    Z21, Z10
 	VPERMI2PS    Z6, Z5, Z10
-	LEAQ         (SI)(R13*4), R11
+	LEAQ         (DI)(R13*4), R11
 	VMOVUPS      Z7, K5, (R11)
 	VMOVUPS      Z8, K6, 64(R11)
 	LEAQ         (R11)(R9*4), R11
@@ -2696,7 +2696,7 @@ maxPoolGrad32AVX512_tail:
 	VMOVUPS      Z10, K6, 64(R11)
 	KMOVW        K7, R11
 	POPCNTL      R11, R11
-	LEAQ         (DI)(R11*4), DI
+	LEAQ         (SI)(R11*4), SI
 	LEAQ         (DX)(R11*4), DX
 
 maxPoolGrad32AVX512_nextrow:
@@ -2955,12 +2955,12 @@ TEXT ·maxPool64AVX512(SB), NOSPLIT, $0-62
 	MOVL         $0x00000001, AX
 	VPBROADCASTD AX, Z25
 	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
 	VPMOVZXDQ    Y24, Z20
 	VPMOVZXDQ    Y24, Z21
 	MOVQ         $0x0000000000000001, AX
 	VPBROADCASTQ AX, Z28
 	VPADDQ       Z28, Z21, Z21
-	VPBROADCASTD R9, Z26
 	XORQ         BX, BX
 	TESTQ        R8, R8
 	JZ           maxPool64AVX512_done
@@ -3093,8 +3093,8 @@ maxPool64AVX512_done:
 // func maxPoolGrad64AVX512(dy *float64, dx *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
 // Requires: AVX, AVX512F, POPCNT
 TEXT ·maxPoolGrad64AVX512(SB), NOSPLIT, $0-62
-	MOVQ         dy+0(FP), DI
-	MOVQ         dx+8(FP), SI
+	MOVQ         dy+0(FP), SI
+	MOVQ         dx+8(FP), DI
 	MOVQ         argmax+16(FP), DX
 	MOVQ         planes+24(FP), R8
 	MOVQ         w+40(FP), R9
@@ -3128,7 +3128,7 @@ maxPoolGrad64AVX512_row:
 	JZ    maxPoolGrad64AVX512_tail
 
 maxPoolGrad64AVX512_chunk:
-	VMOVUPD      (DI), Z0
+	VMOVUPD      (SI), Z0
 	VMOVDQU      (DX), Y1
 	VPBROADCASTD R13, Z2
 	VPADDD       Z24, Z2, Z2
@@ -3150,13 +3150,13 @@ maxPoolGrad64AVX512_chunk:
 	VPERMI2PD    Z6, Z5, Z9
 	VMOVDQU64    Z21, Z10
 	VPERMI2PD    Z6, Z5, Z10
-	LEAQ         (SI)(R13*8), R11
+	LEAQ         (DI)(R13*8), R11
 	VMOVUPD      Z7, (R11)
 	VMOVUPD      Z8, 64(R11)
 	LEAQ         (R11)(R9*8), R11
 	VMOVUPD      Z9, (R11)
 	VMOVUPD      Z10, 64(R11)
-	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000040, SI
 	ADDQ         $0x00000020, DX
 	ADDQ         $0x00000010, R13
 	DECQ         R10
@@ -3165,7 +3165,7 @@ maxPoolGrad64AVX512_chunk:
 maxPoolGrad64AVX512_tail:
 	KORTESTW     K7, K7
 	JZ           maxPoolGrad64AVX512_nextrow
-	VMOVUPD.Z    (DI), K7, Z0
+	VMOVUPD.Z    (SI), K7, Z0
 	VMOVDQU32.Z  (DX), K7, Z1
 	VPBROADCASTD R13, Z2
 	VPADDD       Z24, Z2, Z2
@@ -3187,7 +3187,7 @@ maxPoolGrad64AVX512_tail:
 	VPERMI2PD    Z6, Z5, Z9
 	VMOVDQU64    Z21, Z10
 	VPERMI2PD    Z6, Z5, Z10
-	LEAQ         (SI)(R13*8), R11
+	LEAQ         (DI)(R13*8), R11
 	VMOVUPD      Z7, K5, (R11)
 	VMOVUPD      Z8, K6, 64(R11)
 	LEAQ         (R11)(R9*8), R11
@@ -3195,7 +3195,7 @@ maxPoolGrad64AVX512_tail:
 	VMOVUPD      Z10, K6, 64(R11)
 	KMOVW        K7, R11
 	POPCNTL      R11, R11
-	LEAQ         (DI)(R11*8), DI
+	LEAQ         (SI)(R11*8), SI
 	LEAQ         (DX)(R11*4), DX
 
 maxPoolGrad64AVX512_nextrow:

@@ -22,17 +22,13 @@ type poolKernel[T Float] func(x, y *T, argmax *int32, planes, h, w, full int, in
 // variant gives the same values and indices. It panics when a slice is
 // too short, h or w is below 2, or x has more than 2³¹−1 elements.
 func MaxPool2[T Float](v Variant, x, y []T, argmax []int32, planes, h, w int) {
-	oh, ow := h/2, w/2
-	if planes < 0 || h < 2 || w < 2 || planes*h*w > math.MaxInt32 || len(x) < planes*h*w || len(y) < planes*oh*ow || len(argmax) < planes*oh*ow {
-		panic(fmt.Sprintf("vecops: MaxPool2: %d planes of %d×%d, x %d, y %d, argmax %d elements", planes, h, w, len(x), len(y), len(argmax)))
-	}
-	if planes == 0 {
+	if !checkPool("MaxPool2", len(x), len(y), len(argmax), planes, h, w) {
 		return
 	}
+	oh, ow := h/2, w/2
 	if k := kernelsOf[T](&v); k.maxPool != nil {
-		rem := ow % k.lanes
-		in0, in1 := min(2*rem, k.lanes), max(0, 2*rem-k.lanes)
-		k.maxPool(&x[0], &y[0], &argmax[0], planes, h, w, ow/k.lanes, uint16(1)<<in0-1, uint16(1)<<in1-1, uint16(1)<<rem-1)
+		full, in0, in1, out := poolMasks(k.lanes, ow)
+		k.maxPool(&x[0], &y[0], &argmax[0], planes, h, w, full, in0, in1, out)
 		return
 	}
 	o := 0
@@ -77,13 +73,10 @@ func beats[T Float](v, u T) int {
 // elsewhere), the others clear dx and scatter; every variant gives the
 // same bits. It panics as MaxPool2 does.
 func MaxPool2Grad[T Float](v Variant, dy, dx []T, argmax []int32, planes, h, w int) {
-	oh, ow := h/2, w/2
-	if planes < 0 || h < 2 || w < 2 || planes*h*w > math.MaxInt32 || len(dx) < planes*h*w || len(dy) < planes*oh*ow || len(argmax) < planes*oh*ow {
-		panic(fmt.Sprintf("vecops: MaxPool2Grad: %d planes of %d×%d, dy %d, dx %d, argmax %d elements", planes, h, w, len(dy), len(dx), len(argmax)))
-	}
-	if planes == 0 {
+	if !checkPool("MaxPool2Grad", len(dx), len(dy), len(argmax), planes, h, w) {
 		return
 	}
+	oh, ow := h/2, w/2
 	k := kernelsOf[T](&v)
 	if k.maxPoolGrad == nil {
 		clear(dx[:planes*h*w])
@@ -95,7 +88,26 @@ func MaxPool2Grad[T Float](v Variant, dy, dx []T, argmax []int32, planes, h, w i
 	if h%2 != 0 || w%2 != 0 {
 		clear(dx[:planes*h*w]) // the elements in no window
 	}
-	rem := ow % k.lanes
-	in0, in1 := min(2*rem, k.lanes), max(0, 2*rem-k.lanes)
-	k.maxPoolGrad(&dy[0], &dx[0], &argmax[0], planes, h, w, ow/k.lanes, uint16(1)<<in0-1, uint16(1)<<in1-1, uint16(1)<<rem-1)
+	full, in0, in1, out := poolMasks(k.lanes, ow)
+	k.maxPoolGrad(&dy[0], &dx[0], &argmax[0], planes, h, w, full, in0, in1, out)
+}
+
+// checkPool panics when planes planes of h×w elements (nx of them in the
+// input or its gradient) and their ⌊h/2⌋×⌊w/2⌋ windows (ny outputs or
+// output gradients, na indices) do not fit, and reports whether there is
+// any plane.
+func checkPool(op string, nx, ny, na, planes, h, w int) bool {
+	if planes < 0 || h < 2 || w < 2 || planes*h*w > math.MaxInt32 || nx < planes*h*w || ny < planes*(h/2)*(w/2) || na < planes*(h/2)*(w/2) {
+		panic(fmt.Sprintf("vecops: %s: %d planes of %d×%d do not fit %d, %d and %d elements", op, planes, h, w, nx, ny, na))
+	}
+	return planes > 0
+}
+
+// poolMasks are the pooling kernels' chunk arguments for rows of ow
+// windows: full chunks of lanes windows, then the masks of the last
+// chunk's two input vectors (2·rem elements) and of its rem outputs.
+func poolMasks(lanes, ow int) (full int, in0, in1, out uint16) {
+	rem := ow % lanes
+	a, b := min(2*rem, lanes), max(0, 2*rem-lanes)
+	return ow / lanes, uint16(1)<<a - 1, uint16(1)<<b - 1, uint16(1)<<rem - 1
 }

@@ -28,23 +28,12 @@ const (
 func maxPool(e elem) {
 	lanes := 64 / e.bytes
 	name := fmt.Sprintf("maxPool%dAVX512", e.bits)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(x, y *%s, argmax *int32, planes, h, w, full int, inMask0, inMask1, outMask uint16)", e.goType))
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is MaxPool2 for rows of full chunks of %d outputs and a masked one.", name, lanes))
-	x, y, am := Load(Param("x"), RSI), Load(Param("y"), RDI), Load(Param("argmax"), RDX)
-	planes, w := Load(Param("planes"), R8), Load(Param("w"), R9)
-	for i, p := range []string{"inMask0", "inMask1", "outMask"} {
-		r := Load(Param(p), RAX)
-		KMOVW(r.(GPPhysical).As32(), []OpmaskPhysical{K5, K6, K7}[i])
-	}
+	r := poolHead(e, name, "x", "y", "MaxPool2 for rows of full chunks of %d outputs and a masked one")
+	x, y, am, planes, w := r.in, r.out, r.argmax, r.planes, r.w
 	even, odd := vec(64, 20), vec(64, 21)
-	lane2, oneI, wI, r0I := vec(64, 24), vec(64, 25), vec(64, 26), vec(64, 27)
-	// lane2 = {0, 2, 4, …} (int32): lane l's window starts 2l elements
-	// after the chunk's; even and odd index the chunk's left and right
-	// columns for the permutes; oneI = 1s; wI = w.
-	MOVL(U32(1), EAX)
-	VPBROADCASTD(EAX, oneI)
-	VMOVDQU32(lane2Table(), lane2)
+	lane2, oneI, wI, r0I := r.lane2, r.oneI, r.wI, vec(64, 27)
+	// even and odd index the chunk's left and right columns for the
+	// permutes.
 	if e.bits == 32 {
 		VMOVDQU32(lane2, even)
 		VPADDD(oneI, lane2, odd)
@@ -56,32 +45,72 @@ func maxPool(e elem) {
 		VPBROADCASTQ(RAX, vec(64, 28))
 		VPADDQ(vec(64, 28), odd, odd)
 	}
-	VPBROADCASTD(w.(GPPhysical).As32(), wI)
-	h := paramMem("h")
-	full := paramMem("full")
-	base, row, cnt, r1 := RBX, RCX, R10, R11
+	windows(name, lanes, planes, w, func(masked bool) {
+		chunk(e, x, y, am, R13, w, R11, lanes, masked, [6]VecPhysical{even, odd, lane2, oneI, wI, r0I})
+	})
+}
+
+// poolRegs are the registers a pooling kernel's prologue loads: its two
+// element pointers (the input and the output, or dy and dx), argmax,
+// planes and w; and the vectors lane2 = {0, 2, 4, …} (int32: lane l's
+// window starts 2l elements after the chunk's), oneI (1s) and wI (w).
+type poolRegs struct {
+	in, out, argmax, planes, w Register
+	lane2, oneI, wI            VecPhysical
+}
+
+// poolHead emits a pooling kernel's header (its parameters in, out,
+// argmax, planes, h, w, full and the three masks, which it loads into
+// K5, K6 and K7) and the prologue of poolRegs. doc completes "name is".
+func poolHead(e elem, name, in, out, doc string) poolRegs {
+	TEXT(name, NOSPLIT, fmt.Sprintf("func(%s, %s *%s, argmax *int32, planes, h, w, full int, inMask0, inMask1, outMask uint16)", in, out, e.goType))
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s is "+doc+".", name, 64/e.bytes))
+	r := poolRegs{in: Load(Param(in), RSI), out: Load(Param(out), RDI), argmax: Load(Param("argmax"), RDX),
+		planes: Load(Param("planes"), R8), w: Load(Param("w"), R9),
+		lane2: vec(64, 24), oneI: vec(64, 25), wI: vec(64, 26)}
+	for i, p := range []string{"inMask0", "inMask1", "outMask"} {
+		m := Load(Param(p), RAX)
+		KMOVW(m.(GPPhysical).As32(), []OpmaskPhysical{K5, K6, K7}[i])
+	}
+	MOVL(U32(1), EAX)
+	VPBROADCASTD(EAX, r.oneI)
+	VMOVDQU32(lane2Table(), r.lane2)
+	VPBROADCASTD(r.w.(GPPhysical).As32(), r.wI)
+	return r
+}
+
+// windows emits the loops of the pooling kernels over planes, pairs of
+// rows and chunks of lanes windows, and returns: body(false) for each
+// whole chunk and body(true) for a row's last, short one (when the mask
+// K7 has bits), with R13 the index of the chunk's first window's
+// top-left element. The kernels' parameters h and full are read from
+// the stack; RBX, RCX, R10 and R12 are the loops' own.
+func windows(name string, lanes int, planes, w Register, body func(masked bool)) {
+	h, full := paramMem("h"), paramMem("full")
+	base, row, cnt := RBX, RCX, R10
 	XORQ(base, base) // index of the plane's first element
 	TESTQ(planes, planes)
 	JZ(LabelRef(name + "_done"))
 	Label(name + "_plane")
 	MOVQ(h, row)
 	SHRQ(U8(1), row) // output rows
-	MOVQ(base, R12)  // r0: index of the top row's first element
+	MOVQ(base, R12)  // index of the top row's first element
 	JZ(LabelRef(name + "_nextplane"))
 	Label(name + "_row")
-	MOVQ(R12, R13) // index of this chunk's first window
+	MOVQ(R12, R13)
 	MOVQ(full, cnt)
 	TESTQ(cnt, cnt)
 	JZ(LabelRef(name + "_tail"))
 	Label(name + "_chunk")
-	chunk(e, x, y, am, R13, w, r1, lanes, false, [6]VecPhysical{even, odd, lane2, oneI, wI, r0I})
+	body(false)
 	ADDQ(U32(2*lanes), R13)
 	DECQ(cnt)
 	JNZ(LabelRef(name + "_chunk"))
 	Label(name + "_tail")
 	KORTESTW(K7, K7)
 	JZ(LabelRef(name + "_nextrow"))
-	chunk(e, x, y, am, R13, w, r1, lanes, true, [6]VecPhysical{even, odd, lane2, oneI, wI, r0I})
+	body(true)
 	Label(name + "_nextrow")
 	LEAQ(Mem{Base: R12, Index: w, Scale: 2}, R12)
 	DECQ(row)
@@ -104,16 +133,7 @@ func chunk(e elem, x, y, am, at, w, scratch Register, lanes int, masked bool, c 
 	t0, t1, b0, b1 := vec(64, 0), vec(64, 1), vec(64, 2), vec(64, 3)
 	a, b, cc, d := vec(64, 4), vec(64, 5), vec(64, 6), vec(64, 7)
 	ti, bi := vec(64, 8), vec(64, 9)
-	load := func(m Mem, k OpmaskPhysical, dst VecPhysical) {
-		switch {
-		case masked && e.bits == 32:
-			VMOVUPS_Z(m, k, dst)
-		case masked:
-			VMOVUPD_Z(m, k, dst)
-		default:
-			e.move(m, dst)
-		}
-	}
+	load := func(m Mem, k OpmaskPhysical, dst VecPhysical) { moveMasked(e, masked, m, dst, k) }
 	// top row at x + at·size, bottom row w elements further
 	LEAQ(Mem{Base: x, Index: at, Scale: uint8(e.bytes)}, scratch)
 	load(Mem{Base: scratch}, K5, t0)
@@ -170,27 +190,48 @@ func chunk(e elem, x, y, am, at, w, scratch Register, lanes int, masked bool, c 
 	wins(cc, a, K1)
 	blend(K1, a, cc, a)
 	VPBLENDMD(bi, ti, K1, ti)
-	if masked {
-		if e.bits == 32 {
-			VMOVUPS(a, K7, Mem{Base: y})
-		} else {
-			VMOVUPD(a, K7, Mem{Base: y})
-		}
+	moveMasked(e, masked, a, Mem{Base: y}, K7)
+	switch {
+	case masked:
 		VMOVDQU32(ti, K7, Mem{Base: am})
-		// the masked chunk is the row's last: advance by its outputs
+	case lanes == 16:
+		VMOVDQU32(ti, Mem{Base: am})
+	default:
+		VMOVDQU(ti.AsY(), Mem{Base: am}) // 8 indices
+	}
+	advance(e, masked, y, am, scratch, lanes)
+}
+
+// moveMasked moves one vector of e's elements from src to dst, under the
+// mask k when masked (a load then zeroes the lanes k leaves out).
+func moveMasked(e elem, masked bool, src, dst Op, k OpmaskPhysical) {
+	_, load := src.(Mem)
+	switch {
+	case !masked:
+		e.move(src, dst)
+	case load && e.bits == 32:
+		VMOVUPS_Z(src, k, dst)
+	case load:
+		VMOVUPD_Z(src, k, dst)
+	case e.bits == 32:
+		VMOVUPS(src, k, dst)
+	default:
+		VMOVUPD(src, k, dst)
+	}
+}
+
+// advance moves the element pointer p and the argmax pointer am past a
+// chunk: lanes windows, or for the masked chunk (a row's last) as many as
+// K7 has bits.
+func advance(e elem, masked bool, p, am, scratch Register, lanes int) {
+	if masked {
 		KMOVW(K7, scratch.(GPPhysical).As32())
 		POPCNTL(scratch.(GPPhysical).As32(), scratch.(GPPhysical).As32())
-		LEAQ(Mem{Base: y, Index: scratch, Scale: uint8(e.bytes)}, y)
+		LEAQ(Mem{Base: p, Index: scratch, Scale: uint8(e.bytes)}, p)
 		LEAQ(Mem{Base: am, Index: scratch, Scale: 4}, am)
 		return
 	}
-	e.move(a, Mem{Base: y})
-	if lanes == 16 {
-		VMOVDQU32(ti, Mem{Base: am})
-	} else {
-		VMOVDQU(ti.AsY(), Mem{Base: am}) // 8 indices
-	}
-	ADDQ(U32(64), y)
+	ADDQ(U32(64), p)
 	ADDQ(U32(4*lanes), am)
 }
 

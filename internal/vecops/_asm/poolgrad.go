@@ -40,21 +40,10 @@ func emitInterleave() {
 func maxPoolGrad(e elem) {
 	lanes := 64 / e.bytes
 	name := fmt.Sprintf("maxPoolGrad%dAVX512", e.bits)
-	TEXT(name, NOSPLIT, fmt.Sprintf("func(dy, dx *%s, argmax *int32, planes, h, w, full int, inMask0, inMask1, outMask uint16)", e.goType))
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s is MaxPool2Grad for rows of full chunks of %d windows and a masked one.", name, lanes))
-	dy, dx, am := Load(Param("dy"), RDI), Load(Param("dx"), RSI), Load(Param("argmax"), RDX)
-	planes, w := Load(Param("planes"), R8), Load(Param("w"), R9)
-	for i, p := range []string{"inMask0", "inMask1", "outMask"} {
-		r := Load(Param(p), RAX)
-		KMOVW(r.(GPPhysical).As32(), []OpmaskPhysical{K5, K6, K7}[i])
-	}
-	lane2, oneI, wI, w1I := vec(64, 24), vec(64, 25), vec(64, 26), vec(64, 28)
+	r := poolHead(e, name, "dy", "dx", "MaxPool2Grad for rows of full chunks of %d windows and a masked one")
+	dy, dx, am, planes, w := r.in, r.out, r.argmax, r.planes, r.w
+	lane2, oneI, wI, w1I := r.lane2, r.oneI, r.wI, vec(64, 28)
 	ilvLo, ilvHi := vec(64, 20), vec(64, 21)
-	MOVL(U32(1), EAX)
-	VPBROADCASTD(EAX, oneI)
-	VMOVDQU32(lane2Table(), lane2)
-	VPBROADCASTD(w.(GPPhysical).As32(), wI)
 	VPADDD(oneI, wI, w1I)
 	if e.bits == 32 {
 		VMOVDQU32(interleave32[0], ilvLo)
@@ -63,43 +52,9 @@ func maxPoolGrad(e elem) {
 		VMOVDQU64(interleave64[0], ilvLo)
 		VMOVDQU64(interleave64[1], ilvHi)
 	}
-	h, full := paramMem("h"), paramMem("full")
-	base, row, cnt, at := RBX, RCX, R10, R13
-	XORQ(base, base)
-	TESTQ(planes, planes)
-	JZ(LabelRef(name + "_done"))
-	Label(name + "_plane")
-	MOVQ(h, row)
-	SHRQ(U8(1), row)
-	MOVQ(base, R12)
-	JZ(LabelRef(name + "_nextplane"))
-	Label(name + "_row")
-	MOVQ(R12, at)
-	MOVQ(full, cnt)
-	TESTQ(cnt, cnt)
-	JZ(LabelRef(name + "_tail"))
-	Label(name + "_chunk")
-	gradChunk(e, dy, dx, am, at, w, R11, lanes, false, [6]VecPhysical{lane2, oneI, wI, w1I, ilvLo, ilvHi})
-	ADDQ(U32(2*lanes), at)
-	DECQ(cnt)
-	JNZ(LabelRef(name + "_chunk"))
-	Label(name + "_tail")
-	KORTESTW(K7, K7)
-	JZ(LabelRef(name + "_nextrow"))
-	gradChunk(e, dy, dx, am, at, w, R11, lanes, true, [6]VecPhysical{lane2, oneI, wI, w1I, ilvLo, ilvHi})
-	Label(name + "_nextrow")
-	LEAQ(Mem{Base: R12, Index: w, Scale: 2}, R12)
-	DECQ(row)
-	JNZ(LabelRef(name + "_row"))
-	Label(name + "_nextplane")
-	MOVQ(w, RAX)
-	IMULQ(h, RAX)
-	ADDQ(RAX, base)
-	DECQ(planes)
-	JNZ(LabelRef(name + "_plane"))
-	Label(name + "_done")
-	VZEROUPPER()
-	RET()
+	windows(name, lanes, planes, w, func(masked bool) {
+		gradChunk(e, dy, dx, am, R13, w, R11, lanes, masked, [6]VecPhysical{lane2, oneI, wI, w1I, ilvLo, ilvHi})
+	})
 }
 
 // gradChunk emits one chunk of maxPoolGrad: the windows whose top-left
@@ -110,14 +65,7 @@ func gradChunk(e elem, dy, dx, am, at, w, scratch Register, lanes int, masked bo
 	parts := []VecPhysical{vec(64, 3), vec(64, 4), vec(64, 5), vec(64, 6)} // tl, tr, bl, br
 	outs := []VecPhysical{vec(64, 7), vec(64, 8), vec(64, 9), vec(64, 10)}
 	// dy and argmax of the chunk's windows (masked off: 0)
-	switch {
-	case masked && e.bits == 32:
-		VMOVUPS_Z(Mem{Base: dy}, K7, g)
-	case masked:
-		VMOVUPD_Z(Mem{Base: dy}, K7, g)
-	default:
-		e.move(Mem{Base: dy}, g)
-	}
+	moveMasked(e, masked, Mem{Base: dy}, g, K7)
 	if masked {
 		VMOVDQU32_Z(Mem{Base: am}, K7, idx)
 	} else if lanes == 16 {
@@ -151,28 +99,11 @@ func gradChunk(e elem, dy, dx, am, at, w, scratch Register, lanes int, masked bo
 		}
 	}
 	LEAQ(Mem{Base: dx, Index: at, Scale: uint8(e.bytes)}, scratch)
-	store := func(v VecPhysical, m Mem, k OpmaskPhysical) {
-		switch {
-		case masked && e.bits == 32:
-			VMOVUPS(v, k, m)
-		case masked:
-			VMOVUPD(v, k, m)
-		default:
-			e.move(v, m)
-		}
-	}
+	store := func(v VecPhysical, m Mem, k OpmaskPhysical) { moveMasked(e, masked, v, m, k) }
 	store(outs[0], Mem{Base: scratch}, K5)
 	store(outs[1], Mem{Base: scratch, Disp: 64}, K6)
 	LEAQ(Mem{Base: scratch, Index: w, Scale: uint8(e.bytes)}, scratch)
 	store(outs[2], Mem{Base: scratch}, K5)
 	store(outs[3], Mem{Base: scratch, Disp: 64}, K6)
-	if masked {
-		KMOVW(K7, scratch.(GPPhysical).As32())
-		POPCNTL(scratch.(GPPhysical).As32(), scratch.(GPPhysical).As32())
-		LEAQ(Mem{Base: dy, Index: scratch, Scale: uint8(e.bytes)}, dy)
-		LEAQ(Mem{Base: am, Index: scratch, Scale: 4}, am)
-		return
-	}
-	ADDQ(U32(64), dy)
-	ADDQ(U32(4*lanes), am)
+	advance(e, masked, dy, am, scratch, lanes)
 }
