@@ -124,8 +124,12 @@ func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2D")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.outShape(), vals[0].Dtype())
-	convForward(G.WhichBLAS(), vecBest(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.wb, g.f*(g.k()+1)))
+	convForward(G.WhichBLAS(), v, g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.wb, g.f*(g.k()+1)))
 	return out, nil
 }
 

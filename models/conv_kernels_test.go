@@ -135,3 +135,15 @@ func TestConv2DPropagatesSpecials(t *testing.T) {
 		}
 	}
 }
+
+// A vecops variant the CPU cannot run, named in RINGDDP_VECOPS, is the
+// ops' error (naming the variable's value), as it is the optimizers'.
+func TestOpsRefuseUnknownVecopsVariant(t *testing.T) {
+	g := convCases[1]
+	g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
+	c := newConvRig(t, tensor.Float64, g, 3)
+	t.Setenv(vecops.VariantEnv, "sse1")
+	err := c.vm.RunAll()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "sse1")
+}

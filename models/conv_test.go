@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // convCases are the geometries the tests run: outputs of size 1, 1×1 and
@@ -338,8 +339,10 @@ func TestIm2rowIsIm2colTransposed(t *testing.T) {
 		g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 		x := normals(rand.New(rand.NewPCG(1, 1)), g.image())
 		col, rows := make([]float64, g.col()), make([]float64, g.p()*g.kp())
-		im2col(vecBest(), g, x, col, g.p())
-		im2row(vecBest(), g, x, rows)
+		v, err := vecops.Best()
+		require.NoError(t, err)
+		im2col(v, g, x, col, g.p())
+		im2row(v, g, x, rows)
 		k, kp, p := g.k(), g.kp(), g.p()
 		for q := 0; q < p; q++ {
 			for r := 0; r < kp; r++ {

@@ -105,8 +105,12 @@ func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2DFilterGrad")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.filterShape(), vals[0].Dtype())
-	convFilterGrad(G.WhichBLAS(), vecBest(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupRows()),
+	convFilterGrad(G.WhichBLAS(), v, g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupRows()),
 		scratchOf[T](&op.dyg, g.groupOut()), scratchOf[T](&op.dwp, g.f*g.kp()))
 	op.ran = true
 	return out, nil
@@ -147,8 +151,12 @@ func inputGradDo[T float](op *convInputGradOp, vals []G.Value) (G.Value, error) 
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2DInputGrad")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.inShape(), vals[0].Dtype())
-	convInputGrad(G.WhichBLAS(), vecBest(), g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
+	convInputGrad(G.WhichBLAS(), v, g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
 	return out, nil
 }
 

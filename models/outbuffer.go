@@ -35,12 +35,16 @@ func elementwise(op string, buf *outBuffer, xv, dyv G.Value) (G.Value, error) {
 			return nil, fmt.Errorf("%s: gradient %v %v, input %v %v", op, dy.Shape(), dy.Dtype(), x.Shape(), x.Dtype())
 		}
 	}
+	v, err := vecVariant(op)
+	if err != nil {
+		return nil, err
+	}
 	out := buf.like(x)
 	switch xs := x.Data().(type) {
 	case []float32:
-		rectifyInto(out.Data().([]float32), xs, dy)
+		rectifyInto(v, out.Data().([]float32), xs, dy)
 	case []float64:
-		rectifyInto(out.Data().([]float64), xs, dy)
+		rectifyInto(v, out.Data().([]float64), xs, dy)
 	default:
 		return nil, fmt.Errorf("%s: unsupported data %T", op, x.Data())
 	}
@@ -48,25 +52,24 @@ func elementwise(op string, buf *outBuffer, xv, dyv G.Value) (G.Value, error) {
 }
 
 // rectifyInto writes x ⊙ (x ≥ 0) (dy nil) or dy ⊙ (x ≥ 0) into out, with
-// the vector kernels of the fastest vecops variant.
-func rectifyInto[T float](out, x []T, dy *tensor.Dense) {
+// the vector kernels of vecops variant v.
+func rectifyInto[T float](v vecops.Variant, out, x []T, dy *tensor.Dense) {
 	if dy == nil {
-		vecops.ReLU(vecBest(), out, x)
+		vecops.ReLU(v, out, x)
 		return
 	}
-	vecops.ReLUGrad(vecBest(), out, x, dy.Data().([]T))
+	vecops.ReLUGrad(v, out, x, dy.Data().([]T))
 }
 
-// vecBest is the vecops variant the ops compute with: the fastest this
-// CPU runs, or the one RINGDDP_VECOPS names; the scalar loops when that
-// name is not one this CPU runs (the trainer reports that error at start).
-func vecBest() vecops.Variant {
+// vecVariant is the vecops variant the ops compute with: the fastest this
+// CPU runs, or the one RINGDDP_VECOPS names (a name the CPU cannot run
+// is the op's error, as it is the optimizer's).
+func vecVariant(op string) (vecops.Variant, error) {
 	v, err := vecops.Best()
 	if err != nil {
-		vs := vecops.Variants()
-		return vs[len(vs)-1]
+		return v, fmt.Errorf("%s: %w", op, err)
 	}
-	return v
+	return v, nil
 }
 
 // denseOf returns v as a contiguous dense tensor (views materialised).

@@ -122,7 +122,11 @@ func poolDo[T float](op *poolOp, vals []G.Value) (G.Value, error) {
 	}
 	out := shaped(&op.out, op.outShape(), vals[0].Dtype())
 	op.argmax = grown(op.argmax, op.outShape().TotalSize())
-	vecops.MaxPool2(vecBest(), x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
+	v, err := vecVariant("MaxPool2x2")
+	if err != nil {
+		return nil, err
+	}
+	vecops.MaxPool2(v, x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
 	return out, nil
 }
 
@@ -139,8 +143,12 @@ func poolGradDo[T float](op *poolGradOp, vals []G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := shaped(&op.out, op.fwd.in, vals[1].Dtype())
+	v, err := vecVariant("MaxPool2x2Grad")
+	if err != nil {
+		return nil, err
+	}
 	in := op.fwd.in
-	vecops.MaxPool2Grad(vecBest(), dy, out.Data().([]T), op.fwd.argmax, in[0]*in[1], in[2], in[3])
+	vecops.MaxPool2Grad(v, dy, out.Data().([]T), op.fwd.argmax, in[0]*in[1], in[2], in[3])
 	return out, nil
 }
 
