@@ -16,14 +16,16 @@ import (
 //	y[n, f, oy, ox] = b[f] + Σ_{ci,i,j} w[f, ci, i, j] · x[n, ci, oy+i, ox+j]
 //
 // with y (batch, cout, h−kh+1, w−kw+1) in NCHW (see convGeom for the
-// algorithm: im2col and one matrix product per image, through gorgonia's
-// BLAS). Its gradients are ops too: dW = Σ_n dY_n·col_nᵀ (col_nᵀ built as
-// a matrix of its own, im2row), db = Σ of dY over images and positions,
-// dX = col2im(Wᵀ·dY_n). With gradX false no gradient is built for x (a
-// layer whose input is data): the graph then treats x as not
-// differentiable, and G.Grad with respect to x is an error. The op and its
-// gradients keep their output buffers and column matrices from run to run. Conv2D takes graphlock; the models call conv2d inside their own
-// graphlock.Do.
+// algorithm: im2col and one matrix product per group of images, through
+// gorgonia's BLAS). Its gradients are ops too: dW = Σ_G dY_G·rows_G (the
+// column matrices' transposes built as matrices of their own, im2row),
+// db = Σ of dY over images and positions (a column of ones in rows_G: the
+// same product), dX = col2im(Wᵀ·dY_G). With
+// gradX false no gradient is built for x (a layer whose input is data):
+// the graph then treats x as not differentiable, and G.Grad with respect
+// to x is an error. The op and its gradients keep their output buffers
+// and lowered matrices from run to run. Conv2D takes graphlock; the
+// models call conv2d inside their own graphlock.Do.
 func Conv2D(x, w, b *G.Node, gradX bool) (*G.Node, error) {
 	return locked(func() (*G.Node, error) { return conv2d(x, w, b, gradX) })
 }
@@ -74,12 +76,14 @@ func convGeometry(x, w, b tensor.Shape) (convGeom, error) {
 }
 
 // convOp: (x, w, b) → y. Its buffer is the node's value every run; col
-// is its one column matrix.
+// is a group's column matrix and wb the filter with the bias as a last
+// column.
 type convOp struct {
 	geom  convGeom
 	gradX bool
 	out   outBuffer
 	col   scratch
+	wb    scratch
 }
 
 var (
@@ -120,8 +124,12 @@ func convDo[T float](op *convOp, vals []G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2D")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.outShape(), vals[0].Dtype())
-	convForward(G.WhichBLAS(), g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.col()))
+	convForward(G.WhichBLAS(), v, g, x, w, b, out.Data().([]T), scratchOf[T](&op.col, g.groupCol()), scratchOf[T](&op.wb, g.f*(g.k()+1)))
 	return out, nil
 }
 
@@ -150,11 +158,12 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if len(inputs) != 3 {
 		return nil, fmt.Errorf("Conv2D.SymDiff: want 3 inputs, got %d", len(inputs))
 	}
-	dw, err := G.ApplyOp(&convFilterGradOp{geom: op.geom}, inputs[0], grad)
+	filter := &convFilterGradOp{geom: op.geom}
+	dw, err := G.ApplyOp(filter, inputs[0], grad)
 	if err != nil {
 		return nil, fmt.Errorf("Conv2D.SymDiff: filter: %w", err)
 	}
-	db, err := G.ApplyOp(&convBiasGradOp{geom: op.geom}, grad)
+	db, err := G.ApplyOp(&convBiasGradOp{geom: op.geom, filter: filter}, dw)
 	if err != nil {
 		return nil, fmt.Errorf("Conv2D.SymDiff: bias: %w", err)
 	}

@@ -11,12 +11,17 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/ringddp/ringddp/graphlock"
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // convCases are the geometries the tests run: outputs of size 1, 1×1 and
-// 5×5 kernels, batch 1, one and three input channels, h ≠ w, kh ≠ kw, and
-// LeNet's two layers.
+// 5×5 kernels, batch 1, one and three input channels, h ≠ w, kh ≠ kw,
+// LeNet's two layers, and batches taken in several groups (budget: two
+// images' column matrices per product, the last group one image; three
+// per product, output rows of 17, a run of more than eight).
 var convCases = []convGeom{
+	{n: 5, c: 2, h: 6, w: 7, f: 3, kh: 3, kw: 2, budget: 2 * 2 * 3 * 2 * 4 * 6},
+	{n: 7, c: 3, h: 9, w: 19, f: 17, kh: 3, kw: 3, budget: 3 * 3 * 3 * 3 * 7 * 17},
 	{n: 1, c: 1, h: 5, w: 5, f: 1, kh: 5, kw: 5},
 	{n: 2, c: 3, h: 7, w: 5, f: 4, kh: 1, kw: 1},
 	{n: 3, c: 3, h: 9, w: 6, f: 2, kh: 5, kw: 5},
@@ -98,24 +103,30 @@ func TestConv2DMatchesDirectSums(t *testing.T) {
 		for _, g := range convCases {
 			g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 			t.Run(fmt.Sprintf("%v/%v%v", dt, g.inShape(), g.filterShape()), func(t *testing.T) {
-				c := newConvRig(t, dt, g, 1)
-				rng := rand.New(rand.NewPCG(9, 9))
-				for step := range 2 {
-					if step > 0 {
-						require.NoError(t, G.Let(c.x, backing(dt, g.inShape(), normals(rng, g.n*g.image()))))
-						require.NoError(t, G.Let(c.r, backing(dt, g.outShape(), normals(rng, g.n*g.outImage()))))
-						c.vm.Reset()
-					}
-					require.NoError(t, c.vm.RunAll())
-					x, w, b, r := toF64(t, c.x.Value()), toF64(t, c.w.Value()), toF64(t, c.b.Value()), toF64(t, c.r.Value())
-					ref := directConv(g, x, w, b, r)
-					requireNear(t, "y", toF64(t, c.y.Value()), ref.y, ref.yMag, g.k()+1, dt)
-					requireNear(t, "dX", toF64(t, c.grads[0].Value()), ref.dx, ref.dxMag, g.f*g.kh*g.kw, dt)
-					requireNear(t, "dW", toF64(t, c.grads[1].Value()), ref.dw, ref.dwMag, g.n*g.p(), dt)
-					requireNear(t, "db", toF64(t, c.grads[2].Value()), ref.db, ref.dbMag, g.n*g.p(), dt)
-				}
+				checkConvAgainstDirect(t, dt, g)
 			})
 		}
+	}
+}
+
+// checkConvAgainstDirect runs Conv2D for g twice (fresh inputs the second
+// time) and compares its output and gradients with directConv.
+func checkConvAgainstDirect(t *testing.T, dt tensor.Dtype, g convGeom) {
+	c := newConvRig(t, dt, g, 1)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for step := range 2 {
+		if step > 0 {
+			require.NoError(t, G.Let(c.x, backing(dt, g.inShape(), normals(rng, g.n*g.image()))))
+			require.NoError(t, G.Let(c.r, backing(dt, g.outShape(), normals(rng, g.n*g.outImage()))))
+			c.vm.Reset()
+		}
+		require.NoError(t, c.vm.RunAll())
+		x, w, b, r := toF64(t, c.x.Value()), toF64(t, c.w.Value()), toF64(t, c.b.Value()), toF64(t, c.r.Value())
+		ref := directConv(g, x, w, b, r)
+		requireNear(t, "y", toF64(t, c.y.Value()), ref.y, ref.yMag, g.k()+1, dt)
+		requireNear(t, "dX", toF64(t, c.grads[0].Value()), ref.dx, ref.dxMag, g.f*g.kh*g.kw, dt)
+		requireNear(t, "dW", toF64(t, c.grads[1].Value()), ref.dw, ref.dwMag, g.n*g.p(), dt)
+		requireNear(t, "db", toF64(t, c.grads[2].Value()), ref.db, ref.dbMag, g.n*g.p(), dt)
 	}
 }
 
@@ -327,13 +338,19 @@ func TestIm2rowIsIm2colTransposed(t *testing.T) {
 	for _, g := range convCases {
 		g.oh, g.ow = g.h-g.kh+1, g.w-g.kw+1
 		x := normals(rand.New(rand.NewPCG(1, 1)), g.image())
-		col, rows := make([]float64, g.col()), make([]float64, g.col())
-		im2col(g, x, col)
-		im2row(g, x, rows)
-		k, p := g.k(), g.p()
-		for r := 0; r < k; r++ {
-			for q := 0; q < p; q++ {
-				require.Equal(t, col[r*p+q], rows[q*k+r], "%v%v: row %d column %d", g.inShape(), g.filterShape(), r, q)
+		col, rows := make([]float64, g.col()), make([]float64, g.p()*g.kp())
+		v, err := vecops.Best()
+		require.NoError(t, err)
+		im2col(v, g, x, col, g.p())
+		im2row(v, g, x, rows)
+		k, kp, p := g.k(), g.kp(), g.p()
+		for q := 0; q < p; q++ {
+			for r := 0; r < kp; r++ {
+				want := 0.0 // the padding is not written
+				if r < k {
+					want = col[r*p+q]
+				}
+				require.Equal(t, want, rows[q*kp+r], "%v%v: row %d column %d", g.inShape(), g.filterShape(), r, q)
 			}
 		}
 	}

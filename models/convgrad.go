@@ -9,27 +9,36 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// convFilterGradOp: (x, dY) → dW = Σ_n dY_n·rows_n; rows is its one row
-// matrix.
+// convFilterGradOp: (x, dY) → dW = Σ_G dY_G·rows_G; rows is a group's row
+// matrix (its own: see convFilterGrad for why), dyg its gathered output
+// gradient and dwp the sums with padded rows (the bias gradient's among
+// them); ran says that dwp holds a run's sums.
 type convFilterGradOp struct {
 	geom convGeom
 	out  outBuffer
 	rows scratch
+	dyg  scratch
+	dwp  scratch
+	ran  bool
 }
 
-// convBiasGradOp: dY → db = Σ of dY over images and positions, (1, f, 1, 1).
+// convBiasGradOp: dW → db = Σ of dY over images and positions, (1, f, 1,
+// 1), which the filter gradient's product has computed in its last
+// padding column (see convFilterGrad): dW, unread, orders it after the
+// filter gradient op filter, whose sums it copies.
 type convBiasGradOp struct {
-	geom convGeom
-	out  outBuffer
-	sums scratch
+	geom   convGeom
+	filter *convFilterGradOp
+	out    outBuffer
 }
 
-// convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_n) per image; dcol is its
-// one column matrix.
+// convInputGradOp: (w, dY) → dX = col2im(Wᵀ·dY_G) per group; dcol is a
+// group's column matrix and dyg its gathered output gradient.
 type convInputGradOp struct {
 	geom convGeom
 	out  outBuffer
 	dcol scratch
+	dyg  scratch
 }
 
 var (
@@ -42,7 +51,8 @@ func (*convFilterGradOp) Arity() int { return 2 }
 func (*convBiasGradOp) Arity() int   { return 1 }
 func (*convInputGradOp) Arity() int  { return 2 }
 
-// Types: Tensor4 a → Tensor4 a → Tensor4 a, Tensor4 a → Tensor4 a, and
+// Types: Tensor4 a → Tensor4 a → Tensor4 a, Tensor4 a → Tensor4 a (dW →
+// db), and
 // Tensor4 a → Tensor4 a → Tensor4 a.
 func (*convFilterGradOp) Type() hm.Type {
 	a := hm.TypeVariable('a')
@@ -68,7 +78,7 @@ func (op *convFilterGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (op *convBiasGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if err := inferShapes("Conv2DBiasGrad", in, op.geom.outShape()); err != nil {
+	if err := inferShapes("Conv2DBiasGrad", in, op.geom.filterShape()); err != nil {
 		return nil, err
 	}
 	return op.geom.biasShape(), nil
@@ -95,8 +105,14 @@ func filterGradDo[T float](op *convFilterGradOp, vals []G.Value) (G.Value, error
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2DFilterGrad")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.filterShape(), vals[0].Dtype())
-	convFilterGrad(G.WhichBLAS(), g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.col()))
+	convFilterGrad(G.WhichBLAS(), v, g, x, dy, out.Data().([]T), scratchOf[T](&op.rows, g.groupRows()),
+		scratchOf[T](&op.dyg, g.groupOut()), scratchOf[T](&op.dwp, g.f*g.kp()))
+	op.ran = true
 	return out, nil
 }
 
@@ -106,12 +122,18 @@ func (op *convBiasGradOp) Do(vals ...G.Value) (G.Value, error) {
 
 func biasGradDo[T float](op *convBiasGradOp, vals []G.Value) (G.Value, error) {
 	g := op.geom
-	dy, err := dataOf[T]("Conv2DBiasGrad", "dY", vals[0], g.n*g.outImage())
-	if err != nil {
+	if _, err := dataOf[T]("Conv2DBiasGrad", "dW", vals[0], g.f*g.k()); err != nil {
 		return nil, err
 	}
+	sums := scratchOf[T](&op.filter.dwp, g.f*g.kp())
+	if !op.filter.ran {
+		return nil, fmt.Errorf("Conv2DBiasGrad: the filter gradient has not run")
+	}
 	out := shaped(&op.out, g.biasShape(), vals[0].Dtype())
-	convBiasGrad(g, dy, out.Data().([]T), scratchOf[float64](&op.sums, 4*g.f))
+	db := out.Data().([]T)
+	for f := range db[:g.f] {
+		db[f] = sums[f*g.kp()+g.k()]
+	}
 	return out, nil
 }
 
@@ -129,8 +151,12 @@ func inputGradDo[T float](op *convInputGradOp, vals []G.Value) (G.Value, error) 
 	if err != nil {
 		return nil, err
 	}
+	v, err := vecVariant("Conv2DInputGrad")
+	if err != nil {
+		return nil, err
+	}
 	out := shaped(&op.out, g.inShape(), vals[0].Dtype())
-	convInputGrad(G.WhichBLAS(), g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.col()))
+	convInputGrad(G.WhichBLAS(), v, g, w, dy, out.Data().([]T), scratchOf[T](&op.dcol, g.groupCol()), scratchOf[T](&op.dyg, g.groupOut()))
 	return out, nil
 }
 

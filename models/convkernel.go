@@ -2,6 +2,8 @@ package models
 
 import (
 	"gonum.org/v1/gonum/blas"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
@@ -18,17 +20,37 @@ import (
 // (ci, i, j) for every input channel ci and kernel offset (i, j), in that
 // order (k = c·kh·kw rows, the order of w's trailing axes), columns the
 // output positions (oy, ox) in row-major order (p = oh·ow columns), and
-// col[(ci,i,j), (oy,ox)] = x[ci, oy+i, ox+j]. Then, per image, y = W·col + b
-// with W the filter as an f × k matrix: the product is f × p, which is the
-// image's output already in NCHW order. The filter gradient reads the
-// image as col's transpose, the row matrix ("rows", im2row: p × k, one
-// patch per output position), so that its product dY·rows reads both
-// operands in the layout they are stored in.
+// col[(ci,i,j), (oy,ox)] = x[ci, oy+i, ox+j]. The filter gradient reads
+// the image as col's transpose, the row matrix ("rows", im2row: p × k,
+// one patch per output position).
+//
+// The images are taken a group at a time (group() of them, the last group
+// possibly shorter), so that each matrix product has many columns (and W
+// is packed once per group, not per image) while the group's lowered
+// matrices stay in the core's L2 cache. A group of G images has the
+// column matrix col_G (k × G·p: the images' column matrices side by side,
+// image i in columns i·p …) and the row matrix rows_G (G·p × k: the
+// images' row matrices stacked), and its output gradient is gathered
+// channel-major, dY_G (f × G·p, image i in columns i·p …):
+//
+//	forward  Y_G = W·col_G         (f × G·p), then y[n, f] = Y_G[f, image n] + b[f]
+//	filter   dW (+)= dY_G·rows_G   (f × k), the groups in order
+//	input    dcol_G = Wᵀ·dY_G      (k × G·p), then dx_n = col2im(image n's columns)
+//
+// with W the filter as an f × k matrix.
 type convGeom struct {
 	n, c, h, w int
 	f, kh, kw  int
 	oh, ow     int
+	// budget is the most elements of a group's column matrix (0:
+	// groupBudget); the tests set it small to run several groups.
+	budget int
 }
+
+// groupBudget is the most elements of a group's column matrix, k·G·p:
+// 2¹⁷ (512 KiB of float32) keeps it, and the product's output, in a
+// core's L2 cache.
+const groupBudget = 1 << 17
 
 // k is the number of rows of an image's column matrix (the sum length of
 // each output element).
@@ -43,81 +65,81 @@ func (g convGeom) image() int    { return g.c * g.h * g.w }
 func (g convGeom) outImage() int { return g.f * g.p() }
 func (g convGeom) col() int      { return g.k() * g.p() }
 
+// group is how many images one product takes: as many as fit the budget,
+// at least one, at most the batch. It depends on the shapes only, so a
+// run's sums are the same whatever the threads.
+func (g convGeom) group() int {
+	budget := g.budget
+	if budget <= 0 {
+		budget = groupBudget
+	}
+	return max(1, min(g.n, budget/g.col()))
+}
+
+// groupCol is the element count of a group's column matrix with its row
+// of ones (k+1 rows, see convForward); groupRows of a group's row matrix
+// with rows of kp() elements; groupOut of a group's f × G·p output (or
+// gathered gradient).
+func (g convGeom) groupCol() int  { return g.group() * (g.k() + 1) * g.p() }
+func (g convGeom) groupRows() int { return g.group() * g.p() * g.kp() }
+func (g convGeom) groupOut() int  { return g.group() * g.outImage() }
+
+// rowPad is what the row matrix's rows are padded to, in elements: a
+// multiple of every variant's micro-panel width, so that the filter
+// gradient's product reads every panel of rows in place (a partial last
+// panel would be copied, a row at a time, for every group).
+const rowPad = 32
+
+// kp is k+1 rounded up to rowPad: the row matrix's row stride (column k
+// is the bias gradient's column of ones).
+func (g convGeom) kp() int { return (g.k() + rowPad) / rowPad * rowPad }
+
 func (g convGeom) inShape() tensor.Shape     { return tensor.Shape{g.n, g.c, g.h, g.w} }
 func (g convGeom) filterShape() tensor.Shape { return tensor.Shape{g.f, g.c, g.kh, g.kw} }
 func (g convGeom) biasShape() tensor.Shape   { return tensor.Shape{1, g.f, 1, 1} }
 func (g convGeom) outShape() tensor.Shape    { return tensor.Shape{g.n, g.f, g.oh, g.ow} }
 
-// im2col writes one image x (c·h·w elements) as its column matrix into col
-// (k·p elements): each row is oh runs of ow contiguous input elements.
-func im2col[T float](g convGeom, x, col []T) {
-	p, row := g.p(), 0
+// im2col writes one image x (c·h·w elements) as its column matrix into
+// col, whose rows are ld elements apart (p for one image, G·p inside a
+// group's matrix). Row (ci, i, j) is oh runs of ow contiguous input
+// elements, x[ci, oy+i, j..j+ow−1]; for each (ci, i) the kw rows of j =
+// 0… are one vecops.CopyBlocks (blocks one row of col, and one element of
+// x, apart).
+func im2col[T float](v vecops.Variant, g convGeom, x, col []T, ld int) {
+	b := vecops.Blocks{Outer: g.kw, Rows: g.oh, Width: g.ow, Stride: g.ow, OuterStride: ld, SrcStride: g.w, SrcOuterStride: 1}
 	for ci := 0; ci < g.c; ci++ {
-		plane := x[ci*g.h*g.w : (ci+1)*g.h*g.w]
 		for i := 0; i < g.kh; i++ {
-			for j := 0; j < g.kw; j++ {
-				dst := col[row*p : (row+1)*p]
-				for oy := 0; oy < g.oh; oy++ {
-					copy(dst[oy*g.ow:(oy+1)*g.ow], plane[(oy+i)*g.w+j:])
-				}
-				row++
-			}
+			vecops.CopyBlocks(v, col[(ci*g.kh+i)*g.kw*ld:], x[ci*g.h*g.w+i*g.w:], b)
 		}
 	}
 }
 
 // im2row writes one image x (c·h·w elements) as its row matrix into rows
-// (p·k elements): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
-// order. Neighbouring patches overlap: the row of (oy, ox) is the row of
-// (oy, ox−1) moved one place left (its element (ci, i, j+1) becomes
-// (ci, i, j)), but for the last element of each run, j = kw−1, which is
-// read anew. So the first row of each output row oy is gathered, c·kh
-// runs of kw elements, and every other row is one copy of k−1 elements
-// and c·kh reads.
-func im2row[T float](g convGeom, x, rows []T) {
-	k := g.k()
-	for oy := 0; oy < g.oh; oy++ {
-		cur := rows[oy*g.ow*k : (oy*g.ow+1)*k]
-		for ci := 0; ci < g.c; ci++ {
-			for i := 0; i < g.kh; i++ {
-				copy(cur[(ci*g.kh+i)*g.kw:][:g.kw], x[ci*g.h*g.w+(oy+i)*g.w:][:g.kw])
-			}
-		}
-		for ox := 1; ox < g.ow; ox++ {
-			prev := cur
-			cur = rows[(oy*g.ow+ox)*k : (oy*g.ow+ox+1)*k]
-			copy(cur[:k-1], prev[1:])
-			last := ox + g.kw - 1
-			for ci := 0; ci < g.c; ci++ {
-				for i := 0; i < g.kh; i++ {
-					cur[(ci*g.kh+i+1)*g.kw-1] = x[ci*g.h*g.w+(oy+i)*g.w+last]
-				}
-			}
+// (p rows of k elements, kp apart; the kp−k elements after each are not
+// written): row (oy, ox) is the patch x[·, oy.., ox..] in (ci, i, j)
+// order. For each input channel ci and kernel row i, the kw elements that
+// position (oy, ox) takes are x[ci, oy+i, ox..ox+kw−1]: one
+// vecops.CopyBlocks of oh blocks (one per oy) of ow runs of kw, the runs
+// one element apart in x (neighbouring patches overlap) and kp apart in
+// rows.
+func im2row[T float](v vecops.Variant, g convGeom, x, rows []T) {
+	kp := g.kp()
+	b := vecops.Blocks{Outer: g.oh, Rows: g.ow, Width: g.kw, Stride: kp, OuterStride: g.ow * kp, SrcStride: 1, SrcOuterStride: g.w}
+	for ci := 0; ci < g.c; ci++ {
+		for i := 0; i < g.kh; i++ {
+			vecops.CopyBlocks(v, rows[(ci*g.kh+i)*g.kw:], x[ci*g.h*g.w+i*g.w:], b)
 		}
 	}
 }
 
 // col2im is im2col's adjoint: it sets one image dx (c·h·w elements) to
-// Σ over the column matrix dcol's entries of dcol[(ci,i,j), (oy,ox)] added
-// at x[ci, oy+i, ox+j], the rows taken in order.
-func col2im[T float](g convGeom, dcol, dx []T) {
-	clear(dx[:g.image()])
-	p, row := g.p(), 0
+// Σ over the column matrix dcol's entries (rows ld elements apart) of
+// dcol[(ci,i,j), (oy,ox)] added at x[ci, oy+i, ox+j], each element's
+// terms in order of (i, j) from +0: one vecops.Col2Im per input channel.
+func col2im[T float](v vecops.Variant, g convGeom, dcol []T, ld int, dx []T) {
+	pl := vecops.Plane{H: g.h, W: g.w, KH: g.kh, KW: g.kw, LD: ld}
 	for ci := 0; ci < g.c; ci++ {
-		plane := dx[ci*g.h*g.w : (ci+1)*g.h*g.w]
-		for i := 0; i < g.kh; i++ {
-			for j := 0; j < g.kw; j++ {
-				src := dcol[row*p : (row+1)*p]
-				for oy := 0; oy < g.oh; oy++ {
-					d := plane[(oy+i)*g.w+j:][:g.ow]
-					s := src[oy*g.ow : (oy+1)*g.ow]
-					for q, v := range s {
-						d[q] += v
-					}
-				}
-				row++
-			}
-		}
+		vecops.Col2Im(v, dx[ci*g.h*g.w:(ci+1)*g.h*g.w], dcol[ci*g.kh*g.kw*ld:], pl)
 	}
 }
 
@@ -132,75 +154,91 @@ func gemm[T float](bl G.BLAS, ta, tb blas.Transpose, m, n, k int, a []T, lda int
 	}
 }
 
-// convForward computes y = conv(x, w) + b for the whole batch. Per image
-// n: im2col into col, each output row f set to b[f], then y_n += W·col,
-// one product of f × k by k × p.
-func convForward[T float](bl G.BLAS, g convGeom, x, w, b, y, col []T) {
-	k, p := g.k(), g.p()
-	for n := 0; n < g.n; n++ {
-		im2col(g, x[n*g.image():(n+1)*g.image()], col)
-		yn := y[n*g.outImage() : (n+1)*g.outImage()]
+// gatherGroup writes the output gradients of images [n0, n0+cnt) channel-
+// major into dyg (f × cnt·p, rows cnt·p apart): dyg[f, i·p+q] =
+// dy[n0+i, f, q].
+func gatherGroup[T float](g convGeom, dy, dyg []T, n0, cnt int) {
+	p, ld := g.p(), cnt*g.p()
+	for i := 0; i < cnt; i++ {
+		dyn := dy[(n0+i)*g.outImage():]
 		for f := 0; f < g.f; f++ {
-			row := yn[f*p : (f+1)*p]
-			for q := range row {
-				row[q] = b[f]
-			}
+			copy(dyg[f*ld+i*p:][:p], dyn[f*p:][:p])
 		}
-		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, p, k, w, k, col, p, 1, yn, p)
 	}
 }
 
-// convFilterGrad sets dw = Σ_n dY_n · rows_n: per image, im2row into rows,
-// then one product of f × p by p × k accumulated into dw by the product
-// itself (beta 1 after the first image), images in order.
-func convFilterGrad[T float](bl G.BLAS, g convGeom, x, dy, dw, rows []T) {
-	k, p := g.k(), g.p()
-	for n := 0; n < g.n; n++ {
+// convForward computes y = conv(x, w) + b for the whole batch, a group of
+// images at a time. The bias rides in the product: col has a last row of
+// ones (row k) and wb is W with b as its last column (f × k+1), so that
+// each element's sum ends with b[f]·1, one more fused multiply-add. Per
+// group: im2col of each image into its columns of col, then per image
+// y_n = wb·(its columns of col), written straight into y (f × p, which is
+// the image's output in NCHW order). The products read wb and col where
+// they are (whole micro-panels), so the group saves the lowering's cache
+// misses, not packing.
+func convForward[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, w, b, y, col, wb []T) {
+	k, p, gr := g.k(), g.p(), g.group()
+	for f := 0; f < g.f; f++ {
+		copy(wb[f*(k+1):f*(k+1)+k], w[f*k:(f+1)*k])
+		wb[f*(k+1)+k] = b[f]
+	}
+	for n0 := 0; n0 < g.n; n0 += gr {
+		cnt := min(gr, g.n-n0)
+		ld := cnt * p
+		for i := 0; i < cnt; i++ {
+			im2col(v, g, x[(n0+i)*g.image():][:g.image()], col[i*p:], ld)
+		}
+		ones := col[k*ld : (k+1)*ld]
+		for q := range ones {
+			ones[q] = 1
+		}
+		for i := 0; i < cnt; i++ {
+			gemm(bl, blas.NoTrans, blas.NoTrans, g.f, p, k+1, wb, k+1, col[i*p:], ld, 0, y[(n0+i)*g.outImage():], p)
+		}
+	}
+}
+
+// convFilterGrad sets dw = Σ over groups of dY_G·rows_G: per group, the
+// gathered output gradient dY_G (into dyg), im2row of each image into its
+// rows of rows and 1 into their column k, then one product of f × G·p by
+// G·p × kp accumulated into dwp (f × kp) by the product itself (beta 1
+// after the first group), groups in order. dw is dwp's first k columns,
+// and column k is the bias gradient, Σ of dY over images and positions
+// (convBiasGradOp copies it). The other padding columns of rows are zero:
+// the op's own scratch, which nothing else writes, and never in those
+// columns, so they keep the zeros of its allocation.
+func convFilterGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, x, dy, dw, rows, dyg, dwp []T) {
+	k, kp, p, gr := g.k(), g.kp(), g.p(), g.group()
+	for n0 := 0; n0 < g.n; n0 += gr {
+		cnt := min(gr, g.n-n0)
 		var beta T
-		if n > 0 {
+		if n0 > 0 {
 			beta = 1
 		}
-		im2row(g, x[n*g.image():(n+1)*g.image()], rows)
-		dyn := dy[n*g.outImage() : (n+1)*g.outImage()]
-		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, k, p, dyn, p, rows, k, beta, dw, k)
-	}
-}
-
-// convBiasGrad sets db[f] = Σ over images and output positions of
-// dY[n, f, ·], in float64: reading dY in order, four partial sums per f
-// (positions q mod 4, kept in sums, 4·f elements), then added.
-func convBiasGrad[T float](g convGeom, dy, db []T, sums []float64) {
-	p := g.p()
-	clear(sums[:4*g.f])
-	for n := 0; n < g.n; n++ {
-		for f := 0; f < g.f; f++ {
-			s := sums[4*f : 4*f+4]
-			row := dy[n*g.outImage()+f*p : n*g.outImage()+(f+1)*p]
-			q := 0
-			for ; q+4 <= len(row); q += 4 {
-				s[0] += float64(row[q])
-				s[1] += float64(row[q+1])
-				s[2] += float64(row[q+2])
-				s[3] += float64(row[q+3])
-			}
-			for ; q < len(row); q++ {
-				s[q%4] += float64(row[q])
-			}
+		gatherGroup(g, dy, dyg, n0, cnt)
+		for i := 0; i < cnt; i++ {
+			im2row(v, g, x[(n0+i)*g.image():][:g.image()], rows[i*p*kp:])
 		}
+		for r := 0; r < cnt*p; r++ {
+			rows[r*kp+k] = 1
+		}
+		gemm(bl, blas.NoTrans, blas.NoTrans, g.f, kp, cnt*p, dyg, cnt*p, rows, kp, beta, dwp, kp)
 	}
-	for f := range db[:g.f] {
-		s := sums[4*f : 4*f+4]
-		db[f] = T((s[0] + s[1]) + (s[2] + s[3]))
-	}
+	vecops.CopyBlocks(v, dw, dwp, vecops.Blocks{Outer: 1, Rows: g.f, Width: k, Stride: k, SrcStride: kp})
 }
 
-// convInputGrad sets dx, per image n: dcol = Wᵀ·dY_n (k × f by f × p, into
-// the one column matrix dcol), then dx_n = col2im(dcol).
-func convInputGrad[T float](bl G.BLAS, g convGeom, w, dy, dx, dcol []T) {
-	k, p := g.k(), g.p()
-	for n := 0; n < g.n; n++ {
-		dyn := dy[n*g.outImage() : (n+1)*g.outImage()]
-		gemm(bl, blas.Trans, blas.NoTrans, k, p, g.f, w, k, dyn, p, 0, dcol, p)
-		col2im(g, dcol, dx[n*g.image():(n+1)*g.image()])
+// convInputGrad sets dx a group at a time: the gathered output gradient
+// dY_G (into dyg), dcol_G = Wᵀ·dY_G (k × f by f × G·p, into dcol), then
+// each image's dx_n = col2im of its columns.
+func convInputGrad[T float](bl G.BLAS, v vecops.Variant, g convGeom, w, dy, dx, dcol, dyg []T) {
+	k, p, gr := g.k(), g.p(), g.group()
+	for n0 := 0; n0 < g.n; n0 += gr {
+		cnt := min(gr, g.n-n0)
+		ld := cnt * p
+		gatherGroup(g, dy, dyg, n0, cnt)
+		gemm(bl, blas.Trans, blas.NoTrans, k, ld, g.f, w, k, dyg, ld, 0, dcol, ld)
+		for i := 0; i < cnt; i++ {
+			col2im(v, g, dcol[i*p:], ld, dx[(n0+i)*g.image():][:g.image()])
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // outBuffer is an op's output tensor, kept from run to run so that the op
@@ -33,24 +35,41 @@ func elementwise(op string, buf *outBuffer, xv, dyv G.Value) (G.Value, error) {
 			return nil, fmt.Errorf("%s: gradient %v %v, input %v %v", op, dy.Shape(), dy.Dtype(), x.Shape(), x.Dtype())
 		}
 	}
+	v, err := vecVariant(op)
+	if err != nil {
+		return nil, err
+	}
 	out := buf.like(x)
 	switch xs := x.Data().(type) {
 	case []float32:
-		rectifyInto(out.Data().([]float32), xs, dy)
+		rectifyInto(v, out.Data().([]float32), xs, dy)
 	case []float64:
-		rectifyInto(out.Data().([]float64), xs, dy)
+		rectifyInto(v, out.Data().([]float64), xs, dy)
 	default:
 		return nil, fmt.Errorf("%s: unsupported data %T", op, x.Data())
 	}
 	return out, nil
 }
 
-func rectifyInto[T float](out, x []T, dy *tensor.Dense) {
+// rectifyInto writes x ⊙ (x ≥ 0) (dy nil) or dy ⊙ (x ≥ 0) into out, with
+// the vector kernels of vecops variant v.
+func rectifyInto[T float](v vecops.Variant, out, x []T, dy *tensor.Dense) {
 	if dy == nil {
-		rectify(out, x)
+		vecops.ReLU(v, out, x)
 		return
 	}
-	rectifyGrad(out, x, dy.Data().([]T))
+	vecops.ReLUGrad(v, out, x, dy.Data().([]T))
+}
+
+// vecVariant is the vecops variant the ops compute with: the fastest this
+// CPU runs, or the one RINGDDP_VECOPS names (a name the CPU cannot run
+// is the op's error, as it is the optimizer's).
+func vecVariant(op string) (vecops.Variant, error) {
+	v, err := vecops.Best()
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", op, err)
+	}
+	return v, nil
 }
 
 // denseOf returns v as a contiguous dense tensor (views materialised).

@@ -8,6 +8,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/ringddp/ringddp/internal/vecops"
 )
 
 // MaxPool2x2 is a 2×2 max-pool with stride 2 and no padding, as one op, for
@@ -16,7 +18,8 @@ import (
 // 2i..2i+1, 2j..2j+1] (an odd last row or column belongs to no window, as
 // in gorgonia's MaxPool2D). The forward run records each window's argmax
 // (an index into x) and the gradient sends dY[n, c, i, j] to it alone,
-// every other element of dX being 0.
+// every other element of dX being 0. Both passes are vecops kernels
+// (MaxPool2, MaxPool2Grad: vector code where the CPU has it).
 //
 // Which element wins, as gorgonia's MaxPool2D decides it (a scan of the
 // window in row-major order keeping an element only when it is strictly
@@ -119,7 +122,11 @@ func poolDo[T float](op *poolOp, vals []G.Value) (G.Value, error) {
 	}
 	out := shaped(&op.out, op.outShape(), vals[0].Dtype())
 	op.argmax = grown(op.argmax, op.outShape().TotalSize())
-	maxPool2(x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
+	v, err := vecVariant("MaxPool2x2")
+	if err != nil {
+		return nil, err
+	}
+	vecops.MaxPool2(v, x, out.Data().([]T), op.argmax, op.in[0]*op.in[1], op.in[2], op.in[3])
 	return out, nil
 }
 
@@ -136,7 +143,12 @@ func poolGradDo[T float](op *poolGradOp, vals []G.Value) (G.Value, error) {
 		return nil, err
 	}
 	out := shaped(&op.out, op.fwd.in, vals[1].Dtype())
-	maxPool2Grad(dy, out.Data().([]T), op.fwd.argmax)
+	v, err := vecVariant("MaxPool2x2Grad")
+	if err != nil {
+		return nil, err
+	}
+	in := op.fwd.in
+	vecops.MaxPool2Grad(v, dy, out.Data().([]T), op.fwd.argmax, in[0]*in[1], in[2], in[3])
 	return out, nil
 }
 
@@ -169,46 +181,4 @@ func (op *poolOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 		return nil, fmt.Errorf("MaxPool2x2.SymDiff: %w", err)
 	}
 	return G.Nodes{dx}, nil
-}
-
-// wins reports whether v replaces best as a window's maximum: v is greater,
-// or best is NaN and v is not.
-func wins[T float](v, best T) bool { return v > best || (best != best && v == v) }
-
-// maxPool2 pools planes planes of h×w elements of x into y (⌊h/2⌋×⌊w/2⌋
-// each), scanning each window in row-major order (see MaxPool2x2), and
-// records each winner's index into x in argmax.
-func maxPool2[T float](x, y []T, argmax []int32, planes, h, w int) {
-	oh, ow := h/2, w/2
-	o := 0
-	for pl := 0; pl < planes; pl++ {
-		for i := 0; i < oh; i++ {
-			r0 := pl*h*w + 2*i*w
-			r1 := r0 + w
-			top, bottom := x[r0:r0+2*ow], x[r1:r1+2*ow]
-			yr, ar := y[o:o+ow], argmax[o:o+ow]
-			for j := range yr {
-				best, at := top[2*j], r0+2*j
-				if v := top[2*j+1]; wins(v, best) {
-					best, at = v, r0+2*j+1
-				}
-				if v := bottom[2*j]; wins(v, best) {
-					best, at = v, r1+2*j
-				}
-				if v := bottom[2*j+1]; wins(v, best) {
-					best, at = v, r1+2*j+1
-				}
-				yr[j], ar[j] = best, int32(at)
-			}
-			o += ow
-		}
-	}
-}
-
-// maxPool2Grad sets dx to 0 but at each argmax[o], which gets dy[o].
-func maxPool2Grad[T float](dy, dx []T, argmax []int32) {
-	clear(dx)
-	for o, at := range argmax {
-		dx[at] = dy[o]
-	}
 }

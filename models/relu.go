@@ -3,7 +3,6 @@ package models
 import (
 	"fmt"
 	"hash"
-	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -32,32 +31,6 @@ func relu(x *G.Node) (*G.Node, error) {
 		return nil, fmt.Errorf("models: ReLU: %w", err)
 	}
 	return out, nil
-}
-
-// geZero is 1 when v ≥ 0 and 0 otherwise (NaN included), without a
-// branch: the compiler turns the bool into a conditional move of the bits.
-func geZero[T float](v T) T {
-	var bits uint64
-	if v >= 0 {
-		bits = 1
-	}
-	return T(math.Float64frombits(bits * math.Float64bits(1)))
-}
-
-// rectify writes x ⊙ (x ≥ 0) into out.
-func rectify[T float](out, x []T) {
-	out = out[:len(x)]
-	for i, v := range x {
-		out[i] = v * geZero(v)
-	}
-}
-
-// rectifyGrad writes dy ⊙ (x ≥ 0) into out.
-func rectifyGrad[T float](out, x, dy []T) {
-	out, dy = out[:len(x)], dy[:len(x)]
-	for i, v := range x {
-		out[i] = dy[i] * geZero(v)
-	}
 }
 
 // reluOp: x → x ⊙ (x ≥ 0). Its buffer is the node's value every run.

@@ -43,7 +43,7 @@ func (impl Implementation) Threads() int {
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C for float32 (BLAS sgemm,
 // row-major).
 func (impl Implementation) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	bl := &impl.variant.K.f32
+	bl := pick(&impl.variant.K.f32, &impl.variant.K.few32, m)
 	if bl.kernel == nil || m*n*k <= smallProduct {
 		impl.Implementation.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
@@ -55,7 +55,7 @@ func (impl Implementation) Sgemm(tA, tB blas.Transpose, m, n, k int, alpha float
 // Dgemm computes C = alpha·op(A)·op(B) + beta·C for float64 (BLAS dgemm,
 // row-major).
 func (impl Implementation) Dgemm(tA, tB blas.Transpose, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	bl := &impl.variant.K.f64
+	bl := pick(&impl.variant.K.f64, &impl.variant.K.few64, m)
 	if bl.kernel == nil || m*n*k <= smallProduct {
 		impl.Implementation.Dgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return

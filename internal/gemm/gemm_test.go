@@ -271,3 +271,19 @@ func TestStridesOfBInPlaceAndPacked(t *testing.T) {
 		}
 	}
 }
+
+// pick gives the few-row kernel only where it pads m to fewer rows.
+func TestPickFewRowKernel(t *testing.T) {
+	main := &blocking[float32]{kernel: sgemmKernelStub, mr: 14}
+	few := &blocking[float32]{kernel: sgemmKernelStub, mr: 8}
+	for m, wantFew := range map[int]bool{1: true, 8: true, 9: false, 14: false, 15: true, 16: true, 24: true, 25: false, 28: false, 40: false} {
+		if got := pick(main, few, m) == few; got != wantFew {
+			t.Errorf("m=%d: few-row kernel %t, want %t", m, got, wantFew)
+		}
+	}
+	if pick(main, &blocking[float32]{mr: 8}, 8) != main {
+		t.Error("a variant without a few-row kernel must keep its main one")
+	}
+}
+
+func sgemmKernelStub(int, *float32, int, int, *float32, int, *float32, int, int) {}

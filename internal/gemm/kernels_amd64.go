@@ -10,8 +10,20 @@ func sgemmKernel14x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, rs
 // dgemmKernel14x16AVX512 sets or adds to C (row stride ldc) a 14×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
 func dgemmKernel14x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
 
+// sgemmKernel8x32AVX512 sets or adds to C (row stride ldc) a 8×kc block of A (rows rsa, steps csa bytes apart) times a kc×32 panel of B (steps rsb bytes apart).
+func sgemmKernel8x32AVX512(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
+
+// dgemmKernel8x16AVX512 sets or adds to C (row stride ldc) a 8×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
+func dgemmKernel8x16AVX512(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
+
 // sgemmKernel6x16AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
 func sgemmKernel6x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
 
 // dgemmKernel6x8AVX2 sets or adds to C (row stride ldc) a 6×kc block of A (rows rsa, steps csa bytes apart) times a kc×8 panel of B (steps rsb bytes apart).
 func dgemmKernel6x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)
+
+// sgemmKernel4x16AVX2 sets or adds to C (row stride ldc) a 4×kc block of A (rows rsa, steps csa bytes apart) times a kc×16 panel of B (steps rsb bytes apart).
+func sgemmKernel4x16AVX2(kc int, a *float32, rsa int, csa int, b *float32, rsb int, c *float32, ldc int, accumulate int)
+
+// dgemmKernel4x8AVX2 sets or adds to C (row stride ldc) a 4×kc block of A (rows rsa, steps csa bytes apart) times a kc×8 panel of B (steps rsb bytes apart).
+func dgemmKernel4x8AVX2(kc int, a *float64, rsa int, csa int, b *float64, rsb int, c *float64, ldc int, accumulate int)

@@ -158,7 +158,10 @@ const (
 )
 
 // assemblyVariantsHere returns the assembly variants this CPU runs and
-// logs the ones it cannot, so that a run says what it did not test.
+// logs the ones it cannot, so that a run says what it did not test. Each
+// variant with a few-row kernel comes twice: as it is, and as
+// "NAME/few", whose main kernels are the few-row ones, so that every
+// test runs both micro-kernels at every shape.
 func assemblyVariantsHere(t *testing.T) []Variant {
 	t.Helper()
 	here, skipped := cpuvariant.Split(allVariants())
@@ -168,5 +171,15 @@ func assemblyVariantsHere(t *testing.T) []Variant {
 	if len(here) == 0 {
 		t.Skip("no assembly variant runs on this CPU")
 	}
-	return here
+	var out []Variant
+	for _, v := range here {
+		out = append(out, v)
+		if v.K.few32.kernel != nil {
+			few := v
+			few.Name += "/few"
+			few.K.f32, few.K.f64 = v.K.few32, v.K.few64
+			out = append(out, few)
+		}
+	}
+	return out
 }

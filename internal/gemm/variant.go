@@ -27,10 +27,31 @@ type blocking[T scalar] struct {
 }
 
 // kernels is one instruction set's blocking for both element types; nil
-// kernels (the gonum variant) leave every product to gonum.
+// kernels (the gonum variant) leave every product to gonum. few32 and
+// few64 are a second, shorter micro-kernel (fewer rows, MR·NR/lanes
+// accumulators where the main one has nearly twice as many) for products
+// of few rows, such as a convolution's 8 or 16 output channels, which
+// the main kernel would compute mostly as zero padding (see pick).
 type kernels struct {
-	f32 blocking[float32]
-	f64 blocking[float64]
+	f32   blocking[float32]
+	f64   blocking[float64]
+	few32 blocking[float32]
+	few64 blocking[float64]
+}
+
+// fewRows is the most rows of C for which the few-row kernel may serve:
+// past it, the main kernel's padding is a small share of the work and
+// its better ratio of multiply-adds to loads wins.
+const fewRows = 24
+
+// pick returns the blocking for a product of m rows: the few-row one when
+// the variant has it, m ≤ fewRows and it pads m to fewer rows than the
+// main one does (m = 8: 8 rows instead of 14; m = 16: 16 instead of 28).
+func pick[T scalar](main, few *blocking[T], m int) *blocking[T] {
+	if few.kernel != nil && m <= fewRows && ceilDiv(m, few.mr)*few.mr < ceilDiv(m, main.mr)*main.mr {
+		return few
+	}
+	return main
 }
 
 // Variant is one instruction set's kernels (see cpuvariant). The variant

@@ -283,3 +283,73 @@ func adamDecoupled64AVX2(p *float64, grad *float64, m *float64, v *float64, n in
 //
 //go:noescape
 func lut64AVX2(dst *float64, src *byte, n int, table *[256]float64)
+
+// copyBlock32AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
+//
+//go:noescape
+func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
+
+// addBlock32AVX512 adds outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
+//
+//go:noescape
+func addBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
+
+// relu32AVX512 is ReLU's forward pass on the first n - n%16 elements.
+//
+//go:noescape
+func relu32AVX512(out *float32, x *float32, n int)
+
+// reluGrad32AVX512 is ReLU's gradient on the first n - n%16 elements.
+//
+//go:noescape
+func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
+
+// col2im32AVX512 sets one plane of dx (h rows of w ≤ lanes) to the col2im of dcol (rows ld apart).
+//
+//go:noescape
+func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+
+// maxPool32AVX512 is MaxPool2 for rows of full chunks of 16 outputs and a masked one.
+//
+//go:noescape
+func maxPool32AVX512(x *float32, y *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
+// maxPoolGrad32AVX512 is MaxPool2Grad for rows of full chunks of 16 windows and a masked one.
+//
+//go:noescape
+func maxPoolGrad32AVX512(dy *float32, dx *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
+// copyBlock64AVX512 copies outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
+//
+//go:noescape
+func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
+
+// addBlock64AVX512 adds outer blocks (strides dso, sso) of rows runs (strides ds, ss) of full whole vectors and a masked one from src to dst.
+//
+//go:noescape
+func addBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
+
+// relu64AVX512 is ReLU's forward pass on the first n - n%8 elements.
+//
+//go:noescape
+func relu64AVX512(out *float64, x *float64, n int)
+
+// reluGrad64AVX512 is ReLU's gradient on the first n - n%8 elements.
+//
+//go:noescape
+func reluGrad64AVX512(out *float64, x *float64, dy *float64, n int)
+
+// col2im64AVX512 sets one plane of dx (h rows of w ≤ lanes) to the col2im of dcol (rows ld apart).
+//
+//go:noescape
+func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+
+// maxPool64AVX512 is MaxPool2 for rows of full chunks of 8 outputs and a masked one.
+//
+//go:noescape
+func maxPool64AVX512(x *float64, y *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+
+// maxPoolGrad64AVX512 is MaxPool2Grad for rows of full chunks of 8 windows and a masked one.
+//
+//go:noescape
+func maxPoolGrad64AVX512(dy *float64, dx *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)

@@ -2144,3 +2144,1072 @@ lut64AVX2_loop:
 lut64AVX2_done:
 	VZEROUPPER
 	RET
+
+DATA poolLane2<>+0(SB)/4, $0x00000000
+DATA poolLane2<>+4(SB)/4, $0x00000002
+DATA poolLane2<>+8(SB)/4, $0x00000004
+DATA poolLane2<>+12(SB)/4, $0x00000006
+DATA poolLane2<>+16(SB)/4, $0x00000008
+DATA poolLane2<>+20(SB)/4, $0x0000000a
+DATA poolLane2<>+24(SB)/4, $0x0000000c
+DATA poolLane2<>+28(SB)/4, $0x0000000e
+DATA poolLane2<>+32(SB)/4, $0x00000010
+DATA poolLane2<>+36(SB)/4, $0x00000012
+DATA poolLane2<>+40(SB)/4, $0x00000014
+DATA poolLane2<>+44(SB)/4, $0x00000016
+DATA poolLane2<>+48(SB)/4, $0x00000018
+DATA poolLane2<>+52(SB)/4, $0x0000001a
+DATA poolLane2<>+56(SB)/4, $0x0000001c
+DATA poolLane2<>+60(SB)/4, $0x0000001e
+GLOBL poolLane2<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv32Lo<>+0(SB)/4, $0x00000000
+DATA poolIlv32Lo<>+4(SB)/4, $0x00000010
+DATA poolIlv32Lo<>+8(SB)/4, $0x00000001
+DATA poolIlv32Lo<>+12(SB)/4, $0x00000011
+DATA poolIlv32Lo<>+16(SB)/4, $0x00000002
+DATA poolIlv32Lo<>+20(SB)/4, $0x00000012
+DATA poolIlv32Lo<>+24(SB)/4, $0x00000003
+DATA poolIlv32Lo<>+28(SB)/4, $0x00000013
+DATA poolIlv32Lo<>+32(SB)/4, $0x00000004
+DATA poolIlv32Lo<>+36(SB)/4, $0x00000014
+DATA poolIlv32Lo<>+40(SB)/4, $0x00000005
+DATA poolIlv32Lo<>+44(SB)/4, $0x00000015
+DATA poolIlv32Lo<>+48(SB)/4, $0x00000006
+DATA poolIlv32Lo<>+52(SB)/4, $0x00000016
+DATA poolIlv32Lo<>+56(SB)/4, $0x00000007
+DATA poolIlv32Lo<>+60(SB)/4, $0x00000017
+GLOBL poolIlv32Lo<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv32Hi<>+0(SB)/4, $0x00000008
+DATA poolIlv32Hi<>+4(SB)/4, $0x00000018
+DATA poolIlv32Hi<>+8(SB)/4, $0x00000009
+DATA poolIlv32Hi<>+12(SB)/4, $0x00000019
+DATA poolIlv32Hi<>+16(SB)/4, $0x0000000a
+DATA poolIlv32Hi<>+20(SB)/4, $0x0000001a
+DATA poolIlv32Hi<>+24(SB)/4, $0x0000000b
+DATA poolIlv32Hi<>+28(SB)/4, $0x0000001b
+DATA poolIlv32Hi<>+32(SB)/4, $0x0000000c
+DATA poolIlv32Hi<>+36(SB)/4, $0x0000001c
+DATA poolIlv32Hi<>+40(SB)/4, $0x0000000d
+DATA poolIlv32Hi<>+44(SB)/4, $0x0000001d
+DATA poolIlv32Hi<>+48(SB)/4, $0x0000000e
+DATA poolIlv32Hi<>+52(SB)/4, $0x0000001e
+DATA poolIlv32Hi<>+56(SB)/4, $0x0000000f
+DATA poolIlv32Hi<>+60(SB)/4, $0x0000001f
+GLOBL poolIlv32Hi<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv64Lo<>+0(SB)/8, $0x0000000000000000
+DATA poolIlv64Lo<>+8(SB)/8, $0x0000000000000008
+DATA poolIlv64Lo<>+16(SB)/8, $0x0000000000000001
+DATA poolIlv64Lo<>+24(SB)/8, $0x0000000000000009
+DATA poolIlv64Lo<>+32(SB)/8, $0x0000000000000002
+DATA poolIlv64Lo<>+40(SB)/8, $0x000000000000000a
+DATA poolIlv64Lo<>+48(SB)/8, $0x0000000000000003
+DATA poolIlv64Lo<>+56(SB)/8, $0x000000000000000b
+GLOBL poolIlv64Lo<>(SB), RODATA|NOPTR, $64
+
+DATA poolIlv64Hi<>+0(SB)/8, $0x0000000000000004
+DATA poolIlv64Hi<>+8(SB)/8, $0x000000000000000c
+DATA poolIlv64Hi<>+16(SB)/8, $0x0000000000000005
+DATA poolIlv64Hi<>+24(SB)/8, $0x000000000000000d
+DATA poolIlv64Hi<>+32(SB)/8, $0x0000000000000006
+DATA poolIlv64Hi<>+40(SB)/8, $0x000000000000000e
+DATA poolIlv64Hi<>+48(SB)/8, $0x0000000000000007
+DATA poolIlv64Hi<>+56(SB)/8, $0x000000000000000f
+GLOBL poolIlv64Hi<>(SB), RODATA|NOPTR, $64
+
+// func copyBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·copyBlock32AVX512(SB), NOSPLIT, $0-74
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
+	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
+	SHLQ    $0x02, DX
+	SHLQ    $0x02, R8
+	SHLQ    $0x02, R10
+	SHLQ    $0x02, AX
+
+copyBlock32AVX512_outer:
+	MOVQ rows+56(FP), CX
+
+copyBlock32AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    copyBlock32AVX512_tail
+
+copyBlock32AVX512_vec:
+	VMOVUPS (R11), Z0
+	VMOVUPS Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     copyBlock32AVX512_vec
+
+copyBlock32AVX512_tail:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       copyBlock32AVX512_row
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       copyBlock32AVX512_outer
+	VZEROUPPER
+	RET
+
+// func addBlock32AVX512(dst *float32, ds int, dso int, src *float32, ss int, sso int, outer int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·addBlock32AVX512(SB), NOSPLIT, $0-74
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
+	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
+	SHLQ    $0x02, DX
+	SHLQ    $0x02, R8
+	SHLQ    $0x02, R10
+	SHLQ    $0x02, AX
+
+addBlock32AVX512_outer:
+	MOVQ rows+56(FP), CX
+
+addBlock32AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    addBlock32AVX512_tail
+
+addBlock32AVX512_vec:
+	VMOVUPS (R11), Z0
+	VMOVUPS (R12), Z1
+	VADDPS  Z0, Z1, Z0
+	VMOVUPS Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     addBlock32AVX512_vec
+
+addBlock32AVX512_tail:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS.Z (R12), K1, Z1
+	VADDPS    Z0, Z1, Z0
+	VMOVUPS   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       addBlock32AVX512_row
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       addBlock32AVX512_outer
+	VZEROUPPER
+	RET
+
+// func relu32AVX512(out *float32, x *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·relu32AVX512(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z1
+	SHRQ         $0x04, CX
+	JZ           relu32AVX512_done
+
+relu32AVX512_loop:
+	VMOVUPS   (SI), Z2
+	VCMPPS    $0x1d, Z0, Z2, K1
+	VMOVAPS.Z Z1, K1, Z3
+	VMULPS    Z3, Z2, Z2
+	VMOVUPS   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	DECQ      CX
+	JNZ       relu32AVX512_loop
+
+relu32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluGrad32AVX512(out *float32, x *float32, dy *float32, n int)
+// Requires: AVX, AVX512F
+TEXT ·reluGrad32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         dy+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVL         $0x3f800000, AX
+	VPBROADCASTD AX, Z1
+	SHRQ         $0x04, CX
+	JZ           reluGrad32AVX512_done
+
+reluGrad32AVX512_loop:
+	VMOVUPS   (SI), Z2
+	VCMPPS    $0x1d, Z0, Z2, K1
+	VMOVAPS.Z Z1, K1, Z3
+	VMOVUPS   (DX), Z4
+	VMULPS    Z3, Z4, Z2
+	VMOVUPS   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DX
+	DECQ      CX
+	JNZ       reluGrad32AVX512_loop
+
+reluGrad32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func col2im32AVX512(dx *float32, dcol *float32, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·col2im32AVX512(SB), NOSPLIT, $0-76
+	MOVQ    dx+0(FP), DI
+	MOVQ    dcol+8(FP), SI
+	MOVQ    ld+16(FP), DX
+	MOVQ    ow+48(FP), R10
+	MOVQ    kh+56(FP), R11
+	MOVQ    kw+64(FP), R12
+	MOVWQZX rowMask+72(FP), AX
+	KMOVW   AX, K1
+	MOVWQZX runMask+74(FP), AX
+	KMOVW   AX, K3
+	XORQ    BX, BX
+
+col2im32AVX512_row:
+	VPXORD  Z0, Z0, Z0
+	MOVQ    BX, CX
+	SUBQ    oh+40(FP), CX
+	INCQ    CX
+	XORQ    AX, AX
+	CMPQ    CX, AX
+	CMOVQLT AX, CX
+	MOVQ    R11, R13
+	DECQ    R13
+	CMPQ    R13, BX
+	CMOVQGT BX, R13
+
+col2im32AVX512_i:
+	CMPQ  CX, R13
+	JGT   col2im32AVX512_store
+	MOVQ  CX, R8
+	IMULQ R12, R8
+	IMULQ DX, R8
+	MOVQ  BX, AX
+	SUBQ  CX, AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	SHLQ  $0x02, R8
+	ADDQ  SI, R8
+	KMOVW K3, K2
+	MOVQ  R12, R9
+
+col2im32AVX512_j:
+	VADDPS   (R8), Z0, K2, Z0
+	KSHIFTLW $0x01, K2, K2
+	LEAQ     -4(R8)(DX*4), R8
+	DECQ     R9
+	JNZ      col2im32AVX512_j
+	INCQ     CX
+	JMP      col2im32AVX512_i
+
+col2im32AVX512_store:
+	MOVQ    BX, AX
+	IMULQ   w+32(FP), AX
+	VMOVUPS Z0, K1, (DI)(AX*4)
+	INCQ    BX
+	CMPQ    BX, h+24(FP)
+	JLT     col2im32AVX512_row
+	VZEROUPPER
+	RET
+
+// func maxPool32AVX512(x *float32, y *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPool32AVX512(SB), NOSPLIT, $0-62
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VMOVDQU32    Z24, Z20
+	VPADDD       Z25, Z24, Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPool32AVX512_done
+
+maxPool32AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPool32AVX512_nextplane
+
+maxPool32AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPool32AVX512_tail
+
+maxPool32AVX512_chunk:
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS      (R11), Z0
+	VMOVUPS      64(R11), Z1
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      (R11), Z2
+	VMOVUPS      64(R11), Z3
+	VMOVDQU32    Z20, Z4
+	VPERMI2PS    Z1, Z0, Z4
+	VMOVDQU32    Z21, Z5
+	VPERMI2PS    Z1, Z0, Z5
+	VMOVDQU32    Z20, Z6
+	VPERMI2PS    Z3, Z2, Z6
+	VMOVDQU32    Z21, Z7
+	VPERMI2PS    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPS       $0x1e, Z4, Z5, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPS       $0x1e, Z6, Z7, K4
+	VCMPPS       $0x03, Z6, Z6, K2
+	VCMPPS       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPS    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPS       $0x1e, Z4, Z6, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPS      Z4, (DI)
+	VMOVDQU32    Z8, (DX)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000020, R13
+	DECQ         R10
+	JNZ          maxPool32AVX512_chunk
+
+maxPool32AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPool32AVX512_nextrow
+	LEAQ         (SI)(R13*4), R11
+	VMOVUPS.Z    (R11), K5, Z0
+	VMOVUPS.Z    64(R11), K6, Z1
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS.Z    (R11), K5, Z2
+	VMOVUPS.Z    64(R11), K6, Z3
+	VMOVDQU32    Z20, Z4
+	VPERMI2PS    Z1, Z0, Z4
+	VMOVDQU32    Z21, Z5
+	VPERMI2PS    Z1, Z0, Z5
+	VMOVDQU32    Z20, Z6
+	VPERMI2PS    Z3, Z2, Z6
+	VMOVDQU32    Z21, Z7
+	VPERMI2PS    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPS       $0x1e, Z4, Z5, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPS       $0x1e, Z6, Z7, K4
+	VCMPPS       $0x03, Z6, Z6, K2
+	VCMPPS       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPS    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPS       $0x1e, Z4, Z6, K1
+	VCMPPS       $0x03, Z4, Z4, K2
+	VCMPPS       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPS    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPS      Z4, K7, (DI)
+	VMOVDQU32    Z8, K7, (DX)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*4), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPool32AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPool32AVX512_row
+
+maxPool32AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPool32AVX512_plane
+
+maxPool32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func maxPoolGrad32AVX512(dy *float32, dx *float32, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPoolGrad32AVX512(SB), NOSPLIT, $0-62
+	MOVQ         dy+0(FP), SI
+	MOVQ         dx+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VPADDD       Z25, Z26, Z28
+	VMOVDQU32    poolIlv32Lo<>+0(SB), Z20
+	VMOVDQU32    poolIlv32Hi<>+0(SB), Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPoolGrad32AVX512_done
+
+maxPoolGrad32AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPoolGrad32AVX512_nextplane
+
+maxPoolGrad32AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPoolGrad32AVX512_tail
+
+maxPoolGrad32AVX512_chunk:
+	VMOVUPS      (SI), Z0
+	VMOVDQU32    (DX), Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z6
+	VMOVDQU32    Z20, Z7
+	VPERMI2PS    Z4, Z3, Z7
+	VMOVDQU32    Z21, Z8
+	VPERMI2PS    Z4, Z3, Z8
+	VMOVDQU32    Z20, Z9
+	VPERMI2PS    Z6, Z5, Z9
+	VMOVDQU32    Z21, Z10
+	VPERMI2PS    Z6, Z5, Z10
+	LEAQ         (DI)(R13*4), R11
+	VMOVUPS      Z7, (R11)
+	VMOVUPS      Z8, 64(R11)
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      Z9, (R11)
+	VMOVUPS      Z10, 64(R11)
+	ADDQ         $0x00000040, SI
+	ADDQ         $0x00000040, DX
+	ADDQ         $0x00000020, R13
+	DECQ         R10
+	JNZ          maxPoolGrad32AVX512_chunk
+
+maxPoolGrad32AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPoolGrad32AVX512_nextrow
+	VMOVUPS.Z    (SI), K7, Z0
+	VMOVDQU32.Z  (DX), K7, Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPS.Z    Z0, K1, Z6
+	VMOVDQU32    Z20, Z7
+	VPERMI2PS    Z4, Z3, Z7
+	VMOVDQU32    Z21, Z8
+	VPERMI2PS    Z4, Z3, Z8
+	VMOVDQU32    Z20, Z9
+	VPERMI2PS    Z6, Z5, Z9
+	VMOVDQU32    Z21, Z10
+	VPERMI2PS    Z6, Z5, Z10
+	LEAQ         (DI)(R13*4), R11
+	VMOVUPS      Z7, K5, (R11)
+	VMOVUPS      Z8, K6, 64(R11)
+	LEAQ         (R11)(R9*4), R11
+	VMOVUPS      Z9, K5, (R11)
+	VMOVUPS      Z10, K6, 64(R11)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (SI)(R11*4), SI
+	LEAQ         (DX)(R11*4), DX
+
+maxPoolGrad32AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPoolGrad32AVX512_row
+
+maxPoolGrad32AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPoolGrad32AVX512_plane
+
+maxPoolGrad32AVX512_done:
+	VZEROUPPER
+	RET
+
+// func copyBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·copyBlock64AVX512(SB), NOSPLIT, $0-74
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
+	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
+	SHLQ    $0x03, DX
+	SHLQ    $0x03, R8
+	SHLQ    $0x03, R10
+	SHLQ    $0x03, AX
+
+copyBlock64AVX512_outer:
+	MOVQ rows+56(FP), CX
+
+copyBlock64AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    copyBlock64AVX512_tail
+
+copyBlock64AVX512_vec:
+	VMOVUPD (R11), Z0
+	VMOVUPD Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     copyBlock64AVX512_vec
+
+copyBlock64AVX512_tail:
+	VMOVUPD.Z (R11), K1, Z0
+	VMOVUPD   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       copyBlock64AVX512_row
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       copyBlock64AVX512_outer
+	VZEROUPPER
+	RET
+
+// func addBlock64AVX512(dst *float64, ds int, dso int, src *float64, ss int, sso int, outer int, rows int, full int, mask uint16)
+// Requires: AVX, AVX512F
+TEXT ·addBlock64AVX512(SB), NOSPLIT, $0-74
+	MOVQ    dst+0(FP), DI
+	MOVQ    ds+8(FP), DX
+	MOVQ    src+24(FP), SI
+	MOVQ    ss+32(FP), R8
+	MOVQ    full+64(FP), R9
+	MOVWQZX mask+72(FP), R10
+	KMOVW   R10, K1
+	MOVQ    dso+16(FP), R10
+	MOVQ    sso+40(FP), AX
+	MOVQ    outer+48(FP), BX
+	SHLQ    $0x03, DX
+	SHLQ    $0x03, R8
+	SHLQ    $0x03, R10
+	SHLQ    $0x03, AX
+
+addBlock64AVX512_outer:
+	MOVQ rows+56(FP), CX
+
+addBlock64AVX512_row:
+	MOVQ  SI, R11
+	MOVQ  DI, R12
+	MOVQ  R9, R13
+	TESTQ R13, R13
+	JZ    addBlock64AVX512_tail
+
+addBlock64AVX512_vec:
+	VMOVUPD (R11), Z0
+	VMOVUPD (R12), Z1
+	VADDPD  Z0, Z1, Z0
+	VMOVUPD Z0, (R12)
+	ADDQ    $0x40, R11
+	ADDQ    $0x40, R12
+	DECQ    R13
+	JNZ     addBlock64AVX512_vec
+
+addBlock64AVX512_tail:
+	VMOVUPD.Z (R11), K1, Z0
+	VMOVUPD.Z (R12), K1, Z1
+	VADDPD    Z0, Z1, Z0
+	VMOVUPD   Z0, K1, (R12)
+	ADDQ      R8, SI
+	ADDQ      DX, DI
+	DECQ      CX
+	JNZ       addBlock64AVX512_row
+	ADDQ      R10, DI
+	ADDQ      AX, SI
+	DECQ      BX
+	JNZ       addBlock64AVX512_outer
+	VZEROUPPER
+	RET
+
+// func relu64AVX512(out *float64, x *float64, n int)
+// Requires: AVX, AVX512F
+TEXT ·relu64AVX512(SB), NOSPLIT, $0-24
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVQ         $0x3ff0000000000000, AX
+	VPBROADCASTQ AX, Z1
+	SHRQ         $0x03, CX
+	JZ           relu64AVX512_done
+
+relu64AVX512_loop:
+	VMOVUPD   (SI), Z2
+	VCMPPD    $0x1d, Z0, Z2, K1
+	VMOVAPD.Z Z1, K1, Z3
+	VMULPD    Z3, Z2, Z2
+	VMOVUPD   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	DECQ      CX
+	JNZ       relu64AVX512_loop
+
+relu64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func reluGrad64AVX512(out *float64, x *float64, dy *float64, n int)
+// Requires: AVX, AVX512F
+TEXT ·reluGrad64AVX512(SB), NOSPLIT, $0-32
+	MOVQ         out+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         dy+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VPXORD       Z0, Z0, Z0
+	MOVQ         $0x3ff0000000000000, AX
+	VPBROADCASTQ AX, Z1
+	SHRQ         $0x03, CX
+	JZ           reluGrad64AVX512_done
+
+reluGrad64AVX512_loop:
+	VMOVUPD   (SI), Z2
+	VCMPPD    $0x1d, Z0, Z2, K1
+	VMOVAPD.Z Z1, K1, Z3
+	VMOVUPD   (DX), Z4
+	VMULPD    Z3, Z4, Z2
+	VMOVUPD   Z2, (DI)
+	ADDQ      $0x00000040, DI
+	ADDQ      $0x00000040, SI
+	ADDQ      $0x00000040, DX
+	DECQ      CX
+	JNZ       reluGrad64AVX512_loop
+
+reluGrad64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func col2im64AVX512(dx *float64, dcol *float64, ld int, h int, w int, oh int, ow int, kh int, kw int, rowMask uint16, runMask uint16)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·col2im64AVX512(SB), NOSPLIT, $0-76
+	MOVQ    dx+0(FP), DI
+	MOVQ    dcol+8(FP), SI
+	MOVQ    ld+16(FP), DX
+	MOVQ    ow+48(FP), R10
+	MOVQ    kh+56(FP), R11
+	MOVQ    kw+64(FP), R12
+	MOVWQZX rowMask+72(FP), AX
+	KMOVW   AX, K1
+	MOVWQZX runMask+74(FP), AX
+	KMOVW   AX, K3
+	XORQ    BX, BX
+
+col2im64AVX512_row:
+	VPXORD  Z0, Z0, Z0
+	MOVQ    BX, CX
+	SUBQ    oh+40(FP), CX
+	INCQ    CX
+	XORQ    AX, AX
+	CMPQ    CX, AX
+	CMOVQLT AX, CX
+	MOVQ    R11, R13
+	DECQ    R13
+	CMPQ    R13, BX
+	CMOVQGT BX, R13
+
+col2im64AVX512_i:
+	CMPQ  CX, R13
+	JGT   col2im64AVX512_store
+	MOVQ  CX, R8
+	IMULQ R12, R8
+	IMULQ DX, R8
+	MOVQ  BX, AX
+	SUBQ  CX, AX
+	IMULQ R10, AX
+	ADDQ  AX, R8
+	SHLQ  $0x03, R8
+	ADDQ  SI, R8
+	KMOVW K3, K2
+	MOVQ  R12, R9
+
+col2im64AVX512_j:
+	VADDPD   (R8), Z0, K2, Z0
+	KSHIFTLW $0x01, K2, K2
+	LEAQ     -8(R8)(DX*8), R8
+	DECQ     R9
+	JNZ      col2im64AVX512_j
+	INCQ     CX
+	JMP      col2im64AVX512_i
+
+col2im64AVX512_store:
+	MOVQ    BX, AX
+	IMULQ   w+32(FP), AX
+	VMOVUPD Z0, K1, (DI)(AX*8)
+	INCQ    BX
+	CMPQ    BX, h+24(FP)
+	JLT     col2im64AVX512_row
+	VZEROUPPER
+	RET
+
+// func maxPool64AVX512(x *float64, y *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPool64AVX512(SB), NOSPLIT, $0-62
+	MOVQ         x+0(FP), SI
+	MOVQ         y+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VPMOVZXDQ    Y24, Z20
+	VPMOVZXDQ    Y24, Z21
+	MOVQ         $0x0000000000000001, AX
+	VPBROADCASTQ AX, Z28
+	VPADDQ       Z28, Z21, Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPool64AVX512_done
+
+maxPool64AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPool64AVX512_nextplane
+
+maxPool64AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPool64AVX512_tail
+
+maxPool64AVX512_chunk:
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD      (R11), Z0
+	VMOVUPD      64(R11), Z1
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      (R11), Z2
+	VMOVUPD      64(R11), Z3
+	VMOVDQU64    Z20, Z4
+	VPERMI2PD    Z1, Z0, Z4
+	VMOVDQU64    Z21, Z5
+	VPERMI2PD    Z1, Z0, Z5
+	VMOVDQU64    Z20, Z6
+	VPERMI2PD    Z3, Z2, Z6
+	VMOVDQU64    Z21, Z7
+	VPERMI2PD    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPD       $0x1e, Z4, Z5, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPD       $0x1e, Z6, Z7, K4
+	VCMPPD       $0x03, Z6, Z6, K2
+	VCMPPD       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPD    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPD       $0x1e, Z4, Z6, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPD      Z4, (DI)
+	VMOVDQU      Y8, (DX)
+	ADDQ         $0x00000040, DI
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000010, R13
+	DECQ         R10
+	JNZ          maxPool64AVX512_chunk
+
+maxPool64AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPool64AVX512_nextrow
+	LEAQ         (SI)(R13*8), R11
+	VMOVUPD.Z    (R11), K5, Z0
+	VMOVUPD.Z    64(R11), K6, Z1
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD.Z    (R11), K5, Z2
+	VMOVUPD.Z    64(R11), K6, Z3
+	VMOVDQU64    Z20, Z4
+	VPERMI2PD    Z1, Z0, Z4
+	VMOVDQU64    Z21, Z5
+	VPERMI2PD    Z1, Z0, Z5
+	VMOVDQU64    Z20, Z6
+	VPERMI2PD    Z3, Z2, Z6
+	VMOVDQU64    Z21, Z7
+	VPERMI2PD    Z3, Z2, Z7
+	VPBROADCASTD R13, Z27
+	VPADDD       Z24, Z27, Z27
+	VCMPPD       $0x1e, Z4, Z5, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z5, Z5, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z5, Z4, K1, Z4
+	VMOVDQA32    Z27, Z8
+	VPADDD       Z25, Z8, K1, Z8
+	VCMPPD       $0x1e, Z6, Z7, K4
+	VCMPPD       $0x03, Z6, Z6, K2
+	VCMPPD       $0x07, Z7, Z7, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K4, K4
+	VBLENDMPD    Z7, Z6, K4, Z6
+	VPADDD       Z26, Z27, Z9
+	VPADDD       Z25, Z9, K4, Z9
+	VCMPPD       $0x1e, Z4, Z6, K1
+	VCMPPD       $0x03, Z4, Z4, K2
+	VCMPPD       $0x07, Z6, Z6, K3
+	KANDW        K2, K3, K2
+	KORW         K2, K1, K1
+	VBLENDMPD    Z6, Z4, K1, Z4
+	VPBLENDMD    Z9, Z8, K1, Z8
+	VMOVUPD      Z4, K7, (DI)
+	VMOVDQU32    Z8, K7, (DX)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (DI)(R11*8), DI
+	LEAQ         (DX)(R11*4), DX
+
+maxPool64AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPool64AVX512_row
+
+maxPool64AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPool64AVX512_plane
+
+maxPool64AVX512_done:
+	VZEROUPPER
+	RET
+
+// func maxPoolGrad64AVX512(dy *float64, dx *float64, argmax *int32, planes int, h int, w int, full int, inMask0 uint16, inMask1 uint16, outMask uint16)
+// Requires: AVX, AVX512F, POPCNT
+TEXT ·maxPoolGrad64AVX512(SB), NOSPLIT, $0-62
+	MOVQ         dy+0(FP), SI
+	MOVQ         dx+8(FP), DI
+	MOVQ         argmax+16(FP), DX
+	MOVQ         planes+24(FP), R8
+	MOVQ         w+40(FP), R9
+	MOVWQZX      inMask0+56(FP), AX
+	KMOVW        AX, K5
+	MOVWQZX      inMask1+58(FP), AX
+	KMOVW        AX, K6
+	MOVWQZX      outMask+60(FP), AX
+	KMOVW        AX, K7
+	MOVL         $0x00000001, AX
+	VPBROADCASTD AX, Z25
+	VMOVDQU32    poolLane2<>+0(SB), Z24
+	VPBROADCASTD R9, Z26
+	VPADDD       Z25, Z26, Z28
+	VMOVDQU64    poolIlv64Lo<>+0(SB), Z20
+	VMOVDQU64    poolIlv64Hi<>+0(SB), Z21
+	XORQ         BX, BX
+	TESTQ        R8, R8
+	JZ           maxPoolGrad64AVX512_done
+
+maxPoolGrad64AVX512_plane:
+	MOVQ h+32(FP), CX
+	SHRQ $0x01, CX
+	MOVQ BX, R12
+	JZ   maxPoolGrad64AVX512_nextplane
+
+maxPoolGrad64AVX512_row:
+	MOVQ  R12, R13
+	MOVQ  full+48(FP), R10
+	TESTQ R10, R10
+	JZ    maxPoolGrad64AVX512_tail
+
+maxPoolGrad64AVX512_chunk:
+	VMOVUPD      (SI), Z0
+	VMOVDQU      (DX), Y1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z6
+	VMOVDQU64    Z20, Z7
+	VPERMI2PD    Z4, Z3, Z7
+	VMOVDQU64    Z21, Z8
+	VPERMI2PD    Z4, Z3, Z8
+	VMOVDQU64    Z20, Z9
+	VPERMI2PD    Z6, Z5, Z9
+	VMOVDQU64    Z21, Z10
+	VPERMI2PD    Z6, Z5, Z10
+	LEAQ         (DI)(R13*8), R11
+	VMOVUPD      Z7, (R11)
+	VMOVUPD      Z8, 64(R11)
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      Z9, (R11)
+	VMOVUPD      Z10, 64(R11)
+	ADDQ         $0x00000040, SI
+	ADDQ         $0x00000020, DX
+	ADDQ         $0x00000010, R13
+	DECQ         R10
+	JNZ          maxPoolGrad64AVX512_chunk
+
+maxPoolGrad64AVX512_tail:
+	KORTESTW     K7, K7
+	JZ           maxPoolGrad64AVX512_nextrow
+	VMOVUPD.Z    (SI), K7, Z0
+	VMOVDQU32.Z  (DX), K7, Z1
+	VPBROADCASTD R13, Z2
+	VPADDD       Z24, Z2, Z2
+	VPSUBD       Z2, Z1, Z2
+	VPXORD       Z1, Z1, Z1
+	VPCMPEQD     Z1, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z3
+	VPCMPEQD     Z25, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z4
+	VPCMPEQD     Z26, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z5
+	VPCMPEQD     Z28, Z2, K1
+	VMOVAPD.Z    Z0, K1, Z6
+	VMOVDQU64    Z20, Z7
+	VPERMI2PD    Z4, Z3, Z7
+	VMOVDQU64    Z21, Z8
+	VPERMI2PD    Z4, Z3, Z8
+	VMOVDQU64    Z20, Z9
+	VPERMI2PD    Z6, Z5, Z9
+	VMOVDQU64    Z21, Z10
+	VPERMI2PD    Z6, Z5, Z10
+	LEAQ         (DI)(R13*8), R11
+	VMOVUPD      Z7, K5, (R11)
+	VMOVUPD      Z8, K6, 64(R11)
+	LEAQ         (R11)(R9*8), R11
+	VMOVUPD      Z9, K5, (R11)
+	VMOVUPD      Z10, K6, 64(R11)
+	KMOVW        K7, R11
+	POPCNTL      R11, R11
+	LEAQ         (SI)(R11*8), SI
+	LEAQ         (DX)(R11*4), DX
+
+maxPoolGrad64AVX512_nextrow:
+	LEAQ (R12)(R9*2), R12
+	DECQ CX
+	JNZ  maxPoolGrad64AVX512_row
+
+maxPoolGrad64AVX512_nextplane:
+	MOVQ  R9, AX
+	IMULQ h+32(FP), AX
+	ADDQ  AX, BX
+	DECQ  R8
+	JNZ   maxPoolGrad64AVX512_plane
+
+maxPoolGrad64AVX512_done:
+	VZEROUPPER
+	RET

@@ -34,6 +34,14 @@ type kernels[T Float] struct {
 	sgd  [3][2][2]sgdKernel[T]
 	adam [3]adamKernel[T] // indexed by AdamDecay
 	lut  lutKernel[T]
+	// copyBlock, addBlock, relu and reluGrad: AVX-512 only (masked
+	// moves); the other variants run the scalar loops.
+	copyBlock, addBlock blockKernel[T]
+	relu                reluKernel[T]
+	reluGrad            reluGradKernel[T]
+	col2im              col2imKernel[T]
+	maxPool             poolKernel[T]
+	maxPoolGrad         poolKernel[T]
 }
 
 // typed is one variant's kernels for both element types. Nil kernels (all

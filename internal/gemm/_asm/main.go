@@ -222,8 +222,14 @@ func main() {
 	// AVX-512: 32 vectors; 14 rows × 2 vectors = 28 accumulators, 2 for B, 1 broadcast.
 	kernel(f32, avx512, 14, 2)
 	kernel(f64, avx512, 14, 2)
+	// Few rows (a convolution's 8 or 16 output channels): 8 rows × 2 vectors = 16 accumulators.
+	kernel(f32, avx512, 8, 2)
+	kernel(f64, avx512, 8, 2)
 	// AVX2+FMA: 16 vectors; 6 rows × 2 vectors = 12 accumulators, 2 for B, 1 broadcast.
 	kernel(f32, avx2, 6, 2)
 	kernel(f64, avx2, 6, 2)
+	// Few rows: 4 rows × 2 vectors = 8 accumulators.
+	kernel(f32, avx2, 4, 2)
+	kernel(f64, avx2, 4, 2)
 	Generate()
 }

@@ -382,5 +382,16 @@ func main() {
 			}
 		}
 	}
+	emitLane2()
+	emitInterleave()
+	for _, e := range []elem{f32, f64} {
+		block(e, false)
+		block(e, true)
+		rectifier(e, false)
+		rectifier(e, true)
+		col2im(e)
+		maxPool(e)
+		maxPoolGrad(e)
+	}
 	Generate()
 }
