@@ -80,7 +80,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		c:     c,
 		ln:    ln,
 		p: handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID,
-			wire: wireCode(cfg.WireProtection)},
+			wire: wireCode(cfg.WireProtection), same: cfg.sameHost},
 		away:        turnedAway{hosts: make(map[string]int)},
 		established: make(chan established, cfg.Size),
 	}
@@ -143,7 +143,7 @@ func advertiseAddr(la *net.TCPAddr, adv string) (string, error) {
 type established struct {
 	peer int
 	nc   *net.TCPConn
-	key  wireKey
+	s    session
 }
 
 // mesh is the state of one Dial. Its Setup tracks the handshakes under
@@ -260,7 +260,7 @@ func tune(nc *net.TCPConn, cfg *Config) {
 func (m *mesh) wait(ctx context.Context) error {
 	c := m.c
 	return mpconn.Gather(ctx, c.size-1, m.established, func(e established) {
-		l := newLink(c, e.peer, e.nc, e.key)
+		l := newLink(c, e.peer, e.nc, e.s)
 		c.core.Links[e.peer] = l
 		l.start()
 	}, m.Fatal(), c.setupFails, func() error { return m.timeoutErr(ctx) })
@@ -309,11 +309,11 @@ func (m *mesh) dialPeer(q int) {
 		}
 		tune(tc, cfg)
 		_ = tc.SetDeadline(m.handshakeDeadline())
-		key, fatal, herr := dialHandshake(tc, &m.p, q)
+		s, fatal, herr := dialHandshake(tc, &m.p, q)
 		m.Untrack(tc)
 		if herr == nil {
 			_ = tc.SetDeadline(time.Time{})
-			m.established <- established{peer: q, nc: tc, key: key}
+			m.established <- established{peer: q, nc: tc, s: s}
 			return true, false, nil
 		}
 		_ = tc.Close()
@@ -366,7 +366,7 @@ func (m *mesh) acceptOne(pc *pending) {
 	if res.out == acceptOK {
 		tune(nc, &m.c.cfg)
 		_ = nc.SetDeadline(time.Time{})
-		m.established <- established{peer: res.from, nc: nc, key: res.key}
+		m.established <- established{peer: res.from, nc: nc, s: res.s}
 		return
 	}
 	_ = nc.Close()
