@@ -474,3 +474,32 @@ func TestWireProtectionMismatch(t *testing.T) {
 	a.WireProtection, b.WireProtection = WireMAC, WireAEAD
 	expectBoth(t, []Config{a, b}, "wire protection mismatch", "rank 0 uses mac, rank 1 uses aead")
 }
+
+// TestPreAuthRefusalsNameNoRank: what a listening rank sends a peer that
+// has not proved the secret (a refusal for another version, another
+// security mode, or a failed proof) names no rank and no world size.
+func TestPreAuthRefusalsNameNoRank(t *testing.T) {
+	badProof := make([]byte, proofLen)
+	putPrefix(badProof, hsProof, modeHMAC)
+	insecure := strangerHello(ProtocolVersion)
+	insecure[7] = modeInsecure
+	for name, in := range map[string][]byte{
+		"older version": strangerHello(ProtocolVersion - 1),
+		"insecure":      insecure,
+		"failed proof":  append(strangerHello(ProtocolVersion), badProof...),
+	} {
+		p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: 11, rank: 7, runID: "test", rand: zeroReader{}}
+		nc := &fakeConn{r: bytes.NewReader(in)}
+		res, err := acceptHandshake(nc, p, acceptHooks{admit: func(int) string { return "" }, release: func(int) {}})
+		if res.out != acceptNote {
+			t.Fatalf("%s: outcome %v (%v), want a refusal", name, res.out, err)
+		}
+		sent := nc.w.String()
+		if !strings.Contains(sent, "listening rank") && !strings.Contains(sent, "this rank") {
+			t.Errorf("%s: sent %q, want a refusal in words", name, sent)
+		}
+		if strings.ContainsAny(sent, "7") || strings.Contains(sent, "11") {
+			t.Errorf("%s: the refusal %q names the rank or the world size", name, sent)
+		}
+	}
+}
