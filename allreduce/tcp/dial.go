@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -16,16 +15,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
-
-// maxPendingHandshakes bounds the connections a listening rank holds
-// before they prove the secret, in each of two stages: those that have not
-// yet sent a well-formed hello, and those that have and owe the proof. A
-// connection arriving at a full stage drops that stage's oldest connection
-// (never the newcomer), so that strangers holding connections open cannot
-// crowd out a rank: a real rank's connection only needs to outlive one
-// round trip in each stage. Config.HandshakeTimeout bounds each
-// connection's time anyway.
-const maxPendingHandshakes = 64
 
 // The listening rank's record of connections turned away: the latest few,
 // and counts by host for a few hosts.
@@ -156,83 +145,13 @@ type mesh struct {
 	p  handshakeParams
 
 	// quiet and spoken hold the accepted connections that have not proved
-	// the secret yet, oldest first (*pending): quiet those without a
-	// well-formed hello so far, spoken those with one.
-	quiet, spoken list.List
+	// the secret yet (pending.go): quiet those without a well-formed hello
+	// so far, spoken those with one.
+	quiet, spoken stage
+	arrivals      uint64 // connections accepted so far
 	away          turnedAway
 
 	established chan established
-}
-
-// pending is an accepted connection until it proves the secret.
-type pending struct {
-	nc      *net.TCPConn
-	on      *list.List // the stage it waits in; nil once authenticated or dropped
-	el      *list.Element
-	dropped bool // closed to make room for a newer connection
-}
-
-// pend registers an accepted connection in the first stage, dropping that
-// stage's oldest connection if it is full; false once the mesh stopped.
-func (m *mesh) pend(nc *net.TCPConn) (*pending, bool) {
-	m.Lock()
-	defer m.Unlock()
-	if !m.TrackLocked(nc) {
-		return nil, false
-	}
-	pc := &pending{nc: nc}
-	m.enterLocked(pc, &m.quiet)
-	return pc, true
-}
-
-// enterLocked appends pc to stage l, dropping l's oldest if l is full.
-func (m *mesh) enterLocked(pc *pending, l *list.List) {
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-	}
-	pc.on, pc.el = l, l.PushBack(pc)
-	if l.Len() > maxPendingHandshakes {
-		old := l.Remove(l.Front()).(*pending)
-		old.on, old.el, old.dropped = nil, nil, true
-		_ = old.nc.Close() // its handshake fails and reports the drop
-	}
-}
-
-// spoke moves pc to the second stage (a well-formed hello arrived).
-func (m *mesh) spoke(pc *pending) {
-	m.Lock()
-	defer m.Unlock()
-	if pc.on == &m.quiet {
-		m.enterLocked(pc, &m.spoken)
-	}
-}
-
-// authenticated takes pc off the stages, where it could be dropped; false
-// if it was dropped already.
-func (m *mesh) authenticated(pc *pending) bool {
-	m.Lock()
-	defer m.Unlock()
-	if pc.dropped {
-		return false
-	}
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-		pc.on, pc.el = nil, nil
-	}
-	return true
-}
-
-// finish forgets pc; it reports whether pc was dropped and whether the
-// mesh has stopped (its connections closed by stop are not turned away).
-func (m *mesh) finish(pc *pending) (dropped, stopped bool) {
-	m.Lock()
-	defer m.Unlock()
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-		pc.on, pc.el = nil, nil
-	}
-	m.UntrackLocked(pc.nc)
-	return pc.dropped, m.StoppedLocked()
 }
 
 // handshakeDeadline is when a handshake starting now must be over.
