@@ -207,7 +207,7 @@ func TestFloodTimeoutSaysWhy(t *testing.T) {
 	err := <-errc
 	stop()
 	t.Logf("%v", err)
-	for _, want := range []string{"no connection with rank(s) 1", "turned away", "dropped as the oldest of 64 waiting",
+	for _, want := range []string{"no connection with rank(s) 1", "turned away", "dropped to make room (over 64 waiting",
 		"timed out after 300ms", "not the protocol", "from 127.0.0.1 (", "latest: 127.0.0.1:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want the error to mention %q", want)
