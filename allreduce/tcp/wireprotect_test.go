@@ -715,7 +715,8 @@ func TestWireModeMismatch(t *testing.T) {
 // would send mac, whose tags the relay could strip) is refused at the
 // handshake, on both ranks, with an error naming both ends' views.
 func TestWireAutoDisagreement(t *testing.T) {
-	cfgs, _ := newRelay(t, net.IPv4(127, 0, 0, 2), nil)
+	needSecondLoopback(t)
+	cfgs, _ := newRelay(t, otherHost, nil)
 	for i := range cfgs {
 		cfgs[i].WireProtection = WireAuto
 		cfgs[i].ConnectTimeout = 5 * time.Second
