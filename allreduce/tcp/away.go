@@ -61,10 +61,7 @@ type turnedAway struct {
 func (a *turnedAway) add(addr net.Addr, kind int, note string) {
 	a.total++
 	a.kinds[kind]++
-	host := addr.String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
+	host := hostOf(addr)
 	if _, ok := a.hosts[host]; ok || len(a.hosts) < maxTurnedAwayHosts {
 		a.hosts[host]++
 	} else {
