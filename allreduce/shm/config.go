@@ -76,6 +76,16 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// HandshakeTimeout bounds each connection's handshake. Default 2 s.
 	HandshakeTimeout time.Duration
+	// Log receives the lines Dial prints while the world forms, one call
+	// per line (no trailing newline): each connection it turns away before
+	// it authenticates, with the process it came from (pid and uid) and
+	// why (the first of each cause and user at once, repeats summed up
+	// later), and every 15 s whom it still waits for. Default: the lines
+	// go to os.Stderr.
+	Log func(line string)
+	// progressEvery, a test hook: how often Dial says whom it still waits
+	// for (default mpconn.DefaultProgressEvery).
+	progressEvery time.Duration
 	// MaxMessage is the largest message, in bytes. Default 1 GiB.
 	MaxMessage int64
 	// Spin is how long a waiting call polls before sleeping on the futex;
@@ -123,6 +133,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin
+	}
+	if c.progressEvery == 0 {
+		c.progressEvery = mpconn.DefaultProgressEvery
 	}
 	if c.LocalRank == 0 {
 		c.LocalRank = c.Rank

@@ -75,6 +75,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		p: hsParams{secret: cfg.Secret, mode: modeHMAC, size: cfg.Size, rank: cfg.Rank,
 			slots: cfg.Slots, slotLen: cfg.SlotSize, runID: cfg.RunID},
 		est: make(chan *link, cfg.Size),
+		rep: mpconn.NewReporter("shm", cfg.Rank, cfg.Log, cfg.ConnectTimeout),
 	}
 	if cfg.Insecure {
 		m.p.mode = modeInsecure
@@ -125,7 +126,8 @@ type mesh struct {
 
 	pending []*net.UnixConn // accepted, not yet authenticated, oldest first
 	turned  int             // connections turned away
-	lastWhy string          // the latest reason
+	lastWhy string          // the latest's source and reason
+	rep     *mpconn.Reporter
 
 	est chan *link
 }
@@ -162,11 +164,31 @@ func (m *mesh) untrack(uc *net.UnixConn) {
 	m.Untrack(uc)
 }
 
-func (m *mesh) turnAway(why error) {
+// turnAway records, and reports at once (rate-limited, mpconn.Reporter),
+// a connection turned away before it authenticated, failed with err,
+// naming the process at its other end; connections closed by Dial's end
+// are not reported.
+func (m *mesh) turnAway(uc *net.UnixConn, err error) {
+	if m.Ctx.Err() != nil {
+		return
+	}
+	pid, uid := peerCred(uc)
+	from, host := fmt.Sprintf("pid %d (uid %d)", pid, uid), fmt.Sprintf("processes of uid %d", uid)
+	why := err.Error()
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrAuth) && strings.Contains(why, "does not know the secret"):
+		why = "authentication failed (wrong secret?)"
+	case errors.As(err, &ne) && ne.Timeout():
+		why = fmt.Sprintf("did not authenticate within %v (HandshakeTimeout)", m.c.cfg.HandshakeTimeout)
+	case errors.Is(err, net.ErrClosed):
+		why = fmt.Sprintf("dropped to make room: more than %d connections waited to authenticate (a flood?)", maxPending)
+	}
 	m.Lock()
 	m.turned++
-	m.lastWhy = why.Error()
+	m.lastWhy = from + ": " + why
 	m.Unlock()
+	m.rep.TurnedAway(from, host, why)
 }
 
 func (m *mesh) deadline() time.Time { return m.HandshakeDeadline(m.c.cfg.HandshakeTimeout) }
@@ -181,10 +203,19 @@ func (m *mesh) wait(ctx context.Context) error {
 		msg := fmt.Sprintf("no link with rank(s) %s after %v: %v", mpconn.Missing(c.core.Links, c.rank), c.cfg.ConnectTimeout, ctx.Err())
 		m.Lock()
 		if m.turned > 0 {
-			msg += fmt.Sprintf("; turned away %d connection(s), the latest because: %s", m.turned, m.lastWhy)
+			msg += fmt.Sprintf("; turned away %d connection(s) before they authenticated, the latest from %s", m.turned, m.lastWhy)
 		}
 		m.Unlock()
 		return errors.New(msg)
+	}, c.cfg.progressEvery, func() {
+		m.Lock()
+		turned := m.turned
+		m.Unlock()
+		detail := ""
+		if turned > 0 {
+			detail = fmt.Sprintf("%d connection(s) turned away so far", turned)
+		}
+		m.rep.Waiting(mpconn.Missing(c.core.Links, c.rank), detail)
 	})
 }
 
@@ -218,8 +249,8 @@ func (m *mesh) acceptLoop() {
 			l, err := m.acceptOne(uc)
 			m.untrack(uc)
 			if err != nil {
+				m.turnAway(uc, err)
 				_ = uc.Close()
-				m.turnAway(err)
 				return
 			}
 			m.est <- l

@@ -23,7 +23,10 @@
 // secret, the dialer proving it first (handshake.go); (4) only then pass
 // the files' descriptors with SCM_RIGHTS, check and map the peer's;
 // (5) close every descriptor but one socket per peer, which a watcher
-// reads to learn the moment the peer's process is gone.
+// reads to learn the moment the peer's process is gone. While it waits,
+// Dial prints through Config.Log (default stderr) each connection it turns
+// away (the process at its other end, from SO_PEERCRED, and why) and every
+// 15 s whom it still waits for (mpconn.Reporter).
 //
 // Messages: Send copies the payload into the ring slot by slot; Recv
 // hands each slot's payload to the sink straight out of shared memory

@@ -2,6 +2,8 @@
 
 package shm
 
+import "time"
+
 // Kill drops c's sockets without a status, as a crashed process would.
 func Kill(c *Conn) { c.kill() }
 
@@ -18,3 +20,6 @@ func SlotOffset(c *Conn, peer, k int) int64 {
 func HeadOffset(c *Conn, peer int) int64 {
 	return c.own.lay.controlAt(ringIndex(c.rank, peer)) + headOff
 }
+
+// SetProgressEvery sets how often Dial says whom it still waits for.
+func SetProgressEvery(c *Config, d time.Duration) { c.progressEvery = d }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,10 +83,14 @@ func TestCorruptHead(t *testing.T) {
 }
 
 // TestWrongSecret: a rank with another secret cannot join: it is refused
-// before any descriptor is passed, and the rank it dialed reports it.
+// before any descriptor is passed, and the rank it dialed reports it at
+// once (the process, why), says whom it still waits for, and names the
+// process in its error.
 func TestWrongSecret(t *testing.T) {
 	store := rendezvous.NewMemStore()
 	errs := make([]error, 2)
+	var mu sync.Mutex
+	var lines []string
 	var wg sync.WaitGroup
 	for r := range 2 {
 		wg.Add(1)
@@ -95,8 +100,17 @@ func TestWrongSecret(t *testing.T) {
 			if r == 1 {
 				s = []byte("another secret entirely 98765")
 			}
-			c, err := shm.Dial(context.Background(), shm.Config{Rank: r, Size: 2, Store: store, Secret: s,
-				ConnectTimeout: 2 * time.Second, Slots: 2, SlotSize: 4096})
+			cfg := shm.Config{Rank: r, Size: 2, Store: store, Secret: s, ConnectTimeout: 2 * time.Second, Slots: 2, SlotSize: 4096,
+				Log: func(l string) {
+					mu.Lock()
+					lines = append(lines, l)
+					mu.Unlock()
+				}}
+			if r == 1 {
+				cfg.Log = func(string) {}
+			}
+			shm.SetProgressEvery(&cfg, 500*time.Millisecond)
+			c, err := shm.Dial(context.Background(), cfg)
 			if c != nil {
 				c.Close()
 			}
@@ -111,6 +125,17 @@ func TestWrongSecret(t *testing.T) {
 		t.Errorf("rank 0: %v, want an error naming the secret", errs[0])
 	}
 	t.Logf("rank 0: %v\nrank 1: %v", errs[0], errs[1])
+	t.Logf("rank 0 printed:\n%s", strings.Join(lines, "\n"))
+	from := fmt.Sprintf("pid %d (uid %d)", os.Getpid(), os.Getuid())
+	if len(lines) == 0 || lines[0] != "shm: rank 0: turned away a connection from "+from+": authentication failed (wrong secret?)" {
+		t.Errorf("rank 0 printed %q first, want the refusal naming the process", lines)
+	}
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "shm: rank 0: still waiting for rank(s) 1 (") }) {
+		t.Error("rank 0 did not say whom it waits for")
+	}
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "turned away 1 connection(s) before they authenticated, the latest from "+from) {
+		t.Errorf("rank 0: %v, want it to name the process turned away", errs[0])
+	}
 }
 
 // TestStrangerGetsNoDescriptor: a process that connects to a rank's

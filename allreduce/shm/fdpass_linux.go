@@ -50,15 +50,22 @@ func recvFD(uc *net.UnixConn, peer int) (int, error) {
 
 // peerPID is the process at the other end of uc (SO_PEERCRED), or 0.
 func peerPID(uc *net.UnixConn) int {
+	pid, _ := peerCred(uc)
+	return pid
+}
+
+// peerCred is the process and user at the other end of uc (SO_PEERCRED),
+// or 0 and -1.
+func peerCred(uc *net.UnixConn) (pid, uid int) {
+	uid = -1
 	rc, err := uc.SyscallConn()
 	if err != nil {
-		return 0
+		return 0, uid
 	}
-	pid := 0
 	_ = rc.Control(func(fd uintptr) {
 		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
+			pid, uid = int(cred.Pid), int(cred.Uid)
 		}
 	})
-	return pid
+	return pid, uid
 }

@@ -60,13 +60,41 @@ func FuzzListenHandshake(f *testing.F) {
 func FuzzDialHandshake(f *testing.F) {
 	hello, _ := handshakeSeeds(f)
 	f.Add(hello)
-	f.Add(append(append([]byte{}, hello...), make([]byte, 33)...))
-	f.Add(append(append([]byte{}, hello...), 1, 4, 0, 'n', 'o', 'p', 'e'))
-	f.Add(append(append([]byte{}, hello...), 1, 0xff, 0xff))
-	f.Add(append(append([]byte{}, hello...), 7))
+	f.Add(append(bytes.Clone(hello), make([]byte, 33)...))
+	f.Add(append(bytes.Clone(hello), 1, 4, 0, 'n', 'o', 'p', 'e'))
+	f.Add(append(bytes.Clone(hello), 1, 0xff, 0xff))
+	f.Add(append(bytes.Clone(hello), 7))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if err := dialHandshake(&rw{r: bytes.NewReader(b)}, fuzzParams(1), 0); err == nil {
 			t.Fatalf("accepted a listener without the secret: %x", b)
 		}
 	})
+}
+
+// TestPreAuthRefusalsNameNoRank: what a listening rank sends a dialer that
+// has not proved the secret (a refusal for another version, another mode,
+// or a failed proof) names neither its rank nor the world's size.
+func TestPreAuthRefusalsNameNoRank(t *testing.T) {
+	p := func() *hsParams { q := fuzzParams(7); q.size = 11; return q }
+	l := &rw{r: bytes.NewReader(nil)}
+	_, _ = listenHandshake(l, p(), func(int) string { return "" })
+	d := &rw{r: bytes.NewReader(l.w.Bytes())}
+	dp := p()
+	dp.rank = 8
+	_ = dialHandshake(d, dp, 7)
+	answer := d.w.Bytes() // its MAC is over another listener's nonce
+	version, mode := bytes.Clone(answer), bytes.Clone(answer)
+	version[4]++
+	mode[6] = modeInsecure
+	for name, in := range map[string][]byte{"another version": version, "another mode": mode, "failed proof": answer} {
+		c := &rw{r: bytes.NewReader(in)}
+		if _, err := listenHandshake(c, p(), func(int) string { return "" }); err == nil {
+			t.Fatalf("%s: admitted", name)
+		}
+		refusal := c.w.Bytes()[40:] // after the hello
+		t.Logf("%s: %q", name, refusal)
+		if len(refusal) == 0 || bytes.ContainsAny(refusal, "7") || bytes.Contains(refusal, []byte("11")) {
+			t.Errorf("%s: sent %q, want a refusal naming neither the rank nor the size", name, refusal)
+		}
+	}
 }

@@ -108,6 +108,17 @@ type Config struct {
 	// same address at both ends are on this host.
 	LocalRank int
 	LocalSize int
+	// Log receives the lines Dial prints while the mesh forms, one call
+	// per line (no trailing newline): each connection it turns away
+	// before it authenticates, with where from and why (the first of each
+	// cause and source at once, repeats counted and summed up later), and
+	// every 15 s whom it still waits for and what it knows of them.
+	// Default: the lines go to os.Stderr.
+	Log func(line string)
+	// progressEvery, a test hook: how often Dial says whom it still waits
+	// for (default mpconn.DefaultProgressEvery).
+	progressEvery time.Duration
+
 	// Node names this rank's node (host) for topology-aware algorithms:
 	// ranks with the same name are on one node. Default: the host name.
 	// ConfigFromEnv takes RINGDDP_NODE when set (to simulate nodes on one
@@ -130,6 +141,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := mpconn.DefaultLimits("tcp", &c.Timeout, &c.ConnectTimeout, &c.HandshakeTimeout, &c.MaxMessage, maxPayload); err != nil {
 		return c, err
+	}
+	if c.progressEvery == 0 {
+		c.progressEvery = mpconn.DefaultProgressEvery
 	}
 	if c.Spin == 0 {
 		c.Spin = DefaultSpin

@@ -1,13 +1,11 @@
 package tcp
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,24 +13,6 @@ import (
 	"github.com/ringddp/ringddp/internal/untrusted"
 
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
-)
-
-// maxPendingHandshakes bounds the connections a listening rank holds
-// before they prove the secret, in each of two stages: those that have not
-// yet sent a well-formed hello, and those that have and owe the proof. A
-// connection arriving at a full stage drops that stage's oldest connection
-// (never the newcomer), so that strangers holding connections open cannot
-// crowd out a rank: a real rank's connection only needs to outlive one
-// round trip in each stage. Config.HandshakeTimeout bounds each
-// connection's time anyway.
-const maxPendingHandshakes = 64
-
-// The listening rank's record of connections turned away: the latest few,
-// and counts by host for a few hosts.
-const (
-	maxRecentTurnedAway = 6
-	maxTurnedAwayHosts  = 6
-	maxRefusalNotes     = 8
 )
 
 // Dial joins the mesh of cfg.Size ranks as rank cfg.Rank and returns once
@@ -80,8 +60,10 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		c:     c,
 		ln:    ln,
 		p: handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID,
-			wire: wireCode(cfg.WireProtection)},
+			wire: wireCode(cfg.WireProtection), same: cfg.sameHost},
 		away:        turnedAway{hosts: make(map[string]int)},
+		rep:         mpconn.NewReporter("tcp", cfg.Rank, cfg.Log, cfg.ConnectTimeout),
+		dialing:     make([]string, cfg.Rank),
 		established: make(chan established, cfg.Size),
 	}
 	err = m.Form(cfg.Rank, m.acceptLoop, m.dialPeer, func() error { return m.wait(ctx) }, m.stop)
@@ -143,7 +125,7 @@ func advertiseAddr(la *net.TCPAddr, adv string) (string, error) {
 type established struct {
 	peer int
 	nc   *net.TCPConn
-	key  wireKey
+	s    session
 }
 
 // mesh is the state of one Dial. Its Setup tracks the handshakes under
@@ -156,83 +138,15 @@ type mesh struct {
 	p  handshakeParams
 
 	// quiet and spoken hold the accepted connections that have not proved
-	// the secret yet, oldest first (*pending): quiet those without a
-	// well-formed hello so far, spoken those with one.
-	quiet, spoken list.List
+	// the secret yet (pending.go): quiet those without a well-formed hello
+	// so far, spoken those with one.
+	quiet, spoken stage
+	arrivals      uint64 // connections accepted so far
 	away          turnedAway
+	rep           *mpconn.Reporter
+	dialing       []string // what this rank knows of each lower rank it dials
 
 	established chan established
-}
-
-// pending is an accepted connection until it proves the secret.
-type pending struct {
-	nc      *net.TCPConn
-	on      *list.List // the stage it waits in; nil once authenticated or dropped
-	el      *list.Element
-	dropped bool // closed to make room for a newer connection
-}
-
-// pend registers an accepted connection in the first stage, dropping that
-// stage's oldest connection if it is full; false once the mesh stopped.
-func (m *mesh) pend(nc *net.TCPConn) (*pending, bool) {
-	m.Lock()
-	defer m.Unlock()
-	if !m.TrackLocked(nc) {
-		return nil, false
-	}
-	pc := &pending{nc: nc}
-	m.enterLocked(pc, &m.quiet)
-	return pc, true
-}
-
-// enterLocked appends pc to stage l, dropping l's oldest if l is full.
-func (m *mesh) enterLocked(pc *pending, l *list.List) {
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-	}
-	pc.on, pc.el = l, l.PushBack(pc)
-	if l.Len() > maxPendingHandshakes {
-		old := l.Remove(l.Front()).(*pending)
-		old.on, old.el, old.dropped = nil, nil, true
-		_ = old.nc.Close() // its handshake fails and reports the drop
-	}
-}
-
-// spoke moves pc to the second stage (a well-formed hello arrived).
-func (m *mesh) spoke(pc *pending) {
-	m.Lock()
-	defer m.Unlock()
-	if pc.on == &m.quiet {
-		m.enterLocked(pc, &m.spoken)
-	}
-}
-
-// authenticated takes pc off the stages, where it could be dropped; false
-// if it was dropped already.
-func (m *mesh) authenticated(pc *pending) bool {
-	m.Lock()
-	defer m.Unlock()
-	if pc.dropped {
-		return false
-	}
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-		pc.on, pc.el = nil, nil
-	}
-	return true
-}
-
-// finish forgets pc; it reports whether pc was dropped and whether the
-// mesh has stopped (its connections closed by stop are not turned away).
-func (m *mesh) finish(pc *pending) (dropped, stopped bool) {
-	m.Lock()
-	defer m.Unlock()
-	if pc.on != nil {
-		pc.on.Remove(pc.el)
-		pc.on, pc.el = nil, nil
-	}
-	m.UntrackLocked(pc.nc)
-	return pc.dropped, m.StoppedLocked()
 }
 
 // handshakeDeadline is when a handshake starting now must be over.
@@ -260,15 +174,15 @@ func tune(nc *net.TCPConn, cfg *Config) {
 func (m *mesh) wait(ctx context.Context) error {
 	c := m.c
 	return mpconn.Gather(ctx, c.size-1, m.established, func(e established) {
-		l := newLink(c, e.peer, e.nc, e.key)
+		l := newLink(c, e.peer, e.nc, e.s)
 		c.core.Links[e.peer] = l
 		l.start()
-	}, m.Fatal(), c.setupFails, func() error { return m.timeoutErr(ctx) })
+	}, m.Fatal(), c.setupFails, func() error { return m.timeoutErr(ctx) }, c.cfg.progressEvery, m.progress)
 }
 
 func (m *mesh) timeoutErr(ctx context.Context) error {
 	missing := mpconn.Missing(m.c.core.Links, m.c.rank)
-	msg := fmt.Sprintf("no connection with rank(s) %s after %v: %v", missing, m.c.cfg.ConnectTimeout, ctx.Err())
+	msg := fmt.Sprintf("no connection with rank(s) %s after %v: %v (%s)", missing, m.c.cfg.ConnectTimeout, ctx.Err(), m.waitingFor(false))
 	m.Lock()
 	away := m.away.String(m.c.cfg.HandshakeTimeout)
 	m.Unlock()
@@ -296,10 +210,12 @@ func (m *mesh) dialPeer(q int) {
 		m.Fail(fmt.Errorf("rank %d published a malformed address %q: %w", q, untrusted.Printable(v), err))
 		return
 	}
+	m.setDialing(q, "at "+addr+": connecting")
 	d := net.Dialer{Control: dialControl(cfg.Congestion)}
 	ctxErr, last := mpconn.Redial(m.Ctx, 10*time.Millisecond, func() (done, reset bool, err error) {
 		nc, err := d.DialContext(m.Ctx, "tcp", addr)
 		if err != nil {
+			m.setDialing(q, fmt.Sprintf("at %s: %v", addr, err))
 			return false, false, err
 		}
 		tc := nc.(*net.TCPConn)
@@ -309,11 +225,11 @@ func (m *mesh) dialPeer(q int) {
 		}
 		tune(tc, cfg)
 		_ = tc.SetDeadline(m.handshakeDeadline())
-		key, fatal, herr := dialHandshake(tc, &m.p, q)
+		s, fatal, herr := dialHandshake(tc, &m.p, q)
 		m.Untrack(tc)
 		if herr == nil {
 			_ = tc.SetDeadline(time.Time{})
-			m.established <- established{peer: q, nc: tc, key: key}
+			m.established <- established{peer: q, nc: tc, s: s}
 			return true, false, nil
 		}
 		_ = tc.Close()
@@ -323,6 +239,7 @@ func (m *mesh) dialPeer(q int) {
 		}
 		// The listener is up but this connection broke (dropped while
 		// strangers flooded it, or too slow): retry soon.
+		m.setDialing(q, fmt.Sprintf("at %s: handshake: %v", addr, herr))
 		return false, true, herr
 	})
 	if errors.Is(ctxErr, context.DeadlineExceeded) {
@@ -366,7 +283,7 @@ func (m *mesh) acceptOne(pc *pending) {
 	if res.out == acceptOK {
 		tune(nc, &m.c.cfg)
 		_ = nc.SetDeadline(time.Time{})
-		m.established <- established{peer: res.from, nc: nc, key: res.key}
+		m.established <- established{peer: res.from, nc: nc, s: res.s}
 		return
 	}
 	_ = nc.Close()
@@ -377,25 +294,7 @@ func (m *mesh) acceptOne(pc *pending) {
 	if stopped {
 		return
 	}
-	kind := awayGarbage
-	var ne net.Error
-	switch {
-	case dropped:
-		kind = awayDropped
-	case errors.As(err, &ne) && ne.Timeout():
-		kind = awayTimedOut
-	case res.out == acceptNote && res.badProof:
-		kind = awayBadProof
-	case res.out == acceptNote:
-		kind = awayRefused
-	}
-	var note string
-	if res.out == acceptNote {
-		note = fmt.Sprintf("%v (claiming rank %d): %v", nc.RemoteAddr(), res.from, err)
-	}
-	m.Lock()
-	m.away.add(nc.RemoteAddr(), kind, note)
-	m.Unlock()
+	m.turnAway(nc.RemoteAddr(), dropped, res, err)
 }
 
 // admit registers an authenticated dialer's rank, or says why it cannot join.
@@ -407,106 +306,4 @@ func (m *mesh) admit(from int) string {
 		return fmt.Sprintf("duplicate rank %d: rank %d already has a connection from a process claiming rank %d", from, m.p.rank, from)
 	}
 	return ""
-}
-
-// Why a listening rank turned a connection away.
-const (
-	awayDropped  = iota // the oldest of too many waiting to authenticate
-	awayTimedOut        // no proof within Config.HandshakeTimeout
-	awayBadProof        // a wrong proof of the secret
-	awayRefused         // another protocol version or security mode
-	awayGarbage         // not the protocol, or hung up before proving anything
-	awayKinds
-)
-
-func awayName(kind int) string {
-	switch kind {
-	case awayDropped:
-		return "dropped"
-	case awayTimedOut:
-		return "timed out"
-	case awayBadProof:
-		return "failed the proof"
-	case awayRefused:
-		return "refused"
-	}
-	return "not the protocol or hung up"
-}
-
-// turnedAway counts the connections a listening rank turned away before
-// they authenticated, by kind and by host, and keeps the latest few and
-// the first refusals with their reasons, for the error if the mesh does
-// not form in time. Its memory is bounded whatever strangers do.
-type turnedAway struct {
-	total      int
-	kinds      [awayKinds]int
-	hosts      map[string]int // at most maxTurnedAwayHosts
-	otherHosts int            // connections from further hosts
-	recent     [maxRecentTurnedAway]string
-	next       int // where the next recent entry goes
-	notes      []string
-}
-
-func (a *turnedAway) add(addr net.Addr, kind int, note string) {
-	a.total++
-	a.kinds[kind]++
-	host := addr.String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if _, ok := a.hosts[host]; ok || len(a.hosts) < maxTurnedAwayHosts {
-		a.hosts[host]++
-	} else {
-		a.otherHosts++
-	}
-	a.recent[a.next%maxRecentTurnedAway] = fmt.Sprintf("%v %s", addr, awayName(kind))
-	a.next++
-	if note != "" && len(a.notes) < maxRefusalNotes {
-		a.notes = append(a.notes, note)
-	}
-}
-
-// String describes what was turned away ("" if nothing), as in
-// "turned away 812 connection(s) before they authenticated (800 dropped as
-// the oldest of 64 waiting, 12 timed out after 2s) from 127.0.0.1 (812);
-// latest: ...; refused: ...".
-func (a *turnedAway) String(timeout time.Duration) string {
-	if a.total == 0 {
-		return ""
-	}
-	var kinds []string
-	for k, n := range a.kinds {
-		if n == 0 {
-			continue
-		}
-		switch k {
-		case awayDropped:
-			kinds = append(kinds, fmt.Sprintf("%d dropped as the oldest of %d waiting", n, maxPendingHandshakes))
-		case awayTimedOut:
-			kinds = append(kinds, fmt.Sprintf("%d timed out after %v", n, timeout))
-		default:
-			kinds = append(kinds, fmt.Sprintf("%d %s", n, awayName(k)))
-		}
-	}
-	hosts := make([]string, 0, len(a.hosts))
-	for h := range a.hosts {
-		hosts = append(hosts, h)
-	}
-	slices.SortFunc(hosts, func(x, y string) int { return a.hosts[y] - a.hosts[x] })
-	for i, h := range hosts {
-		hosts[i] = fmt.Sprintf("%s (%d)", h, a.hosts[h])
-	}
-	if a.otherHosts > 0 {
-		hosts = append(hosts, fmt.Sprintf("other hosts (%d)", a.otherHosts))
-	}
-	var recent []string
-	for i := max(0, a.next-maxRecentTurnedAway); i < a.next; i++ {
-		recent = append(recent, a.recent[i%maxRecentTurnedAway])
-	}
-	s := fmt.Sprintf("turned away %d connection(s) before they authenticated (%s) from %s; latest: %s",
-		a.total, strings.Join(kinds, ", "), strings.Join(hosts, ", "), strings.Join(recent, ", "))
-	if len(a.notes) > 0 {
-		s += "; refused: " + strings.Join(a.notes, "; ")
-	}
-	return s
 }

@@ -5,8 +5,9 @@
 // publishes "host:port" in a rendezvous.Store under
 // "ringddp/tcp/<RunID>/addr/<rank>", dials every lower rank and accepts
 // every higher one. Each connection starts with a handshake (protocol
-// version 3, handshake.go) carrying the protocol magic and version, the
-// world size, both ranks, the wire protection and the run id, and an
+// version 4, handshake.go) carrying the protocol magic and version, the
+// world size, both ranks, the wire protection (configured, and as each
+// end resolved it for the link) and the run id, and an
 // HMAC-SHA256 challenge-response over the job's secret in both directions,
 // fresh nonces from both sides in both MACs. The dialing rank proves the
 // secret first: a listening rank sends nothing computed with the secret to
@@ -14,8 +15,10 @@
 // to test guesses against offline; and secrets must pass
 // rendezvous.CheckSecret (at least 16 bytes, not all digits, at least 8
 // distinct byte values). A wrong secret, world size, run id, wire
-// protection or protocol version (both versions named), or a duplicate
-// rank, is refused with a clear error on both sides. Both ends then derive
+// protection or protocol version (both versions named), a link whose two
+// ends resolved auto differently (both views named), or a duplicate
+// rank, is refused with a clear error on both sides; a refusal sent before
+// the peer proved the secret names no rank. Both ends then derive
 // the link's session key, HMAC-SHA256 over the secret, both nonces, both
 // ranks and the run id, which keys the wire protection (all zeros when
 // Insecure). Running without a secret is an explicit opt-out
@@ -23,14 +26,22 @@
 //
 // Strangers cannot keep ranks out: a listening rank holds at most 64
 // connections that have not yet sent a well-formed hello and 64 that owe
-// the proof, drops the oldest of a full stage for a newcomer (never the
-// newcomer), and closes any connection not authenticated within
-// Config.HandshakeTimeout (default 2 s); a dialing rank whose connection
-// was dropped dials again at once. Under a stranger's connection flood the
-// mesh forms within tens of milliseconds of the last rank's arrival
-// (loopback, flood_test.go). If it does not form by Config.ConnectTimeout,
-// the error counts the connections turned away, by reason and by host,
-// with the latest few and the first refusals' reasons.
+// the proof; a full stage drops, for a newcomer (never the newcomer), the
+// oldest connection of the host holding the most in it (pending.go), so a
+// flood from one address evicts only its own connections; and it closes
+// any connection not authenticated within Config.HandshakeTimeout
+// (default 2 s). A dialing rank whose connection was dropped dials again
+// at once. Under a stranger's connection flood the mesh forms within tens
+// of milliseconds of the last rank's arrival (flood_test.go).
+//
+// While the mesh forms, Dial prints through Config.Log (default stderr)
+// each connection it turns away, from where and why, as it happens (the
+// first of each cause and source; repeats are summed up later), and every
+// 15 s whom it still waits for and what dialing them gave (away.go,
+// mpconn.Reporter). If it does not form by Config.ConnectTimeout, the
+// error names the missing ranks and counts the connections turned away,
+// by reason and by host, with the latest few and the first refusals'
+// reasons.
 //
 // Messages (wire.go): a 56-byte header — magic, type, the transport.Header
 // fields, payload length, CRC-32C — then the payload; under wire
@@ -93,5 +104,7 @@
 // WireAuto: mac on every link between hosts, none on links within one
 // (their bytes never leave the kernel, and there mac costs most, as the CPU
 // moves every byte: see DefaultWireProtection); there the handshake alone
-// authenticates. WireMAC everywhere and WireAEAD are a setting away.
+// authenticates. Each end resolves auto from its own socket's addresses
+// and the handshake binds both choices, so the two ends of a link always
+// use the same mode. WireMAC everywhere and WireAEAD are a setting away.
 package tcp

@@ -34,6 +34,11 @@ func (m floodMode) String() string {
 // of them open, closing its oldest to open more, until ctx ends. It
 // returns the number of connections it opened.
 func flood(ctx context.Context, addr string, mode floodMode, hold int) int {
+	return floodFrom(ctx, addr, nil, mode, hold)
+}
+
+// floodFrom is flood from the local address from (nil: any).
+func floodFrom(ctx context.Context, addr string, from net.IP, mode floodMode, hold int) int {
 	rng := rand.New(rand.NewPCG(3, 4))
 	garbage := make([]byte, 512)
 	for i := range garbage {
@@ -47,6 +52,9 @@ func flood(ctx context.Context, addr string, mode floodMode, hold int) int {
 		}
 	}()
 	d := net.Dialer{Timeout: time.Second}
+	if from != nil {
+		d.LocalAddr = &net.TCPAddr{IP: from}
+	}
 	opened := 0
 	for ctx.Err() == nil {
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -199,10 +207,109 @@ func TestFloodTimeoutSaysWhy(t *testing.T) {
 	err := <-errc
 	stop()
 	t.Logf("%v", err)
-	for _, want := range []string{"no connection with rank(s) 1", "turned away", "dropped as the oldest of 64 waiting",
+	for _, want := range []string{"no connection with rank(s) 1", "turned away", "dropped to make room (over 64 waiting",
 		"timed out after 300ms", "not the protocol", "from 127.0.0.1 (", "latest: 127.0.0.1:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want the error to mention %q", want)
 		}
+	}
+}
+
+// otherHost is a loopback address other than 127.0.0.1, which tests dial
+// from to look like another host.
+var otherHost = net.IPv4(127, 0, 0, 2)
+
+// needSecondLoopback skips the test where this host cannot dial from
+// otherHost (Linux can; macOS has only 127.0.0.1 unless configured).
+func needSecondLoopback(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: otherHost}, Timeout: time.Second}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Skipf("cannot dial from %v: %v", otherHost, err)
+	}
+	c.Close()
+}
+
+// slowConn delays each write: a dialer whose answers take a long round
+// trip to arrive.
+type slowConn struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (c slowConn) Write(b []byte) (int, error) {
+	time.Sleep(c.delay)
+	return c.Conn.Write(b)
+}
+
+// TestFloodFromOneHostSparesAnother: while a stranger on 127.0.0.2 floods
+// a listening rank with well-formed hellos (more than it holds waiting),
+// the ten ranks above it dial from 127.0.0.1 with handshakes whose every
+// message takes 200 ms to arrive. Each handshake is tried once; all ten
+// must complete, since the listener evicts from the host holding the most
+// waiting connections, and the mesh forms.
+func TestFloodFromOneHostSparesAnother(t *testing.T) {
+	const n = 11
+	const delay = 200 * time.Millisecond
+	needSecondLoopback(t)
+	addr, errc := listenAlone(t, func(c *Config) {
+		c.Size = n
+		c.ConnectTimeout = 10 * time.Second
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var opened atomic.Int64
+	var floods sync.WaitGroup
+	for range 2 {
+		floods.Add(1)
+		go func() {
+			defer floods.Done()
+			opened.Add(int64(floodFrom(ctx, addr, otherHost, floodHello, 4*maxPendingHandshakes)))
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	conns := make([]net.Conn, n)
+	for r := 1; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			conns[r] = nc
+			_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+			p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: n, rank: r, runID: "test", wire: wireCode(DefaultWireProtection)}
+			_, _, errs[r] = dialHandshake(slowConn{nc, delay}, p, 0)
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for r := 1; r < n; r++ {
+		if errs[r] != nil {
+			failed++
+			t.Errorf("rank %d's slow handshake: %v", r, errs[r])
+		}
+	}
+	err := <-errc
+	stop()
+	floods.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	t.Logf("%d of %d slow handshakes completed under a flood of %d connections from 127.0.0.2", n-1-failed, n-1, opened.Load())
+	if err != nil {
+		t.Errorf("listening rank: %v", err)
 	}
 }

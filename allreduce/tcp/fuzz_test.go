@@ -166,8 +166,8 @@ func FuzzDialHandshake(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0xff}, 200))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: 3, rank: 2, runID: "test"}
-		key, _, err := dialHandshake(&fakeConn{r: bytes.NewReader(b)}, p, 0)
-		if err == nil || key != (wireKey{}) {
+		s, _, err := dialHandshake(&fakeConn{r: bytes.NewReader(b)}, p, 0)
+		if err == nil || s != (session{}) {
 			t.Fatalf("accepted a listener without the secret: %q", b)
 		}
 	})

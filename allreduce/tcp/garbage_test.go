@@ -188,7 +188,7 @@ func rawPeer(t *testing.T, maxMessage int64) (*Conn, net.Conn) {
 		t.Fatal(err)
 	}
 	c := newConn(cfg)
-	l := newLink(c, 1, nc.(*net.TCPConn), wireKey{})
+	l := newLink(c, 1, nc.(*net.TCPConn), session{mode: WireNone})
 	c.core.Links[1] = l
 	c.ready.Store(true)
 	l.start()

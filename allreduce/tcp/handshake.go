@@ -13,19 +13,20 @@ import (
 	"github.com/ringddp/ringddp/allreduce/internal/mpconn"
 )
 
-// The handshake on every data connection, protocol version 3. The higher
+// The handshake on every data connection, protocol version 4. The higher
 // rank (the dialer, D) dials the lower one (the acceptor, A): rank r dials
 // 0..r-1 and accepts r+1..N-1. Every message starts with an 8-byte prefix:
 // magic "RDDH" u32 | version u16 | type u8 | mode u8 (mode 1: shared
 // secret, 0: explicitly insecure). Then, big-endian:
 //
-//	D → A  hello      size u32 | from u32 | to u32 | wire u8 | nonceD [32] | runLen u8 | runID
+//	D → A  hello      size u32 | from u32 | to u32 | wire u8 | link u8 | view [16] |
+//	                  nonceD [32] | runLen u8 | runID
 //	A → D  challenge  nonceA [32]
 //	D → A  proof      macD [32]
-//	A → D  verdict    size u32 | rank u32 | status u8 | len u16 | reason | macA [32]
+//	A → D  verdict    size u32 | rank u32 | link u8 | status u8 | len u16 | reason | macA [32]
 //
-//	macD = HMAC-SHA256(secret, "ringddp/tcp/v3/dialer\x00" | hello | challenge | proof prefix)
-//	macA = HMAC-SHA256(secret, "ringddp/tcp/v3/acceptor\x00" | hello | challenge | proof | verdict without macA)
+//	macD = HMAC-SHA256(secret, "ringddp/tcp/v4/dialer\x00" | hello | challenge | proof prefix)
+//	macA = HMAC-SHA256(secret, "ringddp/tcp/v4/acceptor\x00" | hello | challenge | proof | verdict without macA)
 //
 // (each message whole, prefix included). The dialer proves the secret
 // first; the acceptor sends nothing computed with the secret (macA) until
@@ -34,17 +35,26 @@ import (
 // and every field either side sent, so no answer can be replayed,
 // reflected (the labels differ), spliced from another connection or
 // downgraded (the version is in every prefix and refused when it differs);
-// MACs are compared in constant time. wire is the dialer's wire
-// protection (0 none, 1 mac, 2 aead). The acceptor alone judges the
-// dialer's world size, run id, target rank and wire protection, which must
-// equal its own; its verdict, authenticated by macA, admits the dialer
-// (status 0) or says why not (status 1; fatal to both, since both are
-// authenticated ranks), and carries the acceptor's world size and rank,
-// which the dialer checks too.
+// MACs are compared in constant time. wire is the dialer's configured
+// wire protection (0 none, 1 mac, 2 aead, 3 auto); link is the protection
+// it resolved for this link (auto resolved by sameHost: none within a
+// host, mac between hosts), and view the peer address it sees (IPv6
+// form), which names its view in errors. Each end resolves auto from its
+// own socket's addresses, so a relay or NAT that shows one end a loopback
+// peer and the other a remote one would make them disagree, and could
+// then strip the tags of one direction; binding link into both MACs, and
+// refusing a disagreement, closes that. The acceptor alone judges the
+// dialer's world size, run id, target rank, wire protection and link
+// protection, which must equal its own; its verdict, authenticated by
+// macA, admits the dialer (status 0) or says why not (status 1; fatal to
+// both, since both are authenticated ranks), and carries the acceptor's
+// world size, rank and link protection, which the dialer checks too.
 //
 // Either side may instead answer with a refusal (type 5: len u16 | reason)
 // and close: for another protocol version or mode, or (the acceptor) a
-// failed proof. The version is checked, in every message, before anything
+// failed proof. A refusal sent before the peer proved the secret names
+// neither rank nor anything else about the job beyond the protocol
+// version and mode it speaks. The version is checked, in every message, before anything
 // else is read: a peer of another version is refused with both versions
 // named. A connection that does not start with the magic is dropped
 // silently; a refusal of an unauthenticated peer is noted and the acceptor
@@ -65,8 +75,9 @@ const (
 	hsMagic = 0x52444448 // "RDDH"
 	// ProtocolVersion is the wire protocol version of this package (2:
 	// abort frames carry a mismatch record; 3: the dialer proves the secret
-	// first, and the handshake yields a session key).
-	ProtocolVersion = 3
+	// first, and the handshake yields a session key; 4: both ends bind the
+	// link's resolved wire protection into the handshake).
+	ProtocolVersion = 4
 
 	hsHello     = 1
 	hsChallenge = 2
@@ -82,16 +93,19 @@ const (
 	macLen       = handshake.MACLen
 	maxRunID     = mpconn.MaxRunID // the hello carries its length in a byte
 	maxReasonLen = 512
-	helloNonce   = prefixLen + 13 // where nonceD starts in the hello
+	viewLen      = net.IPv6len
+	helloWire    = prefixLen + 12 // where wire, link and view are in the hello
+	helloNonce   = helloWire + 2 + viewLen
 	helloFixed   = helloNonce + nonceLen + 1
 	challengeLen = prefixLen + nonceLen
 	proofLen     = prefixLen + macLen
-	verdictFixed = prefixLen + 9 // up to and excluding the reason's length
+	verdictLink  = prefixLen + 8   // where link is in the verdict
+	verdictFixed = verdictLink + 2 // up to and excluding the reason's length
 )
 
 const (
-	labelAcceptor = "ringddp/tcp/v3/acceptor\x00"
-	labelDialer   = "ringddp/tcp/v3/dialer\x00"
+	labelAcceptor = "ringddp/tcp/v4/acceptor\x00"
+	labelDialer   = "ringddp/tcp/v4/dialer\x00"
 	labelWireKey  = "ringddp wire key v1\x00"
 )
 
@@ -158,6 +172,47 @@ type handshakeParams struct {
 	runID  string
 	wire   byte      // wireCode(Config.WireProtection)
 	rand   io.Reader // nonces; nil: crypto/rand
+	// same decides whether a connection stays on one host, to resolve
+	// auto (nil: sameHost).
+	same func(local, remote net.Addr) bool
+}
+
+// linkView is one end's view of a link: the protection it resolved for
+// it and the peer address it sees.
+type linkView struct {
+	mode WireProtection
+	peer net.IP // 16 bytes; zeros when the peer is not a TCP address
+}
+
+// viewOf resolves the configured wire protection for the link over nc.
+func (p *handshakeParams) viewOf(nc net.Conn) linkView {
+	same := p.same
+	if same == nil {
+		same = sameHost
+	}
+	v := linkView{mode: WireProtection(wireName(p.wire)).forLink(same(nc.LocalAddr(), nc.RemoteAddr())), peer: make(net.IP, viewLen)}
+	if ra, ok := nc.RemoteAddr().(*net.TCPAddr); ok && ra.IP.To16() != nil {
+		copy(v.peer, ra.IP.To16())
+	}
+	return v
+}
+
+// describe is a rank's view of a link in a disagreement: "rank 0
+// resolved -wire-protection auto to mac for this link (peer 10.0.0.2
+// looks remote)".
+func (v linkView) describe(rank int, configured byte) string {
+	looks := "remote"
+	if v.mode == WireNone {
+		looks = "local"
+	}
+	return fmt.Sprintf("rank %d resolved -wire-protection %s to %s for this link (peer %v looks %s)", rank, wireName(configured), v.mode, v.peer, looks)
+}
+
+// session is what a completed handshake gives the link: its session key
+// and the wire protection both ends agreed on.
+type session struct {
+	key  wireKey
+	mode WireProtection
 }
 
 // wireCode is a wire protection mode's code in the hello.
@@ -192,72 +247,77 @@ func wireName(code byte) string {
 func (p *handshakeParams) nonce(b []byte) error { return handshake.Nonce(p.rand, b) }
 
 // dialHandshake runs the dialer's side with the rank expected at nc and
-// returns the link's session key. fatal reports an answer that retrying
+// returns the link's session. fatal reports an answer that retrying
 // cannot change.
-func dialHandshake(nc net.Conn, p *handshakeParams, to int) (key wireKey, fatal bool, err error) {
+func dialHandshake(nc net.Conn, p *handshakeParams, to int) (s session, fatal bool, err error) {
+	view := p.viewOf(nc)
 	hello := make([]byte, helloFixed, helloFixed+len(p.runID))
 	putPrefix(hello, hsHello, p.mode)
 	binary.BigEndian.PutUint32(hello[8:], uint32(p.size))
 	binary.BigEndian.PutUint32(hello[12:], uint32(p.rank))
 	binary.BigEndian.PutUint32(hello[16:], uint32(to))
-	hello[20] = p.wire
+	hello[helloWire], hello[helloWire+1] = p.wire, wireCode(view.mode)
+	copy(hello[helloWire+2:helloNonce], view.peer)
 	if err := p.nonce(hello[helloNonce : helloNonce+nonceLen]); err != nil {
-		return key, true, err
+		return s, true, err
 	}
 	hello[helloFixed-1] = byte(len(p.runID))
 	hello = append(hello, p.runID...)
 	if _, err := nc.Write(hello); err != nil {
-		return key, false, err
+		return s, false, err
 	}
 
 	ch := make([]byte, challengeLen)
 	typ, mode, err := readPrefix(nc, ch)
 	if fatal, err := dialerPrefixErr(nc, typ, mode, err, p, hsChallenge, "a challenge"); err != nil {
-		return key, fatal, err
+		return s, fatal, err
 	}
 	if _, err := io.ReadFull(nc, ch[prefixLen:]); err != nil {
-		return key, false, err
+		return s, false, err
 	}
 
 	proof := make([]byte, prefixLen, proofLen)
 	putPrefix(proof, hsProof, p.mode)
 	proof = append(proof, hsMAC(p.secret, labelDialer, hello, ch, proof)...)
 	if _, err := nc.Write(proof); err != nil {
-		return key, false, err
+		return s, false, err
 	}
 
 	verdict := make([]byte, verdictFixed, verdictFixed+2+maxReasonLen+macLen)
 	typ, mode, err = readPrefix(nc, verdict)
 	if fatal, err := dialerPrefixErr(nc, typ, mode, err, p, hsVerdict, "a verdict"); err != nil {
-		return key, fatal, err
+		return s, fatal, err
 	}
 	if _, err := io.ReadFull(nc, verdict[prefixLen:]); err != nil {
-		return key, false, err
+		return s, false, err
 	}
 	reason, err := readReason(nc)
 	if err != nil {
-		return key, errors.Is(err, errGarbage), err
+		return s, errors.Is(err, errGarbage), err
 	}
 	verdict = appendReason(verdict, reason)
 	got := make([]byte, macLen)
 	if _, err := io.ReadFull(nc, got); err != nil {
-		return key, false, err
+		return s, false, err
 	}
 	if !handshake.Verify(got, p.secret, []byte(labelAcceptor), hello, ch, proof, verdict) {
-		return key, true, fmt.Errorf("authentication failed: the peer does not know this job's secret (RINGDDP_SECRET differs?)")
+		return s, true, fmt.Errorf("authentication failed: the peer does not know this job's secret (RINGDDP_SECRET differs?)")
 	}
 	// Authenticated: what the peer says can be believed.
-	if verdict[prefixLen+8] != 0 {
-		return key, true, errors.New(untrusted.Printable([]byte(reason)))
+	if verdict[verdictLink+1] != 0 {
+		return s, true, errors.New(untrusted.Printable([]byte(reason)))
 	}
 	peerSize, peerRank := int(binary.BigEndian.Uint32(verdict[8:])), int(binary.BigEndian.Uint32(verdict[12:]))
-	switch {
+	switch peerLink := verdict[verdictLink]; {
 	case peerSize != p.size:
-		return key, true, fmt.Errorf("world size mismatch: rank %d has world size %d, rank %d has %d", peerRank, peerSize, p.rank, p.size)
+		return s, true, fmt.Errorf("world size mismatch: rank %d has world size %d, rank %d has %d", peerRank, peerSize, p.rank, p.size)
 	case peerRank != to:
-		return key, true, fmt.Errorf("rank mismatch: rank %d dialed rank %d's address but reached rank %d", p.rank, to, peerRank)
+		return s, true, fmt.Errorf("rank mismatch: rank %d dialed rank %d's address but reached rank %d", p.rank, to, peerRank)
+	case peerLink != wireCode(view.mode):
+		return s, true, fmt.Errorf("wire protection disagreement: rank %d resolved -wire-protection %s to %s for this link but %s (set -wire-protection mac or aead on every rank)",
+			peerRank, wireName(p.wire), wireName(peerLink), view.describe(p.rank, p.wire))
 	}
-	return deriveKey(p, hello, ch[prefixLen:]), false, nil
+	return session{key: deriveKey(p, hello, ch[prefixLen:]), mode: view.mode}, false, nil
 }
 
 // dialerPrefixErr judges the prefix of the acceptor's next message, which
@@ -317,7 +377,7 @@ type acceptResult struct {
 	out  acceptOutcome
 	// badProof marks a note (acceptNote) for a proof that failed.
 	badProof bool
-	key      wireKey // the session key, once accepted
+	s        session // the link's session, once accepted
 }
 
 // acceptHandshake runs the acceptor's side (see the protocol above).
@@ -331,7 +391,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 	res.out = acceptIgnore
 	res.from = int(binary.BigEndian.Uint32(hello[12:]))
 	if mode != p.mode {
-		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d is %s, the dialer is %s", p.rank, handshake.ModeName(p.mode), handshake.ModeName(mode)))
+		sendRefusal(nc, p.mode, fmt.Sprintf("this rank is %s, the dialer is %s", handshake.ModeName(p.mode), handshake.ModeName(mode)))
 		res.out = acceptNote
 		return res, fmt.Errorf("the peer is %s, this rank is %s", handshake.ModeName(mode), handshake.ModeName(p.mode))
 	}
@@ -369,7 +429,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 		return res, err
 	}
 	if !handshake.Verify(proof[prefixLen:], p.secret, []byte(labelDialer), hello, ch, proof[:prefixLen]) {
-		sendRefusal(nc, p.mode, fmt.Sprintf("authentication failed: rank %d does not accept the dialer's secret", p.rank))
+		sendRefusal(nc, p.mode, "authentication failed: the listening rank does not accept the dialer's secret")
 		res.out, res.badProof = acceptNote, true
 		return res, fmt.Errorf("authentication failed: the dialer does not know this job's secret (RINGDDP_SECRET differs?)")
 	}
@@ -379,13 +439,15 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 		return res, errDropped
 	}
 	from := res.from
-	problem := judgeHello(p, hello, h.admit)
+	view := p.viewOf(nc)
+	problem := judgeHello(p, view, hello, h.admit)
 	verdict := make([]byte, verdictFixed, verdictFixed+2+len(problem)+macLen)
 	putPrefix(verdict, hsVerdict, p.mode)
 	binary.BigEndian.PutUint32(verdict[8:], uint32(p.size))
 	binary.BigEndian.PutUint32(verdict[12:], uint32(p.rank))
+	verdict[verdictLink] = wireCode(view.mode)
 	if problem != "" {
-		verdict[prefixLen+8] = 1
+		verdict[verdictLink+1] = 1
 	}
 	verdict = appendReason(verdict, problem)
 	verdict = append(verdict, hsMAC(p.secret, labelAcceptor, hello, ch, proof, verdict)...)
@@ -399,7 +461,7 @@ func acceptHandshake(nc net.Conn, p *handshakeParams, h acceptHooks) (res accept
 		res.out = acceptFatal
 		return res, errors.New(problem)
 	}
-	res.out, res.key = acceptOK, deriveKey(p, hello, ch[prefixLen:])
+	res.out, res.s = acceptOK, session{key: deriveKey(p, hello, ch[prefixLen:]), mode: view.mode}
 	return res, nil
 }
 
@@ -411,7 +473,7 @@ func readHello(nc net.Conn, p *handshakeParams) (hello []byte, mode byte, out ac
 	var ve *versionError
 	switch {
 	case errors.As(err, &ve):
-		sendRefusal(nc, p.mode, fmt.Sprintf("rank %d speaks protocol version %d, not %d", p.rank, ProtocolVersion, ve.Peer))
+		sendRefusal(nc, p.mode, fmt.Sprintf("the listening rank speaks protocol version %d, not %d", ProtocolVersion, ve.Peer))
 		return nil, 0, acceptNote, err
 	case err != nil:
 		return nil, 0, acceptIgnore, err
@@ -429,13 +491,15 @@ func readHello(nc net.Conn, p *handshakeParams) (hello []byte, mode byte, out ac
 }
 
 // judgeHello says why an authenticated dialer, whose hello this is,
-// cannot join (its world size, run id, target rank or wire protection
-// differ from this rank's, or admit refuses it), or "" to admit it.
-func judgeHello(p *handshakeParams, hello []byte, admit func(from int) string) string {
+// cannot join (its world size, run id, target rank, wire protection or
+// link protection differ from this rank's, whose view of the link is view,
+// or admit refuses it), or "" to admit it.
+func judgeHello(p *handshakeParams, view linkView, hello []byte, admit func(from int) string) string {
 	size := int(binary.BigEndian.Uint32(hello[8:]))
 	from := int(binary.BigEndian.Uint32(hello[12:]))
 	to := int(binary.BigEndian.Uint32(hello[16:]))
-	wire := hello[20]
+	wire, link := hello[helloWire], hello[helloWire+1]
+	dialer := linkView{mode: WireProtection(wireName(link)), peer: net.IP(hello[helloWire+2 : helloNonce])}
 	runID := string(hello[helloFixed:])
 	switch {
 	case size != p.size:
@@ -447,6 +511,9 @@ func judgeHello(p *handshakeParams, hello []byte, admit func(from int) string) s
 	case wire != p.wire:
 		return fmt.Sprintf("wire protection mismatch: rank %d uses %s, rank %d uses %s (every rank needs the same -wire-protection)",
 			p.rank, wireName(p.wire), from, wireName(wire))
+	case link != wireCode(view.mode):
+		return fmt.Sprintf("wire protection disagreement: %s but %s: a relay, proxy or NAT between them? (set -wire-protection mac or aead on every rank)",
+			view.describe(p.rank, p.wire), dialer.describe(from, wire))
 	}
 	return admit(from)
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -180,7 +181,8 @@ func strangerHello(version uint16) []byte {
 	binary.BigEndian.PutUint32(hello[8:], 2)
 	binary.BigEndian.PutUint32(hello[12:], 1)
 	binary.BigEndian.PutUint32(hello[16:], 0)
-	hello[20] = wireCode(DefaultWireProtection)
+	hello[helloWire] = wireCode(DefaultWireProtection)
+	hello[helloWire+1] = wireCode(WireNone) // auto over loopback
 	for i := range nonceLen {
 		hello[helloNonce+i] = byte(i)
 	}
@@ -303,40 +305,46 @@ func TestListenerRepliesIndependentOfSecret(t *testing.T) {
 	}
 }
 
-// TestVersion2PeerRefused: a rank of the previous protocol (where the
-// listener answered a hello with a MAC) is refused before anything else is
-// read, with both versions named, on both sides.
-func TestVersion2PeerRefused(t *testing.T) {
-	addr, errc := listenAlone(t, nil)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := nc.Write(strangerHello(2)); err != nil {
-		t.Fatal(err)
-	}
-	reply, _ := io.ReadAll(nc)
-	// What a version 2 rank reads: a prefix of version 3 (so it reports
-	// "the peer speaks version 3, this rank version 2"), and the reason.
-	if len(reply) < prefixLen || binary.BigEndian.Uint16(reply[4:]) != ProtocolVersion || reply[6] != hsRefuse ||
-		!strings.Contains(string(reply), "protocol version 3, not 2") {
-		t.Errorf("reply %q: want a version 3 refusal naming versions 3 and 2", reply)
-	}
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "the peer speaks version 2, this rank version 3") {
-		t.Errorf("listening rank: %v, want it to name both versions", err)
+// TestOlderPeerRefused: a rank of a previous protocol (version 2, where
+// the listener answered a hello with a MAC; version 3, without the link's
+// resolved protection in the handshake) is refused before anything else
+// is read, with both versions named, on both sides, and the refusal names
+// no rank (the peer has proved nothing).
+func TestOlderPeerRefused(t *testing.T) {
+	for _, old := range []uint16{2, 3} {
+		addr, errc := listenAlone(t, nil)
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Write(strangerHello(old)); err != nil {
+			t.Fatal(err)
+		}
+		reply, _ := io.ReadAll(nc)
+		// What an older rank reads: a prefix of this version (so it reports
+		// "the peer speaks version 4, this rank version 3"), and the reason.
+		want := fmt.Sprintf("protocol version %d, not %d", ProtocolVersion, old)
+		if len(reply) < prefixLen || binary.BigEndian.Uint16(reply[4:]) != ProtocolVersion || reply[6] != hsRefuse ||
+			!strings.Contains(string(reply), want) || strings.Contains(string(reply), "rank 0") {
+			t.Errorf("reply %q: want a version %d refusal saying %q and naming no rank", reply, ProtocolVersion, want)
+		}
+		want = fmt.Sprintf("the peer speaks version %d, this rank version %d", old, ProtocolVersion)
+		if err := <-errc; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("listening rank: %v, want it to name both versions", err)
+		}
 	}
 }
 
-// TestDialerRefusesVersion2Listener: a dialing rank that reaches a
-// version 2 listener (which refuses the version 3 hello with a version 2
-// prefix) gives up at once naming both versions.
-func TestDialerRefusesVersion2Listener(t *testing.T) {
+// TestDialerRefusesOlderListener: a dialing rank that reaches a version 3
+// listener (which refuses the hello with a version 3 prefix) gives up at
+// once naming both versions.
+func TestDialerRefusesOlderListener(t *testing.T) {
 	b := make([]byte, prefixLen, prefixLen+40)
 	putPrefix(b, hsRefuse, modeHMAC)
-	binary.BigEndian.PutUint16(b[4:], 2)
-	dialFakePeer(t, appendReason(b, "rank 0 speaks protocol version 2, not 3"), "the peer speaks version 2, this rank version 3")
+	binary.BigEndian.PutUint16(b[4:], 3)
+	dialFakePeer(t, appendReason(b, "the listening rank speaks protocol version 3, not 4"), "the peer speaks version 3, this rank version 4")
 }
 
 // TestWeakSecretRefused: Config validation refuses weak secrets, naming
@@ -390,10 +398,11 @@ func pipeHandshake(t *testing.T, secret []byte, mode byte, from, to int, runID s
 	errc := make(chan error, 1)
 	go func() {
 		res, err := acceptHandshake(b, pa, acceptHooks{admit: func(int) string { return "" }, release: func(int) {}})
-		acceptKey = res.key
+		acceptKey = res.s.key
 		errc <- err
 	}()
-	dialKey, _, err := dialHandshake(a, pd, to)
+	ds, _, err := dialHandshake(a, pd, to)
+	dialKey = ds.key
 	if err != nil {
 		t.Fatalf("dialer: %v", err)
 	}
@@ -464,4 +473,33 @@ func TestWireProtectionMismatch(t *testing.T) {
 	a, b := testConfig(0, 2, store), testConfig(1, 2, store)
 	a.WireProtection, b.WireProtection = WireMAC, WireAEAD
 	expectBoth(t, []Config{a, b}, "wire protection mismatch", "rank 0 uses mac, rank 1 uses aead")
+}
+
+// TestPreAuthRefusalsNameNoRank: what a listening rank sends a peer that
+// has not proved the secret (a refusal for another version, another
+// security mode, or a failed proof) names no rank and no world size.
+func TestPreAuthRefusalsNameNoRank(t *testing.T) {
+	badProof := make([]byte, proofLen)
+	putPrefix(badProof, hsProof, modeHMAC)
+	insecure := strangerHello(ProtocolVersion)
+	insecure[7] = modeInsecure
+	for name, in := range map[string][]byte{
+		"older version": strangerHello(ProtocolVersion - 1),
+		"insecure":      insecure,
+		"failed proof":  append(strangerHello(ProtocolVersion), badProof...),
+	} {
+		p := &handshakeParams{secret: testSecret, mode: modeHMAC, size: 11, rank: 7, runID: "test", rand: zeroReader{}}
+		nc := &fakeConn{r: bytes.NewReader(in)}
+		res, err := acceptHandshake(nc, p, acceptHooks{admit: func(int) string { return "" }, release: func(int) {}})
+		if res.out != acceptNote {
+			t.Fatalf("%s: outcome %v (%v), want a refusal", name, res.out, err)
+		}
+		sent := nc.w.String()
+		if !strings.Contains(sent, "listening rank") && !strings.Contains(sent, "this rank") {
+			t.Errorf("%s: sent %q, want a refusal in words", name, sent)
+		}
+		if strings.ContainsAny(sent, "7") || strings.Contains(sent, "11") {
+			t.Errorf("%s: the refusal %q names the rank or the world size", name, sent)
+		}
+	}
 }

@@ -113,10 +113,11 @@ type link struct {
 	dstRevoked bool // under dmu
 }
 
-// newLink makes the link to peer over nc, whose handshake gave key, the
-// link's session key; it is started with start. A link that cannot be
-// protected as configured is returned failed.
-func newLink(c *Conn, peer int, nc *net.TCPConn, key wireKey) *link {
+// newLink makes the link to peer over nc, whose handshake gave s: the
+// link's session key and the wire protection both ends resolved for it;
+// it is started with start. A link that cannot be protected as agreed is
+// returned failed.
+func newLink(c *Conn, peer int, nc *net.TCPConn, s session) *link {
 	l := &link{
 		c:      c,
 		peer:   peer,
@@ -133,14 +134,10 @@ func newLink(c *Conn, peer int, nc *net.TCPConn, key wireKey) *link {
 		free:   make(chan []byte, 2),
 		rtimer: time.NewTimer(time.Hour),
 	}
-	onOneHost := c.cfg.sameHost
-	if onOneHost == nil {
-		onOneHost = sameHost
-	}
-	l.mode = c.cfg.WireProtection.forLink(onOneHost(nc.LocalAddr(), nc.RemoteAddr()))
+	l.mode = s.mode
 	l.magic = magicOf(l.mode)
 	l.rtimer.Stop()
-	if err := l.protect(l.mode, key); err != nil {
+	if err := l.protect(l.mode, s.key); err != nil {
 		l.fail(err)
 	}
 	l.br = bufio.NewReaderSize(&sockReader{l.poll}, readBufSize)
@@ -164,9 +161,6 @@ func (l *link) protect(mode WireProtection, key wireKey) error {
 	var err error
 	if l.wp, err = newWireDir(mode, key, l.c.rank, l.peer, l.c.rank); err == nil {
 		l.rp, err = newWireDir(mode, key, l.peer, l.c.rank, l.c.rank)
-	}
-	if err == nil {
-		l.rp.auto = l.c.cfg.WireProtection == WireAuto
 	}
 	if err != nil {
 		return fmt.Errorf("tcp rank %d: link to rank %d: wire protection: %w", l.c.rank, l.peer, err)

@@ -125,12 +125,8 @@ func (l *link) authFailed(err error) {
 // protects its frames (another -wire-protection) from garbage.
 func (l *link) headerFailed(b []byte, err error) {
 	if l.rp == nil && binary.BigEndian.Uint32(b) == macMagic {
-		why := ""
-		if l.c.cfg.WireProtection == WireAuto {
-			why = fmt.Sprintf(" (-wire-protection auto: this rank sees the link as within one host, rank %d as between hosts, as behind a NAT: set mac or none on every rank)", l.peer)
-		}
-		l.authFailed(fmt.Errorf("tcp rank %d: link to rank %d: %w: wire protection mismatch: rank %d sends MAC-protected frames (-wire-protection mac), this rank uses none%s",
-			l.c.rank, l.peer, ErrWireAuth, l.peer, why))
+		l.authFailed(fmt.Errorf("tcp rank %d: link to rank %d: %w: wire protection mismatch: rank %d sends MAC-protected frames (-wire-protection mac), this rank uses none",
+			l.c.rank, l.peer, ErrWireAuth, l.peer))
 		return
 	}
 	if l.rp == nil && binary.BigEndian.Uint32(b) != frameMagic {

@@ -35,9 +35,9 @@ const (
 	// kernel: only someone who could as well change the ranks' memory
 	// (root on that host) could change its bytes, and there mac costs
 	// most, as loopback moves bytes at memory speed. Both ends decide from
-	// their own socket's addresses; where a NAT makes them disagree, the
-	// first frame fails as a mode mismatch that says so (set mac or none
-	// explicitly then).
+	// their own socket's addresses and bind their choice into the
+	// handshake: where a relay or NAT makes them disagree, the handshake
+	// fails naming both ends' views (set mac or aead explicitly then).
 	WireAuto WireProtection = "auto"
 )
 
@@ -148,7 +148,6 @@ type wireDir struct {
 	self    int // this rank and the other end, for messages
 	peer    int
 	mode    WireProtection
-	auto    bool // mode is WireAuto's choice for the link
 	ctr     uint64
 	nonce   [12]byte
 	tag     [tagLen]byte    // scratch
@@ -253,12 +252,8 @@ func (d *wireDir) skip(n int64) { d.ctr += uint64(n) }
 
 // failed is the error of the record just checked.
 func (d *wireDir) failed() error {
-	why := ""
-	if d.auto {
-		why = " (-wire-protection auto, which chose mac here: rank " + fmt.Sprint(d.peer) + " may see the link as within one host, as behind a NAT: then set mac or none on every rank)"
-	}
 	return fmt.Errorf("tcp rank %d: link to rank %d: %w on record %d from rank %d (-wire-protection %s): the link's bytes were altered, dropped, "+
-		"replayed or reordered in transit, or rank %d does not use -wire-protection %s%s", d.self, d.peer, ErrWireAuth, d.ctr-1, d.peer, d.mode, d.peer, d.mode, why)
+		"replayed or reordered in transit, or rank %d does not use -wire-protection %s", d.self, d.peer, ErrWireAuth, d.ctr-1, d.peer, d.mode, d.peer, d.mode)
 }
 
 // records is the number of payload records of an n-byte payload.

@@ -3,6 +3,10 @@ package mpconn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,19 +73,70 @@ func TestGather(t *testing.T) {
 	est <- 1
 	est <- 2
 	var got []int
-	if err := Gather(context.Background(), 2, est, func(v int) { got = append(got, v) }, nil, nil, nil); err != nil || len(got) != 2 {
+	if err := Gather(context.Background(), 2, est, func(v int) { got = append(got, v) }, nil, nil, nil, 0, nil); err != nil || len(got) != 2 {
 		t.Errorf("Gather: %v, %v", err, got)
 	}
 	fails := make(chan error, 1)
 	fails <- errors.New("rank 2 failed")
-	if err := Gather(context.Background(), 1, make(chan int), func(int) {}, nil, fails, nil); err == nil || err.Error() != "rank 2 failed" {
+	if err := Gather(context.Background(), 1, make(chan int), func(int) {}, nil, fails, nil, 0, nil); err == nil || err.Error() != "rank 2 failed" {
 		t.Errorf("Gather with a failure: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Gather(ctx, 1, make(chan int), func(int) {}, nil, nil, func() error { return errors.New("timed out") }); err == nil || err.Error() != "timed out" {
+	if err := Gather(ctx, 1, make(chan int), func(int) {}, nil, nil, func() error { return errors.New("timed out") }, 0, nil); err == nil || err.Error() != "timed out" {
 		t.Errorf("Gather after ctx: %v", err)
 	}
+	// While it waits, it ticks.
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	ticks := 0
+	_ = Gather(ctx, 1, make(chan int), func(int) {}, nil, nil, func() error { return nil }, 10*time.Millisecond, func() { ticks++ })
+	if ticks < 3 || ticks > 11 {
+		t.Errorf("Gather ticked %d times in 100 ms every 10 ms", ticks)
+	}
+}
+
+// TestReporter: the first connection of each (source, cause) is printed at
+// once; repeats are summed up at the next progress line; the pairs
+// tracked are bounded; a nil Reporter prints nothing.
+func TestReporter(t *testing.T) {
+	var lines []string
+	r := NewReporter("tcp", 0, func(l string) { lines = append(lines, l) }, 5*time.Minute)
+	r.TurnedAway("127.0.0.1:53122", "127.0.0.1", "authentication failed (wrong secret?)")
+	r.TurnedAway("127.0.0.1:53124", "127.0.0.1", "authentication failed (wrong secret?)")
+	r.TurnedAway("127.0.0.1:53126", "127.0.0.1", "authentication failed (wrong secret?)")
+	r.TurnedAway("10.0.0.9:1", "10.0.0.9", "not the ringddp protocol")
+	want := []string{
+		"tcp: rank 0: turned away a connection from 127.0.0.1:53122: authentication failed (wrong secret?)",
+		"tcp: rank 0: turned away a connection from 10.0.0.9:1: not the ringddp protocol",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("got %q, want %q", lines, want)
+	}
+	lines = nil
+	r.Waiting("1", "rank 1 has not connected")
+	want = []string{
+		"tcp: rank 0: still waiting for rank(s) 1 (0 s of 5m0s): rank 1 has not connected",
+		"tcp: rank 0: turned away 2 more connection(s) from 127.0.0.1: authentication failed (wrong secret?)",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("got %q, want %q", lines, want)
+	}
+	lines = nil
+	for i := range 3 * maxCauses {
+		r.TurnedAway("x", strconv.Itoa(i), "flood")
+	}
+	if len(lines) != maxCauses-2 {
+		t.Errorf("%d lines for %d sources, want %d (bounded)", len(lines), 3*maxCauses, maxCauses-2)
+	}
+	lines = nil
+	r.Waiting("1", "")
+	if len(lines) != 2 || !strings.Contains(lines[1], fmt.Sprintf("turned away %d more connection(s) for other causes or from other sources", 2*maxCauses+2)) {
+		t.Errorf("got %q", lines)
+	}
+	var nilr *Reporter
+	nilr.TurnedAway("a", "b", "c")
+	nilr.Waiting("1", "")
 }
 
 func TestCheckJob(t *testing.T) {

@@ -137,10 +137,21 @@ func (s *Setup[C]) Stop(ln io.Closer) {
 
 // Gather takes n values from est, handing each to add, and returns nil;
 // or, first, an error from fatal or fails (a nil channel: none), or
-// timedOut's error once ctx ends.
-func Gather[T any](ctx context.Context, n int, est <-chan T, add func(T), fatal, fails <-chan error, timedOut func() error) error {
+// timedOut's error once ctx ends. Every every (if positive) while it
+// waits, it calls tick, on its own goroutine (so tick may read what add
+// writes).
+func Gather[T any](ctx context.Context, n int, est <-chan T, add func(T), fatal, fails <-chan error, timedOut func() error,
+	every time.Duration, tick func()) error {
+	var ticks <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		ticks = t.C
+	}
 	for got := 0; got < n; {
 		select {
+		case <-ticks:
+			tick()
 		case v := <-est:
 			add(v)
 			got++
