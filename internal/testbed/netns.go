@@ -40,9 +40,11 @@ func ipAll(steps [][]string) error {
 }
 
 // newUTS makes a command start in a UTS namespace of its own (a host
-// name of its own).
+// name of its own), killed if the test process dies before it (a killed
+// test binary leaves no command running; what the command started goes
+// with it where it, like the launchers, does the same).
 func newUTS() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUTS}
+	return &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUTS, Pdeathsig: syscall.SIGKILL}
 }
 
 // nsPids returns the processes whose network namespace is the named one,

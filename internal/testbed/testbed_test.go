@@ -211,6 +211,9 @@ func TestTeardownLeavesNothing(t *testing.T) {
 		require.NoError(t, cmd.Start()) // never waited for by the test
 		pid = cmd.Process.Pid
 	})
+	if pid == 0 {
+		t.Skip("the bed was not built (its subtest skipped)")
+	}
 	for _, n := range names {
 		_, err := os.Stat(filepath.Join(netnsDir, n))
 		require.True(t, os.IsNotExist(err), "namespace %s left behind", n)

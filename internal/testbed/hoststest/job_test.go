@@ -3,13 +3,16 @@ package hoststest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +38,8 @@ func runTests(m *testing.M) int {
 	if testbed.Unavailable() != "" || testing.Short() || raceEnabled {
 		return m.Run() // every test skips, saying why (newBed)
 	}
-	dir, err := os.MkdirTemp("", "hoststest")
+	sweepTemp()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tempPrefix, os.Getpid()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -54,6 +58,26 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// tempPrefix starts the name of the directory of a run's binaries and
+// data: tempPrefix<pid>-<random>.
+const tempPrefix = "ringddp-hoststest-"
+
+// sweepTemp removes the directories of earlier runs whose process no
+// longer runs (a test binary killed before its deferred removal).
+func sweepTemp() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	for _, d := range dirs {
+		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), tempPrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // writeMNIST writes a synthetic MNIST-style IDX directory: 400 training

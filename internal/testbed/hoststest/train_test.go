@@ -102,6 +102,7 @@ func longJob(t *testing.T, bed *testbed.Bed, more ...string) ([]*node, string) {
 // lost node's launcher, although the host's kernel reset that launcher's
 // connection at once; hence the bound.
 func TestHostKilled(t *testing.T) {
+	t.Parallel() // it mostly waits (as TestLinkCut): the two run together
 	bed := newBed(t, testbed.Config{Hosts: 2, Rate: "1gbit"})
 	nodes, _ := longJob(t, bed)
 	t0 := time.Now()
@@ -117,6 +118,7 @@ func TestHostKilled(t *testing.T) {
 // the no-progress timeout (-timeout 5s), the rejoin timeout (30 s) and
 // host 1's attempts to reach host 0's rendezvous: no hang.
 func TestLinkCut(t *testing.T) {
+	t.Parallel()
 	bed := newBed(t, testbed.Config{Hosts: 2, Rate: "1gbit"})
 	nodes, _ := longJob(t, bed)
 	t0 := time.Now()
