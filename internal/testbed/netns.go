@@ -118,19 +118,26 @@ func sweep(tb testing.TB) {
 		return
 	}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), Prefix)
-		if !ok {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || processAlive(pid) {
+		if !Leftover(e.Name(), Prefix) {
 			continue
 		}
 		if err := removeNamespace(e.Name()); err != nil {
 			tb.Logf("testbed: removing a leftover namespace: %v", err)
 		}
 	}
+}
+
+// Leftover reports whether name is prefix<pid>-... for a pid that no
+// longer runs: what a test process named with its pid left when it was
+// killed before its cleanup.
+func Leftover(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return false
+	}
+	pidText, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidText)
+	return err == nil && pid > 0 && !processAlive(pid)
 }
 
 // processAlive reports whether process pid exists.

@@ -263,3 +263,15 @@ func TestNewSweepsLeftovers(t *testing.T) {
 		t.Fatal("the leftover's process still runs")
 	}
 }
+
+func TestLeftover(t *testing.T) {
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	dead := fmt.Sprintf("x-%d-ab", gone.Process.Pid)
+	require.True(t, Leftover(dead, "x-"))
+	require.False(t, Leftover(dead, "y-"), "another prefix")
+	require.False(t, Leftover(fmt.Sprintf("x-%d-ab", os.Getpid()), "x-"), "this process")
+	for _, name := range []string{"x-", "x--ab", "x-abc-1", "x-0-ab", "x--5-ab"} {
+		require.False(t, Leftover(name, "x-"), name)
+	}
+}

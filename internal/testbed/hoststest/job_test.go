@@ -3,16 +3,13 @@ package hoststest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,12 +66,7 @@ const tempPrefix = "ringddp-hoststest-"
 func sweepTemp() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
 	for _, d := range dirs {
-		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), tempPrefix), "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if testbed.Leftover(filepath.Base(d), tempPrefix) {
 			_ = os.RemoveAll(d)
 		}
 	}
