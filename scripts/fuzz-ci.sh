@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the module for a bounded time each (FUZZTIME,
-# default 4s): the decoders of everything that reads the network, shared
+# default 2s): the decoders of everything that reads the network, shared
 # memory or a file (store frames, handshakes, stall and abort frames, shm
 # slots, safetensors headers, IDX files) and the GEMM. Targets are found by
 # their declarations (`func FuzzXxx(f *testing.F)` in a _test.go file), so
@@ -10,7 +10,7 @@
 # generated inputs. Usage: scripts/fuzz-ci.sh [FUZZTIME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${1:-${FUZZTIME:-4s}}
+fuzztime=${1:-${FUZZTIME:-2s}}
 n=0
 while IFS=: read -r file name; do
 	dir=./$(dirname "$file")
