@@ -124,7 +124,7 @@ type Failure struct {
 // killed by signal killed at step 57".
 func (f Failure) String() string {
 	s := f.Exit.Error()
-	if f.Nodes > 1 {
+	if _, lost := f.Exit.Err.(*NodeLostError); f.Nodes > 1 && !lost {
 		s += " on node " + strconv.Itoa(f.Node)
 	}
 	switch {

@@ -80,6 +80,9 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
+	if nl, ok := e.Err.(*NodeLostError); ok && e.State == nil {
+		return nl.Error() // the node names its ranks
+	}
 	if e.State == nil && e.Pid > 0 { // another node's rank, as its launcher reported it
 		return fmt.Sprintf("rank %d (pid %d) %v", e.Rank, e.Pid, e.Err)
 	}

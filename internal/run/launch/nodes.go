@@ -67,6 +67,9 @@ type nodeReport struct {
 	Nnodes         int    `json:"nnodes,omitempty"`
 	Master         string `json:"master,omitempty"`
 	MasterLoopback bool   `json:"master_loopback,omitempty"`
+	// Addr, joining: the node's host name and the address it reaches
+	// -master from (nodeAddr), which node 0 names when the node is lost.
+	Addr string `json:"addr,omitempty"`
 }
 
 // wireFailure is a node's first failed rank, as reported.
@@ -128,6 +131,8 @@ type nodeRdzv struct {
 	// this host's addresses (nodes_join.go).
 	leader       leaderInfo
 	masterRemote bool
+	// addrs, node 0: every node's address, from its join report.
+	addrs map[int]string
 }
 
 // key is attempt n's key k.

@@ -206,6 +206,10 @@ func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, err
 	sctx, stopSig := signalContext(ctx, sigs)
 	reps, err := r.awaitNodes(sctx, members[1:], time.Now().Add(e.JoinTimeout))
 	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: cfg.Ranks}
+	r.addrs = map[int]string{}
+	for node, rep := range reps {
+		r.addrs[node] = rep.Addr
+	}
 	if serr := stopSig(); serr != nil {
 		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", serr))
 	}

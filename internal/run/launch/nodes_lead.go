@@ -173,7 +173,11 @@ func (r *nodeRdzv) blame(plan nodePlan, reps map[int]nodeReport, dropped []Dropp
 	case len(dropped) > 0:
 		d := dropped[0]
 		idx := slices.Index(plan.Members, d.Node)
-		f.Exit = &ExitError{Rank: idx * plan.RanksPerNode, Err: fmt.Errorf("lost with its node (%s)", d.Reason)}
+		lost := &NodeLostError{Node: d.Node, Addr: r.addrs[d.Node], Reason: d.Reason}
+		for k := range plan.RanksPerNode {
+			lost.Ranks = append(lost.Ranks, idx*plan.RanksPerNode+k)
+		}
+		f.Exit = &ExitError{Rank: lost.Ranks[0], Err: lost}
 		f.Node = d.Node
 	default:
 		f.Exit = &ExitError{Rank: -1, Err: errors.New("the attempt failed, but no node reported a failed rank")}

@@ -19,7 +19,8 @@ import (
 // follow is the launcher of a node other than 0.
 func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	cfg, e := r.cfg, r.e
-	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host)}
+	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host),
+		Addr: nodeAddr(cfg.Master)}
 	var runErr error // the last attempt's, on this node
 	for n := 0; ; n++ {
 		sctx, stopSig := signalContext(ctx, sigs)

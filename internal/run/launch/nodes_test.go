@@ -161,7 +161,7 @@ func TestElasticNodeLost(t *testing.T) {
 			if r.Resume.Ranks != 1 || r.Nodes != 1 || len(r.Dropped) != 1 || r.Dropped[0].Node != 1 || r.TrainingAgain <= 0 {
 				t.Errorf("restart %+v, want 1 rank on node 0 alone, node 1 dropped", r)
 			}
-			if f := r.Failure; f.Node != 1 || f.Exit.Rank != 1 || !strings.Contains(f.Exit.Reason(), "lost with its node") {
+			if f := r.Failure; f.Node != 1 || f.Exit.Rank != 1 || !strings.Contains(f.Exit.Reason(), "node 1 (") || !strings.Contains(f.Exit.Reason(), "was lost with its rank 1: its launcher did not come back") {
 				t.Errorf("failure %v, want rank 1 lost with node 1", f)
 			}
 		})

@@ -1,0 +1,120 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The launcher helper: with RINGDDP_HELPER_LAUNCHER=NODE/NNODES/RANKS/MASTER
+// the test binary is one node's launcher (in its own process, so that a
+// test can kill it), its ranks in RINGDDP_LAUNCH_HELPER's mode (passed on
+// through Config.Env), the secret from RINGDDP_HELPER_SECRET.
+const launcherVar = "RINGDDP_HELPER_LAUNCHER"
+
+// launcherMain runs the launcher launcherVar describes.
+func launcherMain(spec string) int {
+	p := strings.Split(spec, "/")
+	if len(p) != 4 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want NODE/NNODES/RANKS/MASTER\n", launcherVar, spec)
+		return 2
+	}
+	node, _ := strconv.Atoi(p[0])
+	nnodes, _ := strconv.Atoi(p[1])
+	ranks, _ := strconv.Atoi(p[2])
+	mode := os.Getenv(helperVar)
+	cfg := Config{Ranks: ranks, Nnodes: nnodes, NodeRank: node, Master: p[3], Path: os.Args[0], Args: []string{"-test.run=^$"},
+		Env: []string{helperVar + "=" + mode, launcherVar + "="}, NoSignals: true, Grace: time.Second,
+		Getenv: func(k string) string { return map[string]string{EnvSecret: os.Getenv("RINGDDP_HELPER_SECRET")}[k] }}
+	if err := Run(context.Background(), cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// A host killed mid-run: node 1's launcher and its ranks are killed
+// (SIGKILL) while the 2 × 2 ranks all-reduce. Node 0's launcher's last
+// line names the lost host (node 1, its address) and its ranks (2, 3) as
+// the root cause, not one of its own ranks that failed for it.
+func TestLaunchHostKilled(t *testing.T) {
+	t.Parallel()
+	master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
+	const secret = "host killed test secret, both nodes"
+
+	// Node 1: a launcher process whose ranks say their pids.
+	n1out := &lockedBuffer{}
+	pids := make(chan int, 2)
+	n1out.onLine = func(s string) {
+		if m := regexp.MustCompile(`^\[rank [23]\] pid (\d+) ready$`).FindStringSubmatch(s); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			pids <- pid
+		}
+	}
+	n1 := exec.Command(os.Args[0], "-test.run=^$")
+	n1.Env = append(filterEnv(os.Environ(), launchVars), launcherVar+"=1/2/2/"+master, helperVar+"=looppid", "RINGDDP_HELPER_SECRET="+secret)
+	n1.Stdout, n1.Stderr = n1out, n1out
+	n1.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n1done := make(chan struct{})
+	go func() { _ = n1.Wait(); close(n1done) }()
+	t.Cleanup(func() { _ = syscall.Kill(-n1.Process.Pid, syscall.SIGKILL); <-n1done })
+
+	// Node 0: a launcher in this process.
+	cfg, _, stderr := helperConfig(2, "looppid")
+	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 0, master
+	cfg.Grace = time.Second
+	cfg.Elastic = &Elastic{RejoinTimeout: 2 * time.Second}
+	cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: secret}[k] }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+
+	var rankPids []int
+	for len(rankPids) < 2 {
+		select {
+		case p := <-pids:
+			rankPids = append(rankPids, p)
+		case err := <-errc:
+			t.Fatalf("node 0 ended before node 1's ranks ran: %v\nnode 0:\n%s\nnode 1:\n%s", err, stderr, n1out)
+		case <-ctx.Done():
+			t.Fatalf("node 1's ranks never ran\nnode 0:\n%s\nnode 1:\n%s", stderr, n1out)
+		}
+	}
+	// The host goes: its launcher and its ranks, at once.
+	_ = syscall.Kill(-n1.Process.Pid, syscall.SIGKILL)
+	for _, p := range rankPids {
+		_ = syscall.Kill(-p, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	err := <-errc
+	took := time.Since(killed)
+	t.Logf("node 0 ended %v after the kill: %v\nnode 0's stderr:\n%s", took, err, stderr)
+	if err == nil {
+		t.Fatal("node 0 succeeded")
+	}
+	// The error is the command's last line.
+	for _, want := range []string{"node 1", master[:strings.LastIndexByte(master, ':')], "ranks 2, 3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("node 0's error %q does not name %q", err, want)
+		}
+	}
+	for _, bad := range []string{"rank 0 (pid", "rank 1 (pid"} {
+		if strings.Contains(err.Error(), bad) && strings.Index(err.Error(), bad) < strings.Index(err.Error(), "node 1") {
+			t.Errorf("node 0's error blames a surviving rank first: %v", err)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("node 0 took %v after the kill to end", took)
+	}
+}
