@@ -73,7 +73,7 @@ func TestLaunchHostKilled(t *testing.T) {
 	cfg, _, stderr := helperConfig(2, "looppid")
 	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 0, master
 	cfg.Grace = time.Second
-	cfg.Elastic = &Elastic{RejoinTimeout: 2 * time.Second}
+	cfg.heartbeatLost = 2 * time.Second // node 1 beats every 500 ms; the rejoin timeout stays 30 s
 	cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: secret}[k] }
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -113,6 +113,9 @@ func TestLaunchHostKilled(t *testing.T) {
 		if strings.Contains(err.Error(), bad) && strings.Index(err.Error(), bad) < strings.Index(err.Error(), "node 1") {
 			t.Errorf("node 0's error blames a surviving rank first: %v", err)
 		}
+	}
+	if !strings.Contains(err.Error(), "no heartbeat for 2s") {
+		t.Errorf("node 0's error %q does not say the node stopped beating", err)
 	}
 	if took > 10*time.Second {
 		t.Errorf("node 0 took %v after the kill to end", took)

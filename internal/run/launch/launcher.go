@@ -68,6 +68,11 @@ type Config struct {
 	// connection failed authentication while nodes are missing (tests
 	// shorten them). Defaults defaultJoinReport, defaultRejectedGrace.
 	joinReport, rejectedGrace time.Duration
+	// heartbeat is how often a node's launcher tells node 0 it is alive,
+	// and heartbeatLost how long node 0 waits for a beat before it takes
+	// the node for lost (nodes_lost.go). Defaults defaultHeartbeat,
+	// defaultHeartbeatLost.
+	heartbeat, heartbeatLost time.Duration
 }
 
 // ExitError is a launcher's failure: the first rank that exited with a
@@ -192,6 +197,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.joinReport = cmp.Or(cfg.joinReport, defaultJoinReport)
 	cfg.rejectedGrace = cmp.Or(cfg.rejectedGrace, defaultRejectedGrace)
+	cfg.heartbeat = cmp.Or(cfg.heartbeat, defaultHeartbeat)
+	cfg.heartbeatLost = cmp.Or(cfg.heartbeatLost, defaultHeartbeatLost)
 	if cfg.Elastic == nil && cfg.Nnodes > 1 {
 		cfg.Elastic = &Elastic{} // no restarts: the nodes' rendezvous only
 	}

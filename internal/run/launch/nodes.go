@@ -167,6 +167,11 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 		return err
 	}
 	defer r.store.Close()
+	if cfg.NodeRank != 0 {
+		hctx, stopBeat := context.WithCancel(ctx)
+		defer stopBeat()
+		go r.heartbeat(hctx)
+	}
 	if cfg.NodeRank == 0 {
 		return r.lead(ctx, sigs)
 	}
@@ -240,25 +245,30 @@ func (r *nodeRdzv) finish(ctx context.Context, p nodePlan, readers int, err erro
 }
 
 // gather waits until deadline for attempt n's reports from the nodes
-// want; it returns those that came.
-func (r *nodeRdzv) gather(ctx context.Context, n int, want []int, deadline time.Time) map[int]nodeReport {
-	got := map[int]nodeReport{}
+// want; it returns those that came, and the nodes whose launchers stopped
+// beating meanwhile (nodes_lost.go), each with the reason.
+func (r *nodeRdzv) gather(ctx context.Context, n int, want []int, deadline time.Time) (map[int]nodeReport, map[int]string) {
+	got, silent := map[int]nodeReport{}, map[int]string{}
 	for _, node := range want {
 		c, cancel := context.WithDeadline(ctx, deadline)
+		stop := r.watchAlive(c, node, cancel)
 		rep, err := r.readReport(c, n, node)
+		lost := stop()
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return got
+				return got, silent
 			}
-			if !errors.Is(err, rendezvous.ErrTimeout) {
+			if lost {
+				silent[node] = fmt.Sprintf("its launcher stopped answering (no heartbeat for %v)", r.cfg.heartbeatLost)
+			} else if !errors.Is(err, rendezvous.ErrTimeout) {
 				fmt.Fprintf(r.w.errOut, "launch: node 0: %v\n", err)
 			}
 			continue
 		}
 		got[node] = rep
 	}
-	return got
+	return got, silent
 }
 
 // readReport waits for node's report for rendezvous n and checks it.

@@ -52,13 +52,13 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 
 		// Who came back, and how did the attempt end on each node?
 		sctx, stopSig := signalContext(ctx, sigs)
-		reps := r.gather(sctx, n+1, plan.Members[1:], time.Now().Add(e.RejoinTimeout))
+		reps, silent := r.gather(sctx, n+1, plan.Members[1:], time.Now().Add(e.RejoinTimeout))
 		next := nodePlan{Attempt: n + 1, RanksPerNode: perNode}
 		if err := stopSig(); err != nil {
 			return r.finish(ctx, next, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", err))
 		}
 		reps[0] = own
-		end := r.attemptEnd(plan, reps, runErr)
+		end := r.attemptEnd(plan, reps, silent, runErr)
 		if end.Stopped == "" && !end.Clean {
 			end.Failure = r.blame(plan, reps, end.Dropped, j, prog)
 		}
@@ -93,14 +93,19 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 }
 
 // attemptEnd reads how plan's attempt ended from every node's report
-// (reps, node 0's included; runErr is node 0's own error): the nodes that
-// came back, node 0 first, those lost, and whether a signal stopped one.
-func (r *nodeRdzv) attemptEnd(plan nodePlan, reps map[int]nodeReport, runErr error) attemptEnd {
+// (reps, node 0's included; runErr is node 0's own error; silent the nodes
+// that stopped beating, with the reason): the nodes that came back, node 0
+// first, those lost, and whether a signal stopped one.
+func (r *nodeRdzv) attemptEnd(plan nodePlan, reps map[int]nodeReport, silent map[int]string, runErr error) attemptEnd {
 	end := attemptEnd{Err: runErr}
 	failed := false
 	for _, m := range plan.Members {
 		rep, ok := reps[m]
 		switch {
+		case !ok && silent[m] != "":
+			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: silent[m]})
+			failed = true
+			continue
 		case !ok:
 			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: fmt.Sprintf("its launcher did not come back within %v", r.e.RejoinTimeout)})
 			failed = true

@@ -1,9 +1,13 @@
 package launch
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"sync"
+	"time"
 )
 
 // A lost node: a node whose launcher did not come back to node 0 after an
@@ -13,6 +17,80 @@ import (
 // consequences. The root cause node 0 names is the node, by its index and
 // the address it joined from (nodeAddr, reported when it joined), and the
 // ranks it ran.
+//
+// Node 0 knows a node is lost without waiting Elastic.RejoinTimeout for
+// its report: every other node's launcher beats, adding 1 to its counter
+// elastic/alive/<node> in node 0's store every Config.heartbeat (500 ms),
+// for as long as it runs. While node 0 waits for a node's report after an
+// attempt it reads that counter as often; one that has not moved for
+// Config.heartbeatLost (5 s) means the launcher is gone (killed, its host
+// down, the link cut), and node 0 stops waiting for it. A launcher that
+// is alive beats while its ranks stop, however long that takes.
+
+// Defaults of Config's heartbeat timings.
+const (
+	defaultHeartbeat     = 500 * time.Millisecond
+	defaultHeartbeatLost = 5 * time.Second
+)
+
+// aliveKey is node's heartbeat counter.
+func aliveKey(node int) string { return "elastic/alive/" + strconv.Itoa(node) }
+
+// heartbeat beats for this node (not node 0) until ctx ends.
+func (r *nodeRdzv) heartbeat(ctx context.Context) {
+	t := time.NewTicker(r.cfg.heartbeat)
+	defer t.Stop()
+	for {
+		c, cancel := context.WithTimeout(ctx, r.cfg.heartbeatLost)
+		_, _ = r.store.Add(c, aliveKey(r.node), 1)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchAlive, on node 0, reads node's heartbeat counter every
+// Config.heartbeat until the returned stop is called, and calls lost once
+// the counter has not moved for Config.heartbeatLost. stop says whether
+// lost was called.
+func (r *nodeRdzv) watchAlive(ctx context.Context, node int, lost func()) (stop func() bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	var fired bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.cfg.heartbeat)
+		defer t.Stop()
+		last, moved := int64(-1), time.Now()
+		for {
+			c, cancelRead := context.WithTimeout(ctx, r.cfg.heartbeat)
+			v, err := r.store.Add(c, aliveKey(node), 0)
+			cancelRead()
+			if err == nil && v != last {
+				last, moved = v, time.Now()
+			}
+			if time.Since(moved) >= r.cfg.heartbeatLost {
+				fired = true
+				lost()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() bool {
+		cancel()
+		wg.Wait()
+		return fired
+	}
+}
 
 // maxAddrLen bounds a node's reported address, in bytes.
 const maxAddrLen = 512

@@ -76,6 +76,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 				r.node, n, from, leader.Ranks, len(plan.Members), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
+		if ctx.Err() != nil { // the caller ended this launcher: it leaves without a report
+			return fmt.Errorf("launch: node %d: %w", r.node, ctx.Err())
+		}
 		if rep.Fatal != "" {
 			r.post(ctx, n+1, rep)
 			return runErr

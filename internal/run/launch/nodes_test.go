@@ -155,7 +155,7 @@ func TestElasticNodeLost(t *testing.T) {
 				return
 			}
 			if n0.err != nil || len(n0.restarts) != 1 {
-				t.Fatalf("want node 0 to finish alone after 1 restart:\n%v", n0)
+				t.Fatalf("want node 0 to finish alone after 1 restart:\n%v\n%v", n0, n1)
 			}
 			r := n0.restarts[0]
 			if r.Resume.Ranks != 1 || r.Nodes != 1 || len(r.Dropped) != 1 || r.Dropped[0].Node != 1 || r.TrainingAgain <= 0 {
