@@ -206,7 +206,7 @@ type RestartsExhaustedError struct {
 func (e *RestartsExhaustedError) Error() string {
 	parts := make([]string, len(e.Failures))
 	for i, f := range e.Failures {
-		parts[i] = fmt.Sprintf("attempt %d (%d ranks): %v", f.Attempt+1, f.Ranks, f)
+		parts[i] = fmt.Sprintf("attempt %d (%s): %v", f.Attempt+1, Count(f.Ranks, "rank"), f)
 	}
 	return fmt.Sprintf("the job failed %d times and no restart is left (max restarts %d): %s",
 		len(e.Failures), e.MaxRestarts, strings.Join(parts, "; "))
@@ -271,8 +271,8 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 			return err
 		}
 		rep.pending = &r
-		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %d ranks (%d steps lost)\n",
-			r.Number, e.MaxRestarts, r.Failure, resumeText(r.Resume), r.Resume.Ranks, r.StepsLost)
+		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %s (%s lost)\n",
+			r.Number, e.MaxRestarts, r.Failure, resumeText(r.Resume), Count(r.Resume.Ranks, "rank"), Count(int(r.StepsLost), "step"))
 		a.ranks, a.args = r.Resume.Ranks, r.Resume.Args
 		if r.Resume.Env != nil {
 			cfg.Env = r.Resume.Env

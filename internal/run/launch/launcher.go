@@ -168,7 +168,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Nnodes = 1
 	}
 	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nnodes {
-		return cfg, fmt.Errorf("launch: node rank %d out of range for %d nodes", cfg.NodeRank, cfg.Nnodes)
+		return cfg, fmt.Errorf("launch: node rank %d out of range for %s", cfg.NodeRank, Count(cfg.Nnodes, "node"))
 	}
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv

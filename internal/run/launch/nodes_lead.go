@@ -80,8 +80,8 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 		}
 		rep.pending = &restart
 		f := restart.Failure
-		fmt.Fprintf(r.w.errOut, "launch: node 0: restart %d of at most %d after %s: %s on %d ranks, nodes %s (%d steps lost)%s\n",
-			restart.Number, e.MaxRestarts, f, resumeText(res), res.Ranks, intsText(members), restart.StepsLost, droppedSuffix(restart.Dropped))
+		fmt.Fprintf(r.w.errOut, "launch: node 0: restart %d of at most %d after %s: %s on %s, %s (%s lost)%s\n",
+			restart.Number, e.MaxRestarts, f, resumeText(res), Count(res.Ranks, "rank"), listText("node", members), Count(int(restart.StepsLost), "step"), droppedSuffix(restart.Dropped))
 		args = res.Args
 		if res.Env != nil {
 			r.cfg.Env = res.Env

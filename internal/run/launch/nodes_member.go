@@ -72,8 +72,8 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 			if plan.From == "" {
 				from = "from the beginning"
 			}
-			fmt.Fprintf(r.w.errOut, "launch: node %d: restart %d (node 0's plan) %s on %d ranks, %d nodes; this node is node %d of them\n",
-				r.node, n, from, leader.Ranks, len(plan.Members), idx)
+			fmt.Fprintf(r.w.errOut, "launch: node %d: restart %d (node 0's plan) %s on %s, %s; this node is node %d of them\n",
+				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
 		if ctx.Err() != nil { // the caller ended this launcher: it leaves without a report

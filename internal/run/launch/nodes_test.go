@@ -131,7 +131,7 @@ func TestElasticNodeLost(t *testing.T) {
 			// Cancel node 1's launcher once its ranks train (the helper
 			// runs 5 steps of 400 ms).
 			go func() {
-				for !strings.Contains(jobs[0].stderr.String(), "waiting for 1 nodes") {
+				for !strings.Contains(jobs[0].stderr.String(), "waiting for the launchers of node 1") {
 					time.Sleep(10 * time.Millisecond)
 				}
 				time.Sleep(1500 * time.Millisecond)
