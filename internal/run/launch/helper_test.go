@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 //
 //	allreduce  a few all-reduces of known inputs, checked; prints "rank r of n ok"
 //	loop       all-reduces until something fails; prints "ready" after the first
+//	runid      prints "run id <RINGDDP_RUN_ID>" and exits 0, unconnected
 //	looppid    as loop, 1 ms apart, saying "pid N ready" on stderr after the first
 //	fail       the rank RINGDDP_HELPER_FAIL_RANK exits with status 3 once
 //	           all are connected; the others sleep (ignoring SIGTERM with
@@ -71,6 +72,10 @@ func helperMain(mode string) int {
 	}
 	if mode == "elastic" {
 		return helperElastic()
+	}
+	if mode == "runid" { // says its run id and exits
+		fmt.Printf("run id %s\n", os.Getenv(EnvRunID))
+		return 0
 	}
 	if mode == "envcheck" { // a rank's child: what it inherited
 		_, set := os.LookupEnv(EnvSecret)

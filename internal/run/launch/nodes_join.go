@@ -187,7 +187,9 @@ func (r *nodeRdzv) getSealed(ctx context.Context, key string, v any) error {
 
 // join waits for every node's launcher to join before the first attempt
 // and returns that attempt's plan; an error has been published to the
-// nodes that joined.
+// nodes that joined. The plan carries the job's run id, which every node's
+// ranks get as RINGDDP_RUN_ID: node 0's RINGDDP_RUN_ID, else a fresh one,
+// "nodes-" and 16 random hex digits, so that two jobs never share one.
 func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, error) {
 	cfg, e := r.cfg, r.e
 	baseID := cfg.Getenv(EnvRunID)
@@ -196,7 +198,7 @@ func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, err
 		if err != nil {
 			return nodePlan{}, fmt.Errorf("launch: making the run id: %w", err)
 		}
-		baseID = "elastic-" + id
+		baseID = "nodes-" + id
 	}
 	members := make([]int, cfg.Nnodes)
 	for i := range members {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // follow is the launcher of a node other than 0.
@@ -50,6 +51,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 			return fmt.Errorf("launch: node %d was dropped from the job at restart %d: %s", r.node, n, why)
 		}
 		args := cfg.Args
+		if own := cfg.Getenv(EnvRunID); n == 0 && own != "" && own != plan.RunID {
+			fmt.Fprintf(r.w.errOut, "launch: node %d: %s=%s here; the job runs under node 0's run id %s\n", r.node, EnvRunID, untrusted.Text(own, maxRunIDLen), plan.RunID)
+		}
 		if n > 0 {
 			leader := &Resume{Ranks: len(plan.Members) * plan.RanksPerNode, Step: plan.Step, From: plan.From, Found: plan.Found, Notes: plan.Notes}
 			f := Failure{Attempt: n - 1, Exit: &ExitError{Rank: -1, Err: errors.New("unknown")}}

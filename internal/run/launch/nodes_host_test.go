@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -119,5 +121,68 @@ func TestLaunchHostKilled(t *testing.T) {
 	}
 	if took > 10*time.Second {
 		t.Errorf("node 0 took %v after the kill to end", took)
+	}
+}
+
+// A job of several nodes gets a run id of its own: node 0's launcher
+// makes one ("nodes-" and 16 hex digits) and every rank of every node
+// gets it; a second job gets another. RINGDDP_RUN_ID set on node 0 wins,
+// and a node that set another says which one runs.
+func TestNodesRunID(t *testing.T) {
+	t.Parallel()
+	// runJob runs 2 launchers × 2 ranks with RINGDDP_RUN_ID ids[node] and
+	// returns every rank's run id, and node 1's stderr.
+	runJob := func(ids [2]string) ([]string, string) {
+		master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		outs, errs := make([]*lockedBuffer, 2), make([]*lockedBuffer, 2)
+		for node := range 2 {
+			cfg, stdout, stderr := helperConfig(2, "runid")
+			cfg.PrefixRank0 = true
+			cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, node, master
+			cfg.Getenv = func(k string) string {
+				return map[string]string{EnvSecret: "run id test secret of both nodes", EnvRunID: ids[node]}[k]
+			}
+			outs[node], errs[node] = stdout, stderr
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := Run(ctx, cfg); err != nil {
+					t.Errorf("node %d: %v\n%s", node, err, stderr)
+				}
+			}()
+		}
+		wg.Wait()
+		var got []string
+		for node := range 2 {
+			for _, l := range lines(outs[node].String()) {
+				if _, id, ok := strings.Cut(l, "] run id "); ok {
+					got = append(got, id)
+				}
+			}
+		}
+		if len(got) != 4 {
+			t.Fatalf("run ids %q, want 4 (one per rank)\nnode 0:\n%s\nnode 1:\n%s", got, errs[0], errs[1])
+		}
+		return got, errs[1].String()
+	}
+	a, _ := runJob([2]string{"", ""})
+	b, _ := runJob([2]string{"", ""})
+	for _, ids := range [][]string{a, b} {
+		if !regexp.MustCompile(`^nodes-[0-9a-f]{16}$`).MatchString(ids[0]) || slices.Compact(slices.Clone(ids))[0] != ids[0] || len(slices.Compact(slices.Clone(ids))) != 1 {
+			t.Errorf("run ids %q: want one fresh nodes-<16 hex> id on every rank", ids)
+		}
+	}
+	if a[0] == b[0] {
+		t.Errorf("two jobs share the run id %s", a[0])
+	}
+	c, n1 := runJob([2]string{"mine", "theirs"})
+	if len(slices.Compact(c)) != 1 || c[0] != "mine" {
+		t.Errorf("run ids %q, want node 0's RINGDDP_RUN_ID on every rank", c)
+	}
+	if !strings.Contains(n1, "launch: node 1: RINGDDP_RUN_ID=theirs here; the job runs under node 0's run id mine") {
+		t.Errorf("node 1 does not say whose run id runs:\n%s", n1)
 	}
 }
