@@ -33,7 +33,8 @@ import (
 //  2. Node 0 gathers them: before the first attempt from every node
 //     (waiting Elastic.JoinTimeout); after one, from the nodes of that
 //     attempt, waiting Elastic.RejoinTimeout after its own ranks have
-//     ended. A node that has not reported by then is dropped. Node 0 then
+//     ended. A node that has not reported by then is dropped, and so is
+//     one whose launcher stopped beating meanwhile (nodes_lost.go). Node 0 then
 //     decides (restartPolicy, restart.go): done (every rank of every node that reported exited 0, and
 //     node 0's own did), an error that ends the job (restarts exhausted,
 //     fewer ranks left than Elastic.MinRanks, a stop by a signal), or the
