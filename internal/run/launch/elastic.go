@@ -121,13 +121,17 @@ type Failure struct {
 }
 
 // String says which rank failed, how and where: "rank 1 (pid 42) was
-// killed by signal killed at step 57".
+// killed by signal killed at step 57". A lost node names itself, and is
+// said to be lost at start-up only when the ranks reported their start
+// (a job that reports no progress, as cmd/bench, cannot tell).
 func (f Failure) String() string {
 	s := f.Exit.Error()
-	if _, lost := f.Exit.Err.(*NodeLostError); f.Nodes > 1 && !lost {
+	_, lost := f.Exit.Err.(*NodeLostError)
+	if f.Nodes > 1 && !lost {
 		s += " on node " + strconv.Itoa(f.Node)
 	}
 	switch {
+	case f.AtStartup && lost && f.StartStep < 0:
 	case f.AtStartup:
 		s += " at start-up"
 	case f.Step >= 0:

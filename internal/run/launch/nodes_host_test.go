@@ -116,6 +116,9 @@ func TestLaunchHostKilled(t *testing.T) {
 			t.Errorf("node 0's error blames a surviving rank first: %v", err)
 		}
 	}
+	if strings.Contains(err.Error(), "at start-up") {
+		t.Errorf("node 0's error %q says start-up of ranks that never reported their start", err)
+	}
 	if !strings.Contains(err.Error(), "no heartbeat for 2s") {
 		t.Errorf("node 0's error %q does not say the node stopped beating", err)
 	}
