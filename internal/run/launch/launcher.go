@@ -528,7 +528,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.signal(s)
 		case <-ctxDone:
 			ctxDone = nil
-			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", ctx.Err()))
+			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", context.Cause(ctx)))
 		case <-kill:
 			j.signal(syscall.SIGKILL)
 		case <-j.progress:

@@ -168,15 +168,15 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 		return err
 	}
 	defer r.store.Close()
-	if cfg.NodeRank != 0 {
-		hctx, stopBeat := context.WithCancel(ctx)
-		defer stopBeat()
-		go r.heartbeat(hctx)
-	}
 	if cfg.NodeRank == 0 {
 		return r.lead(ctx, sigs)
 	}
-	return r.follow(ctx, sigs)
+	// The heartbeat ends this launcher's context when node 0 stops
+	// answering it (nodes_lost.go).
+	fctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	go r.heartbeat(fctx, lost)
+	return r.follow(fctx, sigs)
 }
 
 // signalContext is ctx, cancelled when a signal arrives on sigs, until

@@ -189,3 +189,70 @@ func TestNodesRunID(t *testing.T) {
 		t.Errorf("node 1 does not say whose run id runs:\n%s", n1)
 	}
 }
+
+// Node 0's host killed mid-run (its launcher, a process of its own, and
+// its ranks): node 1's launcher ends within seconds naming node 0, its
+// address and its ranks, instead of waiting out the rendezvous' timeouts.
+func TestLaunchNode0Killed(t *testing.T) {
+	t.Parallel()
+	master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
+	const secret = "node 0 killed test secret, both nodes"
+	n0out := &lockedBuffer{}
+	pids := make(chan int, 2)
+	n0out.onLine = func(s string) {
+		if m := regexp.MustCompile(`^(?:\[rank 1\] )?pid (\d+) ready$|^\[rank 0\] pid (\d+) ready$`).FindStringSubmatch(s); m != nil {
+			pid, _ := strconv.Atoi(m[1] + m[2])
+			pids <- pid
+		}
+	}
+	n0 := exec.Command(os.Args[0], "-test.run=^$")
+	n0.Env = append(filterEnv(os.Environ(), launchVars), launcherVar+"=0/2/2/"+master, helperVar+"=looppid", "RINGDDP_HELPER_SECRET="+secret)
+	n0.Stdout, n0.Stderr = n0out, n0out
+	n0.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n0.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n0done := make(chan struct{})
+	go func() { _ = n0.Wait(); close(n0done) }()
+	t.Cleanup(func() { _ = syscall.Kill(-n0.Process.Pid, syscall.SIGKILL); <-n0done })
+
+	cfg, _, stderr := helperConfig(2, "looppid")
+	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 1, master
+	cfg.Grace = time.Second
+	cfg.heartbeatLost = 2 * time.Second
+	cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: secret}[k] }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+	var rankPids []int
+	for len(rankPids) < 2 {
+		select {
+		case p := <-pids:
+			rankPids = append(rankPids, p)
+		case err := <-errc:
+			t.Fatalf("node 1 ended before node 0's ranks ran: %v\nnode 1:\n%s\nnode 0:\n%s", err, stderr, n0out)
+		case <-ctx.Done():
+			t.Fatalf("node 0's ranks never ran\nnode 1:\n%s\nnode 0:\n%s", stderr, n0out)
+		}
+	}
+	_ = syscall.Kill(-n0.Process.Pid, syscall.SIGKILL)
+	for _, p := range rankPids {
+		_ = syscall.Kill(-p, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	err := <-errc
+	took := time.Since(killed)
+	t.Logf("node 1 ended %v after the kill: %v\nnode 1's stderr:\n%s", took, err, stderr)
+	if err == nil {
+		t.Fatal("node 1 succeeded")
+	}
+	for _, want := range []string{"node 0 (" + master + ") was lost with its ranks 0, 1", "no heartbeat taken for 2s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("node 1's error %q does not say %q", err, want)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("node 1 took %v after the kill to end", took)
+	}
+}

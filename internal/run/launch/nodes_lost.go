@@ -25,7 +25,11 @@ import (
 // attempt it reads that counter as often; one that has not moved for
 // Config.heartbeatLost (5 s) means the launcher is gone (killed, its host
 // down, the link cut), and node 0 stops waiting for it. A launcher that
-// is alive beats while its ranks stop, however long that takes.
+// is alive beats while its ranks stop, however long that takes. The other
+// way round, a node whose beats node 0's store has not taken for
+// Config.heartbeatLost takes node 0 for lost: it stops its ranks and ends
+// naming node 0, its address (-master) and its ranks, instead of waiting
+// out the rendezvous' timeouts.
 
 // Defaults of Config's heartbeat timings.
 const (
@@ -36,14 +40,30 @@ const (
 // aliveKey is node's heartbeat counter.
 func aliveKey(node int) string { return "elastic/alive/" + strconv.Itoa(node) }
 
-// heartbeat beats for this node (not node 0) until ctx ends.
-func (r *nodeRdzv) heartbeat(ctx context.Context) {
+// heartbeat beats for this node (not node 0) until ctx ends, and calls
+// lost with node 0's loss once no beat has been taken for
+// Config.heartbeatLost.
+func (r *nodeRdzv) heartbeat(ctx context.Context, lost func(error)) {
 	t := time.NewTicker(r.cfg.heartbeat)
 	defer t.Stop()
+	ok := time.Now()
 	for {
-		c, cancel := context.WithTimeout(ctx, r.cfg.heartbeatLost)
-		_, _ = r.store.Add(c, aliveKey(r.node), 1)
+		c, cancel := context.WithTimeout(ctx, r.cfg.heartbeat)
+		_, err := r.store.Add(c, aliveKey(r.node), 1)
 		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			ok = time.Now()
+		case time.Since(ok) >= r.cfg.heartbeatLost:
+			n0 := &NodeLostError{Node: 0, Addr: r.cfg.Master, Reason: fmt.Sprintf("its launcher's rendezvous stopped answering (no heartbeat taken for %v: %v)", r.cfg.heartbeatLost, err)}
+			for k := range r.cfg.Ranks {
+				n0.Ranks = append(n0.Ranks, k)
+			}
+			lost(n0)
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -80,8 +80,8 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
-		if ctx.Err() != nil { // the caller ended this launcher: it leaves without a report
-			return fmt.Errorf("launch: node %d: %w", r.node, ctx.Err())
+		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
+			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
 		}
 		if rep.Fatal != "" {
 			r.post(ctx, n+1, rep)
