@@ -42,88 +42,122 @@ func launcherMain(spec string) int {
 	return 0
 }
 
-// A host killed mid-run: node 1's launcher and its ranks are killed
-// (SIGKILL) while the 2 × 2 ranks all-reduce. Node 0's launcher's last
-// line names the lost host (node 1, its address) and its ranks (2, 3) as
-// the root cause, not one of its own ranks that failed for it.
-func TestLaunchHostKilled(t *testing.T) {
-	t.Parallel()
-	master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
-	const secret = "host killed test secret, both nodes"
+// killedHost is a test of a 2 × 2 job on loopback whose one node (the
+// host) is a launcher process of its own, killed mid-run with its ranks,
+// while the other node's launcher runs in this process.
+type killedHost struct {
+	master string
+	cmd    *exec.Cmd
+	out    *lockedBuffer // the killed node's output
+	errc   chan error    // the surviving launcher's Run
+	stderr *lockedBuffer // the surviving launcher's stderr
+}
 
-	// Node 1: a launcher process whose ranks say their pids.
-	n1out := &lockedBuffer{}
+// startKilledHost starts node killed's launcher as a process and the other
+// node's in this process (heartbeat limit 2 s), and waits until the
+// killed node's 2 ranks all-reduce.
+func startKilledHost(t *testing.T, killed int) (*killedHost, []int) {
+	master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
+	const secret = "killed host test secret, both nodes"
+	h := &killedHost{master: master, out: &lockedBuffer{}, errc: make(chan error, 1)}
 	pids := make(chan int, 2)
-	n1out.onLine = func(s string) {
-		if m := regexp.MustCompile(`^\[rank [23]\] pid (\d+) ready$`).FindStringSubmatch(s); m != nil {
+	h.out.onLine = func(s string) {
+		if m := regexp.MustCompile(`^\[rank \d+\] pid (\d+) ready$`).FindStringSubmatch(s); m != nil {
 			pid, _ := strconv.Atoi(m[1])
 			pids <- pid
 		}
 	}
-	n1 := exec.Command(os.Args[0], "-test.run=^$")
-	n1.Env = append(filterEnv(os.Environ(), launchVars), launcherVar+"=1/2/2/"+master, helperVar+"=looppid", "RINGDDP_HELPER_SECRET="+secret)
-	n1.Stdout, n1.Stderr = n1out, n1out
-	n1.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := n1.Start(); err != nil {
+	h.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	h.cmd.Env = append(filterEnv(os.Environ(), launchVars), launcherVar+"="+strconv.Itoa(killed)+"/2/2/"+master,
+		helperVar+"=looppid", "RINGDDP_HELPER_SECRET="+secret)
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n1done := make(chan struct{})
-	go func() { _ = n1.Wait(); close(n1done) }()
-	t.Cleanup(func() { _ = syscall.Kill(-n1.Process.Pid, syscall.SIGKILL); <-n1done })
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL); <-done })
 
-	// Node 0: a launcher in this process.
 	cfg, _, stderr := helperConfig(2, "looppid")
-	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 0, master
+	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 1-killed, master
 	cfg.Grace = time.Second
-	cfg.heartbeatLost = 2 * time.Second // node 1 beats every 500 ms; the rejoin timeout stays 30 s
+	cfg.heartbeatLost = 2 * time.Second // the killed node beats every 500 ms; the rejoin timeout stays 30 s
 	cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: secret}[k] }
+	h.stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-
+	t.Cleanup(cancel)
+	go func() { h.errc <- Run(ctx, cfg) }()
 	var rankPids []int
 	for len(rankPids) < 2 {
 		select {
 		case p := <-pids:
 			rankPids = append(rankPids, p)
-		case err := <-errc:
-			t.Fatalf("node 0 ended before node 1's ranks ran: %v\nnode 0:\n%s\nnode 1:\n%s", err, stderr, n1out)
+		case err := <-h.errc:
+			t.Fatalf("the surviving node ended before the other's ranks ran: %v\nit:\n%s\nthe other:\n%s", err, stderr, h.out)
 		case <-ctx.Done():
-			t.Fatalf("node 1's ranks never ran\nnode 0:\n%s\nnode 1:\n%s", stderr, n1out)
+			t.Fatalf("the killed node's ranks never ran\nthe survivor:\n%s\nthe other:\n%s", stderr, h.out)
 		}
 	}
-	// The host goes: its launcher and its ranks, at once.
-	_ = syscall.Kill(-n1.Process.Pid, syscall.SIGKILL)
+	return h, rankPids
+}
+
+// kill kills the host, its launcher and its ranks at once, and returns
+// the surviving launcher's error and how long after the kill it came.
+func (h *killedHost) kill(t *testing.T, rankPids []int) (error, time.Duration) {
+	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 	for _, p := range rankPids {
 		_ = syscall.Kill(-p, syscall.SIGKILL)
 	}
 	killed := time.Now()
-	err := <-errc
+	err := <-h.errc
 	took := time.Since(killed)
-	t.Logf("node 0 ended %v after the kill: %v\nnode 0's stderr:\n%s", took, err, stderr)
+	t.Logf("the surviving node ended %v after the kill: %v\nits stderr:\n%s", took, err, h.stderr)
 	if err == nil {
-		t.Fatal("node 0 succeeded")
+		t.Fatal("the surviving node succeeded")
 	}
+	if took > 10*time.Second {
+		t.Errorf("the surviving node took %v after the kill to end", took)
+	}
+	return err, took
+}
+
+// A host killed mid-run: node 1's launcher and its ranks are killed
+// (SIGKILL) while the 2 × 2 ranks all-reduce. Node 0's launcher's last
+// line names the lost host (node 1, its address) and its ranks (2, 3) as
+// the root cause, not one of its own ranks that failed for it, within
+// the heartbeat limit rather than the 30 s rejoin timeout.
+func TestLaunchHostKilled(t *testing.T) {
+	t.Parallel()
+	h, pids := startKilledHost(t, 1)
+	err, _ := h.kill(t, pids)
 	// The error is the command's last line.
-	for _, want := range []string{"node 1", master[:strings.LastIndexByte(master, ':')], "ranks 2, 3"} {
+	for _, want := range []string{"node 1 (", "127.0.0.1)) was lost with its ranks 2, 3", "no heartbeat for 2s"} {
 		if !strings.Contains(err.Error(), want) {
-			t.Errorf("node 0's error %q does not name %q", err, want)
+			t.Errorf("node 0's error %q does not say %q", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), "at start-up") {
+		t.Errorf("node 0's error %q says start-up of ranks that never reported their start", err)
 	}
 	for _, bad := range []string{"rank 0 (pid", "rank 1 (pid"} {
 		if strings.Contains(err.Error(), bad) && strings.Index(err.Error(), bad) < strings.Index(err.Error(), "node 1") {
 			t.Errorf("node 0's error blames a surviving rank first: %v", err)
 		}
 	}
-	if strings.Contains(err.Error(), "at start-up") {
-		t.Errorf("node 0's error %q says start-up of ranks that never reported their start", err)
-	}
-	if !strings.Contains(err.Error(), "no heartbeat for 2s") {
-		t.Errorf("node 0's error %q does not say the node stopped beating", err)
-	}
-	if took > 10*time.Second {
-		t.Errorf("node 0 took %v after the kill to end", took)
+}
+
+// Node 0's host killed mid-run (its launcher, a process of its own, and
+// its ranks): node 1's launcher ends within seconds naming node 0, its
+// address and its ranks, instead of waiting out the rendezvous' timeouts.
+func TestLaunchNode0Killed(t *testing.T) {
+	t.Parallel()
+	h, pids := startKilledHost(t, 0)
+	err, _ := h.kill(t, pids)
+	for _, want := range []string{"launch: node 1: node 0 (" + h.master + ") was lost with its ranks 0, 1", "no heartbeat taken for 2s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("node 1's error %q does not say %q", err, want)
+		}
 	}
 }
 
@@ -187,72 +221,5 @@ func TestNodesRunID(t *testing.T) {
 	}
 	if !strings.Contains(n1, "launch: node 1: RINGDDP_RUN_ID=theirs here; the job runs under node 0's run id mine") {
 		t.Errorf("node 1 does not say whose run id runs:\n%s", n1)
-	}
-}
-
-// Node 0's host killed mid-run (its launcher, a process of its own, and
-// its ranks): node 1's launcher ends within seconds naming node 0, its
-// address and its ranks, instead of waiting out the rendezvous' timeouts.
-func TestLaunchNode0Killed(t *testing.T) {
-	t.Parallel()
-	master := "127.0.0.1:" + strconv.Itoa(freeLoopbackPort(t))
-	const secret = "node 0 killed test secret, both nodes"
-	n0out := &lockedBuffer{}
-	pids := make(chan int, 2)
-	n0out.onLine = func(s string) {
-		if m := regexp.MustCompile(`^(?:\[rank 1\] )?pid (\d+) ready$|^\[rank 0\] pid (\d+) ready$`).FindStringSubmatch(s); m != nil {
-			pid, _ := strconv.Atoi(m[1] + m[2])
-			pids <- pid
-		}
-	}
-	n0 := exec.Command(os.Args[0], "-test.run=^$")
-	n0.Env = append(filterEnv(os.Environ(), launchVars), launcherVar+"=0/2/2/"+master, helperVar+"=looppid", "RINGDDP_HELPER_SECRET="+secret)
-	n0.Stdout, n0.Stderr = n0out, n0out
-	n0.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := n0.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n0done := make(chan struct{})
-	go func() { _ = n0.Wait(); close(n0done) }()
-	t.Cleanup(func() { _ = syscall.Kill(-n0.Process.Pid, syscall.SIGKILL); <-n0done })
-
-	cfg, _, stderr := helperConfig(2, "looppid")
-	cfg.Nnodes, cfg.NodeRank, cfg.Master = 2, 1, master
-	cfg.Grace = time.Second
-	cfg.heartbeatLost = 2 * time.Second
-	cfg.Getenv = func(k string) string { return map[string]string{EnvSecret: secret}[k] }
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, cfg) }()
-	var rankPids []int
-	for len(rankPids) < 2 {
-		select {
-		case p := <-pids:
-			rankPids = append(rankPids, p)
-		case err := <-errc:
-			t.Fatalf("node 1 ended before node 0's ranks ran: %v\nnode 1:\n%s\nnode 0:\n%s", err, stderr, n0out)
-		case <-ctx.Done():
-			t.Fatalf("node 0's ranks never ran\nnode 1:\n%s\nnode 0:\n%s", stderr, n0out)
-		}
-	}
-	_ = syscall.Kill(-n0.Process.Pid, syscall.SIGKILL)
-	for _, p := range rankPids {
-		_ = syscall.Kill(-p, syscall.SIGKILL)
-	}
-	killed := time.Now()
-	err := <-errc
-	took := time.Since(killed)
-	t.Logf("node 1 ended %v after the kill: %v\nnode 1's stderr:\n%s", took, err, stderr)
-	if err == nil {
-		t.Fatal("node 1 succeeded")
-	}
-	for _, want := range []string{"node 0 (" + master + ") was lost with its ranks 0, 1", "no heartbeat taken for 2s"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("node 1's error %q does not say %q", err, want)
-		}
-	}
-	if took > 10*time.Second {
-		t.Errorf("node 1 took %v after the kill to end", took)
 	}
 }
