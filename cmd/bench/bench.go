@@ -8,7 +8,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/internal/run/rankrun"
-	"github.com/ringddp/ringddp/internal/trace"
 )
 
 // benchmark runs the sweeps of cfg (one per algorithm) and writes the
@@ -31,7 +30,7 @@ func benchmark(ctx context.Context, cfg *config, w io.Writer) error {
 	case cfg.tr.Launcher(): // -transport tcp, not under a launcher: be one
 		err := cfg.tr.Launch(ctx, cfg.args, cfg.rankCmd, w)
 		if cfg.timeline != nil && err == nil {
-			err = trace.MergeRanks(cfg.timeline.path, cfg.ranks)
+			err = cfg.timeline.merge(cfg.tr.MP, os.Stderr)
 		}
 		return err
 	}

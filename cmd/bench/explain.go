@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // explanation is one size of -explain: every runnable algorithm's
@@ -73,7 +74,7 @@ func explain(cfg *config, w io.Writer) error {
 func explainHeader(cfg *config, w io.Writer, m cost.Model, from string, shape cost.Shape, algos []allreduce.Algorithm) error {
 	topo := "topology unknown"
 	if shape.Topology {
-		topo = fmt.Sprintf("%d node(s) of up to %d ranks", shape.Nodes, shape.LocalSize)
+		topo = fmt.Sprintf("%s of up to %s", launch.Count(shape.Nodes, "node"), launch.Count(shape.LocalSize, "rank"))
 	}
 	var names, units strings.Builder
 	fmt.Fprintf(&names, "#%12s", "size")

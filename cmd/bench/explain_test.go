@@ -75,7 +75,7 @@ func explainTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"# model: inter 100 Gb/s (12.5 GB/s) α 5 µs; intra 1000 Gb/s (125 GB/s) α 1 µs", "8 node(s) of up to 8 ranks", "hierarchical", "pick"} {
+	for _, s := range []string{"# model: inter 100 Gb/s (12.5 GB/s) α 5 µs; intra 1000 Gb/s (125 GB/s) α 1 µs", "8 nodes of up to 8 ranks", "hierarchical", "pick"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("-explain table lacks %q:\n%s", s, out)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/internal/bytesize"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // row is one size's result. The JSON keys are the report's stable schema;
@@ -138,7 +139,7 @@ func nodesText(c *config) string {
 		return ""
 	}
 	s := plannedShape(c)
-	return fmt.Sprintf(" (%d nodes of %d)", s.Nodes, s.LocalSize)
+	return fmt.Sprintf(" (%s of %d)", launch.Count(s.Nodes, "node"), s.LocalSize)
 }
 
 // timeText explains the time column.

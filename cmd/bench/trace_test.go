@@ -1,10 +1,14 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
+	"github.com/ringddp/ringddp/internal/freeport"
 	"github.com/ringddp/ringddp/internal/trace"
 )
 
@@ -66,5 +70,69 @@ func TestSettleIterations(t *testing.T) {
 		if got := settleIterations(c.bytes); got != c.want {
 			t.Errorf("settleIterations(%d) = %d, want %d", c.bytes, got, c.want)
 		}
+	}
+}
+
+// -trace with two nodes' launchers (over loopback, 2 ranks each): both
+// end with status 0. On a filesystem they share, node 0 merges all four
+// ranks' parts and none is left; on disks of their own (another -trace
+// directory per node) node 0's file holds its two ranks and node 1's
+// parts stay on its disk, each a trace file of its own.
+func TestTraceTwoNodes(t *testing.T) {
+	t.Setenv("RINGDDP_SECRET", "bench trace test secret of both nodes")
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "shared", false: "separate"}[shared], func(t *testing.T) {
+			dirs := []string{t.TempDir(), t.TempDir()}
+			if shared {
+				dirs[1] = dirs[0]
+			}
+			master := "127.0.0.1:" + strconv.Itoa(freeport.Loopback(t))
+			errs, outs := make([]error, 2), make([]string, 2)
+			var wg sync.WaitGroup
+			for node := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					outs[node], errs[node] = runBench(t, "-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-node-rank", strconv.Itoa(node),
+						"-master", master, "-min", "64", "-max", "64", "-iters", "2", "-warmup", "1", "-algo", "ring",
+						"-trace", filepath.Join(dirs[node], "bench.json"))
+				}()
+			}
+			wg.Wait()
+			for node, err := range errs {
+				if err != nil {
+					t.Fatalf("node %d: %v\n%s", node, err, outs[node])
+				}
+			}
+			f, err := trace.ReadFile(filepath.Join(dirs[0], "bench.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := map[int]bool{}
+			for _, e := range f.Events {
+				if e.Ph == "X" {
+					pids[e.Pid] = true
+				}
+			}
+			want := map[int]bool{0: true, 1: true}
+			if shared {
+				want[2], want[3] = true, true
+			}
+			if !maps.Equal(pids, want) {
+				t.Errorf("ranks in node 0's trace: %v, want %v", pids, want)
+			}
+			for r := range 4 {
+				_, err := os.Stat(trace.RankFile(filepath.Join(dirs[r/2], "bench.json"), r))
+				if left := err == nil; left != (!shared && r >= 2) {
+					t.Errorf("rank %d's part left behind: %v (want %v)", r, left, !shared && r >= 2)
+				}
+			}
+			if !shared {
+				part, err := trace.ReadFile(trace.RankFile(filepath.Join(dirs[1], "bench.json"), 3))
+				if err != nil || len(part.Events) == 0 {
+					t.Errorf("node 1's rank 3 part: %d events, %v", len(part.Events), err)
+				}
+			}
+		})
 	}
 }

@@ -220,17 +220,17 @@ func printRestart(w io.Writer, r launch.Restart, jsonOut bool) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "restart %d: %v (%d ranks); ", r.Number, r.Failure, rec.PreviousRanks)
+	fmt.Fprintf(&b, "restart %d: %v (%s); ", r.Number, r.Failure, launch.Count(rec.PreviousRanks, "rank"))
 	if rec.Checkpoint != "" {
 		fmt.Fprintf(&b, "resumed from step %d (%s)", rec.ResumedFromStep, rec.Checkpoint)
 	} else {
 		b.WriteString("started again from the beginning (no checkpoint yet)")
 	}
-	fmt.Fprintf(&b, " on %d ranks", rec.Ranks)
+	fmt.Fprintf(&b, " on %s", launch.Count(rec.Ranks, "rank"))
 	if rec.Nodes > 0 {
-		fmt.Fprintf(&b, " (%d nodes)", rec.Nodes)
+		fmt.Fprintf(&b, " (%s)", launch.Count(rec.Nodes, "node"))
 	}
-	fmt.Fprintf(&b, ", %d steps lost, ", rec.StepsLost)
+	fmt.Fprintf(&b, ", %s lost, ", launch.Count(int(rec.StepsLost), "step"))
 	if rec.TrainingAgainSeconds != nil {
 		fmt.Fprintf(&b, "training again %.2fs after the failure", *rec.TrainingAgainSeconds)
 	} else {

@@ -266,10 +266,16 @@ func humanBytes(n int64) string {
 // its ranks wrote (trace.RankFile, each on rank 0's clock) into the
 // -trace file, whether the job failed (launchErr) or not: the timeline of
 // a failed job shows where each rank stopped. Ranks of other hosts write
-// on their hosts, so a multi-host launcher merges what it finds and says
-// what is missing.
+// on their hosts, so node 0's launcher merges what it finds and says what
+// is missing; the other nodes' launchers leave their ranks' parts to it
+// (on a shared filesystem they would race it).
 func mergeTrace(o *options, launchErr error) error {
 	if o.cfg.Trace == "" {
+		return launchErr
+	}
+	if mp := o.tr.MP; mp.NodeRank != 0 {
+		fmt.Fprintf(os.Stderr, "-trace: node %d's ranks wrote %s.rank<r>; node 0's launcher merges them into %s if it shares this filesystem\n",
+			mp.NodeRank, o.cfg.Trace, o.cfg.Trace)
 		return launchErr
 	}
 	err := trace.MergeRanks(o.cfg.Trace, o.tr.Ranks)

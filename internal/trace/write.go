@@ -230,28 +230,44 @@ func RankFile(path string, rank int) string { return path + ".rank" + strconv.It
 // removes them; the missing ones (a rank that died before writing) are
 // listed in the error after the others are merged.
 func MergeRanks(path string, ranks int) error {
-	var in, missing []string
+	missing, err := MergeFound(path, ranks)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		files := make([]string, len(missing))
+		for i, r := range missing {
+			files[i] = RankFile(path, r)
+		}
+		return fmt.Errorf("trace: %s merged without %v (not written)", path, files)
+	}
+	return nil
+}
+
+// MergeFound merges every RankFile(path, r), r in [0, ranks), that exists
+// into path, removes them and returns the ranks whose files it did not
+// find (ranks of other hosts, whose parts are on those hosts' disks, or
+// ranks that died before writing). Finding none is an error.
+func MergeFound(path string, ranks int) (missing []int, err error) {
+	var in []string
 	for r := range ranks {
 		p := RankFile(path, r)
 		if _, err := os.Stat(p); err != nil {
-			missing = append(missing, p)
+			missing = append(missing, r)
 			continue
 		}
 		in = append(in, p)
 	}
 	if len(in) == 0 {
-		return fmt.Errorf("trace: no rank wrote its part of %s", path)
+		return missing, fmt.Errorf("trace: no rank wrote its part of %s", path)
 	}
 	if err := Merge(path, in...); err != nil {
-		return err
+		return missing, err
 	}
 	for _, p := range in {
 		_ = os.Remove(p)
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("trace: %s merged without %v (not written)", path, missing)
-	}
-	return nil
+	return missing, nil
 }
 
 // writeAtomic replaces path with what write writes (outfile.Write): a new

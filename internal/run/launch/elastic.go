@@ -121,13 +121,17 @@ type Failure struct {
 }
 
 // String says which rank failed, how and where: "rank 1 (pid 42) was
-// killed by signal killed at step 57".
+// killed by signal killed at step 57". A lost node names itself, and is
+// said to be lost at start-up only when the ranks reported their start
+// (a job that reports no progress, as cmd/bench, cannot tell).
 func (f Failure) String() string {
 	s := f.Exit.Error()
-	if f.Nodes > 1 {
+	_, lost := f.Exit.Err.(*NodeLostError)
+	if f.Nodes > 1 && !lost {
 		s += " on node " + strconv.Itoa(f.Node)
 	}
 	switch {
+	case f.AtStartup && lost && f.StartStep < 0:
 	case f.AtStartup:
 		s += " at start-up"
 	case f.Step >= 0:
@@ -206,7 +210,7 @@ type RestartsExhaustedError struct {
 func (e *RestartsExhaustedError) Error() string {
 	parts := make([]string, len(e.Failures))
 	for i, f := range e.Failures {
-		parts[i] = fmt.Sprintf("attempt %d (%d ranks): %v", f.Attempt+1, f.Ranks, f)
+		parts[i] = fmt.Sprintf("attempt %d (%s): %v", f.Attempt+1, Count(f.Ranks, "rank"), f)
 	}
 	return fmt.Sprintf("the job failed %d times and no restart is left (max restarts %d): %s",
 		len(e.Failures), e.MaxRestarts, strings.Join(parts, "; "))
@@ -271,8 +275,8 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 			return err
 		}
 		rep.pending = &r
-		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %d ranks (%d steps lost)\n",
-			r.Number, e.MaxRestarts, r.Failure, resumeText(r.Resume), r.Resume.Ranks, r.StepsLost)
+		fmt.Fprintf(w.errOut, "launch: restart %d of at most %d after %s: %s on %s (%s lost)\n",
+			r.Number, e.MaxRestarts, r.Failure, resumeText(r.Resume), Count(r.Resume.Ranks, "rank"), Count(int(r.StepsLost), "step"))
 		a.ranks, a.args = r.Resume.Ranks, r.Resume.Args
 		if r.Resume.Env != nil {
 			cfg.Env = r.Resume.Env

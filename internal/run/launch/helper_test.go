@@ -27,6 +27,9 @@ import (
 const helperVar = "RINGDDP_LAUNCH_HELPER"
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(launcherVar); spec != "" {
+		os.Exit(launcherMain(spec))
+	}
 	if mode := os.Getenv(helperVar); mode != "" {
 		os.Exit(helperMain(mode))
 	}
@@ -37,6 +40,8 @@ func TestMain(m *testing.M) {
 //
 //	allreduce  a few all-reduces of known inputs, checked; prints "rank r of n ok"
 //	loop       all-reduces until something fails; prints "ready" after the first
+//	runid      prints "run id <RINGDDP_RUN_ID>" and exits 0, unconnected
+//	looppid    as loop, 1 ms apart, saying "pid N ready" on stderr after the first
 //	fail       the rank RINGDDP_HELPER_FAIL_RANK exits with status 3 once
 //	           all are connected; the others sleep (ignoring SIGTERM with
 //	           RINGDDP_HELPER_IGNORE_TERM=1)
@@ -67,6 +72,10 @@ func helperMain(mode string) int {
 	}
 	if mode == "elastic" {
 		return helperElastic()
+	}
+	if mode == "runid" { // says its run id and exits
+		fmt.Printf("run id %s\n", os.Getenv(EnvRunID))
+		return 0
 	}
 	if mode == "envcheck" { // a rank's child: what it inherited
 		_, set := os.LookupEnv(EnvSecret)
@@ -109,6 +118,15 @@ func helperMain(mode string) int {
 			fmt.Fprintf(os.Stderr, "GOMAXPROCS=%d\n", runtime.GOMAXPROCS(0))
 			fmt.Fprintf(os.Stderr, "a line on rank %d's stderr\n", env.Rank)
 			fmt.Print("no newline at the end")
+		}
+	case "looppid": // loop, saying "pid N ready" after the first all-reduce
+		buf := make([]float32, 1<<10)
+		for i := 0; err == nil; i++ {
+			err = allreduce.AllReduce(ctx, g, buf, allreduce.Sum)
+			if i == 0 && err == nil {
+				fmt.Fprintf(os.Stderr, "pid %d ready\n", os.Getpid())
+			}
+			time.Sleep(time.Millisecond)
 		}
 	case "loop":
 		buf := make([]float32, 64<<10)

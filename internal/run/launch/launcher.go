@@ -68,6 +68,11 @@ type Config struct {
 	// connection failed authentication while nodes are missing (tests
 	// shorten them). Defaults defaultJoinReport, defaultRejectedGrace.
 	joinReport, rejectedGrace time.Duration
+	// heartbeat is how often a node's launcher tells node 0 it is alive,
+	// and heartbeatLost how long node 0 waits for a beat before it takes
+	// the node for lost (nodes_lost.go). Defaults defaultHeartbeat,
+	// defaultHeartbeatLost.
+	heartbeat, heartbeatLost time.Duration
 }
 
 // ExitError is a launcher's failure: the first rank that exited with a
@@ -80,6 +85,9 @@ type ExitError struct {
 }
 
 func (e *ExitError) Error() string {
+	if nl, ok := e.Err.(*NodeLostError); ok && e.State == nil {
+		return nl.Error() // the node names its ranks
+	}
 	if e.State == nil && e.Pid > 0 { // another node's rank, as its launcher reported it
 		return fmt.Sprintf("rank %d (pid %d) %v", e.Rank, e.Pid, e.Err)
 	}
@@ -160,7 +168,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Nnodes = 1
 	}
 	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nnodes {
-		return cfg, fmt.Errorf("launch: node rank %d out of range for %d nodes", cfg.NodeRank, cfg.Nnodes)
+		return cfg, fmt.Errorf("launch: node rank %d out of range for %s", cfg.NodeRank, Count(cfg.Nnodes, "node"))
 	}
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
@@ -189,6 +197,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.joinReport = cmp.Or(cfg.joinReport, defaultJoinReport)
 	cfg.rejectedGrace = cmp.Or(cfg.rejectedGrace, defaultRejectedGrace)
+	cfg.heartbeat = cmp.Or(cfg.heartbeat, defaultHeartbeat)
+	cfg.heartbeatLost = cmp.Or(cfg.heartbeatLost, defaultHeartbeatLost)
 	if cfg.Elastic == nil && cfg.Nnodes > 1 {
 		cfg.Elastic = &Elastic{} // no restarts: the nodes' rendezvous only
 	}
@@ -518,7 +528,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.signal(s)
 		case <-ctxDone:
 			ctxDone = nil
-			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", ctx.Err()))
+			j.stop(fmt.Sprintf("launch: %v; stopping the ranks", context.Cause(ctx)))
 		case <-kill:
 			j.signal(syscall.SIGKILL)
 		case <-j.progress:

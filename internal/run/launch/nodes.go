@@ -33,7 +33,8 @@ import (
 //  2. Node 0 gathers them: before the first attempt from every node
 //     (waiting Elastic.JoinTimeout); after one, from the nodes of that
 //     attempt, waiting Elastic.RejoinTimeout after its own ranks have
-//     ended. A node that has not reported by then is dropped. Node 0 then
+//     ended. A node that has not reported by then is dropped, and so is
+//     one whose launcher stopped beating meanwhile (nodes_lost.go). Node 0 then
 //     decides (restartPolicy, restart.go): done (every rank of every node that reported exited 0, and
 //     node 0's own did), an error that ends the job (restarts exhausted,
 //     fewer ranks left than Elastic.MinRanks, a stop by a signal), or the
@@ -67,6 +68,9 @@ type nodeReport struct {
 	Nnodes         int    `json:"nnodes,omitempty"`
 	Master         string `json:"master,omitempty"`
 	MasterLoopback bool   `json:"master_loopback,omitempty"`
+	// Addr, joining: the node's host name and the address it reaches
+	// -master from (nodeAddr), which node 0 names when the node is lost.
+	Addr string `json:"addr,omitempty"`
 }
 
 // wireFailure is a node's first failed rank, as reported.
@@ -128,6 +132,8 @@ type nodeRdzv struct {
 	// this host's addresses (nodes_join.go).
 	leader       leaderInfo
 	masterRemote bool
+	// addrs, node 0: every node's address, from its join report.
+	addrs map[int]string
 }
 
 // key is attempt n's key k.
@@ -165,7 +171,12 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 	if cfg.NodeRank == 0 {
 		return r.lead(ctx, sigs)
 	}
-	return r.follow(ctx, sigs)
+	// The heartbeat ends this launcher's context when node 0 stops
+	// answering it (nodes_lost.go).
+	fctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	go r.heartbeat(fctx, lost)
+	return r.follow(fctx, sigs)
 }
 
 // signalContext is ctx, cancelled when a signal arrives on sigs, until
@@ -235,25 +246,30 @@ func (r *nodeRdzv) finish(ctx context.Context, p nodePlan, readers int, err erro
 }
 
 // gather waits until deadline for attempt n's reports from the nodes
-// want; it returns those that came.
-func (r *nodeRdzv) gather(ctx context.Context, n int, want []int, deadline time.Time) map[int]nodeReport {
-	got := map[int]nodeReport{}
+// want; it returns those that came, and the nodes whose launchers stopped
+// beating meanwhile (nodes_lost.go), each with the reason.
+func (r *nodeRdzv) gather(ctx context.Context, n int, want []int, deadline time.Time) (map[int]nodeReport, map[int]string) {
+	got, silent := map[int]nodeReport{}, map[int]string{}
 	for _, node := range want {
 		c, cancel := context.WithDeadline(ctx, deadline)
+		stop := r.watchAlive(c, node, cancel)
 		rep, err := r.readReport(c, n, node)
+		lost := stop()
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return got
+				return got, silent
 			}
-			if !errors.Is(err, rendezvous.ErrTimeout) {
+			if lost {
+				silent[node] = fmt.Sprintf("its launcher stopped answering (no heartbeat for %v)", r.cfg.heartbeatLost)
+			} else if !errors.Is(err, rendezvous.ErrTimeout) {
 				fmt.Fprintf(r.w.errOut, "launch: node 0: %v\n", err)
 			}
 			continue
 		}
 		got[node] = rep
 	}
-	return got
+	return got, silent
 }
 
 // readReport waits for node's report for rendezvous n and checks it.

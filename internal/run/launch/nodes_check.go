@@ -136,7 +136,10 @@ func checkReport(rep *nodeReport, node, attempt int) error {
 		return fmt.Errorf("ranks %d: want 1..%d", rep.Ranks, maxNodeRanks)
 	case len(rep.Signal) > maxReasonLen || len(rep.Fatal) > maxReasonLen || len(rep.Master) > maxPathLen:
 		return fmt.Errorf("signal, fatal or master longer than %d bytes", maxReasonLen)
+	case len(rep.Addr) > maxAddrLen:
+		return fmt.Errorf("addr: %d bytes, more than %d", len(rep.Addr), maxAddrLen)
 	}
+	rep.Addr = untrusted.Text(rep.Addr, maxAddrLen)
 	rep.Signal = untrusted.Text(rep.Signal, maxShownText)
 	rep.Fatal = untrusted.Text(rep.Fatal, maxShownText)
 	rep.Master = untrusted.Text(rep.Master, maxShownText)

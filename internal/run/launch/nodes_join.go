@@ -187,7 +187,9 @@ func (r *nodeRdzv) getSealed(ctx context.Context, key string, v any) error {
 
 // join waits for every node's launcher to join before the first attempt
 // and returns that attempt's plan; an error has been published to the
-// nodes that joined.
+// nodes that joined. The plan carries the job's run id, which every node's
+// ranks get as RINGDDP_RUN_ID: node 0's RINGDDP_RUN_ID, else a fresh one,
+// "nodes-" and 16 random hex digits, so that two jobs never share one.
 func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, error) {
 	cfg, e := r.cfg, r.e
 	baseID := cfg.Getenv(EnvRunID)
@@ -196,16 +198,20 @@ func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, err
 		if err != nil {
 			return nodePlan{}, fmt.Errorf("launch: making the run id: %w", err)
 		}
-		baseID = "elastic-" + id
+		baseID = "nodes-" + id
 	}
 	members := make([]int, cfg.Nnodes)
 	for i := range members {
 		members[i] = i
 	}
-	fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for %d nodes' launchers at %s (at most %v)\n", cfg.Nnodes-1, cfg.Master, e.JoinTimeout)
+	fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for the launchers of %s at %s (at most %v)\n", listText("node", members[1:]), cfg.Master, e.JoinTimeout)
 	sctx, stopSig := signalContext(ctx, sigs)
 	reps, err := r.awaitNodes(sctx, members[1:], time.Now().Add(e.JoinTimeout))
 	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: cfg.Ranks}
+	r.addrs = map[int]string{}
+	for node, rep := range reps {
+		r.addrs[node] = rep.Addr
+	}
 	if serr := stopSig(); serr != nil {
 		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", serr))
 	}
@@ -259,8 +265,8 @@ func (r *nodeRdzv) awaitNodes(ctx context.Context, want []int, deadline time.Tim
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) || time.Now().Before(deadline) {
 				return got, ctx.Err()
 			}
-			return got, fmt.Errorf("launch: node 0: node(s) %s did not join within %v (-master %s)%s",
-				intsText(w.missing(want, got)), r.e.JoinTimeout, r.cfg.Master, w.turnedSuffix())
+			return got, fmt.Errorf("launch: node 0: %s did not join within %v (-master %s)%s",
+				listText("node", w.missing(want, got)), r.e.JoinTimeout, r.cfg.Master, w.turnedSuffix())
 		}
 	}
 	return got, nil
@@ -311,8 +317,8 @@ func (w *joinWatch) tick(now time.Time, want []int, got map[int]nodeReport) erro
 	if srv := r.store.Server(); srv != nil {
 		t := srv.TurnedAway()
 		if t.Total() > w.turned.Total() {
-			fmt.Fprintf(r.w.errOut, "launch: node 0: the launchers' rendezvous at %s turned away %d more connection(s); so far %s%s\n",
-				r.cfg.Master, t.Total()-w.turned.Total(), strings.TrimPrefix(t.String(), "the store turned away "), rejectedHint(t))
+			fmt.Fprintf(r.w.errOut, "launch: node 0: the launchers' rendezvous at %s turned away %s; so far %s%s\n",
+				r.cfg.Master, Count(int(t.Total()-w.turned.Total()), "more connection"), strings.TrimPrefix(t.String(), "the store turned away "), rejectedHint(t))
 		}
 		if t.Rejected > 0 && w.rejectedAt.IsZero() {
 			w.rejectedAt = now
@@ -321,7 +327,7 @@ func (w *joinWatch) tick(now time.Time, want []int, got map[int]nodeReport) erro
 	}
 	missing := w.missing(want, got)
 	if !w.rejectedAt.IsZero() && now.Sub(w.rejectedAt) >= r.cfg.rejectedGrace {
-		return fmt.Errorf("launch: node 0: node(s) %s did not join, and %s%s", intsText(missing), w.turned, rejectedHint(w.turned))
+		return fmt.Errorf("launch: node 0: %s did not join, and %s%s", listText("node", missing), w.turned, rejectedHint(w.turned))
 	}
 	last := w.lastReport
 	if last.IsZero() {
@@ -329,8 +335,8 @@ func (w *joinWatch) tick(now time.Time, want []int, got map[int]nodeReport) erro
 	}
 	if now.Sub(last) >= r.cfg.joinReport {
 		w.lastReport = now
-		fmt.Fprintf(r.w.errOut, "launch: node 0: still waiting for node(s) %s at %s (%v of at most %v)%s\n",
-			intsText(missing), r.cfg.Master, now.Sub(w.start).Round(time.Second), r.e.JoinTimeout, w.turnedSuffix())
+		fmt.Fprintf(r.w.errOut, "launch: node 0: still waiting for %s at %s (%v of at most %v)%s\n",
+			listText("node", missing), r.cfg.Master, now.Sub(w.start).Round(time.Second), r.e.JoinTimeout, w.turnedSuffix())
 	}
 	return nil
 }

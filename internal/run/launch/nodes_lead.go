@@ -52,13 +52,13 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 
 		// Who came back, and how did the attempt end on each node?
 		sctx, stopSig := signalContext(ctx, sigs)
-		reps := r.gather(sctx, n+1, plan.Members[1:], time.Now().Add(e.RejoinTimeout))
+		reps, silent := r.gather(sctx, n+1, plan.Members[1:], time.Now().Add(e.RejoinTimeout))
 		next := nodePlan{Attempt: n + 1, RanksPerNode: perNode}
 		if err := stopSig(); err != nil {
 			return r.finish(ctx, next, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", err))
 		}
 		reps[0] = own
-		end := r.attemptEnd(plan, reps, runErr)
+		end := r.attemptEnd(plan, reps, silent, runErr)
 		if end.Stopped == "" && !end.Clean {
 			end.Failure = r.blame(plan, reps, end.Dropped, j, prog)
 		}
@@ -80,8 +80,8 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 		}
 		rep.pending = &restart
 		f := restart.Failure
-		fmt.Fprintf(r.w.errOut, "launch: node 0: restart %d of at most %d after %s: %s on %d ranks, nodes %s (%d steps lost)%s\n",
-			restart.Number, e.MaxRestarts, f, resumeText(res), res.Ranks, intsText(members), restart.StepsLost, droppedSuffix(restart.Dropped))
+		fmt.Fprintf(r.w.errOut, "launch: node 0: restart %d of at most %d after %s: %s on %s, %s (%s lost)%s\n",
+			restart.Number, e.MaxRestarts, f, resumeText(res), Count(res.Ranks, "rank"), listText("node", members), Count(int(restart.StepsLost), "step"), droppedSuffix(restart.Dropped))
 		args = res.Args
 		if res.Env != nil {
 			r.cfg.Env = res.Env
@@ -93,14 +93,19 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 }
 
 // attemptEnd reads how plan's attempt ended from every node's report
-// (reps, node 0's included; runErr is node 0's own error): the nodes that
-// came back, node 0 first, those lost, and whether a signal stopped one.
-func (r *nodeRdzv) attemptEnd(plan nodePlan, reps map[int]nodeReport, runErr error) attemptEnd {
+// (reps, node 0's included; runErr is node 0's own error; silent the nodes
+// that stopped beating, with the reason): the nodes that came back, node 0
+// first, those lost, and whether a signal stopped one.
+func (r *nodeRdzv) attemptEnd(plan nodePlan, reps map[int]nodeReport, silent map[int]string, runErr error) attemptEnd {
 	end := attemptEnd{Err: runErr}
 	failed := false
 	for _, m := range plan.Members {
 		rep, ok := reps[m]
 		switch {
+		case !ok && silent[m] != "":
+			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: silent[m]})
+			failed = true
+			continue
 		case !ok:
 			end.Dropped = append(end.Dropped, DroppedNode{Node: m, Reason: fmt.Sprintf("its launcher did not come back within %v", r.e.RejoinTimeout)})
 			failed = true
@@ -173,7 +178,11 @@ func (r *nodeRdzv) blame(plan nodePlan, reps map[int]nodeReport, dropped []Dropp
 	case len(dropped) > 0:
 		d := dropped[0]
 		idx := slices.Index(plan.Members, d.Node)
-		f.Exit = &ExitError{Rank: idx * plan.RanksPerNode, Err: fmt.Errorf("lost with its node (%s)", d.Reason)}
+		lost := &NodeLostError{Node: d.Node, Addr: r.addrs[d.Node], Reason: d.Reason}
+		for k := range plan.RanksPerNode {
+			lost.Ranks = append(lost.Ranks, idx*plan.RanksPerNode+k)
+		}
+		f.Exit = &ExitError{Rank: lost.Ranks[0], Err: lost}
 		f.Node = d.Node
 	default:
 		f.Exit = &ExitError{Rank: -1, Err: errors.New("the attempt failed, but no node reported a failed rank")}

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/internal/untrusted"
 )
 
 // follow is the launcher of a node other than 0.
 func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	cfg, e := r.cfg, r.e
-	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host)}
+	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host),
+		Addr: nodeAddr(cfg.Master)}
 	var runErr error // the last attempt's, on this node
 	for n := 0; ; n++ {
 		sctx, stopSig := signalContext(ctx, sigs)
@@ -49,6 +51,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 			return fmt.Errorf("launch: node %d was dropped from the job at restart %d: %s", r.node, n, why)
 		}
 		args := cfg.Args
+		if own := cfg.Getenv(EnvRunID); n == 0 && own != "" && own != plan.RunID {
+			fmt.Fprintf(r.w.errOut, "launch: node %d: %s=%s here; the job runs under node 0's run id %s\n", r.node, EnvRunID, untrusted.Text(own, maxRunIDLen), plan.RunID)
+		}
 		if n > 0 {
 			leader := &Resume{Ranks: len(plan.Members) * plan.RanksPerNode, Step: plan.Step, From: plan.From, Found: plan.Found, Notes: plan.Notes}
 			f := Failure{Attempt: n - 1, Exit: &ExitError{Rank: -1, Err: errors.New("unknown")}}
@@ -71,10 +76,13 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 			if plan.From == "" {
 				from = "from the beginning"
 			}
-			fmt.Fprintf(r.w.errOut, "launch: node %d: restart %d (node 0's plan) %s on %d ranks, %d nodes; this node is node %d of them\n",
-				r.node, n, from, leader.Ranks, len(plan.Members), idx)
+			fmt.Fprintf(r.w.errOut, "launch: node %d: restart %d (node 0's plan) %s on %s, %s; this node is node %d of them\n",
+				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
+		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
+			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
+		}
 		if rep.Fatal != "" {
 			r.post(ctx, n+1, rep)
 			return runErr

@@ -131,7 +131,7 @@ func TestElasticNodeLost(t *testing.T) {
 			// Cancel node 1's launcher once its ranks train (the helper
 			// runs 5 steps of 400 ms).
 			go func() {
-				for !strings.Contains(jobs[0].stderr.String(), "waiting for 1 nodes") {
+				for !strings.Contains(jobs[0].stderr.String(), "waiting for the launchers of node 1") {
 					time.Sleep(10 * time.Millisecond)
 				}
 				time.Sleep(1500 * time.Millisecond)
@@ -155,13 +155,13 @@ func TestElasticNodeLost(t *testing.T) {
 				return
 			}
 			if n0.err != nil || len(n0.restarts) != 1 {
-				t.Fatalf("want node 0 to finish alone after 1 restart:\n%v", n0)
+				t.Fatalf("want node 0 to finish alone after 1 restart:\n%v\n%v", n0, n1)
 			}
 			r := n0.restarts[0]
 			if r.Resume.Ranks != 1 || r.Nodes != 1 || len(r.Dropped) != 1 || r.Dropped[0].Node != 1 || r.TrainingAgain <= 0 {
 				t.Errorf("restart %+v, want 1 rank on node 0 alone, node 1 dropped", r)
 			}
-			if f := r.Failure; f.Node != 1 || f.Exit.Rank != 1 || !strings.Contains(f.Exit.Reason(), "lost with its node") {
+			if f := r.Failure; f.Node != 1 || f.Exit.Rank != 1 || !strings.Contains(f.Exit.Reason(), "node 1 (") || !strings.Contains(f.Exit.Reason(), "was lost with its rank 1: its launcher did not come back") {
 				t.Errorf("failure %v, want rank 1 lost with node 1", f)
 			}
 		})

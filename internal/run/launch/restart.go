@@ -124,8 +124,8 @@ func (p *restartPolicy) Step(end attemptEnd) restartStep {
 	step.Dropped = p.dropped
 	if maxRanks < p.minRanks {
 		step.Done = true
-		step.Err = fmt.Errorf("launch: after %s: %s; the nodes left (%s) run %d ranks, fewer than the minimum of %d (-min-ranks)",
-			f, droppedText(p.dropped), intsText(p.members), maxRanks, p.minRanks)
+		step.Err = fmt.Errorf("launch: after %s: %s; the nodes left (%s) run %s, fewer than the minimum of %d (-min-ranks)",
+			f, droppedText(p.dropped), intsText(p.members), Count(maxRanks, "rank"), p.minRanks)
 		return step
 	}
 	p.ask = Attempt{Restart: len(p.failures), MinRanks: p.minRanks, MaxRanks: maxRanks, Failure: f, RanksPerNode: p.perNode}

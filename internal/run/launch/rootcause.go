@@ -49,17 +49,6 @@ func (e *RootCauseError) Error() string {
 
 func (e *RootCauseError) Unwrap() error { return e.First }
 
-func ranksText(rs []int) string {
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = strconv.Itoa(r)
-	}
-	if len(rs) == 1 {
-		return "rank " + parts[0]
-	}
-	return "ranks " + strings.Join(parts, ", ")
-}
-
 var (
 	callRE    = regexp.MustCompile(`#\d+ [A-Za-z]+\([^)]*\)`)
 	timeoutRE = regexp.MustCompile(`(?:recv|send) with rank (\d+): no progress for`)

@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
 
 // childWithRank finds the pid of this process's child that runs as rank
@@ -110,4 +113,31 @@ func TestLauncherNamesStoppedRank(t *testing.T) {
 		t.Errorf("the job ended %v after the stop, want within %v", took, timeout+1500*time.Millisecond)
 	}
 	t.Logf("%v after the stop: %v", took.Round(time.Millisecond), err)
+}
+
+// Count and listText put the noun in the plural unless there is one.
+func TestPlural(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{Count(0, "rank"), "0 ranks"}, {Count(1, "node"), "1 node"}, {Count(2, "node"), "2 nodes"},
+		{Count(1, "more connection"), "1 more connection"}, {Count(3, "more connection"), "3 more connections"},
+		{Count(-1, "step"), "-1 steps"},
+		{listText("node", []int{1}), "node 1"}, {listText("node", []int{1, 2}), "nodes 1, 2"},
+		{ranksText([]int{2, 3}), "ranks 2, 3"}, {ranksText([]int{0}), "rank 0"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// Connect's errors say "launch:" once: an unknown transport (decided
+// before any store or dial) is "launch: transport ...", not "launch:
+// launch: ...".
+func TestConnectErrorPrefixOnce(t *testing.T) {
+	env := rendezvous.Env{Rank: 0, WorldSize: 1, LocalWorldSize: 1, Found: true}
+	_, _, err := Connect(context.Background(), Options{Env: &env, Insecure: true, Transport: "bogus",
+		Getenv: func(string) string { return "" }, Warnings: io.Discard})
+	if err == nil || !strings.HasPrefix(err.Error(), `launch: transport "bogus": unknown`) || strings.Count(err.Error(), "launch:") != 1 {
+		t.Fatalf("Connect = %v, want one launch: prefix naming the unknown transport", err)
+	}
 }

@@ -46,7 +46,7 @@ func chooseTransport(ctx context.Context, name string, store rendezvous.Store, e
 		}
 		return autoChoice(hosts), hosts, nil
 	}
-	return "", nil, fmt.Errorf("launch: transport %q: unknown (valid: %s)", name, TransportNames())
+	return "", nil, fmt.Errorf("transport %q: unknown (valid: %s)", name, TransportNames())
 }
 
 // autoChoice is -transport auto's choice for ranks on hosts (by rank).
@@ -74,13 +74,13 @@ func hostsOf(ctx context.Context, store rendezvous.Store, env rendezvous.Env, ru
 	me := hostIdentity(env.Node)
 	key := func(r int) string { return fmt.Sprintf("ringddp/auto/%s/host/%d", runID, r) }
 	if err := store.Set(ctx, key(env.Rank), []byte(me)); err != nil {
-		return nil, fmt.Errorf("launch: -transport auto: publishing this host's identity: %w", err)
+		return nil, fmt.Errorf("-transport auto: publishing this host's identity: %w", err)
 	}
 	hosts := make([]string, env.WorldSize)
 	for r := range hosts {
 		v, err := store.Get(ctx, key(r))
 		if err != nil {
-			return nil, fmt.Errorf("launch: -transport auto: rank %d's host: %w", r, err)
+			return nil, fmt.Errorf("-transport auto: rank %d's host: %w", r, err)
 		}
 		hosts[r] = string(v)
 		if hosts[r] == "" {
