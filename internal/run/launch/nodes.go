@@ -278,13 +278,7 @@ func (r *nodeRdzv) readReport(ctx context.Context, n, node int) (nodeReport, err
 	var rep nodeReport
 	b, err := r.store.Get(ctx, k)
 	if err == nil {
-		b, err = r.seal.open(k, b)
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &rep)
-	}
-	if err == nil {
-		err = checkReport(&rep, node, n-1)
+		rep, err = decodeReport(r.seal, k, b, node, n-1)
 	}
 	if err != nil && !errors.Is(err, rendezvous.ErrTimeout) && ctx.Err() == nil {
 		return rep, fmt.Errorf("node %d's report (%s): %w", node, k, err)
@@ -321,14 +315,7 @@ func (r *nodeRdzv) rendezvous(ctx context.Context, n int, rep nodeReport) (nodeP
 		b, err := r.store.Get(c, k)
 		cancel()
 		if err == nil {
-			var p nodePlan
-			b, err = r.seal.open(k, b)
-			if err == nil {
-				err = json.Unmarshal(b, &p)
-			}
-			if err == nil {
-				err = checkPlan(&p, n, r.cfg.Nnodes, r.cfg.Ranks)
-			}
+			p, err := decodePlan(r.seal, k, b, n, r.cfg.Nnodes, r.cfg.Ranks)
 			if err != nil {
 				return p, fmt.Errorf("launch: node %d: refusing node 0's plan for attempt %d (%s): %w", r.node, n+1, k, err)
 			}

@@ -177,10 +177,7 @@ func (r *nodeRdzv) setSealed(ctx context.Context, key string, v any) error {
 func (r *nodeRdzv) getSealed(ctx context.Context, key string, v any) error {
 	b, err := r.store.Get(ctx, key)
 	if err == nil {
-		b, err = r.seal.open(key, b)
-	}
-	if err == nil {
-		err = json.Unmarshal(b, v)
+		err = r.seal.decode(key, b, v)
 	}
 	return err
 }

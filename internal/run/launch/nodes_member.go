@@ -209,14 +209,7 @@ func (r *nodeRdzv) watchStop(ctx context.Context, n int, stop chan<- string) {
 			}
 			continue
 		}
-		var m stopMsg
-		b, err = r.seal.open(k, b)
-		if err == nil {
-			err = json.Unmarshal(b, &m)
-		}
-		if err == nil {
-			err = checkStop(&m, r.cfg.Nnodes)
-		}
+		m, err := decodeStop(r.seal, k, b, r.cfg.Nnodes)
 		if err != nil {
 			fmt.Fprintf(r.w.errOut, "launch: node %d: ignoring a stop request that does not check (%s): %v\n", r.node, k, err)
 			return
