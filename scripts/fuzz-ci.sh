@@ -11,18 +11,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-${FUZZTIME:-2s}}
+# files DIR: how many files DIR holds (0 when it does not exist).
+files() { if [[ -d $1 ]]; then find "$1" -type f | wc -l; else echo 0; fi; }
 n=0
+flakes=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 while IFS=: read -r file name; do
 	dir=./$(dirname "$file")
+	corpus=$dir/testdata/fuzz/$name
+	before=$(files "$corpus")
 	echo "-- $dir $name ($fuzztime)"
-	go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" >/tmp/fuzz-ci.$$.log 2>&1 || {
-		cat /tmp/fuzz-ci.$$.log
-		rm -f /tmp/fuzz-ci.$$.log
-		echo "fuzz target $name in $dir failed (the failing input is under $dir/testdata/fuzz/$name/)"
-		exit 1
-	}
-	n=$((n + 1))
+	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" >"$log" 2>&1; then
+		n=$((n + 1))
+		continue
+	fi
+	after=$(files "$corpus")
+	# Go 1.26's fuzzing coordinator can report "context deadline
+	# exceeded" when -fuzztime ends while a worker is mid-call, with no
+	# failing input (go.dev/issue/75804, fixed in Go 1.27): that, and
+	# only that, is not a failure. A failing input is always written
+	# under testdata/fuzz/.
+	if [[ $after == "$before" ]] && grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log"; then
+		echo "   (the coordinator's deadline race, go.dev/issue/75804: no failing input; not a failure)"
+		flakes=$((flakes + 1))
+		n=$((n + 1))
+		continue
+	fi
+	cat "$log"
+	echo "fuzz target $name in $dir failed (the failing input is under $corpus/)"
+	exit 1
 done < <(grep -rEo --include='*_test.go' '^func (Fuzz[A-Za-z0-9_]*)\(f \*testing\.F\)' . |
 	sed -E 's/^\.\/([^:]*):func (Fuzz[A-Za-z0-9_]*).*/\1:\2/' | sort)
-rm -f /tmp/fuzz-ci.$$.log
-echo "$n fuzz targets ran $fuzztime each, no failure"
+echo "$n fuzz targets ran $fuzztime each, no failure ($flakes ended by the coordinator's deadline race)"
