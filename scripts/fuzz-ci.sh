@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the module for a bounded time each (FUZZTIME,
-# default 2s): the decoders of everything that reads the network, shared
+# default 1s): the decoders of everything that reads the network, shared
 # memory or a file (store frames, handshakes, stall and abort frames, shm
 # slots, safetensors headers, IDX files) and the GEMM. Targets are found by
 # their declarations (`func FuzzXxx(f *testing.F)` in a _test.go file), so
@@ -10,7 +10,7 @@
 # generated inputs. Usage: scripts/fuzz-ci.sh [FUZZTIME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${1:-${FUZZTIME:-2s}}
+fuzztime=${1:-${FUZZTIME:-1s}}
 # files DIR: how many files DIR holds (0 when it does not exist).
 files() { if [[ -d $1 ]]; then find "$1" -type f | wc -l; else echo 0; fi; }
 n=0

@@ -123,6 +123,9 @@ func TestRefitRecoversFactors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
 	}
+	if raceEnabled {
+		t.Skip("single-goroutine fitting, nothing to race: run by the plain go test")
+	}
 	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
 	shape := cost.FlatShape(4)
 	for _, c := range []struct {
@@ -160,6 +163,9 @@ func TestRefitRecoversFactors(t *testing.T) {
 func TestRefitRecoversCacheWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds of fitting")
+	}
+	if raceEnabled {
+		t.Skip("single-goroutine fitting, nothing to race: run by the plain go test")
 	}
 	l := cost.Link{Alpha: 20e-6, Beta: 1e-9}
 	truth := cost.Model{Intra: l, Inter: l, Gamma: 2e-10, Ports: 2, Cores: 2, CacheWork: 0.75, CacheWorkBytes: 8 << 20}
