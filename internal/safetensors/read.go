@@ -127,7 +127,9 @@ func dataLenErr(have, want uint64) error {
 	if have < want {
 		return formatErr("data section is %d bytes but the tensors need %d (truncated file?)", have, want)
 	}
-	return formatErr("data section is %d bytes but the tensors cover only %d (trailing bytes)", have, want)
+	// A reader stops one byte past what the tensors cover, so the size it
+	// saw is not the file's: name only what the tensors cover.
+	return formatErr("the data section runs past the %d bytes the tensors cover (trailing bytes)", want)
 }
 
 // bind points every tensor at its bytes of data.
