@@ -1,15 +1,14 @@
 package tcp
 
 import (
-	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hkdf"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/ringddp/ringddp/allreduce/internal/frameseal"
 )
 
 // WireProtection is what protects a connection's frames after the
@@ -158,15 +157,7 @@ type wireDir struct {
 // to under mode, keyed from the link's session key, at rank self.
 func newWireDir(mode WireProtection, key wireKey, from, to, self int) (*wireDir, error) {
 	info := fmt.Sprintf("ringddp/tcp wire protection v1: %s, rank %d to rank %d", mode, from, to)
-	k, err := hkdf.Key(sha256.New, key[:], nil, info, 32)
-	if err != nil {
-		return nil, err
-	}
-	b, err := aes.NewCipher(k)
-	if err != nil {
-		return nil, err
-	}
-	g, err := cipher.NewGCM(b)
+	g, err := frameseal.NewGCM(key, info)
 	if err != nil {
 		return nil, err
 	}

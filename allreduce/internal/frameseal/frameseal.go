@@ -62,6 +62,17 @@ type Dir struct {
 // Open makes the direction named label ("ringddp/rendezvous v2: client to
 // server") of the connection whose session key is key.
 func Open(key [KeyLen]byte, label string) (*Dir, error) {
+	g, err := NewGCM(key, label)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{g: g}, nil
+}
+
+// NewGCM is AES-256-GCM under the key HKDF-SHA256 derives from the session
+// key key with the label as its info: the one key schedule of the store's
+// sealed frames and the tcp transport's protected records.
+func NewGCM(key [KeyLen]byte, label string) (cipher.AEAD, error) {
 	k, err := hkdf.Key(sha256.New, key[:], nil, label, 32)
 	if err != nil {
 		return nil, err
@@ -70,11 +81,7 @@ func Open(key [KeyLen]byte, label string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := cipher.NewGCM(b)
-	if err != nil {
-		return nil, err
-	}
-	return &Dir{g: g}, nil
+	return cipher.NewGCM(b)
 }
 
 // next returns the nonce of the next record and advances the counter.
