@@ -41,6 +41,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
+	formedBy, _ := ctx.Deadline()
 	lc := net.ListenConfig{Control: listenControl(cfg.Congestion)}
 	ln, err := lc.Listen(ctx, "tcp", cfg.ListenAddr)
 	if err != nil {
@@ -60,7 +61,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		c:     c,
 		ln:    ln,
 		p: handshakeParams{secret: cfg.Secret, mode: cfg.mode(), size: cfg.Size, rank: cfg.Rank, runID: cfg.RunID,
-			wire: wireCode(cfg.WireProtection), same: cfg.sameHost},
+			wire: wireCode(cfg.WireProtection), same: cfg.sameHost, verdictBy: formedBy},
 		away:        turnedAway{hosts: make(map[string]int)},
 		rep:         mpconn.NewReporter("tcp", cfg.Rank, cfg.Log, cfg.ConnectTimeout),
 		dialing:     make([]string, cfg.Rank),

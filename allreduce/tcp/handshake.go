@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/ringddp/ringddp/internal/untrusted"
 
@@ -175,6 +176,14 @@ type handshakeParams struct {
 	// same decides whether a connection stays on one host, to resolve
 	// auto (nil: sameHost).
 	same func(local, remote net.Addr) bool
+	// verdictBy is how long a dialer waits for the verdict once its proof
+	// is sent (the mesh's formation deadline; zero: the connection's
+	// deadline as the caller set it). The acceptor claims the dialer's
+	// rank when it sends an admitting verdict, so a dialer that gave up
+	// just before reading it (its handshake deadline began earlier than
+	// the acceptor's) would redial into a closed listener or be refused as
+	// a duplicate of itself; waiting for the verdict closes that window.
+	verdictBy time.Time
 }
 
 // linkView is one end's view of a link: the protection it resolved for
@@ -281,6 +290,9 @@ func dialHandshake(nc net.Conn, p *handshakeParams, to int) (s session, fatal bo
 	proof = append(proof, hsMAC(p.secret, labelDialer, hello, ch, proof)...)
 	if _, err := nc.Write(proof); err != nil {
 		return s, false, err
+	}
+	if !p.verdictBy.IsZero() {
+		_ = nc.SetReadDeadline(p.verdictBy)
 	}
 
 	verdict := make([]byte, verdictFixed, verdictFixed+2+maxReasonLen+macLen)
