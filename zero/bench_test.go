@@ -25,17 +25,17 @@ import (
 // model: MLP 784-2048-2048-10 (5.8 M float32 parameters, 22 MiB of
 // gradients), 2 MiB buckets, Adam, 64 rows per rank, 4 in-process ranks.
 // ns/op is one step of rank 0; the ranks run in step, so it is the world's
-// step time.
+// step time. Mode zero1-buddy is ZeRO-1 with buddy copies (WrapWithBuddy).
 func BenchmarkStep(b *testing.B) {
 	const ranks, perRank = 4, 64
-	for _, mode := range []string{"ddp", "zero1"} {
+	for _, mode := range []string{"ddp", "zero1", "zero1-buddy"} {
 		b.Run(fmt.Sprintf("mode=%s/ranks=%d", mode, ranks), func(b *testing.B) {
-			benchSteps(b, mode == "zero1", ranks, perRank, b.N)
+			benchSteps(b, mode, ranks, perRank, b.N)
 		})
 	}
 }
 
-func benchSteps(b *testing.B, zero1 bool, ranks, perRank, steps int) {
+func benchSteps(b *testing.B, mode string, ranks, perRank, steps int) {
 	conns, _, err := allreducetest.InprocConns(ranks, time.Minute)
 	require.NoError(b, err)
 	times := make([]time.Duration, steps)
@@ -53,10 +53,20 @@ func benchSteps(b *testing.B, zero1 bool, ranks, perRank, steps int) {
 		buckets := ddp.WithBucketBytes(1<<20, 2<<20)
 		var z *zero.ZeRO1[float32]
 		var d *ddp.DDP[float32]
-		if zero1 {
-			if z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets); err != nil {
-				return err
+		switch mode {
+		case "zero1":
+			z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets)
+		case "zero1-buddy":
+			shadow, serr := optim.NewAdam[float32](optim.DefaultAdamConfig())
+			if serr != nil {
+				return serr
 			}
+			z, err = zero.WrapWithBuddy[float32](ctx, g, model.Learnables(), opt, shadow, buckets)
+		}
+		if err != nil {
+			return err
+		}
+		if z != nil {
 			d = z.DDP()
 		} else if d, err = ddp.Wrap[float32](ctx, g, model.Learnables(), buckets); err != nil {
 			return err
