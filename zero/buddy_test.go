@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -299,4 +300,86 @@ func TestBuddyNoLossAndResume(t *testing.T) {
 	for r := range arenas {
 		require.Equal(t, want, arenas[r], "rank %d", r)
 	}
+}
+
+// regroupPhase runs the new world of tr: old ranks re-shard from their
+// wrappers, joiners (-1) start from the arena alone (as a heal gives it)
+// and receive their shards; every rank then trains c.m steps from c.k.
+func regroupPhase(t *testing.T, c lossCase, old []*zero.ZeRO1[float64], tr zero.Transition) ([][]float64, []optim.State, error) {
+	conns, _, err := allreducetest.InprocConns(len(tr.Old), 10*time.Second)
+	require.NoError(t, err)
+	arenas := make([][]float64, len(tr.Old))
+	states := make([]optim.State, len(tr.Old))
+	arena := old[tr.Old[slices.IndexFunc(tr.Old, func(s int) bool { return s >= 0 })]].DDP().ParamArena()
+	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+		ctx := context.Background()
+		var from *zero.ZeRO1[float64]
+		if s := tr.Old[g.Rank()]; s >= 0 {
+			from = old[s]
+		}
+		to, err := wrapBuddy(t, g, c.opt, g.Size() >= 2)
+		if err != nil {
+			return err
+		}
+		copy(to.DDP().ParamArena(), arena)
+		if err := zero.Regroup(ctx, from, to, tr); err != nil {
+			return err
+		}
+		for s := c.k; s < c.k+c.m; s++ {
+			if err := stepWith(ctx, to, s); err != nil {
+				return fmt.Errorf("step %d: %w", s, err)
+			}
+		}
+		arenas[g.Rank()] = append([]float64(nil), to.DDP().ParamArena()...)
+		states[g.Rank()], err = to.FullOptimizerState(ctx)
+		return err
+	})
+	return arenas, states, allreducetest.FirstError(errs)
+}
+
+// A joiner anywhere in the new world (the group grows back), and a loss
+// and a join at once: the joiner receives its shard and buddy copy, and
+// every rank trains on bitwise as one optimizer over the whole arena.
+func TestBuddyRegroupJoin(t *testing.T) {
+	for _, c := range []struct {
+		n  int
+		tr zero.Transition
+	}{
+		{3, zero.Transition{OldSize: 3, Old: []int{0, 1, 2, -1}}},
+		{3, zero.Transition{OldSize: 3, Old: []int{-1, 0, 1, 2}}},
+		{2, zero.Transition{OldSize: 2, Old: []int{0, -1, 1, -1}}},
+		{4, zero.Transition{OldSize: 4, Old: []int{0, 1, -1, 3}}}, // rank 2 lost, its place taken
+		{4, zero.Transition{OldSize: 4, Old: []int{-1, 0, 1, 2}}}, // rank 3 lost (its buddy is rank 0)
+	} {
+		lc := lossCase{opt: []string{"adam", "sgd"}[c.n%2], n: c.n, k: 3, m: 2}
+		t.Run(fmt.Sprintf("%s/%v", lc.opt, c.tr.Old), func(t *testing.T) {
+			old, start := phase1(t, lc)
+			arenas, states, err := regroupPhase(t, lc, old, c.tr)
+			require.NoError(t, err)
+			wantParams, wantState := wholeArena(t, lc.opt, start, lc.k+lc.m)
+			for r := range arenas {
+				require.Equal(t, wantParams, arenas[r], "rank %d's parameters", r)
+				require.Equal(t, wantState, states[r], "rank %d's optimizer state", r)
+			}
+		})
+	}
+	// A joiner whose optimizer is not the state's is refused.
+	lc := lossCase{opt: "adam", n: 2, k: 1}
+	old, _ := phase1(t, lc)
+	conns, _, err := allreducetest.InprocConns(3, 10*time.Second)
+	require.NoError(t, err)
+	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+		opt, from := "adam", (*zero.ZeRO1[float64])(nil)
+		if g.Rank() < 2 {
+			from = old[g.Rank()]
+		} else {
+			opt = "sgd"
+		}
+		to, err := wrapBuddy(t, g, opt, true)
+		if err != nil {
+			return err
+		}
+		return zero.Regroup(context.Background(), from, to, zero.Transition{OldSize: 2, Old: []int{0, 1, -1}})
+	})
+	require.ErrorContains(t, errs[2], "the state is adam's, this rank's optimizer is sgd")
 }
