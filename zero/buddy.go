@@ -48,7 +48,7 @@ import (
 // of one colour (2 colours for even N, 3 for odd N, as an odd cycle needs),
 // and each colour is one Split, one round of the exchange. Each rank sends
 // one shard and receives one per step, |shard|·size bytes each way.
-
+//
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
 	shadow     optim.Optimizer[T] // the left shard's optimizer (its copy)

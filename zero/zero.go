@@ -39,6 +39,11 @@
 // Bytes sent per step, summed over ranks: (N-1)·M for the reduce-scatters
 // and (N-1)·M for the all-gathers, the same 2(N-1)·M as DDP's ring
 // all-reduce.
+//
+// With buddies (WrapWithBuddy, buddy.go) each rank also keeps a copy of its
+// ring neighbour's shard state, so that the state survives a lost rank;
+// Reshard and Regroup (buddy_reshard.go) move the state to the world that
+// follows a loss or a join.
 package zero
 
 import (
@@ -413,7 +418,8 @@ var gatherSegment = 1 << 17
 
 // LoadFullOptimizerState loads this rank's shard of a full optimizer state
 // (from FullOptimizerState or GatherOptimizerState, or from a DDP run's
-// optimizer), so a checkpoint resumes under any number of ranks.
+// optimizer), so a checkpoint resumes under any number of ranks; with
+// buddies, the copy of the left rank's shard too.
 func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
 	if full.Len != 0 && full.Len != z.total {
 		return fmt.Errorf("zero: optimizer state covers %d parameters, the model has %d", full.Len, z.total)
