@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/run/heal"
 	"github.com/ringddp/ringddp/optim"
 )
@@ -279,5 +281,63 @@ func TestHealRefuses(t *testing.T) {
 			}
 			t.Logf("joiner: %v", o.errs[2])
 		})
+	}
+}
+
+// countingConn counts the payload bytes a rank sends.
+type countingConn struct {
+	transport.Conn
+	sent atomic.Int64
+}
+
+func (c *countingConn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
+	c.sent.Add(int64(len(p)))
+	return c.Conn.Send(ctx, to, h, p)
+}
+
+func (c *countingConn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
+	c.sent.Add(int64(len(sp)))
+	return c.Conn.(transport.Exchanger).Exchange(ctx, to, sh, sp, from, rh, n, sink)
+}
+
+func (c *countingConn) Abort(cause error) { c.Conn.(transport.Aborter).Abort(cause) }
+
+// On the wire, counted by the transport: each of the 4 senders sends its
+// stripe, 1/4 of the state, and a joiner almost nothing; the rest is the
+// small collectives of steps 1, 2 and 4 and the Splits.
+func TestHealWireBytes(t *testing.T) {
+	const n, params = 5, 20001
+	inner, _, err := allreducetest.InprocConns(n, 10*time.Second)
+	require.NoError(t, err)
+	counters := make([]*countingConn, n)
+	conns := make([]transport.Conn, n)
+	for r := range conns {
+		counters[r] = &countingConn{Conn: inner[r]}
+		conns[r] = counters[r]
+	}
+	states := make([]heal.State[float32], n)
+	for r := range states {
+		states[r] = replica[float32](params, 2, 11)
+	}
+	states[2] = fresh[float32](params, "adam")
+	reports := make([]heal.Report, n)
+	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+		var err error
+		reports[g.Rank()], err = heal.Heal(context.Background(), g, []int{2}, &states[g.Rank()])
+		return err
+	})
+	require.NoError(t, allreducetest.FirstError(errs))
+	stateBytes := int64(params*4 + 2*params*8 + 11)
+	require.Equal(t, stateBytes, reports[0].StateBytes)
+	const small = 8 << 10 // the small collectives: descriptors, header, verdict, Splits
+	for r, c := range counters {
+		sent := c.sent.Load()
+		t.Logf("rank %d sent %d bytes on the wire (state %d bytes)", r, sent, stateBytes)
+		if r == 2 {
+			require.Less(t, sent, int64(small), "the joiner")
+			continue
+		}
+		require.GreaterOrEqual(t, sent, stateBytes/4, "rank %d", r)
+		require.Less(t, sent, stateBytes/4+small, "rank %d sends 1/4 of the state", r)
 	}
 }
