@@ -124,40 +124,18 @@ func phase1(t *testing.T, c lossCase) ([]*zero.ZeRO1[float64], []float64) {
 	return zs, start
 }
 
-// phase2 re-shards over the survivors and trains on; it returns every
-// survivor's arena and full optimizer state, or the first error.
+// phase2 re-shards over the survivors (Reshard) and trains on; it returns
+// every survivor's arena and full optimizer state, or the first error.
 func phase2(t *testing.T, c lossCase, old []*zero.ZeRO1[float64]) ([][]float64, []optim.State, error) {
-	var survivors []int
+	tr := zero.Transition{OldSize: c.n}
 	for s := range c.n {
 		if !contains(c.lost, s) {
-			survivors = append(survivors, s)
+			tr.Old = append(tr.Old, s)
 		}
 	}
-	conns, _, err := allreducetest.InprocConns(len(survivors), 10*time.Second)
-	require.NoError(t, err)
-	arenas := make([][]float64, len(survivors))
-	states := make([]optim.State, len(survivors))
-	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
-		ctx := context.Background()
-		from := old[survivors[g.Rank()]]
-		to, err := wrapBuddy(t, g, c.opt, g.Size() >= 2)
-		if err != nil {
-			return err
-		}
-		copy(to.DDP().ParamArena(), from.DDP().ParamArena())
-		if err := zero.Reshard(ctx, from, to, c.lost); err != nil {
-			return err
-		}
-		for s := c.k; s < c.k+c.m; s++ {
-			if err := stepWith(ctx, to, s); err != nil {
-				return fmt.Errorf("step %d: %w", s, err)
-			}
-		}
-		arenas[g.Rank()] = append([]float64(nil), to.DDP().ParamArena()...)
-		states[g.Rank()], err = to.FullOptimizerState(ctx)
-		return err
+	return newWorld(t, c, old, tr, func(ctx context.Context, from, to *zero.ZeRO1[float64]) error {
+		return zero.Reshard(ctx, from, to, c.lost)
 	})
-	return arenas, states, allreducetest.FirstError(errs)
 }
 
 func contains(xs []int, x int) bool {
@@ -302,10 +280,19 @@ func TestBuddyNoLossAndResume(t *testing.T) {
 	}
 }
 
-// regroupPhase runs the new world of tr: old ranks re-shard from their
-// wrappers, joiners (-1) start from the arena alone (as a heal gives it)
-// and receive their shards; every rank then trains c.m steps from c.k.
+// regroupPhase runs the new world of tr with Regroup: joiners (-1) start
+// from the arena alone (as a heal gives it) and receive their shards.
 func regroupPhase(t *testing.T, c lossCase, old []*zero.ZeRO1[float64], tr zero.Transition) ([][]float64, []optim.State, error) {
+	return newWorld(t, c, old, tr, func(ctx context.Context, from, to *zero.ZeRO1[float64]) error {
+		return zero.Regroup(ctx, from, to, tr)
+	})
+}
+
+// newWorld runs the world of tr: every rank wraps the model afresh, takes
+// the old world's arena, moves the optimizer state with move (from is nil
+// on a joiner) and trains c.m steps from c.k; it returns every rank's
+// arena and full optimizer state, or the first error.
+func newWorld(t *testing.T, c lossCase, old []*zero.ZeRO1[float64], tr zero.Transition, move func(ctx context.Context, from, to *zero.ZeRO1[float64]) error) ([][]float64, []optim.State, error) {
 	conns, _, err := allreducetest.InprocConns(len(tr.Old), 10*time.Second)
 	require.NoError(t, err)
 	arenas := make([][]float64, len(tr.Old))
@@ -322,7 +309,7 @@ func regroupPhase(t *testing.T, c lossCase, old []*zero.ZeRO1[float64], tr zero.
 			return err
 		}
 		copy(to.DDP().ParamArena(), arena)
-		if err := zero.Regroup(ctx, from, to, tr); err != nil {
+		if err := move(ctx, from, to); err != nil {
 			return err
 		}
 		for s := c.k; s < c.k+c.m; s++ {
