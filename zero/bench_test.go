@@ -25,81 +25,27 @@ import (
 // model: MLP 784-2048-2048-10 (5.8 M float32 parameters, 22 MiB of
 // gradients), 2 MiB buckets, Adam, 64 rows per rank, 4 in-process ranks.
 // ns/op is one step of rank 0; the ranks run in step, so it is the world's
-// step time.
+// step time. Mode zero1-buddy is ZeRO-1 with buddy copies (WrapWithBuddy).
 func BenchmarkStep(b *testing.B) {
 	const ranks, perRank = 4, 64
-	for _, mode := range []string{"ddp", "zero1"} {
+	for _, mode := range []string{"ddp", "zero1", "zero1-buddy"} {
 		b.Run(fmt.Sprintf("mode=%s/ranks=%d", mode, ranks), func(b *testing.B) {
-			benchSteps(b, mode == "zero1", ranks, perRank, b.N)
+			benchSteps(b, mode, ranks, perRank, b.N)
 		})
 	}
 }
 
-func benchSteps(b *testing.B, zero1 bool, ranks, perRank, steps int) {
+func benchSteps(b *testing.B, mode string, ranks, perRank, steps int) {
 	conns, _, err := allreducetest.InprocConns(ranks, time.Minute)
 	require.NoError(b, err)
 	times := make([]time.Duration, steps)
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 		ctx := context.Background()
-		opt, err := optim.NewAdam[float32](optim.DefaultAdamConfig())
+		step, done, err := benchRank(ctx, g, mode, perRank)
 		if err != nil {
 			return err
 		}
-		graph := G.NewGraph()
-		model, err := models.NewMLP(graph, tensor.Float32, 1, 784, 2048, 2048, 10)
-		if err != nil {
-			return err
-		}
-		buckets := ddp.WithBucketBytes(1<<20, 2<<20)
-		var z *zero.ZeRO1[float32]
-		var d *ddp.DDP[float32]
-		if zero1 {
-			if z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets); err != nil {
-				return err
-			}
-			d = z.DDP()
-		} else if d, err = ddp.Wrap[float32](ctx, g, model.Learnables(), buckets); err != nil {
-			return err
-		}
-		x := make([]float32, perRank*784)
-		y := make([]float32, perRank*10)
-		for i := range x {
-			x[i] = float32((i*7+g.Rank()*13)%255) / 255
-		}
-		for r := 0; r < perRank; r++ {
-			y[r*10+(r+g.Rank())%10] = 1
-		}
-		var xn, yn *G.Node
-		_ = graphlock.Do(func() error {
-			xn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 784), G.WithName("x"),
-				G.WithValue(tensor.New(tensor.WithShape(perRank, 784), tensor.WithBacking(x))))
-			yn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 10), G.WithName("y"),
-				G.WithValue(tensor.New(tensor.WithShape(perRank, 10), tensor.WithBacking(y))))
-			return nil
-		})
-		logits, err := model.Forward(xn, d.Tapped())
-		if err != nil {
-			return err
-		}
-		loss, err := models.CrossEntropy(logits, yn)
-		if err != nil {
-			return err
-		}
-		if err := d.Backward(loss); err != nil {
-			return err
-		}
-		var vm G.VM
-		_ = graphlock.Do(func() error { vm = G.NewTapeMachine(graph); return nil })
-		defer vm.Close()
-		step := func() error {
-			if err := d.Run(ctx, vm); err != nil {
-				return err
-			}
-			if z != nil {
-				return z.Step(ctx)
-			}
-			return d.Step(ctx, opt)
-		}
+		defer done()
 		for i := 0; i < 2; i++ { // warm-up: sizes the optimizer state
 			if err := step(); err != nil {
 				return err
@@ -125,6 +71,81 @@ func benchSteps(b *testing.B, zero1 bool, ranks, perRank, steps int) {
 	b.StopTimer()
 	require.NoError(b, allreducetest.FirstError(errs))
 	b.ReportMetric(float64(median(times).Microseconds())/1e3, "median-ms/step")
+}
+
+// benchRank builds rank g's part of the benchmark's model for mode (ddp,
+// zero1, zero1-buddy) and returns its training step, and what releases
+// it.
+func benchRank(ctx context.Context, g *allreduce.Group, mode string, perRank int) (step func() error, done func(), err error) {
+	opt, err := optim.NewAdam[float32](optim.DefaultAdamConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	graph := G.NewGraph()
+	model, err := models.NewMLP(graph, tensor.Float32, 1, 784, 2048, 2048, 10)
+	if err != nil {
+		return nil, nil, err
+	}
+	buckets := ddp.WithBucketBytes(1<<20, 2<<20)
+	var z *zero.ZeRO1[float32]
+	var d *ddp.DDP[float32]
+	switch mode {
+	case "zero1":
+		z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets)
+	case "zero1-buddy":
+		shadow, serr := optim.NewAdam[float32](optim.DefaultAdamConfig())
+		if serr != nil {
+			return nil, nil, serr
+		}
+		z, err = zero.WrapWithBuddy[float32](ctx, g, model.Learnables(), opt, shadow, buckets)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if z != nil {
+		d = z.DDP()
+	} else if d, err = ddp.Wrap[float32](ctx, g, model.Learnables(), buckets); err != nil {
+		return nil, nil, err
+	}
+	x := make([]float32, perRank*784)
+	y := make([]float32, perRank*10)
+	for i := range x {
+		x[i] = float32((i*7+g.Rank()*13)%255) / 255
+	}
+	for r := 0; r < perRank; r++ {
+		y[r*10+(r+g.Rank())%10] = 1
+	}
+	var xn, yn *G.Node
+	_ = graphlock.Do(func() error {
+		xn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 784), G.WithName("x"),
+			G.WithValue(tensor.New(tensor.WithShape(perRank, 784), tensor.WithBacking(x))))
+		yn = G.NewMatrix(graph, tensor.Float32, G.WithShape(perRank, 10), G.WithName("y"),
+			G.WithValue(tensor.New(tensor.WithShape(perRank, 10), tensor.WithBacking(y))))
+		return nil
+	})
+	logits, err := model.Forward(xn, d.Tapped())
+	if err != nil {
+		return nil, nil, err
+	}
+	loss, err := models.CrossEntropy(logits, yn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.Backward(loss); err != nil {
+		return nil, nil, err
+	}
+	var vm G.VM
+	_ = graphlock.Do(func() error { vm = G.NewTapeMachine(graph); return nil })
+	step = func() error {
+		if err := d.Run(ctx, vm); err != nil {
+			return err
+		}
+		if z != nil {
+			return z.Step(ctx)
+		}
+		return d.Step(ctx, opt)
+	}
+	return step, func() { vm.Close() }, nil
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -39,6 +39,11 @@
 // Bytes sent per step, summed over ranks: (N-1)·M for the reduce-scatters
 // and (N-1)·M for the all-gathers, the same 2(N-1)·M as DDP's ring
 // all-reduce.
+//
+// With buddies (WrapWithBuddy, buddy.go) each rank also keeps a copy of its
+// ring neighbour's shard state, so that the state survives a lost rank;
+// Reshard and Regroup (buddy_reshard.go) move the state to the world that
+// follows a loss or a join.
 package zero
 
 import (
@@ -79,6 +84,7 @@ type ZeRO1[T ddp.Float] struct {
 	// rank, the gradient arena itself).
 	gradShard []T
 	lastOp    time.Duration
+	buddy     *buddy[T] // the copy of the left rank's shard (WrapWithBuddy), or nil
 }
 
 // Wrap wraps params like ddp.Wrap (same options) and makes opt the
@@ -187,16 +193,21 @@ func (z *ZeRO1[T]) Optimizer() optim.Optimizer[T] { return z.opt }
 func (z *ZeRO1[T]) Step(ctx context.Context) error {
 	start := time.Now()
 	params := z.d.ParamArena()
+	z.buddy.begin(ctx, params, z.gradShard)
 	z.pack(params)
 	err := z.opt.Step(params[:z.shard], z.gradShard)
 	z.unpack(params)
 	if err != nil {
+		defer z.buddy.abandon(ctx)
 		// The peers wait in the all-gather for this rank's shard.
 		err = fmt.Errorf("zero: optimizer step on a shard of %d elements: %w", z.shard, err)
 		z.group.Abort(err)
 		return err
 	}
 	z.lastOp = time.Since(start)
+	if err := z.buddy.replay(ctx, z.opt.LR()); err != nil {
+		return err
+	}
 	if z.group.Size() == 1 {
 		return nil
 	}
@@ -210,10 +221,10 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 			obs.ParamsGathered(b, (r[1]-r[0])*int(unsafe.Sizeof(e)), began, time.Now(), err)
 		}
 		if err != nil {
-			return fmt.Errorf("zero: all-gather of the parameters of bucket %d: %w", b, err)
+			return z.buddy.end(params, fmt.Errorf("zero: all-gather of the parameters of bucket %d: %w", b, err))
 		}
 	}
-	return nil
+	return z.buddy.end(params, nil)
 }
 
 // GatherObserver is a ddp.Observer (ddp.WithObserver) that is also told
@@ -407,7 +418,8 @@ var gatherSegment = 1 << 17
 
 // LoadFullOptimizerState loads this rank's shard of a full optimizer state
 // (from FullOptimizerState or GatherOptimizerState, or from a DDP run's
-// optimizer), so a checkpoint resumes under any number of ranks.
+// optimizer), so a checkpoint resumes under any number of ranks; with
+// buddies, the copy of the left rank's shard too.
 func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
 	if full.Len != 0 && full.Len != z.total {
 		return fmt.Errorf("zero: optimizer state covers %d parameters, the model has %d", full.Len, z.total)
@@ -415,21 +427,8 @@ func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
 	if err := full.Validate(); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	shard := full
-	if full.Len != 0 {
-		shard.Len = z.shard
-		shard.Hyper = append([]optim.Hyper(nil), full.Hyper...)
-		shard.Buffers = make([]optim.Buffer, len(full.Buffers))
-		for k, b := range full.Buffers {
-			data := make([]float64, 0, z.shard)
-			for _, p := range z.pieces {
-				data = append(data, b.Data[p.Lo:p.Hi]...)
-			}
-			shard.Buffers[k] = optim.Buffer{Name: b.Name, Data: data}
-		}
-	}
-	if err := z.opt.LoadState(shard); err != nil {
+	if err := z.opt.LoadState(cutShard(full, z.pieces, z.shard)); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	return nil
+	return z.buddy.loadFull(full)
 }

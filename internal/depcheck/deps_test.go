@@ -49,6 +49,10 @@ var forbidden = map[string][]string{
 	// imports nothing of the module.
 	"internal/testbed":       {"allreduce", "allreduce/transport", "numeric", "ddp", "zero", "optim", "models", "datasets", "internal/run/launch", "internal/run/trainer"},
 	"internal/run/reference": {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "allreduce/allreducetest", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+
+	// Healing from peers sits below the trainer and the launcher: it moves
+	// a replica's state over a group, knowing no model or wrapper.
+	"internal/run/heal": {"ddp", "zero", "models", "datasets", "allreduce/inproc", "allreduce/tcp", "internal/run/trainer", "internal/run/launch"},
 }
 
 func TestDependenciesPointOneWay(t *testing.T) {

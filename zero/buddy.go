@@ -1,0 +1,243 @@
+package zero
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/optim"
+)
+
+// Buddies: a copy of every shard's optimizer state on a second rank, so that
+// the state survives the loss of one rank (issue #34).
+//
+// Vocabulary (N ≥ 2 ranks):
+//   - buddy: rank r's buddy is its ring neighbour b = (r+1) mod N. Rank b
+//     holds a second copy of rank r's shard state, the buddy state, in a
+//     shadow optimizer of the same kind and hyper-parameters as r's own.
+//     Every rank is the buddy of exactly one other (r-1 mod N, its left).
+//   - replay: the buddy does not receive the state. The new state of a
+//     shard is a function of its old state (the buddy holds it), the
+//     shard's parameters before the update (every rank holds them: the
+//     arena is replicated) and the shard's averaged gradient, the only input
+//     the buddy lacks: rank r sends its GradShard to b, and b runs the same
+//     optimizer step on its copy. That is what changed, and no more: 1/N of
+//     the gradient arena per rank and step, half of what sending Adam's two
+//     state buffers would cost and no serialisation of the state. The
+//     optimizer is elementwise and deterministic, so the copy stays bitwise
+//     equal to the original; the buddy checks it every step against the
+//     parameters the all-gather brings (its replay computes them too).
+//
+// A step with buddies, on rank r (Step's hooks):
+//
+//  1. before the update: copy the left shard's parameters out of the arena
+//     (they are about to change) and start sending GradShard to the buddy
+//     and receiving the left's (asynchronous broadcasts in pair groups,
+//     below), overlapping the shard's own update;
+//  2. after the update: wait for the left's gradient and replay the left's
+//     update on a goroutine of its own, overlapping the all-gather;
+//  3. after the all-gather: wait for the replay and compare its parameters
+//     with the gathered ones (a mismatch is an error: the copy diverged).
+//
+// The transfer r → r+1 is a Broadcast in a group of the two ranks, made once
+// by Split: the ring's N edges are coloured so that no rank is in two edges
+// of one colour (2 colours for even N, 3 for odd N, as an odd cycle needs),
+// and each colour is one Split, one round of the exchange. Each rank sends
+// one shard and receives one per step, |shard|·size bytes each way.
+//
+// buddy is the state of one rank's buddy duty.
+type buddy[T ddp.Float] struct {
+	shadow     optim.Optimizer[T] // the left shard's optimizer (its copy)
+	left       int                // the rank whose shard this rank holds
+	leftPieces []Piece            // the left rank's pieces
+	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
+	sends      []bool             // per round: this rank sends (else it receives)
+	params     []T                // the left shard's parameters, in shard order
+	grad       []T                // the left shard's averaged gradient
+	works      []*allreduce.Work  // the exchange in flight
+	replayed   chan error         // the replay in flight
+}
+
+// WrapWithBuddy is Wrap with buddies: shadow, a fresh optimizer of the same
+// kind and configuration as opt, holds the copy of the left rank's shard
+// state. It needs at least 2 ranks (with one rank no other rank can hold a
+// copy: use Wrap and checkpoints). It is a collective over group (Wrap's
+// parameter broadcast and one Split per round).
+func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nodes, opt, shadow optim.Optimizer[T], opts ...ddp.Option) (*ZeRO1[T], error) {
+	n := group.Size()
+	if n < 2 {
+		return nil, fmt.Errorf("zero: buddies need at least 2 ranks, the group has %d: no other rank can hold a copy of the shard (train without buddies and rely on checkpoints)", n)
+	}
+	if shadow == nil || opt == nil {
+		return nil, fmt.Errorf("zero: WrapWithBuddy needs an optimizer and a shadow optimizer")
+	}
+	if err := sameOptimizer(opt, shadow); err != nil {
+		return nil, err
+	}
+	z, err := Wrap(ctx, group, params, opt, opts...)
+	if err != nil {
+		return nil, err
+	}
+	b := &buddy[T]{shadow: shadow, left: (group.Rank() + n - 1) % n}
+	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
+		return nil, err
+	}
+	size := 0
+	for _, p := range b.leftPieces {
+		size += p.Len()
+	}
+	b.params, b.grad = make([]T, size), make([]T, size)
+	if err := b.split(ctx, group); err != nil {
+		return nil, err
+	}
+	z.buddy = b
+	return z, nil
+}
+
+// sameOptimizer checks that shadow is configured as opt: the same name and,
+// bitwise, the same hyper-parameters; both fresh.
+func sameOptimizer[T ddp.Float](opt, shadow optim.Optimizer[T]) error {
+	a, b := opt.State(), shadow.State()
+	if a.Step != 0 || b.Step != 0 {
+		return fmt.Errorf("zero: the optimizer (%d steps) and its shadow (%d steps) must be fresh", a.Step, b.Step)
+	}
+	if a.Optimizer != b.Optimizer || len(a.Hyper) != len(b.Hyper) {
+		return fmt.Errorf("zero: the shadow optimizer is %s with %d hyper-parameters, the optimizer %s with %d: they must be alike", b.Optimizer, len(b.Hyper), a.Optimizer, len(a.Hyper))
+	}
+	for i, h := range a.Hyper {
+		if h.Name != b.Hyper[i].Name || math.Float64bits(h.Value) != math.Float64bits(b.Hyper[i].Value) {
+			return fmt.Errorf("zero: the shadow optimizer's %s is %v, the optimizer's %s %v: they must be configured alike", b.Hyper[i].Name, b.Hyper[i].Value, h.Name, h.Value)
+		}
+	}
+	return nil
+}
+
+// edgeColour is the round in which edge e (rank e → rank e+1 mod n) is
+// sent: alternating 0, 1 around the ring, and 2 for the last edge of an odd
+// ring (which meets edge 0 at rank 0).
+func edgeColour(e, n int) int {
+	if n%2 == 1 && e == n-1 {
+		return 2
+	}
+	return e % 2
+}
+
+// split makes the pair group of each round: in round c, edge e of colour c
+// is the group {e, e+1 mod n} with the sender first.
+func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
+	n, r := g.Size(), g.Rank()
+	colours := 2
+	if n%2 == 1 {
+		colours = 3
+	}
+	for c := range colours {
+		colour, key := -1, 0
+		switch c {
+		case edgeColour(r, n):
+			colour, key = r, 0 // the edge to the buddy: send
+		case edgeColour(b.left, n):
+			colour, key = b.left, 1 // the edge from the left: receive
+		}
+		pair, err := g.Split(ctx, colour, key)
+		if err != nil {
+			return fmt.Errorf("zero: making the buddy pair groups (round %d): %w", c, err)
+		}
+		if pair != nil {
+			b.rounds = append(b.rounds, pair)
+			b.sends = append(b.sends, key == 0)
+		}
+	}
+	return nil
+}
+
+// begin is step 1: keep the left shard's parameters before the update
+// changes the arena, and start the exchange of gradients.
+func (b *buddy[T]) begin(ctx context.Context, params, gradShard []T) {
+	if b == nil {
+		return
+	}
+	for _, p := range b.leftPieces {
+		copy(b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi])
+	}
+	b.works = b.works[:0]
+	for i, pair := range b.rounds {
+		buf := b.grad
+		if b.sends[i] {
+			buf = gradShard
+		}
+		b.works = append(b.works, allreduce.BroadcastAsync(ctx, pair, buf, 0))
+	}
+}
+
+// replay is step 2: wait for the left's gradient and start its update on
+// the copy, at the learning rate of this rank's optimizer (a schedule sets
+// it on the optimizer only).
+func (b *buddy[T]) replay(ctx context.Context, lr float64) error {
+	if b == nil {
+		return nil
+	}
+	if err := allreduce.WaitAll(ctx, b.works...); err != nil {
+		return fmt.Errorf("zero: sending the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", b.left+1, b.left, err)
+	}
+	if b.replayed == nil {
+		b.replayed = make(chan error, 1)
+	}
+	go func() {
+		if err := b.shadow.SetLR(lr); err != nil {
+			b.replayed <- err
+			return
+		}
+		b.replayed <- b.shadow.Step(b.params, b.grad)
+	}()
+	return nil
+}
+
+// abandon waits for the exchange after a failed update (the group is
+// aborted, so it ends at once): its buffers are not in use after Step.
+func (b *buddy[T]) abandon(ctx context.Context) {
+	if b != nil {
+		_ = allreduce.WaitAll(ctx, b.works...)
+	}
+}
+
+// end is step 3: wait for the replay and, when the all-gather succeeded
+// (gatherErr nil), check it against the gathered parameters. A replay that
+// was started is always waited for, so that the copy's buffers are not in
+// use after Step returns. Nil-safe: without buddies it returns gatherErr.
+func (b *buddy[T]) end(params []T, gatherErr error) error {
+	if b == nil {
+		return gatherErr
+	}
+	if err := <-b.replayed; err != nil && gatherErr == nil {
+		return fmt.Errorf("zero: replaying rank %d's update on its copy: %w", b.left, err)
+	}
+	if gatherErr != nil {
+		return gatherErr
+	}
+	for _, p := range b.leftPieces {
+		got := b.params[p.Off : p.Off+p.Len()]
+		for i, v := range params[p.Lo:p.Hi] {
+			if math.Float64bits(float64(v)) != math.Float64bits(float64(got[i])) {
+				return fmt.Errorf("zero: the copy of rank %d's shard diverged: parameter %d is %v after rank %d's update and %v after the copy's replay (are the optimizer and its shadow configured alike?)", b.left, p.Lo+i, v, b.left, got[i])
+			}
+		}
+	}
+	return nil
+}
+
+// Buddied reports whether this rank holds a buddy copy (WrapWithBuddy).
+func (z *ZeRO1[T]) Buddied() bool { return z.buddy != nil }
+
+// BuddyState is the copy this rank holds of its left neighbour's shard
+// state (rank r-1 mod N), and that rank: what rebuilds the left's shard
+// when it is lost. It is an error without buddies.
+func (z *ZeRO1[T]) BuddyState() (left int, st optim.State, err error) {
+	if z.buddy == nil {
+		return 0, optim.State{}, fmt.Errorf("zero: no buddy copy: the wrapper was made without buddies (WrapWithBuddy)")
+	}
+	return z.buddy.left, z.buddy.shadow.State(), nil
+}

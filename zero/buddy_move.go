@@ -1,0 +1,263 @@
+package zero
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/optim"
+)
+
+// run moves the state (steps 1-3) and loads it into to.
+func (p *reshard[T]) run(ctx context.Context) error {
+	if err := p.shareHeader(ctx); err != nil {
+		return err
+	}
+	to := p.to
+	own := p.own
+	own.Hyper = append([]optim.Hyper(nil), p.own.Hyper...)
+	own.Buffers = make([]optim.Buffer, len(p.own.Buffers))
+	var left optim.State
+	if to.buddy != nil {
+		left = own
+		left.Hyper = append([]optim.Hyper(nil), p.own.Hyper...)
+		left.Buffers = make([]optim.Buffer, len(p.own.Buffers))
+	}
+	scratch := make([]float64, p.maxBucket())
+	var contrib []float64
+	for k, b := range p.own.Buffers {
+		own.Buffers[k] = optim.Buffer{Name: b.Name, Data: make([]float64, to.shard)}
+		if to.buddy != nil {
+			left.Buffers[k] = optim.Buffer{Name: b.Name, Data: make([]float64, len(to.buddy.params))}
+		}
+		for bi, r := range to.buckets {
+			full := scratch[:r[1]-r[0]]
+			var err error
+			if contrib, err = p.gather(ctx, bi, k, full, contrib); err != nil {
+				return fmt.Errorf("zero: re-sharding optimizer buffer %q: %w", b.Name, err)
+			}
+			np := to.pieces[bi]
+			copy(own.Buffers[k].Data[np.Off:np.Off+np.Len()], full[np.Lo-r[0]:np.Hi-r[0]])
+			if to.buddy != nil {
+				lp := to.buddy.leftPieces[bi]
+				copy(left.Buffers[k].Data[lp.Off:lp.Off+lp.Len()], full[lp.Lo-r[0]:lp.Hi-r[0]])
+			}
+		}
+	}
+	if own.Step > 0 {
+		own.Len, left.Len = to.shard, 0
+		if to.buddy != nil {
+			left.Len = len(to.buddy.params)
+		}
+	}
+	if err := to.opt.LoadState(own); err != nil {
+		return fmt.Errorf("zero: loading the re-sharded state: %w", err)
+	}
+	if to.buddy != nil {
+		if err := to.buddy.shadow.LoadState(left); err != nil {
+			return fmt.Errorf("zero: loading the re-sharded buddy copy: %w", err)
+		}
+	}
+	return nil
+}
+
+// gather assembles state buffer k of bucket bi on every rank (steps 1
+// and 2) into full, with contrib as scratch for this rank's contribution.
+func (p *reshard[T]) gather(ctx context.Context, bi, k int, full, contrib []float64) ([]float64, error) {
+	bl := len(full)
+	chunk := func(j int) (lo, hi int) { return allreduce.ChunkBounds(bl, p.n, j) }
+	var ownData, leftData []float64
+	if p.from != nil {
+		op := p.from.pieces[bi]
+		ownData = p.own.Buffers[k].Data[op.Off : op.Off+op.Len()]
+	}
+	if p.from != nil && p.from.buddy != nil {
+		lp := p.from.buddy.leftPieces[bi]
+		leftData = p.left.Buffers[k].Data[lp.Off : lp.Off+lp.Len()]
+	}
+	counts := make([]int, len(p.oldOf))
+	for i, s := range p.oldOf {
+		if s < 0 {
+			continue // a joiner holds nothing
+		}
+		lo, hi := chunk(s)
+		if s > 0 && p.lost[s-1] {
+			lo, _ = chunk(s - 1)
+		}
+		counts[i] = hi - lo
+	}
+	contrib = append(contrib[:0], ownData...)
+	if p.old > 0 && p.lost[p.old-1] {
+		contrib = append(append(contrib[:0], leftData...), ownData...)
+	}
+	end := bl
+	if p.lost[p.n-1] {
+		end, _ = chunk(p.n - 1)
+	}
+	if err := allreduce.AllGatherV(ctx, p.to.group, full[:end], contrib, counts); err != nil {
+		return contrib, err
+	}
+	if p.lost[p.n-1] {
+		if p.old == 0 {
+			copy(full[end:], leftData)
+		}
+		if err := allreduce.Broadcast(ctx, p.to.group, full[end:], p.newOf[0]); err != nil {
+			return contrib, err
+		}
+	}
+	return contrib, nil
+}
+
+// maxBucket is the longest bucket's length.
+func (p *reshard[T]) maxBucket() int {
+	m := 0
+	for _, r := range p.to.buckets {
+		m = max(m, r[1]-r[0])
+	}
+	return m
+}
+
+// cutShard is the state of the shard made of pieces (size elements) cut
+// out of full, the state of the whole arena.
+func cutShard(full optim.State, pieces []Piece, size int) optim.State {
+	shard := full
+	if full.Len == 0 {
+		return shard
+	}
+	shard.Len = size
+	shard.Hyper = append([]optim.Hyper(nil), full.Hyper...)
+	shard.Buffers = make([]optim.Buffer, len(full.Buffers))
+	for k, b := range full.Buffers {
+		data := make([]float64, 0, size)
+		for _, p := range pieces {
+			data = append(data, b.Data[p.Lo:p.Hi]...)
+		}
+		shard.Buffers[k] = optim.Buffer{Name: b.Name, Data: data}
+	}
+	return shard
+}
+
+// loadFull loads the left shard's part of full into the copy (see
+// LoadFullOptimizerState). Nil-safe.
+func (b *buddy[T]) loadFull(full optim.State) error {
+	if b == nil {
+		return nil
+	}
+	if err := b.shadow.LoadState(cutShard(full, b.leftPieces, len(b.params))); err != nil {
+		return fmt.Errorf("zero: loading the buddy copy of rank %d's shard: %w", b.left, err)
+	}
+	return nil
+}
+
+// maxHeaderWords bounds the state header a joiner accepts (64 KiB).
+const maxHeaderWords = 8 << 10
+
+// shareHeader gives every rank the optimizer state's header (name, type,
+// step, hyper-parameters, buffer names) of the first old rank that stays:
+// a joiner has none. A joiner checks it against its own optimizer.
+func (p *reshard[T]) shareHeader(ctx context.Context) error {
+	root := -1
+	for _, i := range p.newOf {
+		if i >= 0 {
+			root = i
+			break
+		}
+	}
+	var words []int64
+	if p.from != nil {
+		h := p.own
+		h.Buffers = make([]optim.Buffer, len(p.own.Buffers))
+		for k, b := range p.own.Buffers {
+			h.Buffers[k] = optim.Buffer{Name: b.Name}
+		}
+		h.Len = 0
+		enc, err := json.Marshal(headerOf(h))
+		if err != nil {
+			return fmt.Errorf("zero: encoding the optimizer state's header: %w", err)
+		}
+		words = make([]int64, 1+(len(enc)+7)/8)
+		words[0] = int64(len(enc))
+		for i, c := range enc {
+			words[1+i/8] |= int64(c) << (8 * (i % 8))
+		}
+	}
+	size := []int64{int64(len(words))}
+	if err := allreduce.Broadcast(ctx, p.to.group, size, root); err != nil {
+		return fmt.Errorf("zero: sharing the optimizer state's header: %w", err)
+	}
+	if size[0] < 1 || size[0] > maxHeaderWords {
+		return fmt.Errorf("zero: the optimizer state's header from rank %d is %d words (limit %d)", root, size[0], maxHeaderWords)
+	}
+	if p.from == nil {
+		words = make([]int64, size[0])
+	}
+	if err := allreduce.Broadcast(ctx, p.to.group, words, root); err != nil {
+		return fmt.Errorf("zero: sharing the optimizer state's header: %w", err)
+	}
+	if p.from != nil {
+		return nil
+	}
+	n := words[0]
+	if n < 0 || n > 8*(size[0]-1) {
+		return fmt.Errorf("zero: the optimizer state's header from rank %d claims %d bytes in %d words", root, n, size[0]-1)
+	}
+	enc := make([]byte, n)
+	for i := range enc {
+		enc[i] = byte(words[1+i/8] >> (8 * (i % 8)))
+	}
+	var h stateHeader
+	if err := json.Unmarshal(enc, &h); err != nil {
+		return fmt.Errorf("zero: the optimizer state's header from rank %d does not parse: %w", root, err)
+	}
+	st, err := h.state()
+	if err == nil && st.Optimizer != p.to.opt.Name() {
+		err = fmt.Errorf("the state is %s's, this rank's optimizer is %s", st.Optimizer, p.to.opt.Name())
+	}
+	if err != nil {
+		return fmt.Errorf("zero: the optimizer state's header from rank %d: %w", root, err)
+	}
+	p.own = st
+	return nil
+}
+
+// stateHeader is an optim.State without its data, hyper-parameters as
+// their bits (JSON has no NaN).
+type stateHeader struct {
+	Optimizer, DType string
+	Step             int64
+	Hyper            []string
+	Bits             []uint64
+	Buffers          []string
+}
+
+func headerOf(s optim.State) stateHeader {
+	h := stateHeader{Optimizer: s.Optimizer, DType: s.DType, Step: s.Step}
+	for _, x := range s.Hyper {
+		h.Hyper = append(h.Hyper, x.Name)
+		h.Bits = append(h.Bits, math.Float64bits(x.Value))
+	}
+	for _, b := range s.Buffers {
+		h.Buffers = append(h.Buffers, b.Name)
+	}
+	return h
+}
+
+// state is the header as a State with empty buffers, bounded and checked.
+func (h stateHeader) state() (optim.State, error) {
+	if len(h.Hyper) != len(h.Bits) || len(h.Hyper) > 64 || len(h.Buffers) > 16 {
+		return optim.State{}, fmt.Errorf("%d hyper-parameters with %d values and %d buffers (limits 64, 16)", len(h.Hyper), len(h.Bits), len(h.Buffers))
+	}
+	s := optim.State{Optimizer: h.Optimizer, DType: h.DType, Step: h.Step}
+	for i, name := range h.Hyper {
+		s.Hyper = append(s.Hyper, optim.Hyper{Name: name, Value: math.Float64frombits(h.Bits[i])})
+	}
+	for _, name := range h.Buffers {
+		s.Buffers = append(s.Buffers, optim.Buffer{Name: name})
+	}
+	if h.Step == 0 {
+		s.Buffers = nil
+	}
+	return s, s.Validate()
+}
