@@ -120,8 +120,8 @@ type StepStats struct {
 	// Forward is the part of Compute before the first gradient arrived:
 	// the forward pass and the start of the backward pass to the first
 	// parameter's gradient (Compute without synchronised gradients).
-	Forward   time.Duration
-	CommWait  time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
+	Forward  time.Duration
+	CommWait time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
 	// Optimizer is the optimizer's time not overlapped with communication:
 	// Step's update, or with WithOptimizerInBackward the updates that ran
 	// after the last bucket's collective ended.
