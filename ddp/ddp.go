@@ -102,6 +102,7 @@ type DDP[T Float] struct {
 	firstHook       time.Time // when the step's first gradient arrived
 
 	stepper BucketStepper // WithOptimizerInBackward; nil without it
+	unused  []int         // the last Run's parameters without a gradient
 	updated bool          // the last Run applied the stepper (Step counts it)
 
 	// rewind is 0 until the first Run, then 1 when the graph may be rewound
@@ -390,7 +391,7 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		runErr = d.hookErr
 	}
 	if runErr == nil {
-		runErr = d.checkAllArrived()
+		runErr = d.settleUnused()
 	}
 	if runErr != nil {
 		close(abort)
@@ -474,6 +475,13 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 	if d.firstHandedOff {
 		d.hooksAfterFirst++
 	}
+	return d.arrival(i)
+}
+
+// arrival counts parameter i's gradient in its bucket and, when that
+// completes the bucket of a synchronised Run, hands it to communication.
+func (d *DDP[T]) arrival(i int) error {
+	s := d.slots[i]
 	if d.syncing {
 		d.remaining[s.bucket]--
 		if d.remaining[s.bucket] == 0 {
@@ -494,15 +502,6 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 			}
 			d.ready[s.bucket] <- struct{}{} // capacity 1, sent once per step: never blocks
 			d.firstHandedOff = true
-		}
-	}
-	return nil
-}
-
-func (d *DDP[T]) checkAllArrived() error {
-	for i, ok := range d.arrived {
-		if !ok {
-			return fmt.Errorf("parameter %d (%s) got no gradient: is it used by the loss? (the forward pass must use Tapped()[%d], not the parameter itself)", i, d.params[i].Name(), i)
 		}
 	}
 	return nil

@@ -82,6 +82,7 @@ type flagValues struct {
 	algo          string                // -algo
 	profile       string                // -profile
 	zero1         bool                  // -zero1
+	overlapOpt    bool                  // -overlap-optimizer
 	tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 }
 
@@ -121,6 +122,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.algo, "algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
 	fs.StringVar(&v.profile, "profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
 	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
 	v.tf.Register(fs)
 	v.tf.RegisterJoinTimeout(fs)
 	return v
@@ -359,6 +361,7 @@ func (o *options) buildConfig(v *flagValues) error {
 		Resume: v.resume, MaxSteps: v.maxSteps, Trace: v.traceOut,
 		Connect: o.connect, GroupOptions: groupOpts,
 	}
+	o.cfg.OverlapOptimizer = v.overlapOpt
 	return o.cfg.Validate()
 }
 

@@ -48,7 +48,11 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
-	Seed  int64 // model initialisation and sampler shuffling seed
+	// OverlapOptimizer updates each gradient bucket as soon as its
+	// collective completes, inside the backward pass (PyTorch's optimizer
+	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.
+	OverlapOptimizer bool
+	Seed             int64 // model initialisation and sampler shuffling seed
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real
 	// MNIST. Train and Test, when both set, are used instead.
