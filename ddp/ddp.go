@@ -545,7 +545,7 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 		stats.Buckets++
 		stats.CommEnd = ended
 		if upd != nil {
-			upd.todo <- b // capacity len(d.buckets): never blocks
+			d.hand(upd, b)
 		}
 		var z T
 		stats.BucketBytes += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))

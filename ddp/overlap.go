@@ -16,10 +16,13 @@ import (
 //  1. before the forward pass, BeginStep fixes the step's constants (Adam's
 //     bias corrections for step t: the step count advances once per step,
 //     not once per bucket);
-//  2. the communication goroutine hands each bucket b, once its collective
-//     returned, to the update goroutine, which applies StepBucket(b) to the
-//     bucket's range of the arenas; bucket b's update thus overlaps the
-//     collectives of buckets b+1, ... and the rest of the backward pass;
+//  2. the communication goroutine hands each bucket b but the last, once its
+//     collective returned, to the update goroutine, which applies
+//     StepBucket(b) to the bucket's range of the arenas; bucket b's update
+//     thus overlaps the collectives of buckets b+1, ... and the rest of the
+//     backward pass. The last bucket, which nothing is left to overlap,
+//     is updated by the communication goroutine itself, right after its
+//     collective, saving the hand-off to another goroutine;
 //  3. when the last update is done, EndStep; Step then only counts the step
 //     (and runs the replica check).
 //
@@ -118,14 +121,34 @@ func (d *DDP[T]) setupStepper() error {
 }
 
 // updates is one Run's update goroutine: buckets arrive on todo in order
-// as their collectives complete.
+// as their collectives complete, all but the last (see hand).
 type updates struct {
 	todo chan int
 	done chan error
 	// Set by the goroutine, read after done: the time spent updating and
-	// when the last update ended.
+	// when its last update ended.
 	total time.Duration
 	end   time.Time
+	// The last bucket's update, made by the communication goroutine.
+	lastErr   error
+	lastTotal time.Duration
+	lastEnd   time.Time
+}
+
+// hand gives bucket b, just communicated, to the updates: the last bucket
+// is updated here and now, the others by the update goroutine.
+func (d *DDP[T]) hand(u *updates, b int) {
+	if b < len(d.buckets)-1 {
+		u.todo <- b // capacity len(d.buckets): never blocks
+		return
+	}
+	began := time.Now()
+	r := d.buckets[b]
+	if err := d.stepper.StepBucket(b, r.lo, r.hi); err != nil {
+		u.lastErr = fmt.Errorf("ddp: optimizer in backward, bucket %d: %w", b, err)
+	}
+	u.lastEnd = time.Now()
+	u.lastTotal = u.lastEnd.Sub(began)
 }
 
 // startUpdates begins the step (BeginStep) and starts the update goroutine;
@@ -163,10 +186,14 @@ func (d *DDP[T]) startUpdates() (*updates, error) {
 // the last collective ended.
 func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
 	close(u.todo)
-	err := <-u.done
-	stats.OptimizerTotal = u.total
-	if !u.end.IsZero() && !stats.CommEnd.IsZero() {
-		stats.Optimizer = max(0, u.end.Sub(stats.CommEnd))
+	err := errors.Join(<-u.done, u.lastErr)
+	stats.OptimizerTotal = u.total + u.lastTotal
+	end := u.end
+	if u.lastEnd.After(end) {
+		end = u.lastEnd
+	}
+	if !end.IsZero() && !stats.CommEnd.IsZero() {
+		stats.Optimizer = max(0, end.Sub(stats.CommEnd))
 	}
 	if err != nil || commErr != nil {
 		// Some buckets may be updated and others not: the replicas are
