@@ -68,6 +68,8 @@ type Joiner[T Float] struct {
 	active   int // the last count
 	count    []T // scratch of the count all-reduce
 	lastJoin bool
+	shadowed int // iterations shadowed by Finish
+	root     int // the authoritative rank, after Finish
 }
 
 // Join returns a Joiner for d's training loop: Run for every batch this
@@ -83,6 +85,14 @@ func (d *DDP[T]) Join(opts JoinOptions) (*Joiner[T], error) {
 	}
 	return &Joiner[T]{d: d, opts: opts, count: make([]T, 1)}, nil
 }
+
+// Shadowed is the number of iterations Finish shadowed: the steps the
+// other ranks took after this one joined.
+func (j *Joiner[T]) Shadowed() int { return j.shadowed }
+
+// Root is the rank whose parameters Finish gave every rank (the highest of
+// the last to join).
+func (j *Joiner[T]) Root() int { return j.root }
 
 // Active is the number of ranks that were active in the last iteration.
 func (j *Joiner[T]) Active() int { return j.active }
@@ -147,6 +157,7 @@ func (j *Joiner[T]) Finish(ctx context.Context) error {
 			return fmt.Errorf("ddp: join: shadowing the active ranks' step: %w", err)
 		}
 		j.lastJoin = false
+		j.shadowed++
 	}
 	return j.syncFinal(ctx)
 }
@@ -166,6 +177,7 @@ func (j *Joiner[T]) syncFinal(ctx context.Context) error {
 	if root < 0 || root >= g.Size() {
 		return fmt.Errorf("ddp: join: the last rank to join is %d, out of [0, %d)", root, g.Size())
 	}
+	j.root = root
 	if err := allreduce.Broadcast(ctx, g, j.d.paramArena, root); err != nil {
 		return fmt.Errorf("ddp: join: broadcasting rank %d's final parameters: %w", root, err)
 	}
