@@ -55,10 +55,12 @@ func TestUnusedParameterWithoutOptionNamesIt(t *testing.T) {
 	})
 	require.Less(t, time.Since(start), 15*time.Second)
 	require.Error(t, errs[0])
+	t.Log("rank 0: ", errs[0])
 	require.Contains(t, errs[0].Error(), "p1 (index 1)")
 	require.Contains(t, errs[0].Error(), "WithFindUnusedParameters")
 	for r := 1; r < 3; r++ {
 		require.Error(t, errs[r], "rank %d must fail, not hang", r)
+		t.Logf("rank %d: %v", r, errs[r])
 	}
 }
 
