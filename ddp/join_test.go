@@ -142,17 +142,7 @@ func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int) {
 		return nil
 	})
 	require.NoError(t, allreducetest.FirstError(errs))
-	want := joinReference(init, batches, byActive)
-	for r := range final {
-		off := len(final[r])
-		for i, n := range sizes {
-			off -= n
-			for k := 0; k < n; k++ {
-				got := float64(final[r][off+k])
-				require.LessOrEqual(t, math.Abs(got-want[i][k]), 1e-5*(1+math.Abs(want[i][k])), "rank %d p%d[%d]: got %v, want %v", r, i, k, got, want[i][k])
-			}
-		}
-	}
+	requireArenasClose(t, final, sizes, joinReference(init, batches, byActive))
 }
 
 // TestJoinRefusals: Join is refused, naming why, with a custom bucket
@@ -179,4 +169,21 @@ func TestJoinRefusals(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, allreducetest.FirstError(errs))
+}
+
+// requireArenasClose checks every rank's parameter arena (parameters of
+// the given sizes in reverse creation order) against want (creation
+// order), to a relative 1e-5.
+func requireArenasClose(t *testing.T, arenas [][]float32, sizes []int, want [][]float64) {
+	t.Helper()
+	for r, a := range arenas {
+		off := len(a)
+		for i, n := range sizes {
+			off -= n
+			for k := 0; k < n; k++ {
+				got := float64(a[off+k])
+				require.LessOrEqual(t, math.Abs(got-want[i][k]), 1e-5*(1+math.Abs(want[i][k])), "rank %d p%d[%d]: got %v, want %v", r, i, k, got, want[i][k])
+			}
+		}
+	}
 }

@@ -2,7 +2,6 @@ package ddp_test
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -133,15 +132,6 @@ func TestFindUnusedParameters(t *testing.T) {
 				}
 			}
 		}
-		for r := range final {
-			off := len(final[r])
-			for i, n := range sizes {
-				off -= n
-				for j := 0; j < n; j++ {
-					got := float64(final[r][off+j])
-					require.LessOrEqual(t, math.Abs(got-want[i][j]), 1e-5*(1+math.Abs(want[i][j])), "rank %d p%d[%d]", r, i, j)
-				}
-			}
-		}
+		requireArenasClose(t, final, sizes, want)
 	}
 }

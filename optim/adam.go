@@ -132,17 +132,7 @@ func (o *Adam[T]) StateBytes() int64 { return int64(len(o.m)+len(o.v)) * sizeOf[
 // Step updates params in place from grads: BeginStep, StepRange over
 // everything, EndStep.
 func (o *Adam[T]) Step(params, grads []T) error {
-	if err := checkLens(o.Name(), o.step > 0, o.n, len(params), len(grads)); err != nil {
-		return err
-	}
-	if err := o.BeginStep(len(params)); err != nil {
-		return err
-	}
-	if err := o.StepRange(params, grads, 0); err != nil {
-		o.rs.open = false
-		return err
-	}
-	return o.EndStep()
+	return stepAll[T](o, &o.rs, o.Name(), params, grads)
 }
 
 // BeginStep starts a ranged step over n elements (see Ranged): the bias

@@ -75,3 +75,19 @@ func (r *rangeStep) end(opt string) error {
 	r.open = false
 	return nil
 }
+
+// stepAll is the Step of a ranged optimizer: BeginStep, one StepRange over
+// everything, EndStep. Mismatched lengths change nothing.
+func stepAll[T Float](r Ranged[T], rs *rangeStep, opt string, params, grads []T) error {
+	if err := checkLens(opt, false, 0, len(params), len(grads)); err != nil {
+		return err
+	}
+	if err := r.BeginStep(len(params)); err != nil {
+		return err
+	}
+	if err := r.StepRange(params, grads, 0); err != nil {
+		rs.open = false
+		return err
+	}
+	return r.EndStep()
+}

@@ -101,17 +101,7 @@ func (o *SGD[T]) StateBytes() int64 { return int64(len(o.buf)) * sizeOf[T]() }
 // Step updates params in place from grads: BeginStep, StepRange over
 // everything, EndStep.
 func (o *SGD[T]) Step(params, grads []T) error {
-	if err := checkLens(nameSGD, o.step > 0, o.n, len(params), len(grads)); err != nil {
-		return err
-	}
-	if err := o.BeginStep(len(params)); err != nil {
-		return err
-	}
-	if err := o.StepRange(params, grads, 0); err != nil {
-		o.rs.open = false
-		return err
-	}
-	return o.EndStep()
+	return stepAll[T](o, &o.rs, nameSGD, params, grads)
 }
 
 // BeginStep starts a ranged step over n elements (see Ranged).
