@@ -1,6 +1,7 @@
 package ddp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -208,6 +209,34 @@ func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) erro
 		return fmt.Errorf("ddp: optimizer in backward: %w", err)
 	}
 	d.updated = true
+	return nil
+}
+
+// Step applies opt to the parameter arena with the gradient arena, then
+// (every k steps with WithReplicaCheck) checks that replicas agree. With
+// WithOptimizerInBackward the synchronised Run has applied the optimizer
+// already: opt must be that optimizer or nil, and Step only counts the
+// step.
+func (d *DDP[T]) Step(ctx context.Context, opt Optimizer[T]) error {
+	start := time.Now()
+	if err := d.applyStep(opt); err != nil {
+		return err
+	}
+	d.accumulating = false
+	d.steps++
+	end := time.Now()
+	d.statsMu.Lock()
+	if d.stepper == nil {
+		d.last.Optimizer = end.Sub(start)
+		d.last.OptimizerTotal = d.last.Optimizer
+	}
+	if !d.last.CommEnd.IsZero() {
+		d.last.OptimizerExposed = end.Sub(d.last.CommEnd)
+	}
+	d.statsMu.Unlock()
+	if d.cfg.checkEvery > 0 && d.steps%int64(d.cfg.checkEvery) == 0 {
+		return d.CheckReplicas(ctx)
+	}
 	return nil
 }
 
