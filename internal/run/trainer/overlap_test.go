@@ -9,11 +9,16 @@ import (
 
 // TestOverlapOptimizerSameTraining: the optimizer applied bucket by bucket
 // inside the backward pass trains bitwise the same model as the separate
-// step, for SGD with momentum and for AdamW, with several buckets.
+// step, for SGD with momentum and for AdamW, with several buckets, under
+// DDP and ZeRO-1.
 func TestOverlapOptimizerSameTraining(t *testing.T) {
-	for _, o := range []string{OptimSGD, OptimAdamW} {
+	for _, c := range []struct {
+		o     string
+		zero1 bool
+	}{{OptimSGD, false}, {OptimAdamW, false}, {OptimSGD, true}} {
+		o := c.o
 		cfg := small()
-		cfg.Optim, cfg.BucketMB = o, 1.0/1024 // 1 KiB buckets: several
+		cfg.Optim, cfg.BucketMB, cfg.Zero1 = o, 1.0/1024, c.zero1 // 1 KiB buckets: several
 		if o != OptimSGD {
 			cfg.Momentum, cfg.LR = 0, 1e-3
 		}
