@@ -191,6 +191,11 @@ func (d *DDP[T]) shadow(ctx context.Context) error {
 	d.beginStep()
 	d.syncing = true
 	clear(d.commArena)
+	if d.arrivals != nil {
+		// A stamp of now rather than 0, which would read as the shared
+		// clock's epoch and make the straggler's lag absurd.
+		d.writeStamp()
+	}
 	for b := range d.buckets {
 		d.ready[b] <- struct{}{}
 	}
