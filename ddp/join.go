@@ -68,8 +68,9 @@ type Joiner[T Float] struct {
 	active   int // the last count
 	count    []T // scratch of the count all-reduce
 	lastJoin bool
-	shadowed int // iterations shadowed by Finish
-	root     int // the authoritative rank, after Finish
+	shadowed int  // iterations shadowed by Finish
+	stopped  bool // a shadowed iteration agreed to stop (WithAgreement)
+	root     int  // the authoritative rank, after Finish
 }
 
 // Join returns a Joiner for d's training loop: Run for every batch this
@@ -89,6 +90,11 @@ func (d *DDP[T]) Join(opts JoinOptions) (*Joiner[T], error) {
 // Shadowed is the number of iterations Finish shadowed: the steps the
 // other ranks took after this one joined.
 func (j *Joiner[T]) Shadowed() int { return j.shadowed }
+
+// Stopped reports whether, with WithAgreement, the ranks agreed to stop in
+// an iteration that Finish shadowed: the active ranks see it in Agreed,
+// the joined rank here.
+func (j *Joiner[T]) Stopped() bool { return j.stopped }
 
 // Root is the rank whose parameters Finish gave every rank (the highest of
 // the last to join).
@@ -153,9 +159,11 @@ func (j *Joiner[T]) Finish(ctx context.Context) error {
 		if a == 0 {
 			break
 		}
-		if err := j.d.shadow(ctx); err != nil {
+		stop, err := j.d.shadow(ctx)
+		if err != nil {
 			return fmt.Errorf("ddp: join: shadowing the active ranks' step: %w", err)
 		}
+		j.stopped = j.stopped || stop
 		j.lastJoin = false
 		j.shadowed++
 	}
@@ -184,10 +192,11 @@ func (j *Joiner[T]) syncFinal(ctx context.Context) error {
 	return nil
 }
 
-// shadow runs the collectives of one synchronised Run with zero gradients,
-// loss and vote, without a forward or backward pass: what a joined rank
-// contributes to the active ranks' step.
-func (d *DDP[T]) shadow(ctx context.Context) error {
+// shadow runs the collectives of one synchronised Run with zero gradients
+// and loss, and this rank's stop vote (WithAgreement), without a forward or
+// backward pass: what a joined rank contributes to the active ranks' step.
+// It returns whether the ranks agreed to stop.
+func (d *DDP[T]) shadow(ctx context.Context) (bool, error) {
 	d.beginStep()
 	d.syncing = true
 	clear(d.commArena)
@@ -196,11 +205,17 @@ func (d *DDP[T]) shadow(ctx context.Context) error {
 		// clock's epoch and make the straggler's lag absurd.
 		d.writeStamp()
 	}
+	if len(d.extras) > 0 && d.cfg.vote() {
+		d.extras[1] = 1
+	}
 	for b := range d.buckets {
 		d.ready[b] <- struct{}{}
 	}
 	stats := StepStats{FirstBucketStart: -1}
 	done := make(chan error, 1)
 	d.reduceBuckets(ctx, time.Now(), &stats, nil, make(chan struct{}), done)
-	return <-done
+	if err := <-done; err != nil {
+		return false, err
+	}
+	return len(d.extras) > 0 && d.extras[1] > 0, nil
 }

@@ -187,3 +187,40 @@ func requireArenasClose(t *testing.T, arenas [][]float32, sizes []int, want [][]
 		}
 	}
 }
+
+// TestJoinPassesTheStopVote: with WithAgreement, a stop agreed in an
+// iteration the joined rank shadowed reaches it (Stopped), and the joined
+// rank's own vote reaches the active ranks.
+func TestJoinPassesTheStopVote(t *testing.T) {
+	for _, voter := range []int{0, 1} {
+		stopped := make([]bool, 2)
+		errs := allreducetest.RunInproc(2, 10*time.Second, func(g *allreduce.Group) error {
+			r := g.Rank()
+			iter := 0
+			vote := func() bool { iter++; return r == voter && iter == 2 }
+			n, d := newLinearNet(t, g, []int{3, 2}, 1, ddp.WithAgreement(vote))
+			j, err := d.Join(ddp.JoinOptions{})
+			if err != nil {
+				return err
+			}
+			ctx := context.Background()
+			batches := []int{3, 1}[r]
+			for s := 0; s < batches; s++ {
+				if err := j.Run(ctx, n.vm); err != nil {
+					return err
+				}
+				if d.Agreed().Stop {
+					stopped[r] = true
+					break
+				}
+			}
+			if err := j.Finish(ctx); err != nil {
+				return err
+			}
+			stopped[r] = stopped[r] || j.Stopped()
+			return nil
+		})
+		require.NoError(t, allreducetest.FirstError(errs))
+		require.Equal(t, []bool{true, true}, stopped, "voter rank %d", voter)
+	}
+}

@@ -43,26 +43,26 @@ func (w *worker[T]) newJoiner() (*ddp.Joiner[T], error) {
 // finishJoin ends the epoch's Join after this rank's last step: it shadows
 // the others' steps, advances p by them, and takes the root's optimizer
 // state (every rank has stepped at least once, so all hold the same
-// buffers).
-func (w *worker[T]) finishJoin(j *ddp.Joiner[T], p *position) error {
+// buffers). It returns whether a shadowed step agreed to stop.
+func (w *worker[T]) finishJoin(j *ddp.Joiner[T], p *position) (bool, error) {
 	if err := j.Finish(w.comm); err != nil {
-		return fmt.Errorf("trainer: %w", err)
+		return false, fmt.Errorf("trainer: %w", err)
 	}
 	p.step += j.Shadowed()
 	p.global += int64(j.Shadowed())
 	st, err := w.rep.GatherOptimizerState(w.comm, w.g.Rank())
 	if err != nil {
-		return err
+		return false, err
 	}
 	head := []float64{float64(st.Step)}
 	if err := allreduce.Broadcast(w.comm, w.g, head, j.Root()); err != nil {
-		return fmt.Errorf("trainer: join: broadcasting the optimizer's step: %w", err)
+		return false, fmt.Errorf("trainer: join: broadcasting the optimizer's step: %w", err)
 	}
 	st.Step = int64(head[0])
 	for _, b := range st.Buffers {
 		if err := allreduce.Broadcast(w.comm, w.g, b.Data, j.Root()); err != nil {
-			return fmt.Errorf("trainer: join: broadcasting optimizer buffer %s: %w", b.Name, err)
+			return false, fmt.Errorf("trainer: join: broadcasting optimizer buffer %s: %w", b.Name, err)
 		}
 	}
-	return w.rep.LoadFullOptimizerState(st)
+	return j.Stopped(), w.rep.LoadFullOptimizerState(st)
 }

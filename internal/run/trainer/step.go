@@ -65,8 +65,12 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 		}
 	}
 	if join != nil {
-		if err := w.finishJoin(join, p); err != nil {
+		agreedStop, err := w.finishJoin(join, p)
+		if err != nil {
 			return st, "", err
+		}
+		if agreedStop && stop == "" {
+			stop = StopInterrupted // the others stopped while this rank had joined
 		}
 	}
 	st.wall = time.Since(start) - saving
