@@ -39,6 +39,7 @@ type config struct {
 	stampNow         func() int64 // WithArrivalStamps' clock; nil without it
 	observer         Observer
 	collectiveName   string
+	ext              extConfig // optimizer in backward, unused parameters
 }
 
 // BucketCollective communicates one complete bucket, the element range
@@ -100,6 +101,10 @@ type DDP[T Float] struct {
 	hooksAfterFirst int
 	firstHook       time.Time // when the step's first gradient arrived
 
+	stepper BucketStepper // WithOptimizerInBackward; nil without it
+	unused  []int         // the last Run's parameters without a gradient
+	updated bool          // the last Run applied the stepper (Step counts it)
+
 	// rewind is 0 until the first Run, then 1 when the graph may be rewound
 	// (tapevm.Safe) and 2 when the machine must be Reset.
 	rewind uint8
@@ -116,9 +121,21 @@ type StepStats struct {
 	// Forward is the part of Compute before the first gradient arrived:
 	// the forward pass and the start of the backward pass to the first
 	// parameter's gradient (Compute without synchronised gradients).
-	Forward   time.Duration
-	CommWait  time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
-	Optimizer time.Duration // the optimizer step
+	Forward  time.Duration
+	CommWait time.Duration // waiting for all-reduce after RunAll returned: communication not hidden by the backward pass
+	// Optimizer is the optimizer's time not overlapped with communication:
+	// Step's update, or with WithOptimizerInBackward the updates that ran
+	// after the last bucket's collective ended.
+	Optimizer time.Duration
+	// OptimizerTotal is the time spent in the optimizer in all (with
+	// WithOptimizerInBackward, mostly overlapping the collectives).
+	OptimizerTotal time.Duration
+	// OptimizerExposed is the time from the end of the last bucket's
+	// collective to the end of Step: the optimizer (and whatever the
+	// caller did between Run and Step) that no communication hid.
+	OptimizerExposed time.Duration
+	// CommEnd is when the last bucket's collective ended (zero if none).
+	CommEnd time.Time
 	// FirstBucketStart is when the first bucket's all-reduce began,
 	// measured from the start of RunAll; it is less than Compute when
 	// communication overlaps the backward pass. Negative if none ran.
@@ -204,6 +221,9 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 	}
 	if err := allreduce.Broadcast(ctx, group, d.paramArena, 0); err != nil {
 		return nil, fmt.Errorf("ddp: broadcasting rank 0's parameters: %w", err)
+	}
+	if err := d.setupStepper(); err != nil {
+		return nil, err
 	}
 	d.remaining = make([]int, len(buckets))
 	d.ready = make([]chan struct{}, len(buckets))
@@ -355,9 +375,14 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	start := time.Now()
 	stats := StepStats{FirstBucketStart: -1}
 	abort := make(chan struct{})
+	upd, err := d.startUpdates()
+	if err != nil {
+		d.group.Abort(fmt.Errorf("rank %d: %w", d.group.Rank(), err)) // the peers wait for this rank's buckets
+		return err
+	}
 	if d.syncing {
 		done = make(chan error, 1)
-		go d.reduceBuckets(ctx, start, &stats, abort, done)
+		go d.reduceBuckets(ctx, start, &stats, upd, abort, done)
 	}
 	d.rewindOrReset(vm)
 	runErr := vm.RunAll()
@@ -366,7 +391,7 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		runErr = d.hookErr
 	}
 	if runErr == nil {
-		runErr = d.checkAllArrived()
+		runErr = d.settleUnused()
 	}
 	if runErr != nil {
 		close(abort)
@@ -378,6 +403,9 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	var commErr error
 	if done != nil {
 		commErr = <-done
+	}
+	if upd != nil {
+		commErr = d.finishUpdates(upd, &stats, commErr)
 	}
 	waited := time.Now()
 	if runErr == nil && commErr == nil {
@@ -447,6 +475,13 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 	if d.firstHandedOff {
 		d.hooksAfterFirst++
 	}
+	return d.arrival(i)
+}
+
+// arrival counts parameter i's gradient in its bucket and, when that
+// completes the bucket of a synchronised Run, hands it to communication.
+func (d *DDP[T]) arrival(i int) error {
+	s := d.slots[i]
 	if d.syncing {
 		d.remaining[s.bucket]--
 		if d.remaining[s.bucket] == 0 {
@@ -472,18 +507,10 @@ func (d *DDP[T]) gradReady(i int, v G.Value) error {
 	return nil
 }
 
-func (d *DDP[T]) checkAllArrived() error {
-	for i, ok := range d.arrived {
-		if !ok {
-			return fmt.Errorf("parameter %d (%s) got no gradient: is it used by the loss? (the forward pass must use Tapped()[%d], not the parameter itself)", i, d.params[i].Name(), i)
-		}
-	}
-	return nil
-}
-
 // reduceBuckets all-reduces the buckets in order, each as soon as it is
-// complete, and reports on done.
-func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, abort <-chan struct{}, done chan<- error) {
+// complete, hands each to upd (if any) once communicated, and reports on
+// done.
+func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, upd *updates, abort <-chan struct{}, done chan<- error) {
 	for b, r := range d.buckets {
 		select {
 		case <-d.ready[b]:
@@ -516,28 +543,14 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 			return
 		}
 		stats.Buckets++
+		stats.CommEnd = ended
+		if upd != nil {
+			d.hand(upd, b)
+		}
 		var z T
 		stats.BucketBytes += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
 	}
 	done <- nil
-}
-
-// Step applies opt to the parameter arena with the gradient arena, then
-// (every k steps with WithReplicaCheck) checks that replicas agree.
-func (d *DDP[T]) Step(ctx context.Context, opt Optimizer[T]) error {
-	start := time.Now()
-	if err := opt.Step(d.paramArena, d.gradArena); err != nil {
-		return fmt.Errorf("ddp: optimizer step: %w", err)
-	}
-	d.accumulating = false
-	d.steps++
-	d.statsMu.Lock()
-	d.last.Optimizer = time.Since(start)
-	d.statsMu.Unlock()
-	if d.cfg.checkEvery > 0 && d.steps%int64(d.cfg.checkEvery) == 0 {
-		return d.CheckReplicas(ctx)
-	}
-	return nil
 }
 
 // Steps is the number of optimizer steps taken.

@@ -76,6 +76,8 @@ type Adam[T Float] struct {
 	step      int64
 	n         int
 	m, v      []T // exp_avg, exp_avg_sq; allocated at the first Step
+	rs        rangeStep
+	cur       vecops.Adam[T] // the step's constants, from BeginStep
 }
 
 var _ Optimizer[float32] = (*Adam[float32])(nil)
@@ -127,16 +129,21 @@ func (o *Adam[T]) Steps() int64 { return o.step }
 // StateBytes returns the bytes held by exp_avg and exp_avg_sq.
 func (o *Adam[T]) StateBytes() int64 { return int64(len(o.m)+len(o.v)) * sizeOf[T]() }
 
-// Step updates params in place from grads.
+// Step updates params in place from grads: BeginStep, StepRange over
+// everything, EndStep.
 func (o *Adam[T]) Step(params, grads []T) error {
-	if err := checkLens(o.Name(), o.step > 0, o.n, len(params), len(grads)); err != nil {
+	return stepAll[T](o, &o.rs, o.Name(), params, grads)
+}
+
+// BeginStep starts a ranged step over n elements (see Ranged): the bias
+// corrections are those of step t = Steps()+1.
+func (o *Adam[T]) BeginStep(n int) error {
+	if err := checkLens(o.Name(), o.step > 0, o.n, n, n); err != nil {
 		return err
 	}
-	v, err := vecops.Best()
-	if err != nil {
+	if err := o.rs.begin(o.Name()); err != nil {
 		return err
 	}
-	n := len(params)
 	if o.step == 0 {
 		o.n = n
 		o.m = zeroed(o.m, n)
@@ -146,7 +153,7 @@ func (o *Adam[T]) Step(params, grads []T) error {
 	c := o.cfg
 	bc1 := 1 - math.Pow(c.Beta1, t)
 	bc2 := 1 - math.Pow(c.Beta2, t)
-	a := vecops.Adam[T]{
+	o.cur = vecops.Adam[T]{
 		NegStep:  T(-(c.LR / bc1)),
 		Bc2Sqrt:  T(math.Sqrt(bc2)),
 		Eps:      T(c.Eps),
@@ -159,13 +166,31 @@ func (o *Adam[T]) Step(params, grads []T) error {
 	}
 	switch {
 	case c.WeightDecay == 0:
-		a.Decay = vecops.NoDecay
+		o.cur.Decay = vecops.NoDecay
 	case o.decoupled:
-		a.Decay = vecops.DecoupledDecay
+		o.cur.Decay = vecops.DecoupledDecay
 	default:
-		a.Decay = vecops.L2Decay
+		o.cur.Decay = vecops.L2Decay
 	}
-	a.Step(v, params[:n], grads[:n], o.m[:n], o.v[:n])
+	return nil
+}
+
+// StepRange updates params, elements [off, off+len(params)) of the step's
+// n, from grads (see Ranged).
+func (o *Adam[T]) StepRange(params, grads []T, off int) error {
+	if err := o.rs.check(o.Name(), o.n, len(params), len(grads), off); err != nil {
+		return err
+	}
+	k := len(params)
+	o.cur.Step(o.rs.v, params[:k], grads[:k], o.m[off:off+k], o.v[off:off+k])
+	return nil
+}
+
+// EndStep ends a ranged step: the step count advances.
+func (o *Adam[T]) EndStep() error {
+	if err := o.rs.end(o.Name()); err != nil {
+		return err
+	}
 	o.step++
 	return nil
 }
@@ -233,6 +258,7 @@ func (o *Adam[T]) LoadState(s State) error {
 		return err
 	}
 	o.cfg, o.step, o.n = cfg, s.Step, s.Len
+	o.rs.open = false
 	if s.Step > 0 {
 		o.m = loadInto(o.m, s.Buffer("exp_avg"))
 		o.v = loadInto(o.v, s.Buffer("exp_avg_sq"))

@@ -50,6 +50,9 @@ var (
 	ErrLength = errors.New("optim: length mismatch")
 	// ErrState: a State that is malformed or does not fit the optimizer/shards.
 	ErrState = errors.New("optim: state mismatch")
+	// ErrStepOrder: a ranged step's calls out of order (StepRange or
+	// EndStep outside BeginStep … EndStep, BeginStep inside one).
+	ErrStepOrder = errors.New("optim: step calls out of order")
 )
 
 // Data type names used in State.DType.

@@ -59,6 +59,8 @@ type SGD[T Float] struct {
 	step int64
 	n    int
 	buf  []T // momentum_buffer; nil when Momentum == 0
+	rs   rangeStep
+	cur  vecops.SGD[T] // the step's constants, from BeginStep
 }
 
 var _ Optimizer[float32] = (*SGD[float32])(nil)
@@ -96,18 +98,21 @@ func (o *SGD[T]) Steps() int64 { return o.step }
 // StateBytes returns the bytes held by the momentum buffer.
 func (o *SGD[T]) StateBytes() int64 { return int64(len(o.buf)) * sizeOf[T]() }
 
-// Step updates params in place from grads.
+// Step updates params in place from grads: BeginStep, StepRange over
+// everything, EndStep.
 func (o *SGD[T]) Step(params, grads []T) error {
-	if err := checkLens(nameSGD, o.step > 0, o.n, len(params), len(grads)); err != nil {
+	return stepAll[T](o, &o.rs, nameSGD, params, grads)
+}
+
+// BeginStep starts a ranged step over n elements (see Ranged).
+func (o *SGD[T]) BeginStep(n int) error {
+	if err := checkLens(nameSGD, o.step > 0, o.n, n, n); err != nil {
 		return err
 	}
-	v, err := vecops.Best()
-	if err != nil {
+	if err := o.rs.begin(nameSGD); err != nil {
 		return err
 	}
-	n := len(params)
-	first := o.step == 0
-	if first {
+	if o.step == 0 {
 		o.n = n
 		if o.cfg.Momentum != 0 {
 			if cap(o.buf) >= n {
@@ -117,8 +122,7 @@ func (o *SGD[T]) Step(params, grads []T) error {
 			}
 		}
 	}
-	p, g := params[:n], grads[:n]
-	s := vecops.SGD[T]{
+	o.cur = vecops.SGD[T]{
 		NegLR:        T(-o.cfg.LR),
 		WeightDecay:  T(o.cfg.WeightDecay),
 		Mom:          T(o.cfg.Momentum),
@@ -126,13 +130,32 @@ func (o *SGD[T]) Step(params, grads []T) error {
 		Decay:        o.cfg.WeightDecay != 0,
 		Nesterov:     o.cfg.Nesterov,
 	}
+	return nil
+}
+
+// StepRange updates params, elements [off, off+len(params)) of the step's
+// n, from grads (see Ranged).
+func (o *SGD[T]) StepRange(params, grads []T, off int) error {
+	if err := o.rs.check(nameSGD, o.n, len(params), len(grads), off); err != nil {
+		return err
+	}
+	k := len(params)
+	p, g := params[:k], grads[:k]
 	switch {
 	case o.cfg.Momentum == 0:
-		s.Plain(v, p, g)
-	case first:
-		s.First(v, p, g, o.buf[:n])
+		o.cur.Plain(o.rs.v, p, g)
+	case o.step == 0:
+		o.cur.First(o.rs.v, p, g, o.buf[off:off+k])
 	default:
-		s.Momentum(v, p, g, o.buf[:n])
+		o.cur.Momentum(o.rs.v, p, g, o.buf[off:off+k])
+	}
+	return nil
+}
+
+// EndStep ends a ranged step: the step count advances.
+func (o *SGD[T]) EndStep() error {
+	if err := o.rs.end(nameSGD); err != nil {
+		return err
 	}
 	o.step++
 	return nil
@@ -196,6 +219,7 @@ func (o *SGD[T]) LoadState(s State) error {
 		return err
 	}
 	o.cfg, o.step, o.n = cfg, s.Step, s.Len
+	o.rs.open = false
 	if cfg.Momentum != 0 && s.Step > 0 {
 		o.buf = loadInto(o.buf, s.Buffers[0].Data)
 	} else if cfg.Momentum == 0 {

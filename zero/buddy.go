@@ -82,6 +82,9 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	if err != nil {
 		return nil, err
 	}
+	if z.ranged != nil {
+		return nil, fmt.Errorf("zero: buddies replay the shard's whole update after the reduce-scatter; they cannot follow an update made in backward (ddp.WithOptimizerInBackward): use one or the other")
+	}
 	b := &buddy[T]{shadow: shadow, left: (group.Rank() + n - 1) % n}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err

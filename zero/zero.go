@@ -49,6 +49,7 @@ package zero
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 	"unsafe"
@@ -85,6 +86,9 @@ type ZeRO1[T ddp.Float] struct {
 	gradShard []T
 	lastOp    time.Duration
 	buddy     *buddy[T] // the copy of the left rank's shard (WrapWithBuddy), or nil
+	// ranged is opt as a ranged optimizer when the shard is updated in
+	// backward (ddp.WithOptimizerInBackward given to Wrap); nil otherwise.
+	ranged optim.Ranged[T]
 }
 
 // Wrap wraps params like ddp.Wrap (same options) and makes opt the
@@ -95,6 +99,14 @@ func Wrap[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nod
 		return nil, fmt.Errorf("zero: nil optimizer")
 	}
 	z := &ZeRO1[T]{opt: opt, group: group}
+	if ib := ddp.OptimizerInBackward(opts...); ib != nil {
+		r, ok := opt.(optim.Ranged[T])
+		if t := reflect.TypeOf(ib); !ok || t != reflect.TypeOf(opt) || t.Comparable() && ib != any(opt) {
+			return nil, fmt.Errorf("zero: the optimizer in backward (%T) must be the shard's optimizer (%T), one that updates range by range", ib, opt)
+		}
+		z.ranged = r
+		opts = append(opts, ddp.WithBucketStepper(shardStepper[T]{z}))
+	}
 	opts = append(opts, ddp.WithBucketCollective[T](z.reduceScatterBucket), ddp.WithCollectiveName("reduce-scatter"))
 	d, err := ddp.Wrap[T](ctx, group, params, opts...)
 	if err != nil {
@@ -190,23 +202,26 @@ func (z *ZeRO1[T]) Optimizer() optim.Optimizer[T] { return z.opt }
 
 // Step updates this rank's shard and all-gathers the parameters, one bucket
 // at a time: rank r sends (M_b - |piece r+1 of b|) elements per bucket b.
+// With the optimizer in backward Run has updated the shard already, piece
+// by piece as each bucket's reduce-scatter completed (see shardStepper):
+// Step only all-gathers.
 func (z *ZeRO1[T]) Step(ctx context.Context) error {
-	start := time.Now()
 	params := z.d.ParamArena()
-	z.buddy.begin(ctx, params, z.gradShard)
-	z.pack(params)
-	err := z.opt.Step(params[:z.shard], z.gradShard)
-	z.unpack(params)
-	if err != nil {
-		defer z.buddy.abandon(ctx)
-		// The peers wait in the all-gather for this rank's shard.
-		err = fmt.Errorf("zero: optimizer step on a shard of %d elements: %w", z.shard, err)
-		z.group.Abort(err)
-		return err
-	}
-	z.lastOp = time.Since(start)
-	if err := z.buddy.replay(ctx, z.opt.LR()); err != nil {
-		return err
+	if z.ranged != nil {
+		if err := z.d.Step(ctx, nil); err != nil {
+			z.group.Abort(err) // the peers wait in the all-gather
+			return err
+		}
+		z.lastOp = z.d.LastStats().Optimizer
+	} else {
+		z.buddy.begin(ctx, params, z.gradShard)
+		if err := z.stepShard(params); err != nil {
+			z.buddy.abandon(ctx)
+			return err
+		}
+		if err := z.buddy.replay(ctx, z.opt.LR()); err != nil {
+			return err
+		}
 	}
 	if z.group.Size() == 1 {
 		return nil
@@ -225,6 +240,38 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 		}
 	}
 	return z.buddy.end(params, nil)
+}
+
+// stepShard updates the shard with the optimizer's Step, the shard's
+// parameters packed to the front of the arena for it.
+func (z *ZeRO1[T]) stepShard(params []T) error {
+	start := time.Now()
+	z.pack(params)
+	err := z.opt.Step(params[:z.shard], z.gradShard)
+	z.unpack(params)
+	if err != nil {
+		// The peers wait in the all-gather for this rank's shard.
+		err = fmt.Errorf("zero: optimizer step on a shard of %d elements: %w", z.shard, err)
+		z.group.Abort(err)
+		return err
+	}
+	z.lastOp = time.Since(start)
+	return nil
+}
+
+// shardStepper is the shard's update in backward (ddp.BucketStepper):
+// bucket b's piece is updated in place in the parameter arena, from its
+// gradient in the shard, with the optimizer state at the piece's offset in
+// the shard, as soon as its reduce-scatter has completed. Element for
+// element it is the update Step makes of the packed shard.
+type shardStepper[T ddp.Float] struct{ z *ZeRO1[T] }
+
+func (s shardStepper[T]) BeginStep() error { return s.z.ranged.BeginStep(s.z.shard) }
+func (s shardStepper[T]) EndStep() error   { return s.z.ranged.EndStep() }
+func (s shardStepper[T]) StepBucket(b, _, _ int) error {
+	z := s.z
+	p := z.pieces[b]
+	return z.ranged.StepRange(z.d.ParamArena()[p.Lo:p.Hi], z.gradShard[p.Off:p.Off+p.Len()], p.Off)
 }
 
 // GatherObserver is a ddp.Observer (ddp.WithObserver) that is also told

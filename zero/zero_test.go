@@ -39,6 +39,9 @@ type run struct {
 	// gatherRoot is the root of the GatherOptimizerState call at the end
 	// (ZeRO-1 only).
 	gatherRoot int
+	// inBackward applies the optimizer bucket by bucket inside Run
+	// (ddp.WithOptimizerInBackward).
+	inBackward bool
 }
 
 // result is what every rank ends with.
@@ -113,17 +116,21 @@ func train(t *testing.T, r run) result {
 		ctx := context.Background()
 		rank := g.Rank()
 		opt := traintest.NewOpt[float64](t, r.opt)
+		opts := r.opts
+		if r.inBackward {
+			opts = append(opts[:len(opts):len(opts)], ddp.WithOptimizerInBackward[float64](opt.(optim.Ranged[float64])))
+		}
 		var z *zero.ZeRO1[float64]
 		var d *ddp.DDP[float64]
 		n := traintest.Build[float64](t, r.kind, r.perRank, func(params G.Nodes) traintest.Wrapper {
 			var err error
 			if r.zero1 {
-				z, err = zero.Wrap[float64](ctx, g, params, opt, r.opts...)
+				z, err = zero.Wrap[float64](ctx, g, params, opt, opts...)
 				require.NoError(t, err)
 				d = z.DDP()
 				return z
 			}
-			d, err = ddp.Wrap[float64](ctx, g, params, r.opts...)
+			d, err = ddp.Wrap[float64](ctx, g, params, opts...)
 			require.NoError(t, err)
 			return d
 		})

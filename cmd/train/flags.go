@@ -82,6 +82,8 @@ type flagValues struct {
 	algo          string                // -algo
 	profile       string                // -profile
 	zero1         bool                  // -zero1
+	overlapOpt    bool                  // -overlap-optimizer
+	uneven        int                   // -uneven-batches
 	tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 }
 
@@ -121,6 +123,8 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.algo, "algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
 	fs.StringVar(&v.profile, "profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
 	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True); not with -zero1 or -checkpoint-every")
+	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
 	v.tf.Register(fs)
 	v.tf.RegisterJoinTimeout(fs)
 	return v
@@ -359,6 +363,7 @@ func (o *options) buildConfig(v *flagValues) error {
 		Resume: v.resume, MaxSteps: v.maxSteps, Trace: v.traceOut,
 		Connect: o.connect, GroupOptions: groupOpts,
 	}
+	o.cfg.OverlapOptimizer, o.cfg.UnevenBatches = v.overlapOpt, v.uneven
 	return o.cfg.Validate()
 }
 

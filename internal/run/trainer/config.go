@@ -48,7 +48,15 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
-	Seed  int64 // model initialisation and sampler shuffling seed
+	// OverlapOptimizer updates each gradient bucket as soon as its
+	// collective completes, inside the backward pass (PyTorch's optimizer
+	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.
+	OverlapOptimizer bool
+	// UnevenBatches makes the last rank run this many fewer steps per
+	// epoch than the others and join (ddp.Joiner, PyTorch's Join; see
+	// join.go): a test of uneven inputs. 0: every rank runs every step.
+	UnevenBatches int
+	Seed          int64 // model initialisation and sampler shuffling seed
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real
 	// MNIST. Train and Test, when both set, are used instead.
@@ -193,6 +201,10 @@ func (c Config) Validate() error {
 		return fieldErr("weight-decay", c.WeightDecay, ">= 0 and finite")
 	case !(c.BucketMB > 0) || !finite(c.BucketMB) || c.BucketMB > 1<<20:
 		return fieldErr("bucket-mb", c.BucketMB, "> 0 (MiB)")
+	case c.UnevenBatches < 0:
+		return fieldErr("uneven-batches", c.UnevenBatches, ">= 0")
+	case c.UnevenBatches > 0 && (c.Zero1 || c.CheckpointEvery > 0):
+		return fmt.Errorf("trainer: uneven-batches needs plain DDP and checkpoints at epoch ends only (not zero1 or checkpoint-every)")
 	case c.MaxSteps < 0:
 		return fieldErr("max-steps", c.MaxSteps, ">= 0")
 	case c.CheckpointEvery < 0:

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -57,6 +58,13 @@ func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, pa
 	first, rest := cfg.bucketBytes()
 	opts := []ddp.Option{ddp.WithBucketBytes(first, rest), ddp.WithAgreement(stop), ddp.WithArrivalStamps(stampClock(env.offset))}
 	opts = append(opts, ddp.WithObserver(bucketObserver{rec: env.rec, spans: env.spans}))
+	if cfg.OverlapOptimizer {
+		r, ok := opt.(optim.Ranged[T])
+		if !ok {
+			return nil, fmt.Errorf("trainer: optimizer %s cannot be applied bucket by bucket (overlap-optimizer)", opt.Name())
+		}
+		opts = append(opts, ddp.WithOptimizerInBackward[T](r))
+	}
 	if cfg.Zero1 {
 		return zero.Wrap[T](ctx, g, params, opt, opts...)
 	}

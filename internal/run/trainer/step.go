@@ -38,12 +38,16 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 	var stop Stop
 	var saving time.Duration // in periodic checkpoints, not counted as training time
 	start := time.Now()
-	for p.step < w.steps {
+	join, err := w.newJoiner()
+	if err != nil {
+		return st, "", err
+	}
+	for p.step < w.epochSteps() {
 		if w.cfg.MaxSteps > 0 && p.global >= w.cfg.MaxSteps {
 			stop = StopMaxSteps
 			break
 		}
-		agreed, err := w.step(p, &st)
+		agreed, err := w.step(p, &st, join)
 		if err != nil {
 			return st, "", err
 		}
@@ -58,6 +62,15 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 				return st, "", err
 			}
 			saving += time.Since(began)
+		}
+	}
+	if join != nil {
+		agreedStop, err := w.finishJoin(join, p)
+		if err != nil {
+			return st, "", err
+		}
+		if agreedStop && stop == "" {
+			stop = StopInterrupted // the others stopped while this rank had joined
 		}
 	}
 	st.wall = time.Since(start) - saving
@@ -83,13 +96,17 @@ func (w *worker[T]) periodic(p position) bool {
 // votes agreed with the last of them), the optimizer. It advances p, adds
 // the step to st and returns what the ranks agreed: the step's mean loss
 // and whether any rank voted to stop.
-func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
+func (w *worker[T]) step(p *position, st *epochStats, join *ddp.Joiner[T]) (ddp.Agreement, error) {
 	s := p.step
 	stepStart := time.Now()
 	if err := fill(w.train, w.sampler.Batch(s, w.perRank), w.x, w.y); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: %w", err)
 	}
-	if err := w.rep.Run(w.comm, w.vm); err != nil {
+	runStep := w.rep.Run
+	if join != nil {
+		runStep = join.Run // uneven inputs: the count of active ranks first
+	}
+	if err := runStep(w.comm, w.vm); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
 	}
 	began := time.Now()
