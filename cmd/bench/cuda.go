@@ -1,4 +1,4 @@
-//go:build cuda
+//go:build ringddp_cuda
 
 package main
 
