@@ -47,21 +47,6 @@ func (s *sampler) take() bool {
 	return onGPU || s.i%s.every == 0
 }
 
-// runComms runs fn on every rank of w at once and returns the first error.
-func runComms(w *World, fn func(c *Comm) error) error {
-	errs := make([]error, w.Size())
-	var wg sync.WaitGroup
-	for r := 0; r < w.Size(); r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			errs[r] = fn(w.Comm(r))
-		}(r)
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
 // devBytes is host bytes on the device.
 func devBytes(t testing.TB, b []byte) *Buffer {
 	t.Helper()
@@ -250,7 +235,7 @@ func checkCollective(ctx context.Context, t *testing.T, w *World, c collective) 
 			dst[r] = devBytes(t, make([]byte, c.count*es))
 		}
 	}
-	err := runComms(w, func(cm *Comm) error {
+	err := runAll(w, func(cm *Comm) error {
 		r := cm.Rank()
 		lo, hi := chunk(c.count, n, r, es)
 		switch c.kind {
@@ -409,7 +394,7 @@ func checkAgainstHostRing(ctx context.Context, t *testing.T, rng *rand.Rand, w *
 			outs[r] = func() []byte { return hostBytes(t, dst, c.count*es) }
 		}
 	}
-	if err := runComms(w, func(cm *Comm) error { return calls[cm.Rank()](cm) }); err != nil {
+	if err := runAll(w, func(cm *Comm) error { return calls[cm.Rank()](cm) }); err != nil {
 		return err
 	}
 	for r := 0; r < n; r++ {
@@ -439,7 +424,7 @@ func TestBackToBack(t *testing.T) {
 		}
 		bufs[r] = devBytes(t, asBytes(ones))
 	}
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		s := bufs[c.Rank()].Slice(allreduce.Float32, 0, count)
 		for i := 0; i < rounds; i++ {
 			op := allreduce.Avg // Avg of equal values: stays 1
@@ -484,7 +469,7 @@ func TestMismatch(t *testing.T) {
 		bufs[r], _ = testDev.Alloc(4 * 100)
 		defer bufs[r].Free()
 	}
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		count := 100
 		if c.Rank() == 2 {
 			count = 99
@@ -516,7 +501,7 @@ func TestTensor(t *testing.T) {
 		defer bufs[r].Free()
 	}
 	want := referenceBytes(allreduce.Float32, inputs, allreduce.Sum)
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		d, err := NewTensor(bufs[c.Rank()], tensor.Float32, shape...)
 		if err != nil {
 			return err

@@ -54,7 +54,7 @@ func TestHungStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := runComms(w, func(c *Comm) error {
+	err := runAll(w, func(c *Comm) error {
 		return c.AllReduce(ctx, bufs[c.Rank()].Slice(allreduce.Float32, 0, 300), allreduce.Sum)
 	})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "has not finished") {
@@ -87,7 +87,7 @@ func TestFailedLaunch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errs := make([]error, 4)
-	_ = runComms(w, func(c *Comm) error {
+	_ = runAll(w, func(c *Comm) error {
 		errs[c.Rank()] = c.AllReduce(ctx, bufs[c.Rank()].Slice(allreduce.Float32, 0, 1000), allreduce.Sum)
 		return nil
 	})
@@ -109,7 +109,7 @@ func TestStreamFault(t *testing.T) {
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := runComms(w, func(c *Comm) error {
+	err := runAll(w, func(c *Comm) error {
 		s := bufs[c.Rank()].Slice(allreduce.Float32, 0, 100)
 		s.Len = 1000 // past the allocation
 		return c.AllReduce(ctx, s, allreduce.Sum)
@@ -126,12 +126,12 @@ func TestZeroLengthMismatch(t *testing.T) {
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := runComms(w, func(c *Comm) error {
+	if err := runAll(w, func(c *Comm) error {
 		return c.AllReduce(ctx, bufs[c.Rank()].Slice(allreduce.Float32, 0, 0), allreduce.Sum)
 	}); err != nil {
 		t.Fatalf("zero-length on every rank: %v", err)
 	}
-	err := runComms(w, func(c *Comm) error {
+	err := runAll(w, func(c *Comm) error {
 		count := 10
 		if c.Rank() == 1 {
 			count = 0
@@ -155,7 +155,7 @@ func TestUploadOrdersBeforeCollective(t *testing.T) {
 	ctx := context.Background()
 	dev := w.Device()
 	for round := 0; round < 4; round++ {
-		err := runComms(w, func(c *Comm) error {
+		err := runAll(w, func(c *Comm) error {
 			r := c.Rank()
 			s := bufs[r].Slice(allreduce.Float32, 0, count)
 			vals := make([]float32, count)
@@ -216,7 +216,7 @@ func TestHostDeviceShowsUnorderedUpload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := runComms(w, func(c *Comm) error {
+	if err := runAll(w, func(c *Comm) error {
 		return c.AllReduce(ctx, bufs[c.Rank()].Slice(allreduce.Float32, 0, 64), allreduce.Sum)
 	}); err != nil {
 		t.Fatal(err)
