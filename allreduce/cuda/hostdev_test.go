@@ -279,6 +279,15 @@ func TestTensorContext(t *testing.T) {
 	if err := AllReduceTensor(context.Background(), w.Comm(0), mt, allreduce.Sum); err != nil {
 		t.Fatalf("managed memory: %v", err)
 	}
+	short := managedMem{sys.AllocManaged(8), 4 * 6} // claims 24 bytes of an 8-byte allocation
+	defer sys.FreeManaged(short.p)
+	st, err := NewTensor(short, tensor.Float32, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AllReduceTensor(context.Background(), w.Comm(0), st, allreduce.Sum); !errors.Is(err, allreduce.ErrInvalid) || !strings.Contains(err.Error(), "runs past") {
+		t.Fatalf("a tensor past its allocation: %v, want ErrInvalid", err)
+	}
 }
 
 type managedMem struct {

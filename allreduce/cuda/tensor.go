@@ -40,7 +40,7 @@ func (d *Device) checkMemory(s Slice) error {
 	}
 	last, err := d.b.pointerInfo(s.Ptr + uintptr(s.Bytes()) - 1)
 	if err != nil || last != info {
-		return fmt.Errorf("%w: tensor memory %v is not one allocation of the device", allreduce.ErrInvalid, s)
+		return fmt.Errorf("%w: tensor memory %v runs past the device memory it starts in", allreduce.ErrInvalid, s)
 	}
 	switch {
 	case info.managed:
