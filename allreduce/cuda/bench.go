@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -11,11 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/run/reference"
-	"gorgonia.org/cu"
 )
 
 // BenchConfig is one run of Bench: cmd/bench -transport cuda.
@@ -42,15 +37,13 @@ type BenchConfig struct {
 // bytes, N·M read and M written, or M read and N·M written: a copy of
 // (N+1)·M/2 bytes. The header also gives the cost of an empty kernel
 // launch (launch and wait), the floor of any small collective.
-func Bench(ctx context.Context, cfg BenchConfig, out io.Writer) error {
+//
+// Bench (`ringddp_cuda` tag) opens GPU cfg.Device; BenchOn runs on a
+// Device of the caller's (the host device in tests).
+func BenchOn(ctx context.Context, dev *Device, cfg BenchConfig, out io.Writer) error {
 	if cfg.Ranks < 1 || cfg.Factor < 2 || cfg.Iters < 1 || cfg.Min < 1 || cfg.Max < cfg.Min {
 		return fmt.Errorf("%w: bench config %+v", allreduce.ErrInvalid, cfg)
 	}
-	dev, err := Open(cfg.Device)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	w, err := NewWorld(dev, cfg.Ranks, WithSegmentBytes(cfg.SegBytes))
 	if err != nil {
 		return err
@@ -83,12 +76,13 @@ func Bench(ctx context.Context, cfg BenchConfig, out io.Writer) error {
 	}
 	name := map[allreduce.Kind]string{allreduce.KindAllReduce: "allreduce", allreduce.KindReduceScatter: "reducescatter", allreduce.KindAllGather: "allgather"}[cfg.Op]
 	fmt.Fprintf(out, "# ringddp bench: op %s, transport cuda, ranks %d on GPU %d (%s, %d SMs), dtype %v, redop %v, iters %d, warmup %d, check %v\n",
-		name, cfg.Ranks, cfg.Device, dev.Name(), dev.Multiprocessors(), cfg.DType, cfg.Redop, cfg.Iters, cfg.Warmup, cfg.Check)
+		name, cfg.Ranks, dev.Ordinal(), dev.Name(), dev.Multiprocessors(), cfg.DType, cfg.Redop, cfg.Iters, cfg.Warmup, cfg.Check)
+	fmt.Fprintf(out, "# aligned: whether every rank's chunk starts on 16 bytes (the kernels' vector path; otherwise their scalar loop)\n")
 	fmt.Fprintf(out, "# time: median over iterations of the slowest rank; each rank times from a common host barrier to its stream's completion (enqueue + GPU + wait)\n")
 	fmt.Fprintf(out, "# algbw = bytes / time; busbw = algbw * %s; copy: one device-to-device copy of the minimum bytes (see Bench); ratio = time / copy\n",
 		map[string]string{"allreduce": "2(N-1)/N", "reducescatter": "(N-1)/N", "allgather": "(N-1)/N"}[name])
 	fmt.Fprintf(out, "# bare kernel launch (empty kernel, launch + wait, median): %.2f us\n#\n", launch.Seconds()*1e6)
-	fmt.Fprintf(out, "#%12s %12s %8s %6s %5s %12s %12s %8s %8s %7s %12s %7s\n", "size", "count", "type", "redop", "root", "algo", "time", "algbw", "busbw", "#wrong", "copy", "ratio")
+	fmt.Fprintf(out, "#%12s %12s %8s %6s %5s %12s %12s %8s %8s %7s %12s %7s %s\n", "size", "count", "type", "redop", "root", "algo", "time", "algbw", "busbw", "#wrong", "copy", "ratio", "aligned")
 	fmt.Fprintf(out, "#%12s %12s %8s %6s %5s %12s %12s %8s %8s %7s %12s %7s\n", "(B)", "(elements)", "", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "")
 	n := cfg.Ranks
 	for size := cfg.Min; size <= cfg.Max; size *= cfg.Factor {
@@ -134,9 +128,9 @@ func Bench(ctx context.Context, cfg BenchConfig, out io.Writer) error {
 		if cfg.Op == allreduce.KindAllReduce {
 			bus *= 2
 		}
-		fmt.Fprintf(out, "%13d %12d %8s %6s %5d %12s %12.2f %8.2f %8.2f %7s %12.2f %7.2f\n",
+		fmt.Fprintf(out, "%13d %12d %8s %6s %5d %12s %12.2f %8.2f %8.2f %7s %12.2f %7.2f %v\n",
 			bytes, count, strings.ToLower(cfg.DType.String()), strings.ToLower(cfg.Redop.String()), -1, "ring",
-			sec*1e6, algbw, bus, wrong, ct.Seconds()*1e6, sec/ct.Seconds())
+			sec*1e6, algbw, bus, wrong, ct.Seconds()*1e6, sec/ct.Seconds(), ChunksAligned(count, n, cfg.DType))
 	}
 	return nil
 }
@@ -224,44 +218,33 @@ func (b *barrier) wait() {
 // copyTime is the median time of one device-to-device copy of n bytes
 // (half of buf to its other half), timed with events on c's stream.
 func copyTime(ctx context.Context, c *Comm, buf *Buffer, n, warmup, iters int) (time.Duration, error) {
-	var ts []time.Duration
-	dev := c.Device()
-	err := dev.do(func() error {
-		start, err := cu.MakeEvent(cu.DefaultEvent)
-		if err != nil {
-			return err
-		}
-		defer cu.DestroyEvent(&start)
-		end, err := cu.MakeEvent(cu.DefaultEvent)
-		if err != nil {
-			return err
-		}
-		defer cu.DestroyEvent(&end)
-		for i := 0; i < warmup+iters; i++ {
-			if err := start.Record(c.stream); err != nil {
-				return err
-			}
-			if err := cu.MemcpyDtoDAsync(buf.Ptr()+cu.DevicePtr(n), buf.Ptr(), int64(n), c.stream); err != nil {
-				return err
-			}
-			if err := end.Record(c.stream); err != nil {
-				return err
-			}
-			if err := end.Synchronize(); err != nil {
-				return err
-			}
-			ms, err := start.Elapsed(end)
-			if err != nil {
-				return err
-			}
-			if i >= warmup {
-				ts = append(ts, time.Duration(ms*1e6))
-			}
-		}
-		return nil
-	})
+	b := c.Device().b
+	start, err := b.newEvent(true)
 	if err != nil {
-		return 0, fmt.Errorf("cuda: timing a copy: %w", err)
+		return 0, err
+	}
+	defer start.destroy()
+	end, err := b.newEvent(true)
+	if err != nil {
+		return 0, err
+	}
+	defer end.destroy()
+	var ts []time.Duration
+	for i := 0; i < warmup+iters; i++ {
+		err := errors.Join(start.record(c.stream), b.copyAsync(c.stream, buf.Uintptr()+uintptr(n), buf.Uintptr(), n), end.record(c.stream))
+		if err == nil {
+			err = c.Synchronize(ctx)
+		}
+		var ms float64
+		if err == nil {
+			ms, err = end.elapsedSince(start)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("cuda: timing a copy: %w", err)
+		}
+		if i >= warmup {
+			ts = append(ts, time.Duration(ms*1e6))
+		}
 	}
 	slices.Sort(ts)
 	return ts[len(ts)/2], nil
@@ -273,7 +256,7 @@ func nopLatency(ctx context.Context, c *Comm, iters int) (time.Duration, error) 
 	var ts []time.Duration
 	for i := 0; i < iters+10; i++ {
 		t0 := time.Now()
-		if err := c.Device().do(func() error { return c.Device().LaunchNop(c.stream) }); err != nil {
+		if err := c.Device().b.launchNop(c.stream); err != nil {
 			return 0, err
 		}
 		if err := c.Synchronize(ctx); err != nil {
@@ -287,77 +270,17 @@ func nopLatency(ctx context.Context, c *Comm, iters int) (time.Duration, error) 
 	return ts[len(ts)/2], nil
 }
 
-// benchCheck loads reference.Input into every rank's buffer, runs the
-// AllReduce once and counts the elements that differ from
-// reference.Reduce on any rank.
-func benchCheck(ctx context.Context, w *World, bufs []*Buffer, cfg BenchConfig, count int) (int, error) {
-	n, es := w.Size(), cfg.DType.Size()
-	inputs := make([][]byte, n)
-	for r := range inputs {
-		inputs[r] = benchInput(cfg.DType, r, count, cfg.Redop)
-		if err := w.dev.do(func() error {
-			return cu.MemcpyHtoD(bufs[r].Ptr(), unsafe.Pointer(&inputs[r][0]), int64(count*es))
-		}); err != nil {
-			return 0, err
+// ChunksAligned reports whether every chunk of an n-rank collective of
+// count elements of dt starts 16-byte aligned (given a 256-byte aligned
+// buffer, as Alloc's): the condition for the kernels' vector path. A
+// count that is not a multiple of n·16/size(dt) makes some chunks start
+// unaligned, and their reduces use the kernels' scalar loop, which is
+// correct but slower (scripts/gpu-check.sh measures by how much).
+func ChunksAligned(count, n int, dt allreduce.DType) bool {
+	for r := 0; r < n; r++ {
+		if lo, _ := allreduce.ChunkBounds(count, n, r); lo*dt.Size()%16 != 0 {
+			return false
 		}
 	}
-	want := benchReference(cfg.DType, inputs, cfg.Redop)
-	if err := runAll(w, func(c *Comm) error {
-		return c.AllReduce(ctx, bufs[c.Rank()].Slice(cfg.DType, 0, count), cfg.Redop)
-	}); err != nil {
-		return 0, err
-	}
-	wrong := 0
-	got := make([]byte, count*es)
-	for r := range bufs {
-		if err := w.dev.do(func() error {
-			return cu.MemcpyDtoH(unsafe.Pointer(&got[0]), bufs[r].Ptr(), int64(count*es))
-		}); err != nil {
-			return 0, err
-		}
-		for i := 0; i < count; i++ {
-			if string(got[i*es:(i+1)*es]) != string(want[i*es:(i+1)*es]) {
-				wrong++
-			}
-		}
-	}
-	return wrong, nil
-}
-
-func benchInput(dt allreduce.DType, rank, n int, op allreduce.ReduceOp) []byte {
-	switch dt {
-	case allreduce.Float32:
-		return bytesOf(reference.Input[float32](1, rank, n, op))
-	case allreduce.Float64:
-		return bytesOf(reference.Input[float64](1, rank, n, op))
-	case allreduce.Int32:
-		return bytesOf(reference.Input[int32](1, rank, n, op))
-	}
-	return bytesOf(reference.Input[int64](1, rank, n, op))
-}
-
-func benchReference(dt allreduce.DType, in [][]byte, op allreduce.ReduceOp) []byte {
-	switch dt {
-	case allreduce.Float32:
-		return bytesOf(reference.Reduce(elemsOf[float32](in), op))
-	case allreduce.Float64:
-		return bytesOf(reference.Reduce(elemsOf[float64](in), op))
-	case allreduce.Int32:
-		return bytesOf(reference.Reduce(elemsOf[int32](in), op))
-	}
-	return bytesOf(reference.Reduce(elemsOf[int64](in), op))
-}
-
-func bytesOf[T allreduce.Numeric](s []T) []byte {
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
-}
-
-func elemsOf[T allreduce.Numeric](in [][]byte) [][]T {
-	var z T
-	out := make([][]T, len(in))
-	for i, b := range in {
-		out[i] = unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
-	}
-	return out
+	return true
 }

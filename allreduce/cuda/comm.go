@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"gorgonia.org/cu"
 )
 
 // World is n ranks on one device, to be driven by n goroutines: rank r's
@@ -20,10 +17,11 @@ import (
 // neighbour's gets an error naming both, and the World is poisoned: every
 // later call fails with the first error.
 type World struct {
-	dev      *Device
-	n        int
-	segBytes int
-	comms    []*Comm
+	dev          *Device
+	n            int
+	segBytes     int
+	closeTimeout time.Duration
+	comms        []*Comm
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -49,6 +47,12 @@ type Option func(*World)
 // buffers run the segmented paths.
 func WithSegmentBytes(n int) Option { return func(w *World) { w.segBytes = n } }
 
+// WithCloseTimeout bounds how long Close waits for each rank's stream
+// (default 60 s): a stream that has not finished by then is reported,
+// and its scratch memory is left allocated rather than freed under a
+// kernel that may still read it.
+func WithCloseTimeout(d time.Duration) Option { return func(w *World) { w.closeTimeout = d } }
+
 // eventRing is how many events a rank keeps; its event t reuses slot
 // t mod eventRing once both neighbours have passed the waits on t - eventRing.
 const eventRing = 4*maxSegments + 16
@@ -58,7 +62,7 @@ func NewWorld(dev *Device, n int, opts ...Option) (*World, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: a world of %d ranks", allreduce.ErrInvalid, n)
 	}
-	w := &World{dev: dev, n: n, progress: make([]int64, n), posted: make([][4]postedCall, n)}
+	w := &World{dev: dev, n: n, closeTimeout: time.Minute, progress: make([]int64, n), posted: make([][4]postedCall, n)}
 	w.cond = sync.NewCond(&w.mu)
 	for _, o := range opts {
 		o(w)
@@ -66,20 +70,7 @@ func NewWorld(dev *Device, n int, opts ...Option) (*World, error) {
 	for r := 0; r < n; r++ {
 		c := &Comm{w: w, rank: r}
 		w.comms = append(w.comms, c)
-		err := dev.do(func() error {
-			var err error
-			if c.stream, err = cu.MakeStream(cu.NonBlocking); err != nil {
-				return fmt.Errorf("cuda: stream of rank %d: %w", r, err)
-			}
-			c.events = make([]cu.Event, eventRing)
-			for i := range c.events {
-				if c.events[i], err = cu.MakeEvent(cu.DisableTiming); err != nil {
-					return fmt.Errorf("cuda: event of rank %d: %w", r, err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := c.init(); err != nil {
 			_ = w.Close()
 			return nil, err
 		}
@@ -94,35 +85,52 @@ func (w *World) Comm(r int) *Comm { return w.comms[r] }
 func (w *World) Size() int       { return w.n }
 func (w *World) Device() *Device { return w.dev }
 
-// Close waits for every rank's stream and releases streams, events and
-// scratch memory.
+// init makes the rank's stream and events.
+func (c *Comm) init() error {
+	var err error
+	if c.stream, err = c.w.dev.b.newStream(); err != nil {
+		return fmt.Errorf("cuda: stream of rank %d: %w", c.rank, err)
+	}
+	c.events = make([]event, eventRing)
+	for i := range c.events {
+		if c.events[i], err = c.w.dev.b.newEvent(false); err != nil {
+			return fmt.Errorf("cuda: event of rank %d: %w", c.rank, err)
+		}
+	}
+	return nil
+}
+
+// Close waits for every rank's stream (at most the close timeout each)
+// and releases streams, events and scratch memory.
 func (w *World) Close() error {
-	var first error
+	var errs []error
 	keep := func(err error) {
-		if first == nil && err != nil {
-			first = err
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, c := range w.comms {
-		c := c
-		keep(w.dev.do(func() error {
-			if c.stream != (cu.Stream{}) {
-				keep(c.stream.Synchronize())
-				keep(c.stream.Destroy())
+		done := true
+		if c.stream != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), w.closeTimeout)
+			if err := syncStream(ctx, c.stream, fmt.Sprintf("rank %d's stream", c.rank)); err != nil {
+				keep(fmt.Errorf("cuda: closing the world: %w", err))
+				done = false
 			}
-			for i := range c.events {
-				if c.events[i] != (cu.Event{}) {
-					keep(cu.DestroyEvent(&c.events[i]))
-				}
+			cancel()
+			keep(c.stream.destroy())
+		}
+		for _, e := range c.events {
+			if e != nil {
+				keep(e.destroy())
 			}
-			return nil
-		}))
-		if c.scratch != nil {
+		}
+		if c.scratch != nil && done {
 			keep(c.scratch.Free())
 		}
 	}
 	w.comms = nil
-	return first
+	return errors.Join(errs...)
 }
 
 // fail poisons the world with err (the first error stays) and wakes every
@@ -162,40 +170,81 @@ func (w *World) waitFor(ctx context.Context, r int, n int64) error {
 type Comm struct {
 	w       *World
 	rank    int
-	stream  cu.Stream
-	events  []cu.Event
+	stream  stream
+	events  []event
 	recs    int64  // events recorded so far (the same count on every rank)
 	seq     uint64 // collectives enqueued so far
 	scratch *Buffer
 }
 
-// Rank is this rank; Size the world's; Stream the stream its collectives
-// run on. A collective runs after everything enqueued on Stream before the
-// call: put the work that produces the buffer there (or make Stream wait
-// for it), and read the result after Synchronize or from work enqueued on
-// Stream after the call.
-func (c *Comm) Rank() int         { return c.rank }
-func (c *Comm) Size() int         { return c.w.n }
-func (c *Comm) Stream() cu.Stream { return c.stream }
-func (c *Comm) Device() *Device   { return c.w.dev }
+// Rank is this rank; Size the world's; Stream the handle of the stream its
+// collectives run on (a CUstream, non-blocking, on CUDA). A collective
+// runs after everything enqueued on Stream before the call: put the work
+// that produces the buffer there (or make Stream wait for it), and read
+// the result after Synchronize or from work enqueued on Stream after the
+// call.
+func (c *Comm) Rank() int       { return c.rank }
+func (c *Comm) Size() int       { return c.w.n }
+func (c *Comm) Stream() uintptr { return c.stream.handle() }
+func (c *Comm) Device() *Device { return c.w.dev }
 
-// Synchronize waits until everything enqueued on the stream is done:
+// Synchronize waits until everything enqueued on the stream is done, or
+// ctx is: a stream that does not finish in time poisons the World (its
+// state is unknown) and the error says which rank's stream it was.
+func (c *Comm) Synchronize(ctx context.Context) error {
+	if err := syncStream(ctx, c.stream, fmt.Sprintf("rank %d's stream", c.rank)); err != nil {
+		return c.w.fail(err)
+	}
+	return nil
+}
+
+// Upload copies host elements into s on the rank's stream (after
+// everything enqueued on it before, before every collective enqueued
+// after) and waits for the copy, so host may be reused on return.
+func (c *Comm) Upload(ctx context.Context, s Slice, host []byte) error {
+	if len(host) != s.Bytes() {
+		return fmt.Errorf("%w: %d host bytes for device %v", allreduce.ErrInvalid, len(host), s)
+	}
+	if len(host) == 0 {
+		return nil
+	}
+	if err := c.w.dev.b.uploadAsync(c.stream, s.Ptr, host); err != nil {
+		return c.w.fail(fmt.Errorf("cuda: rank %d: upload of %v: %w", c.rank, s, err))
+	}
+	return c.Synchronize(ctx)
+}
+
+// Download copies s into host bytes on the rank's stream (after the
+// collectives enqueued before) and waits for it.
+func (c *Comm) Download(ctx context.Context, host []byte, s Slice) error {
+	if len(host) != s.Bytes() {
+		return fmt.Errorf("%w: %d host bytes for device %v", allreduce.ErrInvalid, len(host), s)
+	}
+	if len(host) == 0 {
+		return nil
+	}
+	if err := c.w.dev.b.downloadAsync(c.stream, host, s.Ptr); err != nil {
+		return c.w.fail(fmt.Errorf("cuda: rank %d: download of %v: %w", c.rank, s, err))
+	}
+	return c.Synchronize(ctx)
+}
+
+// syncStream waits until s has completed everything enqueued on it:
 // spinning for the first 50 µs (small collectives), then sleeping a little
 // longer each time, up to 1 ms, until ctx is done.
-func (c *Comm) Synchronize(ctx context.Context) error {
+func syncStream(ctx context.Context, s stream, what string) error {
 	start := time.Now()
 	sleep := 5 * time.Microsecond
 	for {
-		var err error
-		_ = c.w.dev.do(func() error { err = c.stream.Query(); return nil })
+		err := s.query()
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, cu.NotReady) {
-			return c.w.fail(fmt.Errorf("cuda: rank %d's stream: %w", c.rank, err))
+		if !errors.Is(err, errNotReady) {
+			return fmt.Errorf("cuda: %s: %w", what, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return fmt.Errorf("cuda: %s has not finished after %v: %w", what, time.Since(start).Round(time.Millisecond), err)
 		}
 		if time.Since(start) < 50*time.Microsecond {
 			runtime.Gosched()
@@ -273,192 +322,4 @@ func (c *Comm) AllGatherAsync(ctx context.Context, dst, src Slice) error {
 	var ptrs [numBufs]uintptr
 	ptrs[bufData], ptrs[bufSrc] = dst.Ptr, src.Ptr
 	return c.enqueue(ctx, collective{kind: allreduce.KindAllGather, dt: dst.DType, op: 0, count: dst.Len}, ptrs, inDst)
-}
-
-// enqueue puts this rank's plan of call x on its stream.
-func (c *Comm) enqueue(ctx context.Context, x collective, ptrs [numBufs]uintptr, dstInSrc bool) error {
-	w := c.w
-	w.mu.Lock()
-	err := w.err
-	w.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if x.count < 0 {
-		return fmt.Errorf("%w: %v", allreduce.ErrInvalid, x)
-	}
-	p, err := makePlan(x, w.n, c.rank, dstInSrc, w.segBytes)
-	if err != nil {
-		return err
-	}
-	if p.scratch > 0 {
-		if err := c.ensureScratch(ctx, 2*p.scratch); err != nil {
-			return err
-		}
-		ptrs[bufScratch0] = c.scratch.Uintptr()
-		ptrs[bufScratch1] = c.scratch.Uintptr() + uintptr(p.scratch)
-	}
-	stop := context.AfterFunc(ctx, func() {
-		w.mu.Lock()
-		w.cond.Broadcast()
-		w.mu.Unlock()
-	})
-	defer stop()
-	seq := c.seq
-	c.seq++
-	w.mu.Lock()
-	w.posted[c.rank][seq%4] = postedCall{seq: seq, call: x, ptrs: ptrs}
-	w.mu.Unlock()
-	err = w.dev.do(func() error { return c.run(ctx, p, seq, ptrs) })
-	if err != nil {
-		return w.fail(err)
-	}
-	return nil
-}
-
-// run enqueues p: entry actions, the entry event, every segment of every
-// step after its waits, and the tail.
-func (c *Comm) run(ctx context.Context, p *plan, seq uint64, mine [numBufs]uintptr) error {
-	w := c.w
-	for _, x := range p.entry {
-		if err := c.do(p, x, mine, mine); err != nil {
-			return err
-		}
-	}
-	if p.records() == 0 {
-		return nil
-	}
-	n := w.n
-	left, right := mod(c.rank-1, n), mod(c.rank+1, n)
-	base := c.recs
-	if err := c.record(ctx, base, p.segs, left, right); err != nil {
-		return err
-	}
-	// The neighbours' calls and buffers, once they have posted them
-	// (before their entry event).
-	var theirs [numBufs]uintptr
-	for _, nb := range []int{left, right} {
-		if err := w.waitFor(ctx, nb, base+1); err != nil {
-			return err
-		}
-		w.mu.Lock()
-		pc := w.posted[nb][seq%4]
-		w.mu.Unlock()
-		if pc.seq != seq || pc.call != p.call() {
-			return fmt.Errorf("cuda: mismatched collectives: rank %d called %v, rank %d called %v (call %d)", c.rank, p.call(), nb, pc.call, seq)
-		}
-		if nb == left {
-			theirs = pc.ptrs
-		}
-	}
-	for g := range p.steps {
-		for k := 0; k < p.segs; k++ {
-			wi := base + int64(p.waitIndex(g, k))
-			for _, nb := range neighbours(left, right) {
-				if err := w.waitFor(ctx, nb, wi+1); err != nil {
-					return err
-				}
-				if err := c.stream.Wait(w.comms[nb].events[wi%eventRing], 0); err != nil {
-					return fmt.Errorf("cuda: cuStreamWaitEvent: %w", err)
-				}
-			}
-			if x := p.steps[g][k]; x.out.n > 0 {
-				if err := c.do(p, x, mine, theirs); err != nil {
-					return err
-				}
-			}
-			if err := c.record(ctx, base+int64(p.recordIndex(g, k)), p.segs, left, right); err != nil {
-				return err
-			}
-		}
-	}
-	// The tail: the right neighbour has read this rank's buffers.
-	last := base + int64(p.records()) - 1
-	if err := w.waitFor(ctx, right, last+1); err != nil {
-		return err
-	}
-	if err := c.stream.Wait(w.comms[right].events[last%eventRing], 0); err != nil {
-		return fmt.Errorf("cuda: cuStreamWaitEvent: %w", err)
-	}
-	return nil
-}
-
-func neighbours(left, right int) []int {
-	if left == right {
-		return []int{left}
-	}
-	return []int{left, right}
-}
-
-// record records event t on the stream, once the neighbours can no longer
-// wait for the event that used its slot before, and publishes it.
-func (c *Comm) record(ctx context.Context, t int64, segs, left, right int) error {
-	w := c.w
-	if need := t - eventRing + int64(segs) + 1; need > 0 {
-		for _, nb := range neighbours(left, right) {
-			if err := w.waitFor(ctx, nb, need); err != nil {
-				return err
-			}
-		}
-	}
-	if err := c.events[t%eventRing].Record(c.stream); err != nil {
-		return fmt.Errorf("cuda: cuEventRecord: %w", err)
-	}
-	c.recs = t + 1
-	w.mu.Lock()
-	w.progress[c.rank] = t + 1
-	w.cond.Broadcast()
-	w.mu.Unlock()
-	return nil
-}
-
-// do enqueues one action: mine are this rank's buffers, left the left
-// neighbour's.
-func (c *Comm) do(p *plan, x action, mine, left [numBufs]uintptr) error {
-	addr := func(b [numBufs]uintptr, s span) uintptr { return b[s.buf] + uintptr(s.off) }
-	switch x.kind {
-	case actLocalCopy:
-		return c.copy(addr(mine, x.out), addr(mine, x.a), x.out.n)
-	case actCopy:
-		return c.copy(addr(mine, x.out), addr(left, x.b), x.out.n)
-	}
-	name, err := stepKernel(p.op, p.dt, x.last)
-	if err != nil {
-		return err
-	}
-	return c.w.dev.launchReduce(c.stream, name, addr(mine, x.out), addr(mine, x.a), addr(left, x.b), x.out.n/p.dt.Size(), c.w.n)
-}
-
-func (c *Comm) copy(dst, src uintptr, n int) error {
-	if n == 0 || dst == src {
-		return nil
-	}
-	if err := cu.MemcpyDtoDAsync(cu.DevicePtr(dst), cu.DevicePtr(src), int64(n), c.stream); err != nil {
-		return fmt.Errorf("cuda: cuMemcpyDtoDAsync: %w", err)
-	}
-	return nil
-}
-
-// ensureScratch makes the scratch buffer at least n bytes. Growing it
-// waits for the stream first: the previous collective's tail guarantees
-// no neighbour reads the old one after that.
-func (c *Comm) ensureScratch(ctx context.Context, n int) error {
-	if c.scratch != nil && c.scratch.Bytes() >= n {
-		return nil
-	}
-	if c.scratch != nil {
-		if err := c.Synchronize(ctx); err != nil {
-			return err
-		}
-		if err := c.scratch.Free(); err != nil {
-			return err
-		}
-		c.scratch = nil
-	}
-	b, err := c.w.dev.Alloc(n)
-	if err != nil {
-		return err
-	}
-	c.scratch = b
-	return nil
 }

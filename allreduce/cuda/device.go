@@ -1,128 +1,79 @@
-//go:build cuda
-
 package cuda
 
 import (
+	"context"
 	"fmt"
-	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"gorgonia.org/cu"
 )
 
-// Device is one GPU as this package uses it: its primary context, the
-// reduction kernels loaded into it, and the allocations made through it.
-// Its methods may be called from any goroutine: each call makes the
-// context current on the calling thread for its duration.
+// Device is one GPU as this package uses it: one context, the reduction
+// kernels loaded into it, a stream of its own for host transfers, and
+// the allocations made through it. Open (`ringddp_cuda` tag) makes one on
+// a CUDA GPU, NewHostDevice one on host memory. Its methods may be called
+// from any goroutine.
 type Device struct {
+	b       backend
 	ordinal int
-	dev     cu.Device
-	ctx     cu.CUContext
-	mod     cu.Module
-	fns     map[string]cu.Function
-	sms     int
-	name    string
+
+	mu       sync.Mutex // serialises the transfer stream's users
+	transfer stream     // Upload and Download's stream
 }
 
-// Open retains GPU ordinal's primary context and loads the kernels
-// (the embedded PTX, JIT-compiled by the driver for this GPU).
-func Open(ordinal int) (*Device, error) {
-	n, err := cu.NumDevices()
+func newDevice(b backend, ordinal int) (*Device, error) {
+	s, err := b.newStream()
 	if err != nil {
-		return nil, fmt.Errorf("cuda: counting devices: %w", err)
+		_ = b.close()
+		return nil, fmt.Errorf("cuda: the transfer stream: %w", err)
 	}
-	if ordinal < 0 || ordinal >= n {
-		return nil, fmt.Errorf("%w: GPU %d of %d", allreduce.ErrInvalid, ordinal, n)
-	}
-	dev, ctx, err := retainPrimary(ordinal)
-	if err != nil {
-		return nil, err
-	}
-	d := &Device{ordinal: ordinal, dev: dev, ctx: ctx, fns: map[string]cu.Function{}}
-	err = d.do(func() error {
-		if d.name, err = dev.Name(); err != nil {
-			return fmt.Errorf("cuda: device name: %w", err)
-		}
-		if d.sms, err = dev.Attribute(cu.MultiprocessorCount); err != nil {
-			return fmt.Errorf("cuda: multiprocessor count: %w", err)
-		}
-		if d.mod, err = cu.LoadData(reducePTX); err != nil {
-			return fmt.Errorf("cuda: loading the kernels' PTX (cuModuleLoadData): %w", err)
-		}
-		for _, name := range kernelNames() {
-			fn, err := d.mod.Function(name)
-			if err != nil {
-				return fmt.Errorf("cuda: kernel %s (cuModuleGetFunction): %w", name, err)
-			}
-			d.fns[name] = fn
-		}
-		return nil
-	})
-	if err != nil {
-		_ = releasePrimary(dev)
-		return nil, err
-	}
-	return d, nil
+	return &Device{b: b, ordinal: ordinal, transfer: s}, nil
 }
 
-// Close unloads the kernels and releases the primary context. Buffers,
-// Worlds and tensors of the device must be gone.
+// Close releases the transfer stream and the context. Buffers, Worlds and
+// tensors of the device must be gone.
 func (d *Device) Close() error {
-	err := d.do(func() error { return d.mod.Unload() })
-	if e := releasePrimary(d.dev); err == nil {
+	err := d.transfer.destroy()
+	if e := d.b.close(); err == nil {
 		err = e
 	}
 	return err
 }
 
-// Ordinal is the GPU's index; Name its name; Context its primary context
-// (the one to give a gorgonia CUDA engine or cu.Ctx so that its tensors'
-// memory is usable here).
-func (d *Device) Ordinal() int          { return d.ordinal }
-func (d *Device) Name() string          { return d.name }
-func (d *Device) Context() cu.CUContext { return d.ctx }
-func (d *Device) CUDevice() cu.Device   { return d.dev }
-func (d *Device) Multiprocessors() int  { return d.sms }
-
-// do runs f with the device's context current on a locked OS thread.
-func (d *Device) do(f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := setCurrent(d.ctx); err != nil {
-		return err
-	}
-	return f()
-}
-
-// Do runs f with the device's context current on the calling goroutine's
-// OS thread (locked for the call): for gorgonia.org/cu calls of the
-// caller's own.
-func (d *Device) Do(f func() error) error { return d.do(f) }
+// Ordinal is the GPU's index; Name its name; Multiprocessors its SM
+// count; Context the handle of its context (a CUcontext on CUDA: the
+// device's primary context, the one the CUDA runtime, PyTorch and CuPy
+// use).
+func (d *Device) Ordinal() int         { return d.ordinal }
+func (d *Device) Name() string         { return d.b.name() }
+func (d *Device) Multiprocessors() int { return d.b.multiprocessors() }
+func (d *Device) Context() uintptr     { return d.b.contextID() }
 
 // Buffer is device memory allocated by Alloc. It is a tensor.Memory
 // (Uintptr, MemSize), so tensor.FromMemory can put a gorgonia tensor on it
 // (NewTensor).
 type Buffer struct {
 	dev   *Device
-	ptr   cu.DevicePtr
+	ptr   uintptr
 	bytes int
 }
 
-// Alloc allocates bytes of device memory (cuMemAlloc: 256-byte aligned).
+// Alloc allocates bytes of device memory (on CUDA cuMemAlloc: 256-byte
+// aligned).
 func (d *Device) Alloc(bytes int) (*Buffer, error) {
+	if bytes < 0 {
+		return nil, fmt.Errorf("%w: allocating %d bytes", allreduce.ErrInvalid, bytes)
+	}
 	b := &Buffer{dev: d, bytes: bytes}
 	if bytes == 0 {
 		return b, nil
 	}
-	err := d.do(func() error {
-		var err error
-		b.ptr, err = cu.MemAlloc(int64(bytes))
-		return err
-	})
+	p, err := d.b.alloc(bytes)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: allocating %d bytes: %w", bytes, err)
 	}
+	b.ptr = p
 	return b, nil
 }
 
@@ -131,43 +82,72 @@ func (b *Buffer) Free() error {
 	if b.ptr == 0 {
 		return nil
 	}
-	err := b.dev.do(func() error { return cu.MemFree(b.ptr) })
+	err := b.dev.b.free(b.ptr)
 	b.ptr = 0
 	return err
 }
 
-func (b *Buffer) Device() *Device   { return b.dev }
-func (b *Buffer) Ptr() cu.DevicePtr { return b.ptr }
-func (b *Buffer) Bytes() int        { return b.bytes }
-func (b *Buffer) Uintptr() uintptr  { return uintptr(b.ptr) }
-func (b *Buffer) MemSize() uintptr  { return uintptr(b.bytes) }
+func (b *Buffer) Device() *Device  { return b.dev }
+func (b *Buffer) Bytes() int       { return b.bytes }
+func (b *Buffer) Uintptr() uintptr { return b.ptr }
+func (b *Buffer) MemSize() uintptr { return uintptr(b.bytes) }
 
 // Slice is the buffer's memory as n elements of dt from element off.
 func (b *Buffer) Slice(dt allreduce.DType, off, n int) Slice {
 	if off < 0 || n < 0 || (off+n)*dt.Size() > b.bytes {
 		panic(fmt.Sprintf("cuda: Buffer.Slice(%v, %d, %d) of %d bytes", dt, off, n, b.bytes))
 	}
-	return Slice{Ptr: uintptr(b.ptr) + uintptr(off*dt.Size()), Len: n, DType: dt}
+	return Slice{Ptr: b.ptr + uintptr(off*dt.Size()), Len: n, DType: dt}
 }
 
-// Upload copies host elements into s (synchronously); Download the reverse.
-func Upload[T allreduce.Numeric](d *Device, s Slice, host []T) error {
-	if err := checkHost[T](s, len(host)); err != nil || len(host) == 0 {
+// Upload copies host elements into s and returns once they are in device
+// memory: the copy runs on the device's transfer stream, which Upload
+// then waits for, so a collective enqueued after Upload returns, on any
+// stream, reads the new values. (A plain synchronous copy would not do:
+// CUDA's cuMemcpyHtoD from pageable memory may return before the data
+// has landed, and the collectives' non-blocking streams do not wait for
+// the legacy stream it runs on.) Comm.Upload puts the copy on a rank's
+// own stream instead.
+func Upload[T allreduce.Numeric](ctx context.Context, d *Device, s Slice, host []T) error {
+	if err := checkHost[T](s, len(host)); err != nil {
 		return err
 	}
-	return d.do(func() error {
-		return cu.MemcpyHtoD(cu.DevicePtr(s.Ptr), unsafe.Pointer(unsafe.SliceData(host)), int64(s.Bytes()))
-	})
+	return d.uploadBytes(ctx, s.Ptr, bytesOf(host))
 }
 
-// Download copies s into host elements (synchronously).
-func Download[T allreduce.Numeric](d *Device, host []T, s Slice) error {
-	if err := checkHost[T](s, len(host)); err != nil || len(host) == 0 {
+// Download copies s into host elements once every stream has finished
+// what it was given before (the copy runs on the transfer stream, so it
+// does not wait for work of other streams: synchronise the collective's
+// Comm first, or use Comm.Download).
+func Download[T allreduce.Numeric](ctx context.Context, d *Device, host []T, s Slice) error {
+	if err := checkHost[T](s, len(host)); err != nil {
 		return err
 	}
-	return d.do(func() error {
-		return cu.MemcpyDtoH(unsafe.Pointer(unsafe.SliceData(host)), cu.DevicePtr(s.Ptr), int64(s.Bytes()))
-	})
+	return d.downloadBytes(ctx, bytesOf(host), s.Ptr)
+}
+
+func (d *Device) uploadBytes(ctx context.Context, dst uintptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.b.uploadAsync(d.transfer, dst, src); err != nil {
+		return fmt.Errorf("cuda: upload of %d bytes to %#x: %w", len(src), dst, err)
+	}
+	return syncStream(ctx, d.transfer, "the transfer stream")
+}
+
+func (d *Device) downloadBytes(ctx context.Context, dst []byte, src uintptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.b.downloadAsync(d.transfer, dst, src); err != nil {
+		return fmt.Errorf("cuda: download of %d bytes from %#x: %w", len(dst), src, err)
+	}
+	return syncStream(ctx, d.transfer, "the transfer stream")
 }
 
 func checkHost[T allreduce.Numeric](s Slice, n int) error {
@@ -177,27 +157,12 @@ func checkHost[T allreduce.Numeric](s Slice, n int) error {
 	return nil
 }
 
-// launchReduce enqueues out = a op b (n elements) on stream.
-func (d *Device) launchReduce(stream cu.Stream, name string, out, a, b uintptr, n int, nranks int) error {
-	fn, ok := d.fns[name]
-	if !ok {
-		return fmt.Errorf("cuda: kernel %s not loaded", name)
-	}
-	const threads = 256
-	perThread := 4 // elements a thread handles per vector access, about
-	blocks := (n + threads*perThread - 1) / (threads * perThread)
-	blocks = max(1, min(blocks, 32*d.sms))
-	po, pa, pb, pn, pr := uint64(out), uint64(a), uint64(b), uint64(n), uint64(nranks)
-	args := []unsafe.Pointer{unsafe.Pointer(&po), unsafe.Pointer(&pa), unsafe.Pointer(&pb), unsafe.Pointer(&pn), unsafe.Pointer(&pr)}
-	if err := fn.Launch(blocks, 1, 1, threads, 1, 1, 0, stream, args); err != nil {
-		return fmt.Errorf("cuda: launching %s: %w", name, err)
-	}
-	return nil
+func bytesOf[T allreduce.Numeric](s []T) []byte {
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
-// LaunchNop enqueues the empty kernel on stream: the bare cost of a launch,
-// for benchmarks. Call it inside Do.
-func (d *Device) LaunchNop(stream cu.Stream) error {
-	var z uint64
-	return d.fns[nopKernel].Launch(1, 1, 1, 1, 1, 1, 0, stream, []unsafe.Pointer{unsafe.Pointer(&z)})
+func elemsOf[T allreduce.Numeric](b []byte) []T {
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(z)))
 }

@@ -6,15 +6,18 @@
 // (kernels/reduce.cu), compiled to PTX by `go generate`, committed and
 // embedded, and loaded with the driver's module API.
 //
-// Everything that touches the driver (gorgonia.org/cu, cgo, cuda.h,
-// libcuda) is behind the `cuda` build tag: gorgonia.org/cu's init exits
-// the process where there is no driver, so the default build and
-// `go test ./...` never link it. Built without the tag this package holds
-// only what needs no GPU and is tested everywhere: the kernel table and the
-// embedded PTX (kernels.go), and the ring's schedule as data (plan.go),
-// which the tests run on host memory against package allreduce's ring and
-// check for races. docs/cuda.md has the design, the build and the plan for
-// what is not built yet.
+// The collectives (World, Comm: comm.go, ring.go, plan.go) are untagged
+// code against a small device interface (backend.go) with two
+// implementations: the CUDA driver, loaded at run time from libcuda.so.1
+// without cgo (cudadrv.go, cudadev.go, cudastream.go; the `ringddp_cuda`
+// build tag, so the default build never contains it), and the host device
+// (hostdev.go, hoststream.go, hostmem.go), which runs the same protocol on
+// host memory with a goroutine per stream, real asynchrony and fault
+// injection, so that the ring, its event ordering and its error paths are
+// tested in every build, under the race detector. The kernels' source is
+// also compiled as host C++ and tested against the host ring
+// (kernels/host). docs/cuda.md has the design, the build, how to run the
+// GPU check and the plan for what is not built yet.
 //
 // # Why a device communicator and not a transport.Conn
 //
@@ -33,8 +36,8 @@
 //
 // # The single-device ring
 //
-// All ranks of a World are goroutines of one process on one GPU, in one
-// CUDA context (the device's primary context), each with its own
+// All ranks of a World are goroutines of one process on one device, in
+// one context (on CUDA the device's primary context), each with its own
 // non-blocking stream. Since every rank's buffers are addressable by every
 // rank's kernels, a ring step does not copy a message into a staging
 // buffer and then reduce it: the reduce kernel's second operand is the

@@ -7,7 +7,7 @@ import (
 )
 
 // The device ring, as data. A plan is what one rank enqueues on its stream
-// for one collective; the device code (comm.go, cuda tag) turns it into
+// for one collective; the device code (ring.go) turns it into
 // kernel launches, copies and event waits, and the tests here (no GPU)
 // run the same plan on host memory against package allreduce's ring and
 // check it for races. It mirrors allreduce/ring.go step for step, with one
@@ -101,13 +101,11 @@ func (p *plan) call() collective {
 }
 
 // records is how many events a rank records for the plan: entry, then
-// one per segment of every step.
-func (p *plan) records() int {
-	if len(p.steps) == 0 {
-		return 0
-	}
-	return 1 + len(p.steps)*p.segs
-}
+// one per segment of every step. A collective without steps (zero
+// elements) still records its entry event on more than one rank: that is
+// where the ranks exchange and compare their calls, so that a zero-length
+// call facing a non-empty one is an error, not a hang.
+func (p *plan) records() int { return 1 + len(p.steps)*p.segs }
 
 // waitIndex is the event index (within the collective) of a neighbour that
 // segment k of step g waits for.

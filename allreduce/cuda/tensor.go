@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -12,29 +10,46 @@ import (
 
 // The tensor forms of the device collectives: allreduce.AllReduceTensor
 // and friends for tensors whose memory is on the GPU (TensorSlice). The
-// memory must be device memory of the Comm's GPU in its primary context
-// (cuMemAlloc there, this package's Alloc, or a gorgonia CUDA engine made
-// on Device.Context()); it is checked with cuPointerGetAttribute, and
-// never copied to the host.
+// memory must be usable by the Comm's kernels: device memory allocated in
+// the Comm's own context (this package's Alloc, or cuMemAlloc/cudaMalloc
+// in the device's primary context, which PyTorch and CuPy use), or
+// managed memory (cuMemAllocManaged), which every context of the process
+// may use. It is checked by context, not by device ordinal: memory of
+// another context on the same GPU (a gorgonia v0.9.18 CUDA engine makes a
+// context of its own with cuCtxCreate) would pass an ordinal check and
+// then fault. Memory is never copied to the host.
 
-// deviceSlice is t's elements, checked to be memory of c's device.
+// deviceSlice is t's elements, checked to be memory c's kernels may use.
 func (c *Comm) deviceSlice(t tensor.Tensor) (Slice, error) {
 	s, err := TensorSlice(t)
 	if err != nil || s.Len == 0 {
 		return s, err
 	}
-	var ord int
-	err = c.w.dev.do(func() error {
-		ord, err = pointerDevice(s.Ptr)
-		return err
-	})
-	if err != nil {
-		return Slice{}, fmt.Errorf("%w: tensor memory: %v", allreduce.ErrInvalid, err)
-	}
-	if ord != c.w.dev.ordinal {
-		return Slice{}, fmt.Errorf("%w: tensor memory is on GPU %d, the collective on GPU %d", allreduce.ErrInvalid, ord, c.w.dev.ordinal)
+	if err := c.w.dev.checkMemory(s); err != nil {
+		return Slice{}, err
 	}
 	return s, nil
+}
+
+// checkMemory refuses s unless it is memory this device's kernels may
+// read and write: allocated in its context, or managed.
+func (d *Device) checkMemory(s Slice) error {
+	info, err := d.b.pointerInfo(s.Ptr)
+	if err != nil {
+		return fmt.Errorf("%w: tensor memory %v: %v", allreduce.ErrInvalid, s, err)
+	}
+	last, err := d.b.pointerInfo(s.Ptr + uintptr(s.Bytes()) - 1)
+	if err != nil || last != info {
+		return fmt.Errorf("%w: tensor memory %v runs past the device memory it starts in", allreduce.ErrInvalid, s)
+	}
+	switch {
+	case info.managed:
+		return nil
+	case info.context != d.b.contextID():
+		return fmt.Errorf("%w: tensor memory %v belongs to CUDA context %#x on GPU %d; the collective runs in context %#x on GPU %d (allocate it in Device.Context(), the primary context, or as managed memory)",
+			allreduce.ErrInvalid, s, info.context, info.device, d.b.contextID(), d.ordinal)
+	}
+	return nil
 }
 
 // AllReduceTensor is Comm.AllReduce on a device tensor.

@@ -1,15 +1,15 @@
-//go:build cuda
+//go:build ringddp_cuda
 
 package main
 
-// -transport cuda (built with -tags cuda): every rank a goroutine on one
+// -transport cuda (built with -tags ringddp_cuda): every rank a goroutine on one
 // GPU, the collectives of package allreduce/cuda. The mode is intercepted
 // before main parses its flags (this file's init), so that the default
 // build's files stay as they are: it takes its own, smaller set of flags
 // and prints the usual table with two more columns (a device-to-device
 // copy of the minimum bytes, and the ratio to it).
 //
-//	go build -tags cuda -o bench ./cmd/bench
+//	go build -tags ringddp_cuda -o bench ./cmd/bench
 //	./bench -transport cuda -ranks 4 -min 8 -max 256M -factor 4
 
 import (

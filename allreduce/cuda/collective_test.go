@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -16,43 +14,37 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/internal/run/reference"
-	"gorgonia.org/cu"
 	"gorgonia.org/tensor"
 )
 
-// These tests need a GPU (gorgonia.org/cu's init exits the process
-// without a driver). RINGDDP_CUDA_BIG=1 adds lengths up to 256 MiB.
+// The device tests run on testDev: the host device in every build, a GPU
+// with the ringddp_cuda tag (openTestDevice). RINGDDP_CUDA_BIG=1 adds
+// lengths up to 256 MiB (for the GPU: scripts/gpu-check.sh).
 
 var testDev *Device
 
 func TestMain(m *testing.M) {
-	d, err := Open(0)
+	d, done, err := openTestDevice()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "cuda tests: no GPU 0:", err)
+		fmt.Fprintln(os.Stderr, "cuda tests: no device:", err)
 		os.Exit(1)
 	}
 	testDev = d
-	fmt.Fprintf(os.Stderr, "cuda tests on %s (%d SMs), driver %d\n", d.Name(), d.Multiprocessors(), cu.Version())
 	code := m.Run()
-	_ = d.Close()
+	done()
 	os.Exit(code)
 }
 
 func big() bool { b, _ := strconv.ParseBool(os.Getenv("RINGDDP_CUDA_BIG")); return b }
 
-// runComms runs fn on every rank of w at once and returns the first error.
-func runComms(w *World, fn func(c *Comm) error) error {
-	errs := make([]error, w.Size())
-	var wg sync.WaitGroup
-	for r := 0; r < w.Size(); r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			errs[r] = fn(w.Comm(r))
-		}(r)
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+// sampler thins a test's combinations on the host device (a GPU runs
+// them all): take() is true for one candidate in every, in rotation, so
+// that every combination still runs in some configuration.
+type sampler struct{ i, every int }
+
+func (s *sampler) take() bool {
+	s.i++
+	return onGPU || s.i%s.every == 0
 }
 
 // devBytes is host bytes on the device.
@@ -62,15 +54,8 @@ func devBytes(t testing.TB, b []byte) *Buffer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) > 0 {
-		if err := Upload(testDev, buf.Slice(allreduce.Int32, 0, 0), []int32{}); err != nil { // exercise the empty path
-			t.Fatal(err)
-		}
-		if err := testDev.do(func() error {
-			return cu.MemcpyHtoD(buf.Ptr(), ptrOf(b), int64(len(b)))
-		}); err != nil {
-			t.Fatal(err)
-		}
+	if err := testDev.uploadBytes(context.Background(), buf.Uintptr(), b); err != nil {
+		t.Fatal(err)
 	}
 	return buf
 }
@@ -81,7 +66,7 @@ func hostBytes(t testing.TB, buf *Buffer, n int) []byte {
 	if n == 0 {
 		return out
 	}
-	if err := testDev.do(func() error { return cu.MemcpyDtoH(ptrOf(out), buf.Ptr(), int64(n)) }); err != nil {
+	if err := testDev.downloadBytes(context.Background(), out, buf.Uintptr()); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -104,15 +89,16 @@ func TestKernelsMatchHost(t *testing.T) {
 				continue
 			}
 			for _, shift := range []int{0, 1} {
-				const n = 100003
+				n := 100003
+				if !onGPU {
+					n = 1003 // the host device runs the host's own combine: the source's check is TestKernelSourceOnHost
+				}
 				es := dt.Size()
 				a, b := randomBytes(rng, dt, n+shift), randomBytes(rng, dt, n+shift)
 				da, db, dout := devBytes(t, a), devBytes(t, b), devBytes(t, make([]byte, len(a)))
 				name, _ := kernelName(op, dt)
 				off := uintptr(shift * es)
-				err := testDev.do(func() error {
-					return testDev.launchReduce(c.Stream(), name, dout.Uintptr()+off, da.Uintptr()+off, db.Uintptr()+off, n, 3)
-				})
+				err := testDev.b.launchReduce(c.stream, name, dout.Uintptr()+off, da.Uintptr()+off, db.Uintptr()+off, n, 3)
 				if err == nil {
 					err = c.Synchronize(context.Background())
 				}
@@ -144,39 +130,39 @@ func TestKernelsMatchHost(t *testing.T) {
 	}
 }
 
-// TestMatrix is the correctness matrix: ranks 1..8 on one device,
-// every op, float32 and float64 (and int32, int64), lengths 0, 1, N-1,
-// N+1, 1000 (and up to 256 MiB with RINGDDP_CUDA_BIG=1), against the host
-// sequential reduction (reference.Reduce on reference.Input's
-// small integers, exact in any order); every rank bitwise equal. With
-// small segments too, so the segmented paths run.
+// TestMatrix is the correctness matrix: ranks 1..8 on one device, every
+// primitive (AllReduce, ReduceScatter, AllGather), every op and dtype,
+// lengths 0, 1, N-1, N+1 (not divisible by N) and 1000, plain and in
+// small segments, against an independent host reference (reference.Reduce
+// of reference.Input's small integers, exact in any order; AllGather: the
+// ranks' inputs side by side), every rank bitwise equal to it. On the host
+// device it runs a rotating third of the combinations. RINGDDP_CUDA_BIG=1
+// (the GPU script) adds, on 4 ranks, lengths of several 16 MiB segments a
+// step for three op/dtype pairs and 256 MiB for float32 Sum and Avg, with
+// the host input built on every core: a matrix that fits in two minutes.
 func TestMatrix(t *testing.T) {
 	ctx := context.Background()
+	pick := sampler{every: 3}
+	kinds := []allreduce.Kind{allreduce.KindAllReduce, allreduce.KindReduceScatter, allreduce.KindAllGather}
 	for n := 1; n <= 8; n++ {
 		for _, seg := range []int{0, 64} {
 			w, err := NewWorld(testDev, n, WithSegmentBytes(seg))
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, dt := range []allreduce.DType{allreduce.Float32, allreduce.Float64, allreduce.Int32, allreduce.Int64} {
-				for _, op := range Ops {
-					if op == allreduce.Avg && !dt.IsFloat() {
-						continue
-					}
-					lengths := []int{0, 1, max(n-1, 0), n + 1, 1000}
-					if big() && seg == 0 && (n == 3 || n == 4 || n == 8) {
-						// Several segments a step (16 MiB each): every op and dtype.
-						lengths = append(lengths, (n*40<<20)/dt.Size()+n-1)
-						// 256 MiB: the sizes of the goals, two ops per float type.
-						if (dt == allreduce.Float32 && (op == allreduce.Sum || op == allreduce.Avg)) ||
-							(dt == allreduce.Float64 && (op == allreduce.Max || op == allreduce.Prod)) {
-							lengths = append(lengths, 256<<20/dt.Size())
+			for _, kind := range kinds {
+				for _, dt := range DTypes {
+					for _, op := range Ops {
+						if op == allreduce.Avg && !dt.IsFloat() || kind == allreduce.KindAllGather && op != allreduce.Sum {
+							continue
 						}
-					}
-					for _, count := range lengths {
-						name := fmt.Sprintf("n=%d/seg=%d/%v/%v/%d", n, seg, dt, op, count)
-						if err := checkAllReduce(ctx, t, w, dt, op, count); err != nil {
-							t.Fatalf("%s: %v", name, err)
+						for _, count := range matrixLengths(n, seg, kind, dt, op) {
+							if count >= 1<<20 || pick.take() {
+								c := collective{kind: kind, dt: dt, op: op, count: count}
+								if err := checkCollective(ctx, t, w, c); err != nil {
+									t.Fatalf("n=%d seg=%d %v: %v", n, seg, c, err)
+								}
+							}
 						}
 					}
 				}
@@ -186,6 +172,103 @@ func TestMatrix(t *testing.T) {
 			}
 		}
 	}
+}
+
+func matrixLengths(n, seg int, kind allreduce.Kind, dt allreduce.DType, op allreduce.ReduceOp) []int {
+	lengths := []int{0, 1, max(n-1, 0), n + 1, 1000}
+	if !big() || seg != 0 || n != 4 || kind != allreduce.KindAllReduce {
+		return lengths
+	}
+	if dt == allreduce.Float32 && op == allreduce.Sum || dt == allreduce.Float64 && op == allreduce.Max || dt == allreduce.Int64 && op == allreduce.Sum {
+		lengths = append(lengths, (n*40<<20)/dt.Size()+n-1) // three segments a step, chunks not aligned
+	}
+	if dt == allreduce.Float32 && (op == allreduce.Sum || op == allreduce.Avg) {
+		lengths = append(lengths, 256<<20/dt.Size()) // the goals' size
+	}
+	return lengths
+}
+
+// checkCollective runs c on every rank of w and compares every rank's
+// result with the reference.
+func checkCollective(ctx context.Context, t *testing.T, w *World, c collective) error {
+	n, es := w.Size(), c.dt.Size()
+	inputs := make([][]byte, n)
+	parallel(n, func(r int) { inputs[r] = inputBytes(c.dt, uint64(c.count), r, c.count, c.op) })
+	want := make([][]byte, n)
+	if c.count > 0 {
+		switch c.kind {
+		case allreduce.KindAllGather:
+			all := make([]byte, 0, c.count*es)
+			for r := range inputs {
+				lo, hi := chunk(c.count, n, r, es)
+				all = append(all, inputs[r][lo:hi]...)
+			}
+			for r := range want {
+				want[r] = all
+			}
+		default:
+			all := referenceBytes(c.dt, inputs, c.op)
+			for r := range want {
+				want[r] = all
+				if c.kind == allreduce.KindReduceScatter {
+					lo, hi := chunk(c.count, n, r, es)
+					want[r] = all[lo:hi]
+				}
+			}
+		}
+	}
+	src, dst := make([]*Buffer, n), make([]*Buffer, n)
+	defer func() {
+		for r := range src {
+			_, _ = src[r].Free(), dst[r].Free()
+		}
+	}()
+	for r := range src {
+		lo, hi := chunk(c.count, n, r, es)
+		src[r] = devBytes(t, inputs[r])
+		switch c.kind {
+		case allreduce.KindAllReduce:
+			dst[r] = src[r]
+		case allreduce.KindReduceScatter:
+			dst[r] = devBytes(t, make([]byte, hi-lo))
+		default:
+			dst[r] = devBytes(t, make([]byte, c.count*es))
+		}
+	}
+	err := runAll(w, func(cm *Comm) error {
+		r := cm.Rank()
+		lo, hi := chunk(c.count, n, r, es)
+		switch c.kind {
+		case allreduce.KindAllReduce:
+			return cm.AllReduce(ctx, src[r].Slice(c.dt, 0, c.count), c.op)
+		case allreduce.KindReduceScatter:
+			return cm.ReduceScatter(ctx, dst[r].Slice(c.dt, 0, (hi-lo)/es), src[r].Slice(c.dt, 0, c.count), c.op)
+		}
+		return cm.AllGather(ctx, dst[r].Slice(c.dt, 0, c.count), src[r].Slice(c.dt, lo/es, (hi-lo)/es))
+	})
+	if err != nil {
+		return err
+	}
+	for r := range dst {
+		got := hostBytes(t, dst[r], len(want[r]))
+		if !bytes.Equal(got, want[r]) {
+			return fmt.Errorf("rank %d differs from the host reference at element %d", r, firstDiff(got, want[r])/es)
+		}
+	}
+	return nil
+}
+
+// parallel runs f(0..n-1) at once.
+func parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 func inputBytes(dt allreduce.DType, seed uint64, rank, n int, op allreduce.ReduceOp) []byte {
@@ -220,38 +303,6 @@ func typed[T allreduce.Numeric](in [][]byte) [][]T {
 	return out
 }
 
-func checkAllReduce(ctx context.Context, t *testing.T, w *World, dt allreduce.DType, op allreduce.ReduceOp, count int) error {
-	n := w.Size()
-	inputs := make([][]byte, n)
-	bufs := make([]*Buffer, n)
-	for r := range inputs {
-		inputs[r] = inputBytes(dt, uint64(count), r, count, op)
-		bufs[r] = devBytes(t, inputs[r])
-	}
-	defer func() {
-		for _, b := range bufs {
-			_ = b.Free()
-		}
-	}()
-	want := referenceBytes(dt, inputs, op)
-	if count == 0 {
-		want = nil
-	}
-	err := runComms(w, func(c *Comm) error {
-		return c.AllReduce(ctx, bufs[c.Rank()].Slice(dt, 0, count), op)
-	})
-	if err != nil {
-		return err
-	}
-	for r := range bufs {
-		got := hostBytes(t, bufs[r], count*dt.Size())
-		if !bytes.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
-			return fmt.Errorf("rank %d differs from the sequential reduction at element %d", r, firstDiff(got, want)/dt.Size())
-		}
-	}
-	return nil
-}
-
 // TestMatchesHostRing: on special values the device collectives are
 // bitwise the host ring's (package allreduce over inproc, algorithm
 // ring): AllReduce, ReduceScatter and AllGather, in place and not, plain
@@ -259,6 +310,7 @@ func checkAllReduce(ctx context.Context, t *testing.T, w *World, dt allreduce.DT
 func TestMatchesHostRing(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
+	pick := sampler{every: 7}
 	for _, pc := range planCases(nil) {
 		if pc.segBytes == 24 {
 			continue
@@ -273,7 +325,7 @@ func TestMatchesHostRing(t *testing.T) {
 				ops = []allreduce.ReduceOp{0}
 			}
 			for _, op := range ops {
-				if op == allreduce.Avg && !dt.IsFloat() {
+				if op == allreduce.Avg && !dt.IsFloat() || !pick.take() {
 					continue
 				}
 				c := collective{kind: pc.kind, dt: dt, op: op, count: pc.count}
@@ -342,7 +394,7 @@ func checkAgainstHostRing(ctx context.Context, t *testing.T, rng *rand.Rand, w *
 			outs[r] = func() []byte { return hostBytes(t, dst, c.count*es) }
 		}
 	}
-	if err := runComms(w, func(cm *Comm) error { return calls[cm.Rank()](cm) }); err != nil {
+	if err := runAll(w, func(cm *Comm) error { return calls[cm.Rank()](cm) }); err != nil {
 		return err
 	}
 	for r := 0; r < n; r++ {
@@ -372,7 +424,7 @@ func TestBackToBack(t *testing.T) {
 		}
 		bufs[r] = devBytes(t, asBytes(ones))
 	}
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		s := bufs[c.Rank()].Slice(allreduce.Float32, 0, count)
 		for i := 0; i < rounds; i++ {
 			op := allreduce.Avg // Avg of equal values: stays 1
@@ -417,7 +469,7 @@ func TestMismatch(t *testing.T) {
 		bufs[r], _ = testDev.Alloc(4 * 100)
 		defer bufs[r].Free()
 	}
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		count := 100
 		if c.Rank() == 2 {
 			count = 99
@@ -449,7 +501,7 @@ func TestTensor(t *testing.T) {
 		defer bufs[r].Free()
 	}
 	want := referenceBytes(allreduce.Float32, inputs, allreduce.Sum)
-	err = runComms(w, func(c *Comm) error {
+	err = runAll(w, func(c *Comm) error {
 		d, err := NewTensor(bufs[c.Rank()], tensor.Float32, shape...)
 		if err != nil {
 			return err
