@@ -3,6 +3,7 @@ package launch
 import (
 	"cmp"
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,8 +13,10 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -149,7 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Nnodes > 1 { // the launchers meet first, restarts or not (nodes.go)
 		return runNodes(ctx, cfg, w, sigs)
 	}
-	if cfg.Elastic != nil && cfg.Elastic.MaxRestarts > 0 {
+	if cfg.Elastic != nil && (cfg.Elastic.MaxRestarts > 0 || cfg.Elastic.Continue) {
 		return runElastic(ctx, cfg, w, sigs)
 	}
 	j, err := startAttempt(cfg, w, attempt{ranks: cfg.Ranks, args: cfg.Args, getenv: cfg.Getenv})
@@ -227,6 +230,10 @@ type attempt struct {
 	storeLn          *os.File
 	onFail           func(*ExitError) // job.onFail
 	stopReq          <-chan string    // job.stopReq
+
+	// survive, with -on-failure continue, hosts the store on the socket
+	// bound for it (rank 0 does not) and coordinates the generations.
+	survive *survival
 }
 
 // startAttempt starts a's ranks, their output forwarded to w; the job's
@@ -253,6 +260,16 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	if a.storeLn != nil {
 		storeLn = a.storeLn
 	}
+	var lead *atomic.Int64
+	if a.survive != nil && storeLn != nil {
+		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks)
+		storeLn = nil
+		if err != nil {
+			return nil, err
+		}
+		vars = append(vars, EnvOnFailure+"="+OnFailureContinue)
+		lead = &a.survive.lead
+	}
 	defer func() {
 		if storeLn != nil {
 			storeLn.Close()
@@ -277,7 +294,10 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		return nil, err // before any rank starts
 	}
 
-	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}
+	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq, survive: a.survive}
+	if a.survive != nil {
+		j.failReq = a.survive.fallback
+	}
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
@@ -294,7 +314,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = env
 		p := &proc{rank: rank, cmd: cmd}
-		flush := w.forward(cmd, cfg, rank, p.lastLine)
+		flush := w.forward(cmd, cfg, rank, p.lastLine, lead)
 		if rank == 0 && storeLn != nil {
 			// Rank 0 serves the store on the socket bound here, so no
 			// other process can take the port between the pick and its
@@ -472,6 +492,12 @@ type job struct {
 	onFail    func(*ExitError)
 	stopReq   <-chan string
 	stoppedAt time.Time
+
+	// With -on-failure continue: survive takes the failures of members
+	// (survive_lead.go), and a failure on failReq (the job falls back to
+	// a restart) ends the attempt.
+	survive *survival
+	failReq <-chan *ExitError
 }
 
 // fail records a rank's failure; the first one stops the job.
@@ -506,9 +532,11 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			e.p.done = true
 			e.p.exited(j.sentSignal)
 			if e.err == nil || j.stopping {
+				j.stopRemoved()
 				continue
 			}
 			if st := e.p.cmd.ProcessState; st != nil && st.Success() {
+				j.stopRemoved()
 				continue // status 0, but something it started kept its output open (exec.ErrWaitDelay)
 			}
 			ee := &ExitError{Rank: e.p.rank, Pid: e.p.cmd.Process.Pid, State: e.p.cmd.ProcessState}
@@ -519,6 +547,10 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 				if j.after == nil {
 					j.after = ee
 				}
+				continue
+			}
+			if j.survive != nil && j.survive.absorb(ee) {
+				j.stopRemoved()
 				continue
 			}
 			j.fail(ee)
@@ -533,6 +565,12 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.signal(syscall.SIGKILL)
 		case <-j.progress:
 			j.onProgress()
+		case ee := <-j.failReq:
+			j.failReq = nil
+			if j.first == nil && !j.stopping && j.signaled == nil {
+				j.fail(ee)
+				j.stop(fmt.Sprintf("launch: %v; stopping the other ranks", ee))
+			}
 		case msg := <-j.stopReq:
 			j.stopReq = nil
 			if j.first == nil && !j.stopping && j.signaled == nil {
@@ -541,6 +579,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			}
 		}
 	}
+	j.awaitFallback()
 	if j.first != nil {
 		if rc := j.rootCause(); rc != nil {
 			return fmt.Errorf("launch: %w", rc)
@@ -556,6 +595,50 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		return fmt.Errorf("launch: stopped by %v: the job was interrupted and every rank was asked to stop (the first to end, %w)", j.signaled, j.after)
 	}
 	return nil
+}
+
+// awaitFallback, with survivors continuing, makes the attempt's end a
+// failure when a member of its last generation did not exit 0 (every
+// member failed, or the job fell back to a restart): it takes the
+// coordinator's fallback, waiting for its decision if need be.
+func (j *job) awaitFallback() {
+	if j.survive == nil || j.first != nil || j.signaled != nil || j.stopping && j.failReq == nil {
+		return
+	}
+	clean := func(rank int) bool {
+		return slices.ContainsFunc(j.procs, func(p *proc) bool {
+			st := p.cmd.ProcessState
+			return p.rank == rank && st != nil && st.Success()
+		})
+	}
+	if j.survive.allMembers(clean) {
+		return
+	}
+	t := time.NewTimer(2*j.survive.e.CheckIn + time.Second)
+	defer t.Stop()
+	select {
+	case ee := <-j.failReq:
+		j.fail(ee)
+	case <-t.C:
+		j.fail(&ExitError{Rank: -1, Err: errors.New("the job's ranks ended without finishing and without a plan to go on")})
+	}
+}
+
+// stopRemoved, with survivors continuing, stops the ranks still running
+// once every member of the job's generation has ended: they are removed
+// ranks (a stopped rank never continued), which would otherwise hold the
+// job forever.
+func (j *job) stopRemoved() {
+	if j.survive == nil || j.stopping {
+		return
+	}
+	running := func(rank int) bool {
+		return slices.ContainsFunc(j.procs, func(p *proc) bool { return p.rank == rank && !p.done })
+	}
+	if !slices.ContainsFunc(j.procs, func(p *proc) bool { return !p.done }) || !j.survive.finished(running) {
+		return
+	}
+	j.stop("launch: every rank of the job has ended; stopping the removed ranks still running")
 }
 
 // stop sends SIGTERM to every running rank (SIGKILL follows after Grace).

@@ -81,6 +81,7 @@ type progress struct {
 	start     int64     // the step the attempt started at (-1: not reported)
 	last      int64     // the last step reported done (start until one is)
 	trainedAt time.Time // when the first step was reported (zero: none yet)
+	lastAt    time.Time // when the last step was reported (zero: none yet)
 	notify    chan struct{}
 	done      chan struct{} // closed when the pipe reached its end
 }
@@ -106,6 +107,7 @@ func (p *progress) read(r io.Reader) {
 			p.last = max(p.last, step)
 		case "step":
 			p.last = step
+			p.lastAt = time.Now()
 			if p.trainedAt.IsZero() {
 				p.trainedAt = time.Now()
 				select {
@@ -124,4 +126,11 @@ func (p *progress) snapshot() (start, last int64, trainedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.start, p.last, p.trainedAt
+}
+
+// lastStepAt is when the last step was reported (zero: none yet).
+func (p *progress) lastStepAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastAt
 }

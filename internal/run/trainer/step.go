@@ -33,8 +33,7 @@ func (s *epochStats) add(run ddp.StepStats, hidden, opt, stepComm time.Duration)
 // the epoch ends, MaxSteps is reached (StopMaxSteps) or the ranks agree to
 // stop (StopInterrupted), writing the checkpoints CheckpointEvery asks for
 // on the way.
-func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
-	var st epochStats
+func (w *worker[T]) trainEpoch(p *position, st *epochStats, uses *usage) (Stop, error) {
 	var stop Stop
 	var saving time.Duration // in periodic checkpoints, not counted as training time
 	start := time.Now()
@@ -43,9 +42,9 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 			stop = StopMaxSteps
 			break
 		}
-		agreed, err := w.step(p, &st)
+		agreed, err := w.step(p, st, uses)
 		if err != nil {
-			return st, "", err
+			return "", err
 		}
 		w.reportStep(*p, agreed.Loss)
 		if agreed.Stop {
@@ -55,13 +54,13 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 		if w.periodic(*p) {
 			began := time.Now()
 			if _, err := w.checkpoint(*p); err != nil {
-				return st, "", err
+				return "", err
 			}
 			saving += time.Since(began)
 		}
 	}
-	st.wall = time.Since(start) - saving
-	return st, stop, nil
+	st.wall += time.Since(start) - saving
+	return stop, nil
 }
 
 // periodic reports whether a checkpoint is due at p by
@@ -82,11 +81,16 @@ func (w *worker[T]) periodic(p position) bool {
 // (the gradient buckets communicated on the way, the loss and the stop
 // votes agreed with the last of them), the optimizer. It advances p, adds
 // the step to st and returns what the ranks agreed: the step's mean loss
-// and whether any rank voted to stop.
-func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
+// and whether any rank voted to stop. The step's global batch is counted
+// in uses once the step is done.
+func (w *worker[T]) step(p *position, st *epochStats, uses *usage) (ddp.Agreement, error) {
 	s := p.step
 	stepStart := time.Now()
-	if err := fill(w.train, w.sampler.Batch(s, w.perRank), w.x, w.y); err != nil {
+	mine, global := w.sampler.Batch(s, w.perRank), w.whole.Batch(s, w.cfg.GlobalBatch)
+	if err := checkSlice(mine, global, w.g.Rank(), w.g.Size()); err != nil {
+		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
+	}
+	if err := fill(w.train, mine, w.x, w.y); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: %w", err)
 	}
 	if err := w.rep.Run(w.comm, w.vm); err != nil {
@@ -106,6 +110,7 @@ func (w *worker[T]) step(p *position, st *epochStats) (ddp.Agreement, error) {
 	if w.rec != nil {
 		w.traceStep(*p, stepStart, began, ended, run, opt, agreed)
 	}
+	uses.add(global)
 	p.step, p.global = s+1, p.global+1
 	p.lossSum += agreed.Loss
 	p.lossSteps++
