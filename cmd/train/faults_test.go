@@ -30,6 +30,10 @@ import (
 // or * for every attempt.
 const faultsVar = "RINGDDP_TEST_FAULTS"
 
+// stoppedAtVar, when set, is a file where a stop fault writes the time it
+// stops (Unix nanoseconds).
+const stoppedAtVar = "RINGDDP_TEST_STOPPED_AT"
+
 // testFaults is runEnv.adjust for the faults getenv's RINGDDP_TEST_FAULTS
 // asks for in this rank and attempt (nil when none).
 func testFaults(getenv func(string) string) func(*trainer.Config) {
@@ -63,6 +67,9 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
 					if s.GlobalStep != step {
 						return
+					}
+					if path := getenv(stoppedAtVar); path != "" {
+						_ = os.WriteFile(path, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
 					}
 					if ms > 0 {
 						script := fmt.Sprintf("sleep %g; kill -CONT %d", float64(ms)/1000, os.Getpid())

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -101,4 +104,160 @@ func TestSurviveKill(t *testing.T) {
 	diff := paramDiff(t, ref, ck)
 	t.Logf("largest parameter difference from the uninterrupted run: %g", diff)
 	require.Less(t, diff, 1e-4)
+}
+
+// Rank 0, whose stdout is the job's report, is killed: rank 1 becomes
+// rank 0 of generation 1, and its lines are the report from then on
+// (unprefixed), the epochs' and the summary alike.
+func TestSurviveKillRank0(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:0:5:0")
+	out, err := runTrain(t, survivorArgs(data, ck)...)
+	require.NoError(t, err, out)
+	epochs, _, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Len(t, survived, 1, out)
+	require.Equal(t, 0, survived[0].FailedRank)
+	require.Equal(t, int64(0), survived[0].StepsLost)
+	requireEachSampleOnce(t, epochs, 24)
+}
+
+// Two failures in a row: rank 3 killed after step 4, then rank 1 after
+// step 6 of generation 1: the job finishes on 2 ranks as generation 2.
+func TestSurviveTwoFailures(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:3:4:0;kill:1:6:0")
+	out, err := runTrain(t, survivorArgs(data, ck)...)
+	require.NoError(t, err, out)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, 2, out)
+	require.Equal(t, []int{3, 1}, []int{survived[0].FailedRank, survived[1].FailedRank})
+	require.Equal(t, []int{1, 2}, []int{survived[0].Generation, survived[1].Generation})
+	require.Equal(t, 2, survived[1].Ranks)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost)
+	}
+	require.Equal(t, 2.0, epochs[1]["ranks"])
+	requireEachSampleOnce(t, epochs, 24)
+}
+
+// A failure that leaves fewer ranks than -min-ranks: the job falls back to
+// the checkpoint restart (-max-restarts), on the 4 ranks it started with.
+func TestSurviveBelowMinRanksRestarts(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:2:9:0")
+	out, err := runTrain(t, survivorArgs(data, ck, "-min-ranks", "4", "-max-restarts", "1", "-checkpoint-every", "4")...)
+	require.NoError(t, err, out)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, survived, out)
+	require.Len(t, restarts, 1, out)
+	r := restarts[0]
+	require.Equal(t, 2, r.FailedRank)
+	require.Equal(t, "was killed by signal killed", r.Reason)
+	require.Equal(t, int64(8), r.ResumedFromStep)
+	require.Equal(t, 4, r.Ranks)
+}
+
+// Survivors that cannot split the global batch (20 over the 3 ranks left
+// of 4) fall back to the restart too, which restarts the rank that failed
+// in training: on 4 ranks again.
+func TestSurviveBatchDoesNotDivideRestarts(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:1:3:0")
+	args := survivorArgs(data, ck, "-max-restarts", "1", "-min-ranks", "2")
+	args[slicesIndex(args, "-batch")+1] = "20"
+	out, err := runTrain(t, args...)
+	require.NoError(t, err, out)
+	_, restarts, survived := survivedOutput(t, out)
+	require.Empty(t, survived, out)
+	require.Len(t, restarts, 1, out)
+	require.Equal(t, 4, restarts[0].Ranks)
+}
+
+func slicesIndex(xs []string, x string) int {
+	for i, y := range xs {
+		if y == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// captureStderr runs f with os.Stderr (where the launcher forwards the
+// ranks' stderr) going to a file, and returns what was written there.
+func captureStderr(t *testing.T, f func()) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "stderr")
+	file, err := os.Create(path)
+	require.NoError(t, err)
+	saved := os.Stderr
+	os.Stderr = file
+	defer func() { os.Stderr = saved }()
+	f()
+	require.NoError(t, file.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// A rank stopped with SIGSTOP after step 5 (a hang): the others' transport
+// gives up on it after -timeout 1s, it does not check in, and it is
+// removed: training goes on within -timeout + 1 s of the stop. It is
+// never continued; the launcher stops it once the job is done.
+func TestSurviveStoppedRank(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	stamp := filepath.Join(t.TempDir(), "stopped")
+	t.Setenv(faultsVar, "stop:1:5:0")
+	t.Setenv(stoppedAtVar, stamp)
+	out, err := runTrain(t, survivorArgs(data, ck, "-timeout", "1s")...)
+	require.NoError(t, err, out)
+	epochs, _, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Len(t, survived, 1, out)
+	c := survived[0]
+	require.Equal(t, 1, c.FailedRank)
+	require.Contains(t, c.Reason, "did not check in")
+	require.Equal(t, int64(0), c.StepsLost)
+	require.NotNil(t, c.TrainingAgainUnix)
+	b, err := os.ReadFile(stamp)
+	require.NoError(t, err)
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	require.NoError(t, err)
+	removedAt := *c.TrainingAgainUnix - *c.TrainingAgainSeconds + c.RemovedSeconds
+	removed := time.Duration(removedAt*1e9 - float64(ns))
+	again := time.Duration(*c.TrainingAgainUnix*1e9 - float64(ns))
+	t.Logf("removed %v, training again %v after the stop (-timeout 1s)", removed, again)
+	require.Less(t, removed, 2*time.Second, "removed within -timeout + 1 s")
+	requireEachSampleOnce(t, epochs, 24)
+}
+
+// A stopped rank continued after its removal tries to go on: it is
+// refused (not a member of generation 1) and exits saying so, and the job
+// finishes without it.
+func TestSurviveRevokedRankRefused(t *testing.T) {
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "stop:2:5:2500;slow:0:40")
+	var out string
+	var err error
+	stderr := captureStderr(t, func() {
+		out, err = runTrain(t, survivorArgs(data, ck, "-timeout", "1s", "-epochs", "4")...)
+	})
+	require.NoError(t, err, out+stderr)
+	epochs, _, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 4, out)
+	require.Len(t, survived, 1, out)
+	require.Equal(t, 2, survived[0].FailedRank)
+	require.Contains(t, stderr, "[rank 2] train: ")
+	require.Contains(t, stderr, "rank 2 was removed from the job at generation 1")
+	require.Contains(t, stderr, "cannot come back without healing")
+	requireEachSampleOnce(t, epochs, 24)
 }

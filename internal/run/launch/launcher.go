@@ -3,17 +3,17 @@ package launch
 import (
 	"cmp"
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,6 +331,9 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		if err := cmd.Start(); err != nil {
 			j.fail(&ExitError{Rank: rank, Err: fmt.Errorf("starting %s: %w", cfg.Path, err)})
 			break
+		}
+		if a.survive != nil {
+			a.survive.started(rank, cmd.Process.Pid)
 		}
 		if rank == 0 && storeLn != nil {
 			// Rank 0 holds its own copy now. Were this one kept, peers of

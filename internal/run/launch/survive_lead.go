@@ -41,7 +41,7 @@ import (
 // stopped then.
 
 // DefaultCheckIn is Elastic.CheckIn's default.
-const DefaultCheckIn = time.Second
+const DefaultCheckIn = 500 * time.Millisecond
 
 // Continued is one failure the job survived, as reported to
 // Elastic.OnContinue.
@@ -122,11 +122,24 @@ func (s *survival) serve(ln *os.File, vars []string, insecure bool, world int) e
 	for i := range s.members {
 		s.members[i] = i
 	}
-	s.revoked, s.pids = map[int]bool{}, map[int]int{}
+	s.revoked = map[int]bool{}
+	if s.pids == nil {
+		s.pids = map[int]int{}
+	}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
 	s.stop, s.done = cancel, make(chan struct{})
 	go s.run(ctx)
 	return nil
+}
+
+// started records rank's pid.
+func (s *survival) started(rank, pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pids == nil {
+		s.pids = map[int]int{}
+	}
+	s.pids[rank] = pid
 }
 
 // close stops the coordinator and the store.

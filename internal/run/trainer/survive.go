@@ -222,7 +222,7 @@ func recvState[T Float](w *worker[T], mine snapshot[T], hdr []int64, src int) (s
 		name[i] = byte(c)
 	}
 	got := snapshot[T]{
-		pos: position{epoch: int(hdr[0]), step: int(hdr[1]), global: hdr[2], lossSteps: int(hdr[3]), lossSum: math.Float64frombits(uint64(hdr[4]))},
+		pos:  position{epoch: int(hdr[0]), step: int(hdr[1]), global: hdr[2], lossSteps: int(hdr[3]), lossSum: math.Float64frombits(uint64(hdr[4]))},
 		uses: make([]int32, len(mine.uses)), arena: make([]T, len(mine.arena)), opt: mine.opt.Clone(),
 	}
 	if err := allreduce.Broadcast(ctx, g, got.uses, src); err != nil {
