@@ -17,6 +17,8 @@ import (
 // itself, separated by ";":
 //
 //	kill:RANK:STEP:RESTART   rank RANK kills itself (SIGKILL, as kill -9) after global step STEP
+//	killafter:RANK:STEP:US   rank RANK kills itself US microseconds after global step STEP
+//	                         (inside a later step, as a kill at a random moment), first attempt
 //	startup:RANK:RESTART     rank RANK exits with status 3 before training
 //	tear:STEP:RESTART        rank 0 cuts the checkpoint written at STEP to half its size
 //	                         (both names: a write torn by a crash), then kills itself
@@ -59,6 +61,14 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
 					if s.GlobalStep == step {
 						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					}
+				}
+			case p[0] == "killafter" && len(p) == 4 && p[1] == strconv.Itoa(rank) && now("0"):
+				step, _ := strconv.ParseInt(p[2], 10, 64)
+				us, _ := strconv.Atoi(p[3])
+				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
+					if s.GlobalStep == step {
+						time.AfterFunc(time.Duration(us)*time.Microsecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
 					}
 				}
 			case p[0] == "stop" && len(p) == 4 && p[1] == strconv.Itoa(rank) && now("0"):
