@@ -3,16 +3,11 @@ package launch
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -353,91 +348,6 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	return j, nil
 }
 
-// jobVars are the variables every rank of this host gets besides its
-// rank. On one host without -master it also binds the store's socket on
-// a free loopback port (storeLn, to hand to rank 0).
-func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os.File, err error) {
-	host, port := "127.0.0.1", 0
-	if cfg.Master != "" {
-		if host, port, err = splitMaster(cfg.Master); err != nil {
-			return nil, nil, fmt.Errorf("launch: %w", err)
-		}
-	} else if cfg.Nnodes > 1 {
-		return nil, nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
-	} else {
-		if port, storeLn, err = bindStorePort(host); err != nil {
-			return nil, nil, fmt.Errorf("launch: binding a port for the store: %w", err)
-		}
-		defer func() {
-			if err != nil {
-				storeLn.Close()
-				storeLn = nil
-			}
-		}()
-	}
-	vars = append(vars, "MASTER_ADDR="+host, "MASTER_PORT="+strconv.Itoa(port))
-
-	runID := getenv(EnvRunID)
-	switch {
-	case cfg.Insecure:
-		if getenv(EnvSecret) != "" {
-			return nil, nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
-		}
-		vars = append(vars, EnvInsecure+"=1")
-	case cfg.Nnodes > 1:
-		secret := getenv(EnvSecret)
-		if secret == "" {
-			return nil, nil, fmt.Errorf("launch: %w", errNoSharedSecret)
-		}
-		// The ranks get a secret derived from the job's, not the job's
-		// own: they cannot join the launchers' rendezvous or author what
-		// the launchers accept (nodes_seal.go).
-		vars = append(vars, EnvSecret+"="+rankSecret(secret))
-	default:
-		// One host: a fresh secret that only this job's ranks know.
-		secret, err := randomHex(32)
-		if err != nil {
-			return nil, nil, fmt.Errorf("launch: making the job's secret: %w", err)
-		}
-		vars = append(vars, EnvSecret+"="+secret)
-		if runID == "" {
-			if runID, err = randomHex(8); err != nil {
-				return nil, nil, fmt.Errorf("launch: making the run id: %w", err)
-			}
-			runID = "standalone-" + runID
-		}
-	}
-	if runID != "" {
-		vars = append(vars, EnvRunID+"="+runID)
-	}
-	return vars, storeLn, nil
-}
-
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// bindStorePort binds a listening socket on a free TCP port of host and
-// returns the port and the socket as a file for rank 0 to inherit: the
-// port is never free between the pick and the store's listen, so no other
-// process can squat it (torchrun --standalone picks and closes instead).
-func bindStorePort(host string) (int, *os.File, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, nil, err
-	}
-	defer ln.Close() // f is a duplicate descriptor
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return 0, nil, err
-	}
-	return ln.Addr().(*net.TCPAddr).Port, f, nil
-}
-
 // filterEnv drops the variables named in drop from env.
 func filterEnv(env, drop []string) []string {
 	out := env[:0:0]
@@ -582,7 +492,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			}
 		}
 	}
-	j.awaitFallback()
+	j.awaitFallback(ctx)
 	if j.first != nil {
 		if rc := j.rootCause(); rc != nil {
 			return fmt.Errorf("launch: %w", rc)
@@ -598,50 +508,6 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 		return fmt.Errorf("launch: stopped by %v: the job was interrupted and every rank was asked to stop (the first to end, %w)", j.signaled, j.after)
 	}
 	return nil
-}
-
-// awaitFallback, with survivors continuing, makes the attempt's end a
-// failure when a member of its last generation did not exit 0 (every
-// member failed, or the job fell back to a restart): it takes the
-// coordinator's fallback, waiting for its decision if need be.
-func (j *job) awaitFallback() {
-	if j.survive == nil || j.first != nil || j.signaled != nil || j.stopping && j.failReq == nil {
-		return
-	}
-	clean := func(rank int) bool {
-		return slices.ContainsFunc(j.procs, func(p *proc) bool {
-			st := p.cmd.ProcessState
-			return p.rank == rank && st != nil && st.Success()
-		})
-	}
-	if j.survive.allMembers(clean) {
-		return
-	}
-	t := time.NewTimer(2*j.survive.e.CheckIn + time.Second)
-	defer t.Stop()
-	select {
-	case ee := <-j.failReq:
-		j.fail(ee)
-	case <-t.C:
-		j.fail(&ExitError{Rank: -1, Err: errors.New("the job's ranks ended without finishing and without a plan to go on")})
-	}
-}
-
-// stopRemoved, with survivors continuing, stops the ranks still running
-// once every member of the job's generation has ended: they are removed
-// ranks (a stopped rank never continued), which would otherwise hold the
-// job forever.
-func (j *job) stopRemoved() {
-	if j.survive == nil || j.stopping {
-		return
-	}
-	running := func(rank int) bool {
-		return slices.ContainsFunc(j.procs, func(p *proc) bool { return p.rank == rank && !p.done })
-	}
-	if !slices.ContainsFunc(j.procs, func(p *proc) bool { return !p.done }) || !j.survive.finished(running) {
-		return
-	}
-	j.stop("launch: every rank of the job has ended; stopping the removed ranks still running")
 }
 
 // stop sends SIGTERM to every running rank (SIGKILL follows after Grace).

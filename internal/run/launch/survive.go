@@ -191,39 +191,59 @@ func (s *Survivor) Watch(abort func(error)) (stop func()) {
 
 // Rejoin takes this rank from its failed generation to the next: it
 // reports cause as the generation's fault (unless one was), checks in,
-// waits for the launcher's plan and dials the new generation's mesh.
+// waits for the launcher's plan and dials the new generation's mesh. A
+// fault of the new generation while its mesh forms (a member lost
+// meanwhile) goes on to the generation after.
 func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, rendezvous.Generation, error) {
+	for {
+		p, err := s.nextPlan(ctx, cause)
+		if err != nil {
+			return nil, rendezvous.Generation{}, err
+		}
+		rank := p.index(s.start.Rank)
+		s.gen = p.Gen
+		dctx, cancel := context.WithCancelCause(ctx)
+		stop := s.Watch(cancel)
+		c, err := s.dial(dctx, p.Gen, rank, len(p.Members))
+		stop()
+		cancel(nil)
+		if err == nil {
+			return c, rendezvous.Generation{Number: p.Gen, Rank: rank, Size: len(p.Members), StartRank: s.start.Rank, Lost: p.lostRanks()}, nil
+		}
+		var fe *FaultError
+		if !errors.As(context.Cause(dctx), &fe) {
+			return nil, rendezvous.Generation{}, err
+		}
+		cause = fe
+	}
+}
+
+// nextPlan reports cause as the current generation's fault, checks in and
+// returns the launcher's plan of the next generation, in which this rank
+// is a member.
+func (s *Survivor) nextPlan(ctx context.Context, cause error) (genPlan, error) {
 	gen := s.gen
-	var g rendezvous.Generation
-	faultKey := s.key(gen, "fault")
 	reason := fmt.Sprintf("rank %d: %v", s.start.Rank, cause)
-	if err := s.store.Set(ctx, faultKey, []byte(reason)); err != nil {
-		return nil, g, fmt.Errorf("launch: reporting generation %d's fault: %w", gen, err)
+	if err := s.store.Set(ctx, s.key(gen, "fault"), []byte(reason)); err != nil {
+		return genPlan{}, fmt.Errorf("launch: reporting generation %d's fault: %w", gen, err)
 	}
 	if err := s.checkIn(ctx, gen); err != nil {
-		return nil, g, fmt.Errorf("launch: checking in after generation %d's fault: %w", gen, err)
+		return genPlan{}, fmt.Errorf("launch: checking in after generation %d's fault: %w", gen, err)
 	}
 	wait, cancel := context.WithTimeout(ctx, s.rs.connectTimeout)
 	defer cancel()
 	b, err := s.store.Get(wait, s.key(gen+1, "plan"))
 	if err != nil {
-		return nil, g, fmt.Errorf("launch: waiting for the launcher's plan of generation %d: %w", gen+1, err)
+		return genPlan{}, fmt.Errorf("launch: waiting for the launcher's plan of generation %d: %w", gen+1, err)
 	}
 	p, err := decodeGenPlan(b, gen+1, s.start.WorldSize)
-	if err != nil {
-		return nil, g, fmt.Errorf("launch: %w", err)
+	switch {
+	case err != nil:
+		return p, fmt.Errorf("launch: %w", err)
+	case p.Restart != "":
+		return p, &FallBackError{Gen: gen + 1, Reason: p.Restart}
+	case p.index(s.start.Rank) < 0:
+		return p, &RevokedError{Rank: s.start.Rank, Gen: gen + 1, Reason: p.lostReason(s.start.Rank)}
 	}
-	if p.Restart != "" {
-		return nil, g, &FallBackError{Gen: gen + 1, Reason: p.Restart}
-	}
-	rank := p.index(s.start.Rank)
-	if rank < 0 {
-		return nil, g, &RevokedError{Rank: s.start.Rank, Gen: gen + 1, Reason: p.lostReason(s.start.Rank)}
-	}
-	c, err := s.dial(ctx, gen+1, rank, len(p.Members))
-	if err != nil {
-		return nil, g, err
-	}
-	s.gen = gen + 1
-	return c, rendezvous.Generation{Number: gen + 1, Rank: rank, Size: len(p.Members), StartRank: s.start.Rank, Lost: p.lostRanks()}, nil
+	return p, nil
 }

@@ -43,6 +43,11 @@ import (
 // DefaultCheckIn is Elastic.CheckIn's default.
 const DefaultCheckIn = 500 * time.Millisecond
 
+// maxIdleGenerations is how many generations in a row may fail with every
+// rank checking in (a fault that regrouping does not cure) before the job
+// falls back to a restart.
+const maxIdleGenerations = 3
+
 // Continued is one failure the job survived, as reported to
 // Elastic.OnContinue.
 type Continued struct {
@@ -87,6 +92,8 @@ type survival struct {
 	exits    chan *ExitError // members' failures, from job.wait
 	fallback chan *ExitError // the failure to end the attempt with
 	lead     atomic.Int64    // the current generation's rank 0, by its rank at the start
+
+	idle int // generations in a row that lost no rank
 
 	mu      sync.Mutex
 	members []int
@@ -306,10 +313,12 @@ func (s *survival) checkIns(ctx context.Context, gen int, f fault) (alive []int,
 		select {
 		case m := <-in:
 			checked[m] = true
-		case e := <-s.exits:
-			if slices.Contains(members, e.Rank) && !checked[e.Rank] && gone[e.Rank] == nil {
+		case e := <-s.exits: // lost, whether it checked in or not
+			if slices.Contains(members, e.Rank) && gone[e.Rank] == nil {
 				gone[e.Rank] = e
-				waiting--
+				if !checked[e.Rank] {
+					waiting--
+				}
 			}
 		case <-wctx.Done():
 		}
@@ -345,7 +354,14 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	for _, l := range lost {
 		p.Lost = append(p.Lost, lostRank{Rank: l.Rank, Reason: l.Reason})
 	}
+	if len(lost) == 0 {
+		s.idle++
+	} else {
+		s.idle = 0
+	}
 	switch {
+	case s.idle > maxIdleGenerations:
+		p.Restart = fmt.Sprintf("the group failed %d times in a row with every rank still answering (last: %s)", s.idle, f.reason)
 	case len(alive) < s.e.MinRanks:
 		p.Restart = fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(len(alive), "rank"), s.e.MinRanks)
 	case s.e.Fits != nil:
@@ -363,10 +379,13 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		s.lead.Store(int64(alive[0]))
 	}
 	s.mu.Unlock()
-	first := lost[0]
+	first := LostRank{Rank: -1, Reason: f.reason}
+	if len(lost) > 0 {
+		first = lost[0]
+	}
 	if p.Restart != "" {
 		// The attempt's end first, then the plan that makes the ranks exit.
-		fmt.Fprintf(s.errOut, "launch: %s; %s: falling back to a restart\n", lostText(lost), p.Restart)
+		fmt.Fprintf(s.errOut, "launch: %s; %s: falling back to a restart\n", lostText(lost, f.reason), p.Restart)
 		culprit := f.exit
 		if culprit == nil {
 			culprit = &ExitError{Rank: first.Rank, Pid: first.Pid, Err: errors.New(first.Reason)}
@@ -382,11 +401,16 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		return false
 	}
 	published := time.Now()
+	if len(lost) == 0 {
+		fmt.Fprintf(s.errOut, "launch: generation %d failed (%s) but every rank checked in: continuing on all %s as generation %d\n",
+			gen, f.reason, Count(len(alive), "rank"), gen+1)
+		return true
+	}
 	*s.counted++
 	c := Continued{Number: *s.counted, Generation: gen + 1, Lost: lost, Step: f.step, PreviousRanks: prev, Ranks: len(alive),
 		FailedAt: f.at, Removed: published.Sub(f.at), Resumed: -1}
 	fmt.Fprintf(s.errOut, "launch: %s; continuing on %s as generation %d (%v after the failure)\n",
-		lostText(lost), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
+		lostText(lost, f.reason), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
 	if s.e.OnContinue != nil {
 		go s.report(ctx, c, published, f.lastAt)
 	}
@@ -417,8 +441,11 @@ func (s *survival) report(ctx context.Context, c Continued, published, lastBefor
 }
 
 // lostText words the ranks removed: "rank 2 (pid 42) was killed by signal
-// killed".
-func lostText(lost []LostRank) string {
+// killed"; none: the failure's reason.
+func lostText(lost []LostRank, reason string) string {
+	if len(lost) == 0 {
+		return "the group failed (" + reason + ") with every rank still answering"
+	}
 	parts := make([]string, len(lost))
 	for i, l := range lost {
 		parts[i] = fmt.Sprintf("rank %d (pid %d) %s", l.Rank, l.Pid, l.Reason)

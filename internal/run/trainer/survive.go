@@ -158,13 +158,7 @@ func syncState[T Float](w *worker[T], mine snapshot[T]) (snapshot[T], error) {
 	if err := allreduce.AllGather(ctx, g, all, []int64{p.global, int64(p.epoch), int64(p.step)}); err != nil {
 		return mine, err
 	}
-	src := 0
-	for r := 1; r < g.Size(); r++ {
-		a, b := all[3*r:3*r+3], all[3*src:3*src+3]
-		if a[0] > b[0] || a[0] == b[0] && (a[1] < b[1] || a[1] == b[1] && a[2] < b[2]) {
-			src = r
-		}
-	}
+	src := pickSource(all)
 	names := make([]string, len(mine.opt.Buffers))
 	for i, b := range mine.opt.Buffers {
 		names[i] = b.Name
@@ -179,6 +173,21 @@ func syncState[T Float](w *worker[T], mine snapshot[T]) (snapshot[T], error) {
 		return mine, sendState(w, mine, nameBytes, src)
 	}
 	return recvState(w, mine, hdr, src)
+}
+
+// pickSource is the member whose state every member takes, given each
+// member's (global step, epoch, step in epoch) in rank order: the most
+// optimizer steps done, then the earliest position (an epoch end redone,
+// not skipped), then the lowest rank.
+func pickSource(all []int64) int {
+	src := 0
+	for r := 1; 3*r+3 <= len(all); r++ {
+		a, b := all[3*r:3*r+3], all[3*src:3*src+3]
+		if a[0] > b[0] || a[0] == b[0] && (a[1] < b[1] || a[1] == b[1] && a[2] < b[2]) {
+			src = r
+		}
+	}
+	return src
 }
 
 func sendState[T Float](w *worker[T], s snapshot[T], nameBytes []byte, src int) error {

@@ -51,3 +51,21 @@ func TestUsageRecount(t *testing.T) {
 	u.reset()
 	require.Equal(t, int64(0), u.used+u.distinct)
 }
+
+// The state survivors take is the most advanced member's, an epoch end
+// redone rather than skipped, the lowest rank among equals.
+func TestPickSource(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		all  []int64
+		want int
+	}{
+		{"all equal", []int64{8, 0, 8, 8, 0, 8, 8, 0, 8}, 0},
+		{"one finished the step", []int64{8, 0, 8, 9, 0, 9, 8, 0, 8}, 1},
+		{"two finished it", []int64{8, 0, 8, 9, 0, 9, 9, 0, 9}, 1},
+		{"one closed the epoch", []int64{16, 1, 0, 16, 0, 16, 16, 1, 0}, 1},
+		{"alone", []int64{3, 0, 3}, 0},
+	} {
+		require.Equal(t, c.want, pickSource(c.all), c.name)
+	}
+}
