@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
@@ -108,6 +109,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
 		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
+	cfg.OnSurvive = func(_ rendezvous.Generation, step int64) { status.Resumed(step) }
 	surv, err := o.tr.Survivor(ctx) // with -on-failure continue
 	if err != nil {
 		return err

@@ -57,6 +57,10 @@ func OpenStatus(getenv func(string) string) (*Status, error) {
 // Started reports that training begins at global step step.
 func (s *Status) Started(step int64) { s.line("start", step) }
 
+// Resumed reports that the survivors of a failure go on from global step
+// step (survive.go).
+func (s *Status) Resumed(step int64) { s.line("resume", step) }
+
 // Stepped reports that global step step is done.
 func (s *Status) Stepped(step int64) { s.line("step", step) }
 
@@ -82,12 +86,14 @@ type progress struct {
 	last      int64     // the last step reported done (start until one is)
 	trainedAt time.Time // when the first step was reported (zero: none yet)
 	lastAt    time.Time // when the last step was reported (zero: none yet)
+	resumed   int64     // the step survivors last went on from (-1: none)
+	resumedAt time.Time // when they said so
 	notify    chan struct{}
 	done      chan struct{} // closed when the pipe reached its end
 }
 
 func newProgress() *progress {
-	return &progress{start: -1, last: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	return &progress{start: -1, last: -1, resumed: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // read reads r's lines until its end, ignoring lines it does not know.
@@ -105,6 +111,8 @@ func (p *progress) read(r io.Reader) {
 		case "start":
 			p.start = step
 			p.last = max(p.last, step)
+		case "resume":
+			p.resumed, p.resumedAt = step, time.Now()
 		case "step":
 			p.last = step
 			p.lastAt = time.Now()
@@ -133,4 +141,12 @@ func (p *progress) lastStepAt() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lastAt
+}
+
+// lastResume is the step survivors last went on from and when they said
+// so (-1 and zero: never).
+func (p *progress) lastResume() (int64, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resumed, p.resumedAt
 }

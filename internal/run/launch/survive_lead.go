@@ -66,8 +66,8 @@ type Continued struct {
 	TrainingAgain   time.Duration
 	TrainingAgainAt time.Time
 	Paused          time.Duration
-	// Resumed is the global step the new generation went on from: its
-	// first step reported, less one (-1: none came).
+	// Resumed is the global step the new generation went on from, as its
+	// rank 0 reported it on the status pipe (-1: not reported).
 	Resumed int64
 }
 
@@ -431,8 +431,9 @@ func (s *survival) report(ctx context.Context, c Continued, published, lastBefor
 		}
 	}
 	c.TrainingAgainAt = s.prog.lastStepAt()
-	_, last, _ := s.prog.snapshot()
-	c.Resumed = last - 1
+	if step, at := s.prog.lastResume(); at.After(published) {
+		c.Resumed = step
+	}
 	c.TrainingAgain = c.TrainingAgainAt.Sub(c.FailedAt)
 	if !lastBefore.IsZero() {
 		c.Paused = c.TrainingAgainAt.Sub(lastBefore)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"math"
 	"slices"
 	"time"
@@ -93,6 +94,10 @@ type Config struct {
 	OnStart func(Plan)
 	OnStep  func(StepInfo)
 	OnEpoch func(EpochMetrics)
+	// OnSurvive is called on the new rank 0 when the survivors of a
+	// failure (Survive) have agreed on the state: the generation and the
+	// global step they go on from.
+	OnSurvive func(g rendezvous.Generation, globalStep int64)
 	// OnCheckpoint is called on rank 0 after every checkpoint it writes.
 	OnCheckpoint func(Checkpointed)
 	// OnRankStep is called on every rank's goroutine after each of its

@@ -104,6 +104,9 @@ func (l *rankLoop[T]) survive(cause error) error {
 			l.uses.count = snap.uses
 			l.uses.recount()
 			l.res.Generations = append(l.res.Generations, gen)
+			if g.Rank() == 0 && l.cfg.OnSurvive != nil {
+				l.cfg.OnSurvive(gen, snap.pos.global)
+			}
 			l.env.rec.BeginAt(trace.Comm, "elastic", "survive a failure", began).
 				Int("generation", int64(gen.Number)).Int("ranks", int64(gen.Size)).
 				Str("lost", intList(gen.Lost)).Int("global_step", snap.pos.global).End()
