@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -27,19 +25,8 @@ import (
 // records.
 func jobOutput(t *testing.T, out string) (epochs []map[string]any, restarts []restartRecord) {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := sc.Bytes()
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(line, &m), "line %q", line)
-		if _, ok := m["restart"]; ok {
-			var r restartRecord
-			require.NoError(t, json.Unmarshal(line, &r))
-			restarts = append(restarts, r)
-			continue
-		}
-		epochs = append(epochs, m)
-	}
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Empty(t, survived, "failures survived in a job without -on-failure continue")
 	return epochs, restarts
 }
 

@@ -109,7 +109,7 @@ func (l *rankLoop[T]) survive(cause error) error {
 			}
 			l.env.rec.BeginAt(trace.Comm, "elastic", "survive a failure", began).
 				Int("generation", int64(gen.Number)).Int("ranks", int64(gen.Size)).
-				Str("lost", intList(gen.Lost)).Int("global_step", snap.pos.global).End()
+				Str("lost", joinInts(gen.Lost)).Int("global_step", snap.pos.global).End()
 			return nil
 		}
 		if g.Err() == nil {
@@ -259,12 +259,4 @@ func recvState[T Float](w *worker[T], mine snapshot[T], hdr []int64, src int) (s
 		got.opt.Buffers = append(got.opt.Buffers, b)
 	}
 	return got, nil
-}
-
-func intList(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ",")
 }
