@@ -173,7 +173,11 @@ func (s *Survivor) Watch(abort func(error)) (stop func()) {
 			v, err := s.store.Get(ctx, s.key(gen, "fault"))
 			switch {
 			case err == nil:
-				_ = s.checkIn(ctx, gen)
+				// Not under ctx: stop may come while the check-in is on
+				// its way, and the check-in must still arrive.
+				in, cancel := context.WithTimeout(context.Background(), s.rs.connectTimeout)
+				_ = s.checkIn(in, gen)
+				cancel()
 				abort(&FaultError{Gen: gen, Reason: untrusted.Text(string(v), maxShownText)})
 				return
 			case ctx.Err() != nil:
