@@ -101,6 +101,7 @@ type survival struct {
 	pids    map[int]int
 	stop    context.CancelFunc
 	done    chan struct{}
+	reports sync.WaitGroup // the reports not yet made
 }
 
 // serve hosts the job's store on ln (the socket the launcher bound for
@@ -156,6 +157,7 @@ func (s *survival) close() {
 	}
 	s.stop()
 	<-s.done
+	s.reports.Wait()
 	_ = s.store.Close()
 	_ = s.srv.Close()
 }
@@ -412,7 +414,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	fmt.Fprintf(s.errOut, "launch: %s; continuing on %s as generation %d (%v after the failure)\n",
 		lostText(lost, f.reason), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
 	if s.e.OnContinue != nil {
-		go s.report(ctx, c, published, f.lastAt)
+		s.reports.Go(func() { s.report(ctx, c, published, f.lastAt) })
 	}
 	return true
 }
