@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // The survivors tests run real tcp jobs of the test binary with
@@ -260,4 +262,30 @@ func TestSurviveRevokedRankRefused(t *testing.T) {
 	require.Contains(t, stderr, "rank 2 was removed from the job at generation 1")
 	require.Contains(t, stderr, "cannot come back without healing")
 	requireEachSampleOnce(t, epochs, 24)
+}
+
+// The text report of a failure survived names the rank, the step, the
+// new world and the pause; -json gives the same as a record.
+func TestPrintContinued(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	c := launch.Continued{Number: 1, Generation: 1, Lost: []launch.LostRank{{Rank: 2, Pid: 4242, Reason: "was killed by signal killed"}},
+		Step: 357, PreviousRanks: 4, Ranks: 3, FailedAt: at, Removed: 9 * time.Millisecond,
+		TrainingAgain: 90 * time.Millisecond, TrainingAgainAt: at.Add(90 * time.Millisecond), Paused: 110 * time.Millisecond, Resumed: 357}
+	var b strings.Builder
+	printContinued(&b, c, 240, false)
+	require.Equal(t, "failure 1: rank 2 (pid 4242) was killed by signal killed at step 357 (4 ranks); continuing on 3 ranks as generation 1 "+
+		"from step 357, 0 steps lost, 240 samples redone, training again 0.09s after the failure (paused 0.11s)\n", b.String())
+	b.Reset()
+	c.Lost[0].Reason = "it did not check in within 500ms of the failure (stopped, hung or cut off)"
+	c.TrainingAgainAt = time.Time{}
+	printContinued(&b, c, 240, false)
+	require.Contains(t, b.String(), "rank 2 (pid 4242) was removed: it did not check in")
+	require.Contains(t, b.String(), "but the job ended before training again")
+	b.Reset()
+	printContinued(&b, c, 240, true)
+	var rec continueRecord
+	require.NoError(t, json.Unmarshal([]byte(b.String()), &rec))
+	require.Equal(t, 1, rec.Continued)
+	require.Equal(t, int64(0), rec.StepsLost)
+	require.Nil(t, rec.TrainingAgainSeconds)
 }
