@@ -221,7 +221,10 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, op byte, key stri
 		}
 	})
 	status, body, err := s.exchange(c, op, key, val, wait)
-	stop()
+	// A cancellation racing the reply may have set the past deadline
+	// after all: such a connection would fail the next call at once, so it
+	// goes rather than back to the pool.
+	unblocked := !stop()
 	if err != nil {
 		s.put(c, false)
 		s.mu.Lock()
@@ -246,7 +249,7 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, op byte, key stri
 		return 0, nil, fmt.Errorf("rendezvous: %s: %w", what, err)
 	}
 	// After a refusal the server may have closed the connection.
-	s.put(c, status != stError && status != stLimit)
+	s.put(c, status != stError && status != stLimit && !unblocked)
 	return status, body, nil
 }
 

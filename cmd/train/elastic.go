@@ -31,17 +31,17 @@ const (
 // elasticFlags checks -max-restarts and -min-ranks and returns them, the
 // minimum resolved (default: every rank). They are the launcher's: a rank
 // it started gets them too and ignores them.
-func elasticFlags(tr *launch.Transport, maxRestarts, minRanks int, given map[string]bool, checkpoint string, getenv func(string) string) (int, int, error) {
+func elasticFlags(tr *launch.Transport, maxRestarts, minRanks int, given map[string]bool, checkpoint string, getenv func(string) string, survive bool) (int, int, error) {
 	switch {
 	case maxRestarts < 0:
 		return 0, 0, fmt.Errorf("-max-restarts %d: must not be negative", maxRestarts)
-	case given["min-ranks"] && maxRestarts == 0:
-		return 0, 0, errors.New("-min-ranks applies with -max-restarts only")
-	case maxRestarts == 0:
+	case given["min-ranks"] && maxRestarts == 0 && !survive:
+		return 0, 0, errors.New("-min-ranks applies with -max-restarts or -on-failure continue only")
+	case maxRestarts == 0 && !survive:
 		return 0, 0, nil
 	case tr.MP == nil:
 		return 0, 0, fmt.Errorf("-max-restarts applies to -transport tcp only: the launcher restarts the rank processes (in process, a failure is the whole job's)")
-	case checkpoint == "":
+	case checkpoint == "" && maxRestarts > 0:
 		return 0, 0, errors.New("-max-restarts needs -checkpoint: a restart resumes from the newest valid checkpoint written there")
 	case !tr.MP.Launcher && getenv(launch.EnvRestart) == "":
 		return 0, 0, fmt.Errorf("-max-restarts is for this command's own launcher, but this process is a rank of a %s-style job: "+
@@ -49,6 +49,9 @@ func elasticFlags(tr *launch.Transport, maxRestarts, minRanks int, given map[str
 	}
 	if !given["min-ranks"] {
 		minRanks = tr.Ranks
+		if survive {
+			minRanks = 1 // survivors go on down to one rank
+		}
 	}
 	if minRanks < 1 || minRanks > tr.Ranks {
 		what := "-ranks"
@@ -94,7 +97,7 @@ func checkShrink(batch, minRanks, ranks, unit int) error {
 // elastic is the launcher's restart policy for args, the job's command
 // line; restarts are reported on the launcher's stdout.
 func (o *options) elastic(args []string) *launch.Elastic {
-	return &launch.Elastic{
+	e := &launch.Elastic{
 		MaxRestarts:   o.maxRestarts,
 		MinRanks:      o.minRanks,
 		RejoinTimeout: o.rejoinTimeout,
@@ -103,6 +106,10 @@ func (o *options) elastic(args []string) *launch.Elastic {
 		},
 		OnRestart: func(w io.Writer, r launch.Restart) { printRestart(w, r, o.json) },
 	}
+	if o.survives() {
+		o.continueOn(e)
+	}
+	return e
 }
 
 // prepareRestart is the command line of restart a: args resuming from the

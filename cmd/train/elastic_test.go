@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -27,19 +25,8 @@ import (
 // records.
 func jobOutput(t *testing.T, out string) (epochs []map[string]any, restarts []restartRecord) {
 	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := sc.Bytes()
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(line, &m), "line %q", line)
-		if _, ok := m["restart"]; ok {
-			var r restartRecord
-			require.NoError(t, json.Unmarshal(line, &r))
-			restarts = append(restarts, r)
-			continue
-		}
-		epochs = append(epochs, m)
-	}
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Empty(t, survived, "failures survived in a job without -on-failure continue")
 	return epochs, restarts
 }
 
@@ -241,10 +228,16 @@ func TestElasticFlags(t *testing.T) {
 		{[]string{"-max-restarts", "1", "-checkpoint", ck}, "-max-restarts applies to -transport tcp only"},
 		{[]string{"-transport", "tcp", "-max-restarts", "1"}, "-max-restarts needs -checkpoint"},
 		{[]string{"-transport", "tcp", "-max-restarts", "-1"}, "-max-restarts -1: must not be negative"},
-		{[]string{"-transport", "tcp", "-min-ranks", "2"}, "-min-ranks applies with -max-restarts only"},
+		{[]string{"-transport", "tcp", "-min-ranks", "2"}, "-min-ranks applies with -max-restarts or -on-failure continue only"},
 		{[]string{"-transport", "tcp", "-max-restarts", "1", "-checkpoint", ck, "-min-ranks", "5"}, "-min-ranks 5: want 1..4"},
 		{[]string{"-transport", "tcp", "-ranks", "4", "-batch", "20", "-max-restarts", "1", "-checkpoint", ck, "-min-ranks", "3"},
 			"-min-ranks 3: the global batch 20 cannot be kept on 3..3 ranks"},
+		{[]string{"-transport", "tcp", "-on-failure", "maybe"}, `-on-failure "maybe": want restart or continue`},
+		{[]string{"-on-failure", "continue"}, "-on-failure continue applies to -transport tcp only"},
+		{[]string{"-transport", "shm", "-on-failure", "continue"}, "-on-failure continue applies to -transport tcp only"},
+		{[]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-master", "127.0.0.1:1", "-insecure", "-on-failure", "continue"},
+			"-on-failure continue runs on one host only"},
+		{[]string{"-transport", "tcp", "-on-failure", "continue", "-min-ranks", "5"}, "-min-ranks 5: want 1..4"},
 		{[]string{"-checkpoint-every", "5"}, "-checkpoint-every and -checkpoint-keep need -checkpoint"},
 		{[]string{"-checkpoint-every", "-5", "-checkpoint", ck}, "-checkpoint-every -5"},
 		{[]string{"-resume", "latest"}, "-resume latest needs -checkpoint"},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,15 +17,24 @@ import (
 // itself, separated by ";":
 //
 //	kill:RANK:STEP:RESTART   rank RANK kills itself (SIGKILL, as kill -9) after global step STEP
+//	killafter:RANK:STEP:US   rank RANK kills itself US microseconds after global step STEP
+//	                         (inside a later step, as a kill at a random moment), first attempt
 //	startup:RANK:RESTART     rank RANK exits with status 3 before training
 //	tear:STEP:RESTART        rank 0 cuts the checkpoint written at STEP to half its size
 //	                         (both names: a write torn by a crash), then kills itself
+//	stop:RANK:STEP:MS        rank RANK stops itself (SIGSTOP) after global step STEP; a
+//	                         process it starts first continues it (SIGCONT) after MS
+//	                         milliseconds (0: never), in the first attempt only
 //	slow:RANK:MS             rank RANK sleeps MS milliseconds after each of its steps
 //	                         (a straggler), in every attempt
 //
 // RESTART is the attempt (RINGDDP_RESTART: 0 first) the fault happens in,
 // or * for every attempt.
 const faultsVar = "RINGDDP_TEST_FAULTS"
+
+// stoppedAtVar, when set, is a file where a stop fault writes the time it
+// stops (Unix nanoseconds).
+const stoppedAtVar = "RINGDDP_TEST_STOPPED_AT"
 
 // testFaults is runEnv.adjust for the faults getenv's RINGDDP_TEST_FAULTS
 // asks for in this rank and attempt (nil when none).
@@ -52,6 +62,30 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 					if s.GlobalStep == step {
 						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 					}
+				}
+			case p[0] == "killafter" && len(p) == 4 && p[1] == strconv.Itoa(rank) && now("0"):
+				step, _ := strconv.ParseInt(p[2], 10, 64)
+				us, _ := strconv.Atoi(p[3])
+				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
+					if s.GlobalStep == step {
+						time.AfterFunc(time.Duration(us)*time.Microsecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+					}
+				}
+			case p[0] == "stop" && len(p) == 4 && p[1] == strconv.Itoa(rank) && now("0"):
+				step, _ := strconv.ParseInt(p[2], 10, 64)
+				ms, _ := strconv.Atoi(p[3])
+				cfg.OnRankStep = func(_ int, s trainer.StepInfo) {
+					if s.GlobalStep != step {
+						return
+					}
+					if path := getenv(stoppedAtVar); path != "" {
+						_ = os.WriteFile(path, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+					}
+					if ms > 0 {
+						script := fmt.Sprintf("sleep %g; kill -CONT %d", float64(ms)/1000, os.Getpid())
+						_ = exec.Command("sh", "-c", script).Start()
+					}
+					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 				}
 			case p[0] == "slow" && len(p) == 3 && p[1] == strconv.Itoa(rank):
 				ms, _ := strconv.Atoi(p[2])

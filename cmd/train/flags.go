@@ -36,6 +36,7 @@ type options struct {
 	exportData string                  // -export-data: write the bundled MNIST here instead of training
 
 	maxRestarts   int           // -max-restarts: restarts of a failed tcp job (its launcher's)
+	onFailure     string        // -on-failure: restart, or continue on the survivors (survive.go)
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
@@ -71,6 +72,7 @@ type flagValues struct {
 	ckEvery       int64                 // -checkpoint-every
 	ckKeep        int                   // -checkpoint-keep
 	maxRestarts   int                   // -max-restarts
+	onFailure     string                // -on-failure
 	minRanks      int                   // -min-ranks
 	rejoinTimeout time.Duration         // -rejoin-timeout
 	maxSteps      int64                 // -max-steps
@@ -112,6 +114,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.Int64Var(&v.ckEvery, "checkpoint-every", 0, "also write the checkpoint every this many optimizer steps (0: after every epoch and when stopping early only)")
 	fs.IntVar(&v.ckKeep, "checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
 	fs.IntVar(&v.maxRestarts, "max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
+	fs.StringVar(&v.onFailure, "on-failure", launch.OnFailureRestart, onFailureUsage)
 	fs.IntVar(&v.minRanks, "min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
 	fs.DurationVar(&v.rejoinTimeout, "rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
 	fs.Int64Var(&v.maxSteps, "max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
@@ -258,7 +261,10 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if !given["checkpoint-keep"] && (v.ckEvery > 0 || v.maxRestarts > 0) {
 		v.ckKeep = defaultKeep
 	}
-	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv); err != nil {
+	if o.onFailure, err = onFailureFlag(o.tr, v.onFailure, v.zero1, given); err != nil {
+		return err
+	}
+	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {
 		return err
 	}
 	switch {

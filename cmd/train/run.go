@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/internal/blas"
@@ -70,7 +71,7 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 // ranks do.
 func launchJob(ctx context.Context, o *options, args []string, stdout io.Writer, env runEnv) error {
 	var err error
-	if o.maxRestarts > 0 {
+	if o.maxRestarts > 0 || o.survives() {
 		err = o.tr.LaunchElastic(ctx, args, env.ranks, stdout, o.elastic(args))
 	} else {
 		err = o.tr.Launch(ctx, args, env.ranks, stdout)
@@ -108,6 +109,15 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
 		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
+	cfg.OnSurvive = func(_ rendezvous.Generation, step int64) { status.Resumed(step) }
+	surv, err := o.tr.Survivor(ctx) // with -on-failure continue
+	if err != nil {
+		return err
+	}
+	if surv != nil {
+		defer surv.Close()
+		cfg.Survive, cfg.Connect = surv, surv.Connect
+	}
 	cfg.Connect = keepConn(cfg.Connect, &rep.conn)
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {
 		for _, n := range o.resumeNotes {
@@ -135,9 +145,13 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	if rep.outErr != nil {
 		return fmt.Errorf("-out: %w", rep.outErr)
 	}
-	if !o.json && o.tr.HoldsRank0() {
+	holds := o.tr.HoldsRank0()
+	if cfg.Survive != nil {
+		holds = res.Rank == 0 // rank 0 may have been lost and another taken its place
+	}
+	if !o.json && holds {
 		printSummary(stdout, res, o, time.Since(start))
-	} else if o.tr.HoldsRank0() {
+	} else if holds {
 		printWritten(os.Stderr, o, len(res.Epochs) > 0) // stdout carries the JSON lines only
 	}
 	return nil
@@ -281,7 +295,7 @@ func mergeTrace(o *options, launchErr error) error {
 	err := trace.MergeRanks(o.cfg.Trace, o.tr.Ranks)
 	switch {
 	case err == nil:
-	case launchErr != nil || o.tr.MP.Nnodes > 1:
+	case launchErr != nil || o.tr.MP.Nnodes > 1 || o.survives(): // a rank lost takes its part with it
 		fmt.Fprintf(os.Stderr, "-trace: %v\n", err)
 	default:
 		return fmt.Errorf("-trace: %w", err)

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -186,65 +187,22 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		// (a shell, a profiler, a data loader) inherits it.
 		_ = os.Unsetenv(EnvSecret)
 	}
-	insecure, err := insecureEnv(getenv)
+	rs, err := resolveRank(opts, getenv, env)
 	if err != nil {
 		return nil, env, err
 	}
-	insecure = insecure || opts.Insecure
-	spin, err := spinEnv(getenv)
-	if err != nil {
-		return nil, env, err
-	}
-	wire, err := wireProtection(string(opts.WireProtection), getenv, insecure)
-	if err != nil {
-		return nil, env, fmt.Errorf("launch: rank %d: %w", env.Rank, err)
-	}
-	switch {
-	case insecure && len(env.Secret) > 0:
-		return nil, env, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
-	case !insecure && len(env.Secret) == 0 && env.WorldSize > 1:
-		return nil, env, fmt.Errorf("launch: rank %d of %d: %s is not set: every rank needs the job's shared secret (the same on every rank; "+
-			"the ringddp launcher makes one), or the explicit opt-out %s=1 (-insecure) on a trusted network", env.Rank, env.WorldSize, EnvSecret, EnvInsecure)
-	}
-	runID := opts.RunID
-	if runID == "" {
-		runID = RunID(getenv)
-	}
-	connectTimeout := opts.ConnectTimeout
-	if connectTimeout <= 0 {
-		connectTimeout = DefaultConnectTimeout
-	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-
 	var store *rendezvous.TCPStore
 	if env.WorldSize > 1 {
-		scfg := rendezvous.StoreConfig{Secret: env.Secret, Insecure: insecure, Timeout: connectTimeout}
-		if store, err = connectStore(ctx, env, getenv, scfg); err != nil {
+		if store, err = connectStore(ctx, env, getenv, rs.storeConfig(env)); err != nil {
 			return nil, env, fmt.Errorf("launch: rank %d of %d: %w", env.Rank, env.WorldSize, err)
 		}
 	}
-	cfg := tcp.ConfigFromEnv(env, store)
-	if store == nil {
-		cfg.Store = nil
+	var cfgStore rendezvous.Store
+	if store != nil {
+		cfgStore = store
 	}
-	cfg.RunID = runID
-	cfg.Timeout = timeout
-	cfg.ConnectTimeout = connectTimeout
-	cfg.Insecure = insecure
-	if insecure {
-		cfg.Secret = nil
-		w := opts.Warnings
-		if w == nil {
-			w = os.Stderr
-		}
-		fmt.Fprintf(w, insecureWarning, env.Rank)
-	}
-	cfg.Spin = spin
-	cfg.WireProtection = wire
-	cfg.Congestion = getenv(EnvTCPCongestion)
+	cfg := rs.tcpConfig(env, cfgStore, rs.runID, opts.Warnings)
+	runID := rs.runID
 	var c Endpoint
 	kind, hosts, err := chooseTransport(ctx, opts.Transport, store, env, runID)
 	if err == nil {
@@ -264,6 +222,68 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		return nil, env, fmt.Errorf("launch: %w", err)
 	}
 	return &Conn{Endpoint: c, store: store}, env, nil
+}
+
+// rankSettings are a rank's transport settings, resolved from Options and
+// the environment: what Connect and a Survivor's generations dial with.
+type rankSettings struct {
+	insecure                bool
+	spin                    time.Duration
+	wire                    tcp.WireProtection
+	timeout, connectTimeout time.Duration
+	runID, congestion       string
+}
+
+// resolveRank checks and resolves the settings of rank env.
+func resolveRank(opts Options, getenv func(string) string, env rendezvous.Env) (rankSettings, error) {
+	var rs rankSettings
+	insecure, err := insecureEnv(getenv)
+	if err != nil {
+		return rs, err
+	}
+	rs.insecure = insecure || opts.Insecure
+	if rs.spin, err = spinEnv(getenv); err != nil {
+		return rs, err
+	}
+	if rs.wire, err = wireProtection(string(opts.WireProtection), getenv, rs.insecure); err != nil {
+		return rs, fmt.Errorf("launch: rank %d: %w", env.Rank, err)
+	}
+	switch {
+	case rs.insecure && len(env.Secret) > 0:
+		return rs, fmt.Errorf("launch: rank %d: %s and the insecure opt-out (%s=1 or -insecure) are both set: drop one", env.Rank, EnvSecret, EnvInsecure)
+	case !rs.insecure && len(env.Secret) == 0 && env.WorldSize > 1:
+		return rs, fmt.Errorf("launch: rank %d of %d: %s is not set: every rank needs the job's shared secret (the same on every rank; "+
+			"the ringddp launcher makes one), or the explicit opt-out %s=1 (-insecure) on a trusted network", env.Rank, env.WorldSize, EnvSecret, EnvInsecure)
+	}
+	rs.runID = cmp.Or(opts.RunID, RunID(getenv))
+	rs.connectTimeout = cmp.Or(max(opts.ConnectTimeout, 0), DefaultConnectTimeout)
+	rs.timeout = cmp.Or(max(opts.Timeout, 0), DefaultTimeout)
+	rs.congestion = getenv(EnvTCPCongestion)
+	return rs, nil
+}
+
+// storeConfig is how rank env reaches the job's store.
+func (rs rankSettings) storeConfig(env rendezvous.Env) rendezvous.StoreConfig {
+	return rendezvous.StoreConfig{Secret: env.Secret, Insecure: rs.insecure, Timeout: rs.connectTimeout}
+}
+
+// tcpConfig is the tcp configuration of rank env under run id runID,
+// rendezvousing through store (nil: a job of one). An insecure rank says
+// so on warnings (default os.Stderr).
+func (rs rankSettings) tcpConfig(env rendezvous.Env, store rendezvous.Store, runID string, warnings io.Writer) tcp.Config {
+	cfg := tcp.ConfigFromEnv(env, store)
+	cfg.RunID = runID
+	cfg.Timeout = rs.timeout
+	cfg.ConnectTimeout = rs.connectTimeout
+	cfg.Insecure = rs.insecure
+	if rs.insecure {
+		cfg.Secret = nil
+		fmt.Fprintf(cmp.Or[io.Writer](warnings, os.Stderr), insecureWarning, env.Rank)
+	}
+	cfg.Spin = rs.spin
+	cfg.WireProtection = rs.wire
+	cfg.Congestion = rs.congestion
+	return cfg
 }
 
 // connectStore connects this rank to the job's store, which rank 0 hosts:

@@ -67,6 +67,23 @@ type Elastic struct {
 	// launchers to come back; a node that has not is dropped (if MinRanks
 	// allows). Default DefaultRejoinTimeout.
 	RejoinTimeout time.Duration
+	// Continue keeps the job running after a rank fails (-on-failure
+	// continue, one host): the survivors go on in the same processes as
+	// the next generation of the group (survive.go, survive_lead.go),
+	// down to MinRanks; below it, or when Fits refuses the survivors'
+	// number, the job falls back to a restart (MaxRestarts) or ends.
+	Continue bool
+	// CheckIn is how long after a failure the launcher waits for the
+	// members to check in; those that have not are removed. Default
+	// DefaultCheckIn.
+	CheckIn time.Duration
+	// Fits, if set, says whether the job can continue on n ranks: nil, or
+	// why not (the global batch does not divide over n).
+	Fits func(n int) error
+	// OnContinue, if set, is called once per failure survived, when the
+	// new generation's first step is done (Continued.TrainingAgain zero:
+	// the attempt ended before one). w is as for OnRestart.
+	OnContinue func(w io.Writer, c Continued)
 	// JoinTimeout, with several nodes, is how long node 0's launcher waits
 	// for every node's launcher to join before the first attempt, and the
 	// others for node 0's. Default Config.JoinTimeout, else
@@ -85,14 +102,19 @@ func (e *Elastic) check(cfg Config) error {
 	if e.JoinTimeout == 0 {
 		e.JoinTimeout = cmp.Or(cfg.JoinTimeout, DefaultJoinTimeout)
 	}
+	if e.CheckIn <= 0 {
+		e.CheckIn = DefaultCheckIn
+	}
 	switch {
 	case e.MaxRestarts < 0:
 		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
-	case e.MaxRestarts == 0:
+	case e.Continue && cfg.Nnodes > 1:
+		return fmt.Errorf("launch: survivors continue on one host only (%d nodes): use restarts", cfg.Nnodes)
+	case e.MaxRestarts == 0 && !e.Continue:
 		return nil
 	case e.MinRanks < 0 || e.MinRanks > cfg.Nnodes*cfg.Ranks:
 		return fmt.Errorf("launch: min ranks %d: want 1..%d (the ranks the job starts with)", e.MinRanks, cfg.Nnodes*cfg.Ranks)
-	case e.Prepare == nil:
+	case e.Prepare == nil && e.MaxRestarts > 0:
 		return errors.New("launch: restarts need Elastic.Prepare")
 	case cfg.Nnodes > 1 && cfg.Master == "":
 		return fmt.Errorf("launch: %d nodes restarting together need the master's host:port, where node 0's launcher hosts their rendezvous", cfg.Nnodes)
@@ -235,11 +257,17 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 	a := attempt{ranks: cfg.Ranks, args: cfg.Args}
 	policy := newRestartPolicy(e, cfg.Ranks, 0)
 	rep := &restartReport{onRestart: e.OnRestart, w: w.out}
+	survived := 0 // failures survived, over the job
 	for n := 0; ; n++ {
 		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
 		a.getenv = restartGetenv(cfg.Getenv, n)
+		a.survive = nil
+		if e.Continue {
+			a.survive = &survival{e: e, w: w.out, errOut: w.errOut, counted: &survived}
+		}
 		j, prog, err := startWithStatus(cfg, w, a)
 		if err != nil {
+			a.survive.close()
 			return err
 		}
 		j.progress = prog.notify
@@ -252,6 +280,7 @@ func runElastic(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal)
 		case <-prog.done:
 		case <-time.After(cfg.Grace): // something a rank started still holds the pipe
 		}
+		a.survive.close()
 		start, last, trainedAt := prog.snapshot()
 		rep.report(trainedAt)
 		end := attemptEnd{Err: err, Clean: err == nil}
@@ -292,13 +321,16 @@ func startWithStatus(cfg Config, w outputs, a attempt) (*job, *progress, error) 
 		return nil, nil, fmt.Errorf("launch: the status pipe: %w", err)
 	}
 	a.status = pw
+	prog := newProgress()
+	if a.survive != nil {
+		a.survive.prog = prog
+	}
 	j, err := startAttempt(cfg, w, a)
 	pw.Close() // the ranks hold their copies
 	if err != nil {
 		r.Close()
 		return nil, nil, err
 	}
-	prog := newProgress()
 	go func() {
 		prog.read(r)
 		r.Close()

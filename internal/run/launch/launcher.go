@@ -3,17 +3,15 @@ package launch
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -149,7 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Nnodes > 1 { // the launchers meet first, restarts or not (nodes.go)
 		return runNodes(ctx, cfg, w, sigs)
 	}
-	if cfg.Elastic != nil && cfg.Elastic.MaxRestarts > 0 {
+	if cfg.Elastic != nil && (cfg.Elastic.MaxRestarts > 0 || cfg.Elastic.Continue) {
 		return runElastic(ctx, cfg, w, sigs)
 	}
 	j, err := startAttempt(cfg, w, attempt{ranks: cfg.Ranks, args: cfg.Args, getenv: cfg.Getenv})
@@ -227,6 +225,10 @@ type attempt struct {
 	storeLn          *os.File
 	onFail           func(*ExitError) // job.onFail
 	stopReq          <-chan string    // job.stopReq
+
+	// survive, with -on-failure continue, hosts the store on the socket
+	// bound for it (rank 0 does not) and coordinates the generations.
+	survive *survival
 }
 
 // startAttempt starts a's ranks, their output forwarded to w; the job's
@@ -253,6 +255,16 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	if a.storeLn != nil {
 		storeLn = a.storeLn
 	}
+	var lead *atomic.Int64
+	if a.survive != nil && storeLn != nil {
+		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks)
+		storeLn = nil
+		if err != nil {
+			return nil, err
+		}
+		vars = append(vars, EnvOnFailure+"="+OnFailureContinue)
+		lead = &a.survive.lead
+	}
 	defer func() {
 		if storeLn != nil {
 			storeLn.Close()
@@ -277,7 +289,10 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		return nil, err // before any rank starts
 	}
 
-	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq}
+	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq, survive: a.survive}
+	if a.survive != nil {
+		j.failReq = a.survive.fallback
+	}
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
@@ -294,7 +309,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = env
 		p := &proc{rank: rank, cmd: cmd}
-		flush := w.forward(cmd, cfg, rank, p.lastLine)
+		flush := w.forward(cmd, cfg, rank, p.lastLine, lead)
 		if rank == 0 && storeLn != nil {
 			// Rank 0 serves the store on the socket bound here, so no
 			// other process can take the port between the pick and its
@@ -312,6 +327,9 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 			j.fail(&ExitError{Rank: rank, Err: fmt.Errorf("starting %s: %w", cfg.Path, err)})
 			break
 		}
+		if a.survive != nil {
+			a.survive.started(rank, cmd.Process.Pid)
+		}
 		if rank == 0 && storeLn != nil {
 			// Rank 0 holds its own copy now. Were this one kept, peers of
 			// a rank 0 that died would connect to a socket nobody serves.
@@ -328,91 +346,6 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		}()
 	}
 	return j, nil
-}
-
-// jobVars are the variables every rank of this host gets besides its
-// rank. On one host without -master it also binds the store's socket on
-// a free loopback port (storeLn, to hand to rank 0).
-func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os.File, err error) {
-	host, port := "127.0.0.1", 0
-	if cfg.Master != "" {
-		if host, port, err = splitMaster(cfg.Master); err != nil {
-			return nil, nil, fmt.Errorf("launch: %w", err)
-		}
-	} else if cfg.Nnodes > 1 {
-		return nil, nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
-	} else {
-		if port, storeLn, err = bindStorePort(host); err != nil {
-			return nil, nil, fmt.Errorf("launch: binding a port for the store: %w", err)
-		}
-		defer func() {
-			if err != nil {
-				storeLn.Close()
-				storeLn = nil
-			}
-		}()
-	}
-	vars = append(vars, "MASTER_ADDR="+host, "MASTER_PORT="+strconv.Itoa(port))
-
-	runID := getenv(EnvRunID)
-	switch {
-	case cfg.Insecure:
-		if getenv(EnvSecret) != "" {
-			return nil, nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
-		}
-		vars = append(vars, EnvInsecure+"=1")
-	case cfg.Nnodes > 1:
-		secret := getenv(EnvSecret)
-		if secret == "" {
-			return nil, nil, fmt.Errorf("launch: %w", errNoSharedSecret)
-		}
-		// The ranks get a secret derived from the job's, not the job's
-		// own: they cannot join the launchers' rendezvous or author what
-		// the launchers accept (nodes_seal.go).
-		vars = append(vars, EnvSecret+"="+rankSecret(secret))
-	default:
-		// One host: a fresh secret that only this job's ranks know.
-		secret, err := randomHex(32)
-		if err != nil {
-			return nil, nil, fmt.Errorf("launch: making the job's secret: %w", err)
-		}
-		vars = append(vars, EnvSecret+"="+secret)
-		if runID == "" {
-			if runID, err = randomHex(8); err != nil {
-				return nil, nil, fmt.Errorf("launch: making the run id: %w", err)
-			}
-			runID = "standalone-" + runID
-		}
-	}
-	if runID != "" {
-		vars = append(vars, EnvRunID+"="+runID)
-	}
-	return vars, storeLn, nil
-}
-
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// bindStorePort binds a listening socket on a free TCP port of host and
-// returns the port and the socket as a file for rank 0 to inherit: the
-// port is never free between the pick and the store's listen, so no other
-// process can squat it (torchrun --standalone picks and closes instead).
-func bindStorePort(host string) (int, *os.File, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, nil, err
-	}
-	defer ln.Close() // f is a duplicate descriptor
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return 0, nil, err
-	}
-	return ln.Addr().(*net.TCPAddr).Port, f, nil
 }
 
 // filterEnv drops the variables named in drop from env.
@@ -472,6 +405,12 @@ type job struct {
 	onFail    func(*ExitError)
 	stopReq   <-chan string
 	stoppedAt time.Time
+
+	// With -on-failure continue: survive takes the failures of members
+	// (survive_lead.go), and a failure on failReq (the job falls back to
+	// a restart) ends the attempt.
+	survive *survival
+	failReq <-chan *ExitError
 }
 
 // fail records a rank's failure; the first one stops the job.
@@ -506,9 +445,11 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			e.p.done = true
 			e.p.exited(j.sentSignal)
 			if e.err == nil || j.stopping {
+				j.stopRemoved()
 				continue
 			}
 			if st := e.p.cmd.ProcessState; st != nil && st.Success() {
+				j.stopRemoved()
 				continue // status 0, but something it started kept its output open (exec.ErrWaitDelay)
 			}
 			ee := &ExitError{Rank: e.p.rank, Pid: e.p.cmd.Process.Pid, State: e.p.cmd.ProcessState}
@@ -519,6 +460,10 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 				if j.after == nil {
 					j.after = ee
 				}
+				continue
+			}
+			if j.survive != nil && j.survive.absorb(ee) {
+				j.stopRemoved()
 				continue
 			}
 			j.fail(ee)
@@ -533,6 +478,12 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			j.signal(syscall.SIGKILL)
 		case <-j.progress:
 			j.onProgress()
+		case ee := <-j.failReq:
+			j.failReq = nil
+			if j.first == nil && !j.stopping && j.signaled == nil {
+				j.fail(ee)
+				j.stop(fmt.Sprintf("launch: %v; stopping the other ranks", ee))
+			}
 		case msg := <-j.stopReq:
 			j.stopReq = nil
 			if j.first == nil && !j.stopping && j.signaled == nil {
@@ -541,6 +492,7 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 			}
 		}
 	}
+	j.awaitFallback(ctx)
 	if j.first != nil {
 		if rc := j.rootCause(); rc != nil {
 			return fmt.Errorf("launch: %w", rc)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 )
 
 // outputs are the launcher's stdout and stderr, shared by every rank's
@@ -26,11 +27,17 @@ func newOutputs(cfg Config) outputs {
 // forward sends a rank's output to w, each line prefixed "[rank N] ":
 // rank 0's stdout unprefixed unless cfg.PrefixRank0, and straight to
 // cfg.Stdout when that is a file. tap sees every line of its stderr. It
-// returns the writers to flush once the rank has exited.
-func (w outputs) forward(cmd *exec.Cmd, cfg Config, rank int, tap func([]byte)) []*lineWriter {
+// returns the writers to flush once the rank has exited. With lead set
+// (survivors continue: the job's rank 0 changes when it is lost) the
+// stdout of the rank lead names, by its rank at the start, is unprefixed
+// instead, line by line.
+func (w outputs) forward(cmd *exec.Cmd, cfg Config, rank int, tap func([]byte), lead *atomic.Int64) []*lineWriter {
 	prefix := fmt.Sprintf("[rank %d] ", rank)
 	var flush []*lineWriter
-	if rank == 0 && !cfg.PrefixRank0 {
+	if lead != nil && !cfg.PrefixRank0 {
+		lw := &lineWriter{dst: w.out, prefix: prefix, lead: lead, rank: rank}
+		cmd.Stdout, flush = lw, append(flush, lw)
+	} else if rank == 0 && !cfg.PrefixRank0 {
 		if f, ok := cfg.Stdout.(*os.File); ok {
 			cmd.Stdout = f // its own descriptor: a terminal stays a terminal
 		} else {
@@ -69,6 +76,8 @@ type lineWriter struct {
 	dst    io.Writer
 	prefix string
 	tap    func(line []byte) // if set, sees every whole line (without the prefix)
+	lead   *atomic.Int64     // if set, prefix only when it does not hold rank
+	rank   int
 	mu     sync.Mutex
 	buf    []byte
 	cont   bool // buf continues a line already partly written
@@ -97,7 +106,7 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 // emit writes buf as (part of) a line; whole says it ends the line.
 func (l *lineWriter) emit(whole bool) {
 	var line []byte
-	if !l.cont {
+	if !l.cont && (l.lead == nil || l.lead.Load() != int64(l.rank)) {
 		line = append(line, l.prefix...)
 	}
 	line = append(line, l.buf...)

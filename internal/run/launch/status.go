@@ -57,6 +57,10 @@ func OpenStatus(getenv func(string) string) (*Status, error) {
 // Started reports that training begins at global step step.
 func (s *Status) Started(step int64) { s.line("start", step) }
 
+// Resumed reports that the survivors of a failure go on from global step
+// step (survive.go).
+func (s *Status) Resumed(step int64) { s.line("resume", step) }
+
 // Stepped reports that global step step is done.
 func (s *Status) Stepped(step int64) { s.line("step", step) }
 
@@ -81,12 +85,15 @@ type progress struct {
 	start     int64     // the step the attempt started at (-1: not reported)
 	last      int64     // the last step reported done (start until one is)
 	trainedAt time.Time // when the first step was reported (zero: none yet)
+	lastAt    time.Time // when the last step was reported (zero: none yet)
+	resumed   int64     // the step survivors last went on from (-1: none)
+	resumedAt time.Time // when they said so
 	notify    chan struct{}
 	done      chan struct{} // closed when the pipe reached its end
 }
 
 func newProgress() *progress {
-	return &progress{start: -1, last: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	return &progress{start: -1, last: -1, resumed: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // read reads r's lines until its end, ignoring lines it does not know.
@@ -104,8 +111,11 @@ func (p *progress) read(r io.Reader) {
 		case "start":
 			p.start = step
 			p.last = max(p.last, step)
+		case "resume":
+			p.resumed, p.resumedAt = step, time.Now()
 		case "step":
 			p.last = step
+			p.lastAt = time.Now()
 			if p.trainedAt.IsZero() {
 				p.trainedAt = time.Now()
 				select {
@@ -124,4 +134,19 @@ func (p *progress) snapshot() (start, last int64, trainedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.start, p.last, p.trainedAt
+}
+
+// lastStepAt is when the last step was reported (zero: none yet).
+func (p *progress) lastStepAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastAt
+}
+
+// lastResume is the step survivors last went on from and when they said
+// so (-1 and zero: never).
+func (p *progress) lastResume() (int64, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resumed, p.resumedAt
 }

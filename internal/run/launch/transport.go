@@ -222,6 +222,18 @@ func (t *Transport) Connect(ctx context.Context, ranks int) ([]transport.Conn, e
 	return []transport.Conn{conn}, nil
 }
 
+// Survivor is this rank's Survivor when its launcher runs the job with
+// survivors continuing after a failure (EnvOnFailure=continue), nil
+// otherwise: it connects to the store the launcher hosts.
+func (t *Transport) Survivor(ctx context.Context) (*Survivor, error) {
+	if t.MP == nil || t.MP.Launcher || !SurviveEnv(os.Getenv) {
+		return nil, nil
+	}
+	env := t.MP.Env
+	return NewSurvivor(ctx, Options{Timeout: t.Timeout, ConnectTimeout: t.JoinTimeout, Insecure: t.MP.Insecure,
+		WireProtection: t.WireProtection, Env: &env})
+}
+
 // RankCommand says what each rank of a tcp job runs, given the command's
 // arguments: a program, its arguments and extra environment (KEY=VALUE).
 type RankCommand func(args []string) (path string, argv, env []string, err error)

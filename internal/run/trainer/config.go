@@ -2,7 +2,9 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"math"
 	"slices"
 	"time"
@@ -88,6 +90,11 @@ type Config struct {
 	// of Ranks ranks with CommTimeout.
 	Connect     func(ctx context.Context, ranks int) ([]transport.Conn, error)
 	CommTimeout time.Duration // in-process transport timeout (0: its default, 30 s)
+	// Survive, when set, keeps this process's rank training after a
+	// peer fails: the group's next generation continues from memory
+	// (survive.go). It needs one endpoint per process and DDP (ZeRO-1
+	// falls back to a restart).
+	Survive Survivor
 
 	// Callbacks, all called on rank 0's goroutine (when this process holds
 	// rank 0): once before training, after every step, after every
@@ -95,6 +102,10 @@ type Config struct {
 	OnStart func(Plan)
 	OnStep  func(StepInfo)
 	OnEpoch func(EpochMetrics)
+	// OnSurvive is called on the new rank 0 when the survivors of a
+	// failure (Survive) have agreed on the state: the generation and the
+	// global step they go on from.
+	OnSurvive func(g rendezvous.Generation, globalStep int64)
 	// OnCheckpoint is called on rank 0 after every checkpoint it writes.
 	OnCheckpoint func(Checkpointed)
 	// OnRankStep is called on every rank's goroutine after each of its
@@ -175,6 +186,8 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // Validate checks every field and names the first invalid one.
 func (c Config) Validate() error {
 	switch {
+	case c.Survive != nil && c.Zero1:
+		return errors.New("trainer: survivors continue with DDP only: a ZeRO-1 run falls back to a checkpoint restart")
 	case c.Ranks < 1:
 		return fieldErr("ranks", c.Ranks, "at least 1")
 	case c.Model != ModelMLP && c.Model != ModelCNN:

@@ -1,5 +1,7 @@
 package trainer
 
+import "github.com/ringddp/ringddp/allreduce/rendezvous"
+
 // Plan describes a run once its data and model are set up (OnStart).
 type Plan struct {
 	Model, DType, Optim string
@@ -71,8 +73,14 @@ type EpochMetrics struct {
 	TestCount     int     `json:"test_count"` // examples evaluated: the whole test set, each once
 
 	SamplesPerSec float64 `json:"samples_per_sec"` // global training samples / EpochSeconds
-	EpochSeconds  float64 `json:"epoch_seconds"`   // wall time of the epoch's training steps
-	EvalSeconds   float64 `json:"eval_seconds"`    // wall time of the evaluation
+	// SamplesUsed counts the training examples of the epoch's steps this
+	// run completed, each step's whole global batch; SamplesDistinct how
+	// many different examples those were: equal when none was used twice,
+	// StepInEpoch × GlobalBatch when none was skipped (usage.go).
+	SamplesUsed     int64   `json:"samples_used"`
+	SamplesDistinct int64   `json:"samples_distinct"`
+	EpochSeconds    float64 `json:"epoch_seconds"` // wall time of the epoch's training steps
+	EvalSeconds     float64 `json:"eval_seconds"`  // wall time of the evaluation
 
 	ComputeSeconds    float64 `json:"compute_seconds"`     // forward and backward
 	CommWaitSeconds   float64 `json:"comm_wait_seconds"`   // exposed communication, after the backward pass
@@ -150,4 +158,9 @@ type Result struct {
 	GlobalStep  int64 // optimizer steps done in total
 	Params      []Param
 	Checkpoint  string // the last checkpoint written ("" none)
+	// Rank is the rank this process ended as (its first endpoint's): with
+	// Config.Survive the job's rank 0 may change when it is lost.
+	Rank int
+	// Generations are the group changes survived (Config.Survive).
+	Generations []rendezvous.Generation
 }

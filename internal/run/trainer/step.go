@@ -33,23 +33,22 @@ func (s *epochStats) add(run ddp.StepStats, hidden, opt, stepComm time.Duration)
 // the epoch ends, MaxSteps is reached (StopMaxSteps) or the ranks agree to
 // stop (StopInterrupted), writing the checkpoints CheckpointEvery asks for
 // on the way.
-func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
-	var st epochStats
+func (w *worker[T]) trainEpoch(p *position, st *epochStats, uses *usage) (Stop, error) {
 	var stop Stop
 	var saving time.Duration // in periodic checkpoints, not counted as training time
 	start := time.Now()
 	join, err := w.newJoiner()
 	if err != nil {
-		return st, "", err
+		return "", err
 	}
 	for p.step < w.epochSteps() {
 		if w.cfg.MaxSteps > 0 && p.global >= w.cfg.MaxSteps {
 			stop = StopMaxSteps
 			break
 		}
-		agreed, err := w.step(p, &st, join)
+		agreed, err := w.step(p, st, uses, join)
 		if err != nil {
-			return st, "", err
+			return "", err
 		}
 		w.reportStep(*p, agreed.Loss)
 		if agreed.Stop {
@@ -59,7 +58,7 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 		if w.periodic(*p) {
 			began := time.Now()
 			if _, err := w.checkpoint(*p); err != nil {
-				return st, "", err
+				return "", err
 			}
 			saving += time.Since(began)
 		}
@@ -67,14 +66,14 @@ func (w *worker[T]) trainEpoch(p *position) (epochStats, Stop, error) {
 	if join != nil {
 		agreedStop, err := w.finishJoin(join, p)
 		if err != nil {
-			return st, "", err
+			return "", err
 		}
 		if agreedStop && stop == "" {
 			stop = StopInterrupted // the others stopped while this rank had joined
 		}
 	}
-	st.wall = time.Since(start) - saving
-	return st, stop, nil
+	st.wall += time.Since(start) - saving
+	return stop, nil
 }
 
 // periodic reports whether a checkpoint is due at p by
@@ -95,11 +94,17 @@ func (w *worker[T]) periodic(p position) bool {
 // (the gradient buckets communicated on the way, the loss and the stop
 // votes agreed with the last of them), the optimizer. It advances p, adds
 // the step to st and returns what the ranks agreed: the step's mean loss
-// and whether any rank voted to stop.
-func (w *worker[T]) step(p *position, st *epochStats, join *ddp.Joiner[T]) (ddp.Agreement, error) {
+// and whether any rank voted to stop. The step's global batch is counted
+// in uses once the step is done. join, when not nil, runs the step under
+// Join (uneven inputs).
+func (w *worker[T]) step(p *position, st *epochStats, uses *usage, join *ddp.Joiner[T]) (ddp.Agreement, error) {
 	s := p.step
 	stepStart := time.Now()
-	if err := fill(w.train, w.sampler.Batch(s, w.perRank), w.x, w.y); err != nil {
+	mine, global := w.sampler.Batch(s, w.perRank), w.whole.Batch(s, w.cfg.GlobalBatch)
+	if err := checkSlice(mine, global, w.g.Rank(), w.g.Size()); err != nil {
+		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
+	}
+	if err := fill(w.train, mine, w.x, w.y); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: %w", err)
 	}
 	runStep := w.rep.Run
@@ -123,6 +128,7 @@ func (w *worker[T]) step(p *position, st *epochStats, join *ddp.Joiner[T]) (ddp.
 	if w.rec != nil {
 		w.traceStep(*p, stepStart, began, ended, run, opt, agreed)
 	}
+	uses.add(global)
 	p.step, p.global = s+1, p.global+1
 	p.lossSum += agreed.Loss
 	p.lossSteps++

@@ -31,6 +31,7 @@ type worker[T Float] struct {
 	vm      G.VM
 	x, y    []T // the training inputs' backing, refilled every step
 	sampler *datasets.DistributedSampler
+	whole   *datasets.DistributedSampler // the global batches: one replica (usage.go)
 	perRank int
 	steps   int // per epoch
 	eval    *evaluator[T]
@@ -92,6 +93,11 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	}
 	var err error
 	w.sampler, err = datasets.NewDistributedSampler(train.Len(), n, g.Rank(),
+		datasets.WithSeed(cfg.Seed), datasets.WithShuffle(true), datasets.WithDropLast(true))
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	w.whole, err = datasets.NewDistributedSampler(train.Len(), 1, 0,
 		datasets.WithSeed(cfg.Seed), datasets.WithShuffle(true), datasets.WithDropLast(true))
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
+)
+
+// Survivors continue: -on-failure continue makes a tcp job's launcher keep
+// the job running when a rank fails (launch.Elastic.Continue; the ranks'
+// side is trainer.Config.Survive): the survivors go on from memory as the
+// next generation of the group, down to -min-ranks, and each failure is
+// reported as a text line or, with -json, a JSON line told from the
+// epochs' and the restarts' by its "continued" key (docs/elastic.md).
+
+const onFailureUsage = "with -transport tcp on one host: what the launcher does when a rank fails or stalls past -timeout: " +
+	"restart (stop every rank; with -max-restarts start the job again from the newest checkpoint) or continue " +
+	"(the survivors drop the step in flight, regroup and redo it from memory, keeping the global batch and the data order, " +
+	"down to -min-ranks; below it, or when the survivors cannot split the batch, as restart; ZeRO-1 runs always restart)"
+
+// onFailureFlag checks -on-failure.
+func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]bool) (string, error) {
+	switch {
+	case v != launch.OnFailureRestart && v != launch.OnFailureContinue:
+		return "", fmt.Errorf("-on-failure %q: want %s or %s", v, launch.OnFailureRestart, launch.OnFailureContinue)
+	case v == launch.OnFailureRestart:
+		return v, nil
+	case tr.MP == nil || tr.Name != launch.TCP:
+		return "", fmt.Errorf("-on-failure continue applies to -transport tcp only (in process a failure is the whole job's)")
+	case tr.MP.Nnodes > 1:
+		return "", errors.New("-on-failure continue runs on one host only for now: with -nnodes use -max-restarts")
+	case zero1:
+		// The optimizer state is sharded: a lost shard needs a checkpoint.
+		return launch.OnFailureRestart, nil
+	}
+	return v, nil
+}
+
+// survives reports whether this job's survivors continue after a failure.
+func (o *options) survives() bool { return o.onFailure == launch.OnFailureContinue }
+
+// continueOn sets e up for survivors continuing: the global batch must
+// divide over them, and each failure survived is reported.
+func (o *options) continueOn(e *launch.Elastic) {
+	e.Continue = true
+	batch := o.cfg.GlobalBatch
+	e.Fits = func(n int) error {
+		if batch%n != 0 {
+			return fmt.Errorf("the global batch %d does not divide over the %d ranks left", batch, n)
+		}
+		return nil
+	}
+	e.OnContinue = func(w io.Writer, c launch.Continued) { printContinued(w, c, batch, o.json) }
+}
+
+// continueRecord is a failure survived in -json output. It keeps the
+// fields of a restart's record (restartRecord) that apply, with the same
+// meaning: steps_lost is 0 when no completed step was lost.
+type continueRecord struct {
+	Continued       int    `json:"continued"` // 1 for the job's first failure survived
+	Generation      int    `json:"generation"`
+	FailedRank      int    `json:"failed_rank"`
+	FailedPid       int    `json:"failed_pid,omitempty"`
+	Reason          string `json:"reason"`
+	FailedAtStep    int64  `json:"failed_at_step"`
+	AtStartup       bool   `json:"at_startup"`
+	PreviousRanks   int    `json:"previous_ranks"`
+	Ranks           int    `json:"ranks"`
+	ResumedFromStep int64  `json:"resumed_from_step"`
+	Checkpoint      string `json:"checkpoint"` // always "": nothing is read back
+	StepsLost       int64  `json:"steps_lost"`
+	// SamplesRedone is the global batch of the step in flight, which the
+	// survivors dropped and train again.
+	SamplesRedone        int          `json:"samples_redone"`
+	Removed              []lostRecord `json:"removed"`
+	RemovedSeconds       float64      `json:"removed_seconds"`
+	TrainingAgainSeconds *float64     `json:"training_again_seconds"`
+	TrainingAgainUnix    *float64     `json:"training_again_unix,omitempty"`
+	PausedSeconds        *float64     `json:"paused_seconds,omitempty"`
+}
+
+type lostRecord struct {
+	Rank   int    `json:"rank"`
+	Pid    int    `json:"pid,omitempty"`
+	Reason string `json:"reason"`
+}
+
+func newContinueRecord(c launch.Continued, batch int) continueRecord {
+	first := c.Lost[0]
+	rec := continueRecord{
+		Continued: c.Number, Generation: c.Generation, FailedRank: first.Rank, FailedPid: first.Pid, Reason: first.Reason,
+		FailedAtStep: c.Step, PreviousRanks: c.PreviousRanks, Ranks: c.Ranks, ResumedFromStep: c.Resumed,
+		SamplesRedone: batch, RemovedSeconds: c.Removed.Seconds(),
+	}
+	if c.Resumed >= 0 && c.Step > c.Resumed {
+		rec.StepsLost = c.Step - c.Resumed
+	}
+	for _, l := range c.Lost {
+		rec.Removed = append(rec.Removed, lostRecord{Rank: l.Rank, Pid: l.Pid, Reason: l.Reason})
+	}
+	if !c.TrainingAgainAt.IsZero() {
+		s, u, p := c.TrainingAgain.Seconds(), float64(c.TrainingAgainAt.UnixNano())/1e9, c.Paused.Seconds()
+		rec.TrainingAgainSeconds, rec.TrainingAgainUnix = &s, &u
+		if c.Paused > 0 {
+			rec.PausedSeconds = &p
+		}
+	}
+	return rec
+}
+
+// printContinued reports a failure survived: a JSON line with -json, else
+// text.
+func printContinued(w io.Writer, c launch.Continued, batch int, jsonOut bool) {
+	rec := newContinueRecord(c, batch)
+	if jsonOut {
+		if b, err := json.Marshal(rec); err == nil {
+			fmt.Fprintf(w, "%s\n", b)
+		}
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "failure %d: ", rec.Continued)
+	for i, l := range rec.Removed {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d (pid %d) %s", l.Rank, l.Pid, removedText(l.Reason))
+	}
+	if rec.FailedAtStep >= 0 {
+		fmt.Fprintf(&b, " at step %d", rec.FailedAtStep)
+	}
+	fmt.Fprintf(&b, " (%s); continuing on %s as generation %d", launch.Count(rec.PreviousRanks, "rank"), launch.Count(rec.Ranks, "rank"), rec.Generation)
+	if rec.TrainingAgainSeconds == nil {
+		b.WriteString(", but the job ended before training again")
+	} else {
+		fmt.Fprintf(&b, " from step %d, %s lost, %d samples redone, training again %.2fs after the failure",
+			rec.ResumedFromStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, *rec.TrainingAgainSeconds)
+		if rec.PausedSeconds != nil {
+			fmt.Fprintf(&b, " (paused %.2fs)", *rec.PausedSeconds)
+		}
+	}
+	fmt.Fprintln(w, b.String())
+}
+
+// removedText words a removal's reason after "rank r (pid p)".
+func removedText(reason string) string {
+	if strings.HasPrefix(reason, "was ") || strings.HasPrefix(reason, "exited ") {
+		return reason
+	}
+	return "was removed: " + reason
+}

@@ -1,0 +1,103 @@
+package launch
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/ringddp/ringddp/internal/untrusted"
+)
+
+// genPlan is the launcher's plan of a generation (rendezvous.Generation's
+// vocabulary), published at GenerationKey(runID, Gen, "plan"): who is in
+// it, in rank order, who was removed and why, or that the job falls back
+// to a checkpoint restart. A later grow (a rank joining at a step
+// boundary) is a plan whose Members include a rank that was not in the
+// previous generation, marked in Joined; this build's launcher writes none
+// (docs/elastic.md, "The seam for a rank that joins").
+type genPlan struct {
+	Gen int `json:"gen"`
+	// Members are the generation's ranks by their rank at the job's
+	// start; the new rank of Members[i] is i.
+	Members []int      `json:"members"`
+	Lost    []lostRank `json:"lost,omitempty"`
+	Joined  []int      `json:"joined,omitempty"`
+	// Restart, when not empty, says why the job does not continue: every
+	// rank stops and the launcher restarts the job from its checkpoint
+	// (or ends it, without restarts).
+	Restart string `json:"restart,omitempty"`
+}
+
+// lostRank is a rank removed from the job.
+type lostRank struct {
+	Rank   int    `json:"rank"`
+	Reason string `json:"reason"`
+}
+
+const maxPlanBytes = 64 << 10
+
+func (p genPlan) encode() []byte {
+	b, _ := json.Marshal(p) // plain fields: cannot fail
+	return b
+}
+
+// decodeGenPlan reads the plan of generation gen of a job that started with
+// world ranks, checking every field, so that a damaged or stale plan is an
+// error naming it, never a panic.
+func decodeGenPlan(b []byte, gen, world int) (genPlan, error) {
+	var p genPlan
+	if len(b) > maxPlanBytes {
+		return p, fmt.Errorf("the plan of generation %d is %d bytes, more than %d", gen, len(b), maxPlanBytes)
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, fmt.Errorf("the plan of generation %d: %w", gen, err)
+	}
+	switch {
+	case p.Gen != gen:
+		return p, fmt.Errorf("the plan at generation %d's key says generation %d", gen, p.Gen)
+	case p.Restart != "":
+		p.Restart = untrusted.Text(p.Restart, maxShownText)
+		return p, nil
+	case len(p.Members) == 0 || len(p.Members) > world:
+		return p, fmt.Errorf("the plan of generation %d has %d members: want 1..%d", gen, len(p.Members), world)
+	case len(p.Lost) > world || len(p.Joined) > world:
+		return p, fmt.Errorf("the plan of generation %d names %d lost and %d joined ranks of a job of %d", gen, len(p.Lost), len(p.Joined), world)
+	}
+	seen := make([]bool, world)
+	for _, m := range p.Members {
+		if m < 0 || m >= world || seen[m] {
+			return p, fmt.Errorf("the plan of generation %d: member %d is out of range 0..%d or named twice", gen, m, world-1)
+		}
+		seen[m] = true
+	}
+	for i, l := range p.Lost {
+		if l.Rank < 0 || l.Rank >= world || seen[l.Rank] {
+			return p, fmt.Errorf("the plan of generation %d: lost rank %d is out of range or also a member", gen, l.Rank)
+		}
+		p.Lost[i].Reason = untrusted.Text(l.Reason, maxShownText)
+	}
+	return p, nil
+}
+
+// index is member m's rank in the plan's generation, -1 when m is not in
+// it.
+func (p genPlan) index(m int) int { return slices.Index(p.Members, m) }
+
+// lostReason is why m was removed, as the plan says.
+func (p genPlan) lostReason(m int) string {
+	for _, l := range p.Lost {
+		if l.Rank == m {
+			return l.Reason
+		}
+	}
+	return "it is not a member of generation " + strconv.Itoa(p.Gen)
+}
+
+func (p genPlan) lostRanks() []int {
+	out := make([]int, len(p.Lost))
+	for i, l := range p.Lost {
+		out[i] = l.Rank
+	}
+	return out
+}
