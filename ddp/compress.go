@@ -81,8 +81,17 @@ func (h *Compression[T]) Reduce(ctx context.Context, b *GradBucket[T]) error {
 	if err != nil {
 		return err
 	}
-	buf := b.buffer
-	n := T(b.group.Size())
+	h.round(st, b.buffer, b.group.Size())
+	if err := h.sum16(ctx, b.group, st); err != nil {
+		return fmt.Errorf("%v compression: %w", h.format, err)
+	}
+	h.widen(st, b.buffer)
+	return nil
+}
+
+// round is steps 1 to 3: st.c from buf on size ranks, and the new error.
+func (h *Compression[T]) round(st *halfBucket[T], buf []T, size int) {
+	n := T(size)
 	for i, v := range buf {
 		y := v / n
 		if st.errs != nil {
@@ -98,14 +107,14 @@ func (h *Compression[T]) Reduce(ctx context.Context, b *GradBucket[T]) error {
 			st.errs[i] += v/n - T(st.y[i])
 		}
 	}
-	if err := h.sum16(ctx, b.group, st); err != nil {
-		return fmt.Errorf("%v compression: %w", h.format, err)
-	}
+}
+
+// widen is step 5: buf from the summed st.c.
+func (h *Compression[T]) widen(st *halfBucket[T], buf []T) {
 	h.decode(st.y, st.c)
 	for i := range buf {
 		buf[i] = T(st.y[i])
 	}
-	return nil
 }
 
 // sum16 replaces st.c by the sum over the group of every rank's c:
@@ -124,15 +133,22 @@ func (h *Compression[T]) sum16(ctx context.Context, g *allreduce.Group, st *half
 	if err := allreduce.AllGather(ctx, g, asInt32(st.all), asInt32(st.send)); err != nil {
 		return err
 	}
+	h.addPayloads(st, size)
+	return nil
+}
+
+// addPayloads sets st.c to the sum of the size payloads in st.all, added
+// in float32 in rank order and rounded once.
+func (h *Compression[T]) addPayloads(st *halfBucket[T], size int) {
+	stride := len(st.all) / size
 	clear(st.y)
 	for r := range size {
-		h.decode(st.wide, st.all[2*words*r:2*words*r+len(st.c)])
+		h.decode(st.wide, st.all[stride*r:stride*r+len(st.c)])
 		for i, v := range st.wide {
 			st.y[i] += v
 		}
 	}
 	h.encode(st.c, st.y)
-	return nil
 }
 
 // asInt32 views an even-length []uint16 as []int32 (the collectives'
