@@ -49,13 +49,14 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
+	Seed  int64 // model initialisation and sampler shuffling seed
+
 	// Compress is the gradient buckets' communication hook as
 	// ddp.ParseCompress spells it ("" or "none": the plain all-reduce);
 	// not with Zero1. CompressModel is the cost model "auto" prices the
 	// link by (nil: the default for the group's shape).
 	Compress      string
 	CompressModel *cost.Model
-	Seed  int64 // model initialisation and sampler shuffling seed
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real
 	// MNIST. Train and Test, when both set, are used instead.
