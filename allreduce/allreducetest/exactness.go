@@ -173,22 +173,7 @@ func RunProgram(conns []transport.Conn, prog []Op, timeout time.Duration, opts .
 		defer cancel()
 		r := g.Rank()
 		for i, o := range prog {
-			var out []byte
-			var err error
-			switch o.DType {
-			case allreduce.Float32:
-				out, err = runOp[float32](ctx, g, o)
-			case allreduce.Float64:
-				out, err = runOp[float64](ctx, g, o)
-			case allreduce.Int32:
-				out, err = runOp[int32](ctx, g, o)
-			case allreduce.Int64:
-				out, err = runOp[int64](ctx, g, o)
-			case allreduce.Float16:
-				out, err = runOp[numeric.Float16](ctx, g, o)
-			case allreduce.BFloat16:
-				out, err = runOp[numeric.BFloat16](ctx, g, o)
-			}
+			out, err := dispatch(ctx, g, o)
 			if err != nil {
 				return fmt.Errorf("op %d %v: %w", i, o, err)
 			}
