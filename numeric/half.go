@@ -20,8 +20,8 @@ type BFloat16 uint16
 // quiet. Narrowing (*FromFloat32, Encode*) rounds to nearest, ties to even;
 // a finite value beyond the type's range rounds to ±Inf exactly when it is
 // at or past the midpoint between the largest finite value and the next
-// power of two (65520 for Float16; for BFloat16 the midpoint above
-// 0x1.fep127); ±0, ±Inf and subnormals keep their sign. A NaN stays a NaN:
+// power of two (65520 for Float16, 0x1.fep127 for BFloat16); ±0, ±Inf and
+// subnormals keep their sign. A NaN stays a NaN:
 // it keeps its sign and the top mantissa bits of its payload that fit, and
 // its quiet bit is set (the top mantissa bit), as x86's F16C and AVX-512
 // BF16 instructions do.
