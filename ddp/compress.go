@@ -40,16 +40,11 @@ func (h Half) String() string {
 //  2. c = y rounded to the 16-bit format (nearest, ties to even);
 //  3. e = y − c, exactly: the rounding error, carried into the next step
 //     (off: e stays zero, which is PyTorch's fp16/bf16_compress_hook);
-//  4. the cs are summed over the group in float32 and the sum rounded
-//     once to the 16-bit format, identically on every rank (as NCCL's
-//     16-bit all-reduce does; this rounding is not fed back);
+//  4. the cs are summed over the group by the 16-bit all-reduce (Sum):
+//     each combine step adds in float32 and rounds once to the 16-bit
+//     format, identically on every rank, as NCCL does (docs/precision.md);
+//     these roundings are not fed back, as no rank sees them;
 //  5. the buffer gets that sum, widened.
-//
-// Step 4 is the 16-bit all-gather of every rank's c followed by the sum
-// in rank order on every rank (sum16): every rank receives N−1 payloads
-// of half the bucket's float32 bytes, which is less traffic than the
-// float32 ring all-reduce's 2(N−1)/N of the bucket on up to 3 ranks,
-// and as much on 4.
 type Compression[T Float] struct {
 	format  Half
 	feed    bool
@@ -61,9 +56,6 @@ type halfBucket[T Float] struct {
 	errs []T       // error feedback, nil without
 	y    []float32 // y, then the widened sum
 	c    []uint16  // this rank's 16-bit payload
-	all  []uint16  // every rank's payload (sum16)
-	send []uint16  // c padded to whole int32 words (sum16)
-	wide []float32 // one rank's payload widened (sum16)
 }
 
 // NewCompression returns a 16-bit compression hook for one DDP, with
@@ -117,47 +109,12 @@ func (h *Compression[T]) widen(st *halfBucket[T], buf []T) {
 	}
 }
 
-// sum16 replaces st.c by the sum over the group of every rank's c:
-// all-gathered as their bits (two to an int32), widened and added in
-// float32 in rank order, rounded once.
+// sum16 replaces st.c by its sum over the group: the 16-bit all-reduce.
 func (h *Compression[T]) sum16(ctx context.Context, g *allreduce.Group, st *halfBucket[T]) error {
-	words := (len(st.c) + 1) / 2
-	size := g.Size()
-	if need := 2 * words * size; len(st.all) != need {
-		st.all = make([]uint16, need)
+	if h.format == FP16 {
+		return allreduce.AllReduce(ctx, g, asHalf[numeric.Float16](st.c), allreduce.Sum)
 	}
-	if len(st.send) != 2*words {
-		st.send, st.wide = make([]uint16, 2*words), make([]float32, len(st.c))
-	}
-	copy(st.send, st.c)
-	if err := allreduce.AllGather(ctx, g, asInt32(st.all), asInt32(st.send)); err != nil {
-		return err
-	}
-	h.addPayloads(st, size)
-	return nil
-}
-
-// addPayloads sets st.c to the sum of the size payloads in st.all, added
-// in float32 in rank order and rounded once.
-func (h *Compression[T]) addPayloads(st *halfBucket[T], size int) {
-	stride := len(st.all) / size
-	clear(st.y)
-	for r := range size {
-		h.decode(st.wide, st.all[stride*r:stride*r+len(st.c)])
-		for i, v := range st.wide {
-			st.y[i] += v
-		}
-	}
-	h.encode(st.c, st.y)
-}
-
-// asInt32 views an even-length []uint16 as []int32 (the collectives'
-// element types; the bits travel unchanged).
-func asInt32(s []uint16) []int32 {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&s[0])), len(s)/2)
+	return allreduce.AllReduce(ctx, g, asHalf[numeric.BFloat16](st.c), allreduce.Sum)
 }
 
 func (h *Compression[T]) encode(dst []uint16, src []float32) {

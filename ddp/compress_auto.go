@@ -15,14 +15,12 @@ import (
 // error feedback) only where the cost model says it pays: at a bucket's
 // first step it
 //
-//  1. prices the bucket's float all-reduce on the group's shape under the
-//     model (the fastest algorithm allreduce.Predict lists) and the
-//     compressed bucket's exchange (sum16's all-gather of the 16-bit
-//     payloads: half the ring's all-reduce of N payloads, its
-//     all-gather half);
+//  1. prices the bucket's all-reduce on the group's shape under the
+//     model, in its own element type and in 16 bits (each the fastest
+//     algorithm allreduce.Predict lists);
 //  2. times the compression's own work on this rank's cores (forming y,
-//     encoding, decoding twice, the N-way widening sum) on a buffer of
-//     the bucket's size, the least of a few runs, and takes the largest
+//     encoding, decoding twice: round and widen) on a buffer of the
+//     bucket's size, the least of a few runs, and takes the largest
 //     such time over the ranks (a max all-reduce), so that every rank
 //     decides alike;
 //  3. compresses the bucket from then on exactly when the link time saved
@@ -95,13 +93,9 @@ func (a *AutoCompression[T]) decide(ctx context.Context, b *GradBucket[T]) (bool
 	for _, p := range allreduce.Predict(m, shape, bytes) {
 		full = min(full, p.Seconds)
 	}
-	half := 0.0
-	if n := g.Size(); n > 1 {
-		ring, ok := allreduce.PredictAlgorithm(m, shape, allreduce.Ring, n*2*len(b.buffer))
-		if !ok {
-			return false, fmt.Errorf("auto compression: the cost model cannot price a ring on %d ranks", n)
-		}
-		half = ring / 2
+	half := math.Inf(1)
+	for _, p := range allreduce.Predict(m, shape, 2*len(b.buffer)) {
+		half = min(half, p.Seconds)
 	}
 	work := []float64{a.inner.work(len(b.buffer), g.Size())}
 	if err := allreduce.AllReduce(ctx, g, work, allreduce.Max); err != nil {
@@ -120,21 +114,18 @@ func (a *AutoCompression[T]) decide(ctx context.Context, b *GradBucket[T]) (bool
 }
 
 // work is the seconds this rank's Reduce spends on its own arithmetic for
-// a bucket of n elements on size ranks (round, addPayloads, widen): the
-// least of three timed runs on a scratch bucket.
+// a bucket of n elements on size ranks (round and widen): the least of
+// three timed runs on a scratch bucket.
 func (h *Compression[T]) work(n, size int) float64 {
 	buf := make([]T, n)
 	for i := range buf {
 		buf[i] = T(i%97) * 0.01
 	}
-	stride := 2 * ((n + 1) / 2)
-	st := &halfBucket[T]{y: make([]float32, n), c: make([]uint16, n), errs: make([]T, n),
-		wide: make([]float32, n), all: make([]uint16, stride*size)}
+	st := &halfBucket[T]{y: make([]float32, n), c: make([]uint16, n), errs: make([]T, n)}
 	best := math.Inf(1)
 	for range 3 {
 		start := time.Now()
 		h.round(st, buf, size)
-		h.addPayloads(st, size)
 		h.widen(st, buf)
 		best = min(best, time.Since(start).Seconds())
 	}
