@@ -153,7 +153,11 @@ func (d *DDP[T]) hookCollective(hook any) (BucketCollective[T], error) {
 		err := h.Reduce(ctx, b)
 		b.buffer = nil
 		if err != nil {
-			return fmt.Errorf("communication hook on bucket %d: %w", b.index, err)
+			err = fmt.Errorf("communication hook on bucket %d: %w", b.index, err)
+			// Peers may be waiting in this bucket's collectives: fail
+			// them now rather than at their timeout.
+			d.group.Abort(fmt.Errorf("rank %d: %w", d.group.Rank(), err))
+			return err
 		}
 		return nil
 	}, nil

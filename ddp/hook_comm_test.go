@@ -2,6 +2,7 @@ package ddp_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -87,4 +88,26 @@ func TestCommHookMisconfigured(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, allreducetest.FirstError(errs))
+}
+
+// A hook that fails on one rank fails the others' step at once, naming
+// the rank and the bucket, instead of leaving them to their timeout.
+func TestCommHookErrorFailsPeers(t *testing.T) {
+	start := time.Now()
+	errs := allreducetest.RunInproc(2, 20*time.Second, func(g *allreduce.Group) error {
+		hook := ddp.CommHookFunc[float32](func(ctx context.Context, b *ddp.GradBucket[float32]) error {
+			if g.Rank() == 1 {
+				return errors.New("compressor out of memory")
+			}
+			return allreduce.AllReduce(ctx, b.Group(), b.Buffer(), allreduce.Avg)
+		})
+		n, d := traintest.BuildNet[float32](t, "mlp", 4, g, ddp.WithCommHook[float32](hook))
+		x, y := traintest.BatchData[float32](0, 8)
+		xr, yr := traintest.Rows(x, y, g.Rank(), 4)
+		traintest.SetInput(t, n, xr, yr)
+		return d.Run(context.Background(), n.VM)
+	})
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.ErrorContains(t, errs[0], "rank 1: communication hook on bucket 0: compressor out of memory")
+	require.ErrorContains(t, errs[1], "communication hook on bucket 0: compressor out of memory")
 }
