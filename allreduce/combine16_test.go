@@ -219,3 +219,31 @@ func runCollective16(t *testing.T, n int, dt allreduce.DType, inputs [][]uint16,
 	}
 	return out
 }
+
+// BenchmarkCombine16 times the 16-bit Sum kernel on 64 Ki elements, next
+// to float32's, for docs/precision.md.
+func BenchmarkCombine16(b *testing.B) {
+	const n = 1 << 16
+	for _, dt := range []allreduce.DType{allreduce.Float16, allreduce.BFloat16, allreduce.Float32} {
+		buf := make([]byte, 3*n*dt.Size())
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; i < len(buf); i += dt.Size() {
+			f := float32(rng.NormFloat64()) // gradient-like values
+			switch dt {
+			case allreduce.Float16:
+				*(*numeric.Float16)(unsafe.Pointer(&buf[i])) = numeric.Float16FromFloat32(f)
+			case allreduce.BFloat16:
+				*(*numeric.BFloat16)(unsafe.Pointer(&buf[i])) = numeric.BFloat16FromFloat32(f)
+			default:
+				*(*float32)(unsafe.Pointer(&buf[i])) = f
+			}
+		}
+		out, x, y := buf[:n*dt.Size()], buf[n*dt.Size():2*n*dt.Size()], buf[2*n*dt.Size():]
+		b.Run(dt.String(), func(b *testing.B) {
+			b.SetBytes(int64(n * dt.Size()))
+			for b.Loop() {
+				_ = allreduce.Combine(dt, allreduce.Sum, out, x, y)
+			}
+		})
+	}
+}

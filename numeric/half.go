@@ -107,6 +107,10 @@ func (h BFloat16) Float32() float32 {
 	return math.Float32frombits(b)
 }
 
+// The slice converters are a loop each, not one generic loop over a
+// conversion function: that would cost an indirect call per element (the
+// two types share one generic shape), where these inline or call directly.
+
 // EncodeFloat16 sets dst[i] = Float16FromFloat32(src[i]). It panics unless
 // dst and src have the same length.
 func EncodeFloat16(dst []Float16, src []float32) {
