@@ -9,15 +9,16 @@ no error feedback (PyTorch's hooks have none).
 Two gloo processes on localhost run the hooks on buckets of values spread over
 many magnitudes (normal in both formats, ties included), as in powersgd_ref.py.
 """
-import os
-import sys
 import json
+import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as hooks
+
+import torchworld
+from torchworld import g9
 
 WORLD = 2
 N = 257
@@ -38,13 +39,7 @@ def inputs(rank):
     return v.astype(np.float32)
 
 
-def g9(values):
-    return [float(repr(np.float32(x))) for x in values]
-
-
-def worker(rank, port, out):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+def worker(rank):
     res = {}
     buf = torch.from_numpy(inputs(rank).copy())
     res["fp16"] = g9(hooks.fp16_compress_hook(None, Bucket(buf)).wait().numpy())
@@ -56,22 +51,11 @@ def worker(rank, port, out):
     for p in parts:
         total += p
     res["bf16"] = g9(total.to(torch.bfloat16).float().numpy())
-    if rank == 0:
-        out.put(res)
-    dist.barrier()
-    dist.destroy_process_group()
+    return res
 
 
 def main():
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = 30500 + os.getpid() % 1000
-    ps = [ctx.Process(target=worker, args=(r, port, q)) for r in range(WORLD)]
-    for p in ps:
-        p.start()
-    res = q.get(timeout=60)
-    for p in ps:
-        p.join()
+    res = torchworld.run(worker, WORLD, 30500, timeout=60)
     json.dump(dict(world=WORLD, torch=torch.__version__, inputs=[g9(inputs(r)) for r in range(WORLD)], out=res), sys.stdout)
     sys.stdout.write("\n")
 

@@ -12,14 +12,14 @@ constructor). torch.randn is replaced by draws from a seeded numpy generator,
 recorded per hook call, so that the Go test can start from the same Qs.
 """
 import json
-import os
 import sys
 
 import numpy as np
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+import torchworld
+from torchworld import g9
 
 WORLD = 2
 STEPS = 5
@@ -54,20 +54,13 @@ class Bucket:
         return self._grads
 
 
-def g9(values):
-    """float32 values as the shortest decimals that read back the same."""
-    return [float(repr(np.float32(x))) for x in values]
-
-
 def inputs(case, step, rank, bucket):
     n = sum(int(np.prod(s)) for s in BUCKETS[bucket])
     r = np.random.RandomState(1000 * case + 100 * step + 10 * rank + bucket)
     return r.standard_normal(n).astype(np.float32)
 
 
-def worker(rank, port, out):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+def worker(rank):
     results = []
     for ci, c in enumerate(CASES):
         draws = np.random.RandomState(77 + ci)
@@ -94,22 +87,11 @@ def worker(rank, port, out):
                                  out=g9(res.view(-1).numpy()), q=g9(record[-1])))
             steps.append(outs)
         results.append(dict(case=c, steps=steps))
-    if rank == 0:
-        out.put(results)
-    dist.barrier()
-    dist.destroy_process_group()
+    return results
 
 
 def main():
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = 29500 + os.getpid() % 1000
-    ps = [ctx.Process(target=worker, args=(r, port, q)) for r in range(WORLD)]
-    for p in ps:
-        p.start()
-    results = q.get(timeout=120)
-    for p in ps:
-        p.join()
+    results = torchworld.run(worker, WORLD, 29500)
     json.dump(dict(world=WORLD, buckets=BUCKETS, torch=torch.__version__, cases=results), sys.stdout)
     sys.stdout.write("\n")
 
