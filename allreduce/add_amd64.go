@@ -32,7 +32,7 @@ func addInt64AVX2(out, a, b *int64, n int)
 // at least addVecMin and the CPU has AVX2. It reports whether it did; if not,
 // the caller runs the Go loop. It is small enough to be inlined, so short
 // inputs (the 8-byte latency path adds 2 elements) pay no extra call.
-func addVec[T Numeric](out, a, b []T) bool {
+func addVec[T arith](out, a, b []T) bool {
 	if len(out) < addVecMin || !haveVecAdd {
 		return false
 	}
@@ -42,7 +42,7 @@ func addVec[T Numeric](out, a, b []T) bool {
 
 // addElemsVec is the Sum kernel through the AVX2 kernels for any length, with no
 // short-input fast path. Callers must have checked haveVecAdd.
-func addElemsVec[T Numeric](out, a, b []T) {
+func addElemsVec[T arith](out, a, b []T) {
 	n := len(out)
 	if n == 0 {
 		return

@@ -9,13 +9,13 @@ import (
 )
 
 // addPath is one implementation of the Sum kernel under test.
-type addPath[T Numeric] struct {
+type addPath[T arith] struct {
 	name string
 	vec  bool // needs the vector kernels
 	fn   func(out, a, b []T)
 }
 
-func addPaths[T Numeric]() []addPath[T] {
+func addPaths[T arith]() []addPath[T] {
 	return []addPath[T]{
 		{"go", false, addElemsGo[T]},
 		{"vec", true, addElemsVec[T]},
@@ -29,7 +29,7 @@ func addPaths[T Numeric]() []addPath[T] {
 }
 
 // addRef is the test's own scalar reference: one Go add per element.
-func addRef[T Numeric](a, b []T) []T {
+func addRef[T arith](a, b []T) []T {
 	r := make([]T, len(a))
 	for i := range r {
 		r[i] = a[i] + b[i]
@@ -38,7 +38,7 @@ func addRef[T Numeric](a, b []T) []T {
 }
 
 // elemBits is the raw bit pattern of x, so NaN payloads and -0 compare exactly.
-func elemBits[T Numeric](x T) uint64 {
+func elemBits[T arith](x T) uint64 {
 	if unsafe.Sizeof(x) == 4 {
 		return uint64(*(*uint32)(unsafe.Pointer(&x)))
 	}
@@ -46,7 +46,7 @@ func elemBits[T Numeric](x T) uint64 {
 }
 
 // addSpecials are values the kernels must handle like the scalar loop.
-func addSpecials[T Numeric]() []T {
+func addSpecials[T arith]() []T {
 	var z T
 	switch {
 	case isFloat[T]() && unsafe.Sizeof(z) == 4:
@@ -78,7 +78,7 @@ func addSpecials[T Numeric]() []T {
 }
 
 // addFill fills s with a mix of special values and random ones.
-func addFill[T Numeric](rng *rand.Rand, s []T) {
+func addFill[T arith](rng *rand.Rand, s []T) {
 	sp := addSpecials[T]()
 	var z T
 	for i := range s {
@@ -104,7 +104,7 @@ func addFill[T Numeric](rng *rand.Rand, s []T) {
 
 const addGuard = 8 // elements checked just past out
 
-func testAddType[T Numeric](t *testing.T) {
+func testAddType[T arith](t *testing.T) {
 	var z T
 	sentinel := T(0x5a)
 	lengths := make([]int, 0, 140)

@@ -16,6 +16,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/run/reference"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // inflight is one collective of a batch issued back-to-back: start issues
@@ -44,7 +45,7 @@ func batchOp(i, r, n int) inflight {
 	return batchOpT[int64](i, r, n, length, op)
 }
 
-func batchOpT[T allreduce.Numeric](i, r, n, length int, op allreduce.ReduceOp) inflight {
+func batchOpT[T numeric.Arith](i, r, n, length int, op allreduce.ReduceOp) inflight {
 	seed := uint64(1000 + i)
 	inputs := make([][]T, n)
 	for q := range inputs {

@@ -1,7 +1,9 @@
 // Package allreduce is ringddp's communicator: a Group of ranks over a
 // transport.Conn and the collectives on it — AllReduce, ReduceScatter,
 // AllGather, Broadcast, Reduce and Barrier — with the reduction operators
-// Sum, Avg, Max, Min and Prod over float32, float64, int32 and int64.
+// Sum, Avg, Max, Min and Prod over float32, float64, int32 and int64, and
+// the 16-bit floats numeric.Float16 and numeric.BFloat16 (each combine step
+// in float32, rounded once; combine16.go).
 //
 // Vocabulary:
 //   - rank: a participant, numbered 0..N-1 where N is the group size.

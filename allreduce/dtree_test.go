@@ -15,6 +15,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/run/reference"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // Tests of Tree (dtree.go). Its AllReduce matrix is allreducetest.Matrix
@@ -94,11 +95,11 @@ func allReduceCells(n int) []arCell {
 
 const algoSeed = 0xa160
 
-func cellInput[T allreduce.Numeric](c arCell, r int) []T {
+func cellInput[T numeric.Arith](c arCell, r int) []T {
 	return reference.Input[T](algoSeed+uint64(c.length), r, c.length, c.op)
 }
 
-func cellReference[T allreduce.Numeric](c arCell, n int) []T {
+func cellReference[T numeric.Arith](c arCell, n int) []T {
 	in := make([][]T, n)
 	for r := range in {
 		in[r] = cellInput[T](c, r)
@@ -119,7 +120,7 @@ func byDType(c arCell, f32, f64, i32, i64 func() ([]byte, error)) ([]byte, error
 	return i64()
 }
 
-func allReduceCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+func allReduceCell[T numeric.Arith](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
 	buf := cellInput[T](c, g.Rank())
 	err := allreduce.AllReduce(ctx, g, buf, c.op)
 	return allreducetest.Bytes(buf), err
@@ -134,13 +135,13 @@ func allReduceWant(c arCell, n int) []byte {
 	return b
 }
 
-func broadcastCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+func broadcastCell[T numeric.Arith](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
 	buf := cellInput[T](c, g.Rank())
 	err := allreduce.Broadcast(ctx, g, buf, c.root)
 	return allreducetest.Bytes(buf), err
 }
 
-func reduceCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
+func reduceCell[T numeric.Arith](ctx context.Context, g *allreduce.Group, c arCell) ([]byte, error) {
 	buf := cellInput[T](c, g.Rank())
 	err := allreduce.Reduce(ctx, g, buf, c.op, c.root)
 	return allreducetest.Bytes(buf), err

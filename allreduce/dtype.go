@@ -2,6 +2,7 @@ package allreduce
 
 import (
 	"fmt"
+	"reflect"
 	"unsafe"
 
 	"github.com/ringddp/ringddp/numeric"
@@ -13,12 +14,16 @@ type Numeric = numeric.Numeric
 // DType names an element type on the wire.
 type DType uint8
 
-// The supported element types.
+// The supported element types. Float16 and BFloat16 are the 16-bit
+// floating-point types numeric.Float16 and numeric.BFloat16; their
+// reductions compute in float32 and round once per step (combine16.go).
 const (
 	Float32 DType = iota + 1
 	Float64
 	Int32
 	Int64
+	Float16
+	BFloat16
 )
 
 // Size is the element size in bytes.
@@ -28,12 +33,16 @@ func (d DType) Size() int {
 		return 4
 	case Float64, Int64:
 		return 8
+	case Float16, BFloat16:
+		return 2
 	}
 	return 0
 }
 
 // IsFloat reports whether d is a floating-point type.
-func (d DType) IsFloat() bool { return d == Float32 || d == Float64 }
+func (d DType) IsFloat() bool {
+	return d == Float32 || d == Float64 || d == Float16 || d == BFloat16
+}
 
 func (d DType) String() string {
 	switch d {
@@ -45,6 +54,10 @@ func (d DType) String() string {
 		return "int32"
 	case Int64:
 		return "int64"
+	case Float16:
+		return numeric.NameFloat16
+	case BFloat16:
+		return numeric.NameBFloat16
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -61,21 +74,27 @@ func DTypeOf[T Numeric]() DType {
 		return Int32
 	case int64:
 		return Int64
+	case numeric.Float16:
+		return Float16
+	case numeric.BFloat16:
+		return BFloat16
 	}
-	// A named type with one of the underlying types above.
-	switch {
-	case isFloat[T]() && unsafe.Sizeof(z) == 4:
+	// A named type with one of the underlying types above (Numeric admits
+	// no named type over the 16-bit ones).
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Float32:
 		return Float32
-	case isFloat[T]():
+	case reflect.Float64:
 		return Float64
-	case unsafe.Sizeof(z) == 4:
+	case reflect.Int32:
 		return Int32
-	default:
-		return Int64
 	}
+	return Int64
 }
 
-func isFloat[T Numeric]() bool {
+// isFloat reports whether T, one of the types with Go arithmetic, is a
+// floating-point type.
+func isFloat[T arith]() bool {
 	var half T = 1
 	half /= 2
 	return half != 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // Tests of HalvingDoubling (hd.go): its AllReduce matrix, and its two
@@ -90,7 +91,7 @@ func TestHalvingDoublingHalves(t *testing.T) {
 // unchanged, then all-gathers the chunks of rank 0's input (each rank
 // contributing its chunk) and returns the reduced chunk and the gathered
 // buffer, concatenated.
-func hdHalvesCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, seq uint64, c arCell) ([]byte, error) {
+func hdHalvesCell[T numeric.Arith](ctx context.Context, g *allreduce.Group, seq uint64, c arCell) ([]byte, error) {
 	r, n := g.Rank(), g.Size()
 	src := cellInput[T](c, r)
 	orig := slices.Clone(src)

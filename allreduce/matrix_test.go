@@ -22,7 +22,8 @@ import (
 // tcp runs reduced) on in-process ranks: every collective on ranks
 // {1, 2, 3, 4, 5, 7, 8, 13, 16}, AllReduce with every algorithm also on
 // 17 and 32 (one cell per length there, op and dtype rotating), lengths {0, 1, N-1, N, N+1, 1000} and the huge cells of
-// allreducetest.DefaultHuge (2^20+3), every op and dtype, sync, async,
+// allreducetest.DefaultHuge (2^20+3), every op and dtype (float16 and
+// bfloat16 thinner: one cell per length each, the op rotating), sync, async,
 // repeated and aliased, Broadcast and Reduce from every root, Avg on
 // integers an error; bitwise against the sequential reference. The world
 // has nodes of 3 ranks (the last smaller), so the topology-aware
@@ -41,18 +42,22 @@ const testMatrixLocalSize = 3
 
 // TestAllReduceOneShotBoundary runs Direct around the size where it
 // switches from one-shot to two-shot (32 KiB: 4096 elements of 8 bytes,
-// 8192 of 4), which the matrix lengths do not reach except at the huge one.
+// 8192 of 4, 16384 of 2), which the matrix lengths do not reach except at
+// the huge one.
 func TestAllReduceOneShotBoundary(t *testing.T) {
-	allreducetest.Matrix(t, allreducetest.MatrixConfig{
+	around := func(elemSize int) []int { return []int{32<<10/elemSize - 1, 32 << 10 / elemSize, 32<<10/elemSize + 1} }
+	cfg := allreducetest.MatrixConfig{
 		Connect:     allreducetest.Inproc(20 * time.Second),
 		Collectives: []allreduce.Kind{allreduce.KindAllReduce},
 		Algorithms:  []allreduce.Algorithm{allreduce.Direct},
 		Ranks:       []int{2, 7},
-		Lengths: func(int) []int {
-			return []int{32<<10/8 - 1, 32 << 10 / 8, 32<<10/8 + 1, 32<<10/4 - 1, 32 << 10 / 4, 32<<10/4 + 1}
-		},
-		Ops: []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max},
-	})
+		Lengths:     func(int) []int { return append(around(8), around(4)...) },
+		Ops:         []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max},
+		NoHalf:      true,
+	}
+	t.Run("wide", func(t *testing.T) { allreducetest.Matrix(t, cfg) })
+	cfg.DTypes, cfg.Lengths = allreducetest.AllHalfDTypes, func(int) []int { return around(2) }
+	t.Run("16-bit", func(t *testing.T) { allreducetest.Matrix(t, cfg) })
 }
 
 // allOps is every operator, for async_test.go.

@@ -1,6 +1,10 @@
 package allreduce
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ringddp/ringddp/numeric"
+)
 
 // ReduceOp is an element-wise reduction operator.
 type ReduceOp uint8
@@ -33,9 +37,15 @@ func (o ReduceOp) String() string {
 
 func (o ReduceOp) valid() bool { return o >= Sum && o <= Prod }
 
+// arith is the element types with Go arithmetic: Numeric but the 16-bit
+// floating-point types, whose bits are not numbers to Go (combine16.go).
+// The kernels that apply Go's operators take only these, so no generic
+// path can add 16-bit types as integers.
+type arith = numeric.Arith
+
 // combineElems sets out[i] = a[i] op b[i]. out may alias a or b. Max and Min
 // propagate NaN.
-func combineElems[T Numeric](op ReduceOp, out, a, b []T) {
+func combineElems[T arith](op ReduceOp, out, a, b []T) {
 	a = a[:len(out)]
 	b = b[:len(out)]
 	switch op {
@@ -80,7 +90,7 @@ const addVecMin = 16
 // addElemsGo is the pure-Go Sum/Avg kernel: out[i] = a[i] + b[i]; a and b
 // are at least as long as out, which may alias either. It is the fallback of
 // addVec.
-func addElemsGo[T Numeric](out, a, b []T) {
+func addElemsGo[T arith](out, a, b []T) {
 	a = a[:len(out)]
 	b = b[:len(out)]
 	for i := range out {
@@ -99,16 +109,27 @@ func combineBytes(dt DType, op ReduceOp, out, a, b []byte) {
 		combineElems(op, asElems[int32](out), asElems[int32](a), asElems[int32](b))
 	case Int64:
 		combineElems(op, asElems[int64](out), asElems[int64](a), asElems[int64](b))
+	case Float16:
+		combine16(op, asElems[numeric.Float16](out), asElems[numeric.Float16](a), asElems[numeric.Float16](b),
+			numeric.DecodeFloat16, narrowFloat16)
+	case BFloat16:
+		combine16(op, asElems[numeric.BFloat16](out), asElems[numeric.BFloat16](a), asElems[numeric.BFloat16](b),
+			numeric.DecodeBFloat16, narrowBFloat16)
 	}
 }
 
-// divideBytes divides every element of buf (floating point) by n.
+// divideBytes divides every element of buf (floating point) by n; the
+// 16-bit types round once (combine16.go).
 func divideBytes(dt DType, buf []byte, n int) {
 	switch dt {
 	case Float32:
 		divideElems(asElems[float32](buf), float32(n))
 	case Float64:
 		divideElems(asElems[float64](buf), float64(n))
+	case Float16:
+		divide16(asElems[numeric.Float16](buf), n, numeric.DecodeFloat16, narrowFloat16)
+	case BFloat16:
+		divide16(asElems[numeric.BFloat16](buf), n, numeric.DecodeBFloat16, narrowBFloat16)
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // order, reduced, and scattered back through the same iterator, so ranks
 // may hold differently laid out tensors of one shape; elements of the
 // backing array outside the view are not touched. A scalar is a
-// collective of one element.
+// collective of one element. gorgonia has no 16-bit float dtype: float16
+// and bfloat16 collectives take []numeric.Float16 and []numeric.BFloat16.
 
 // AllReduceTensor is AllReduce on t.
 func AllReduceTensor(ctx context.Context, g *Group, t tensor.Tensor, op ReduceOp) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/internal/run/reference"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // The tensor collectives are checked against the sequential reference
@@ -29,7 +30,7 @@ const tensorRows, tensorCols = 5, 7
 const tensorSentinel = 4321
 
 // tensorLayout places a rows×cols matrix of logical values in a tensor.
-type tensorLayout[T allreduce.Numeric] struct {
+type tensorLayout[T numeric.Arith] struct {
 	name     string
 	iterator bool // the tensor needs an iterator (not contiguous)
 	// make returns the tensor holding vals and its backing array, whose
@@ -37,7 +38,7 @@ type tensorLayout[T allreduce.Numeric] struct {
 	make func(vals []T) (*tensor.Dense, []T)
 }
 
-func tensorLayouts[T allreduce.Numeric]() []tensorLayout[T] {
+func tensorLayouts[T numeric.Arith]() []tensorLayout[T] {
 	const rows, cols = tensorRows, tensorCols
 	return []tensorLayout[T]{
 		{"contiguous", false, func(vals []T) (*tensor.Dense, []T) {
@@ -89,7 +90,7 @@ func tensorLayouts[T allreduce.Numeric]() []tensorLayout[T] {
 }
 
 // tensorLogical reads d's rows×cols logical contents with At.
-func tensorLogical[T allreduce.Numeric](d *tensor.Dense) ([]T, error) {
+func tensorLogical[T numeric.Arith](d *tensor.Dense) ([]T, error) {
 	if s := d.Shape(); len(s) != 2 || s[0] != tensorRows || s[1] != tensorCols {
 		return nil, fmt.Errorf("shape %v", s)
 	}
@@ -107,7 +108,7 @@ func tensorLogical[T allreduce.Numeric](d *tensor.Dense) ([]T, error) {
 }
 
 // tensorSentinels counts backing's tensorSentinel elements.
-func tensorSentinels[T allreduce.Numeric](backing []T) int {
+func tensorSentinels[T numeric.Arith](backing []T) int {
 	n := 0
 	for _, x := range backing {
 		if x == tensorSentinel {
@@ -119,14 +120,14 @@ func tensorSentinels[T allreduce.Numeric](backing []T) int {
 
 // tensorRank is one rank's tensor: made in a layout from its input, checked
 // against the expected logical contents afterwards.
-type tensorRank[T allreduce.Numeric] struct {
+type tensorRank[T numeric.Arith] struct {
 	layout  tensorLayout[T]
 	d       *tensor.Dense
 	backing []T
 	outside int // tensorSentinel elements outside the tensor
 }
 
-func newTensorRank[T allreduce.Numeric](l tensorLayout[T], in []T) (*tensorRank[T], error) {
+func newTensorRank[T numeric.Arith](l tensorLayout[T], in []T) (*tensorRank[T], error) {
 	d, backing := l.make(in)
 	if d.RequiresIterator() != l.iterator {
 		return nil, fmt.Errorf("%s: RequiresIterator %v, the test assumes %v", l.name, d.RequiresIterator(), l.iterator)
@@ -154,7 +155,7 @@ func (r *tensorRank[T]) check(want []T) error {
 }
 
 // tensorOps are the reductions checked for T: Avg for floats only.
-func tensorOps[T allreduce.Numeric]() []allreduce.ReduceOp {
+func tensorOps[T numeric.Arith]() []allreduce.ReduceOp {
 	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Prod, allreduce.Max, allreduce.Min}
 	if allreduce.DTypeOf[T]().IsFloat() {
 		ops = append(ops, allreduce.Avg)
@@ -165,7 +166,7 @@ func tensorOps[T allreduce.Numeric]() []allreduce.ReduceOp {
 // runTensorCase runs one collective on n ranks whose layouts are layouts
 // shifted by shift, rank r starting from inputs[r], and checks rank r's
 // tensor against want(r).
-func runTensorCase[T allreduce.Numeric](n, shift int, inputs [][]T, want func(r int) []T,
+func runTensorCase[T numeric.Arith](n, shift int, inputs [][]T, want func(r int) []T,
 	coll func(ctx context.Context, g *allreduce.Group, d *tensor.Dense) error) error {
 	layouts := tensorLayouts[T]()
 	errs := allreducetest.RunInproc(n, 10*time.Second, func(g *allreduce.Group) error {
@@ -184,7 +185,7 @@ func runTensorCase[T allreduce.Numeric](n, shift int, inputs [][]T, want func(r 
 	return allreducetest.FirstError(errs)
 }
 
-func testTensorCollectives[T allreduce.Numeric](t *testing.T) {
+func testTensorCollectives[T numeric.Arith](t *testing.T) {
 	const size = tensorRows * tensorCols
 	for n := 1; n <= 4; n++ {
 		for shift := range tensorLayouts[T]() {
@@ -243,7 +244,7 @@ func testTensorCollectives[T allreduce.Numeric](t *testing.T) {
 
 // Scalars: a scalar tensor, and a scalar view of a matrix element, which
 // is written back into the matrix and nowhere else.
-func testTensorScalars[T allreduce.Numeric](t *testing.T) {
+func testTensorScalars[T numeric.Arith](t *testing.T) {
 	for n := 1; n <= 4; n++ {
 		errs := allreducetest.RunInproc(n, 10*time.Second, func(g *allreduce.Group) error {
 			ctx, cancel := allreducetest.Ctx(10 * time.Second)
@@ -282,7 +283,7 @@ func testTensorScalars[T allreduce.Numeric](t *testing.T) {
 	}
 }
 
-func testTensorType[T allreduce.Numeric](t *testing.T) {
+func testTensorType[T numeric.Arith](t *testing.T) {
 	t.Run("collectives", testTensorCollectives[T])
 	t.Run("scalars", testTensorScalars[T])
 }

@@ -35,6 +35,7 @@ type config struct {
 	bucketBytes      int
 	checkEvery       int
 	collective       any          // BucketCollective[T] or nil
+	hook             any          // CommHook[T] or nil (hook.go)
 	vote             func() bool  // WithAgreement's stop vote; nil without it
 	stampNow         func() int64 // WithArrivalStamps' clock; nil without it
 	observer         Observer
@@ -194,6 +195,11 @@ func Wrap[T Float](ctx context.Context, group *allreduce.Group, params G.Nodes, 
 		return nil, err
 	}
 	d := &DDP[T]{group: group, params: append(G.Nodes(nil), params...), slots: slots, buckets: buckets, cfg: cfg, reduce: reduce}
+	if cfg.hook != nil {
+		if d.reduce, err = d.hookCollective(cfg.hook); err != nil {
+			return nil, err
+		}
+	}
 	total := 0
 	for _, s := range slots {
 		total += s.size

@@ -8,10 +8,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/run/reference"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // job is what each rank does for cell c. Inputs and references are made
@@ -24,6 +25,10 @@ func (m *matrix) job(c cell) func(g *allreduce.Group) error {
 		return cellJob[int32](m, c)
 	case allreduce.Int64:
 		return cellJob[int64](m, c)
+	case allreduce.Float16:
+		return cellJob[numeric.Float16](m, c)
+	case allreduce.BFloat16:
+		return cellJob[numeric.BFloat16](m, c)
 	}
 	return cellJob[float32](m, c)
 }
@@ -34,7 +39,7 @@ func matrixInputs[T allreduce.Numeric](m *matrix, n, length int, op allreduce.Re
 	key := inputKey{dt: allreduce.DTypeOf[T](), length: length, prodish: op == allreduce.Prod}
 	in, _ := m.inputs[key].([][]T)
 	for r := len(in); r < n; r++ {
-		in = append(in, reference.Input[T](m.cfg.Seed+uint64(length), r, length, op))
+		in = append(in, inputOf[T](m.cfg.Seed+uint64(length), r, length, op))
 	}
 	m.inputs[key] = in
 	return in[:n]
@@ -45,7 +50,7 @@ func matrixRef[T allreduce.Numeric](m *matrix, inputs [][]T, length int, op allr
 	if v, ok := m.refs[key]; ok {
 		return v.([]T)
 	}
-	ref := reference.Reduce(inputs, op)
+	ref := reduceOf(inputs, op)
 	m.refs[key] = ref
 	return ref
 }
@@ -147,15 +152,34 @@ func callMode(ctx context.Context, what string, async bool, sync func() error, s
 
 // sentinel marks output elements a collective must overwrite. No result of
 // the matrix inputs equals it: sums of up to 32 ranks are at most 32·1000
-// in magnitude, products are ±2^k.
-const sentinel = 77777
+// in magnitude, products are ±2^k. The 16-bit types' sentinels are NaNs
+// with a payload, which no combine step returns (its NaNs are canonical)
+// and no matrix input holds.
+const (
+	sentinel     = 77777
+	sentinelF16  = numeric.Float16(0x7d5a)
+	sentinelBF16 = numeric.BFloat16(0x7f9a)
+)
 
 // Filled returns n copies of a value no result of the matrix's inputs
 // (Input) equals, for output buffers a collective must overwrite.
 func Filled[T allreduce.Numeric](n int) []T {
+	var v T
+	switch p := any(&v).(type) {
+	case *numeric.Float16:
+		*p = sentinelF16
+	case *numeric.BFloat16:
+		*p = sentinelBF16
+	default: // float32, float64, int32, int64 or a named type over one
+		if rv := reflect.ValueOf(p).Elem(); rv.CanFloat() {
+			rv.SetFloat(sentinel)
+		} else {
+			rv.SetInt(sentinel)
+		}
+	}
 	out := make([]T, n)
 	for i := range out {
-		out[i] = sentinel
+		out[i] = v
 	}
 	return out
 }

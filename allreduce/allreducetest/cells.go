@@ -74,8 +74,14 @@ func (m *matrix) cells(coll allreduce.Kind, algo allreduce.Algorithm, n int) []c
 		ops = m.cfg.Ops
 	}
 	thin := n > m.cfg.FullRanks
-	for i, length := range m.cfg.Lengths(n) {
+	lengths := m.cfg.Lengths(n)
+	for i, length := range lengths {
 		add(length, ops, m.cfg.DTypes, false, thin, i)
+		for j, dt := range m.cfg.HalfDTypes {
+			if !thin || i == len(lengths)-1 && j == n%len(m.cfg.HalfDTypes) {
+				add(length, []allreduce.ReduceOp{ops[(i+n+j)%len(ops)]}, []allreduce.DType{dt}, false, false, 0)
+			}
+		}
 	}
 	if m.cfg.Huge != nil {
 		if ops, dts := m.cfg.Huge(coll, algo, n); len(ops) > 0 {

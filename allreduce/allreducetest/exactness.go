@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // The exactness check: random programs of collectives on inputs full of
@@ -42,7 +43,7 @@ func RandomProgram(seed uint64, n, length, maxCount int) []Op {
 	rng := rand.New(rand.NewPCG(seed, 0x0e4ac7))
 	kinds := []allreduce.Kind{allreduce.KindAllReduce, allreduce.KindAllReduce, allreduce.KindReduceScatter,
 		allreduce.KindAllGather, allreduce.KindBroadcast, allreduce.KindReduce, allreduce.KindBarrier}
-	dtypes := []allreduce.DType{allreduce.Float32, allreduce.Float64, allreduce.Int32, allreduce.Int64}
+	dtypes := []allreduce.DType{allreduce.Float32, allreduce.Float64, allreduce.Int32, allreduce.Int64, allreduce.Float16, allreduce.BFloat16}
 	ops := []allreduce.ReduceOp{allreduce.Sum, allreduce.Avg, allreduce.Max, allreduce.Min, allreduce.Prod}
 	prog := make([]Op, length)
 	for i := range prog {
@@ -78,7 +79,7 @@ var (
 // SpecialInput is rank's input of count elements of type T for op, from
 // seed: lane i (i mod 4 == 3) holds denormals, the others small integers,
 // and about one element in four of any lane is a special value.
-func SpecialInput[T allreduce.Numeric](seed uint64, rank, count int, op allreduce.ReduceOp) []T {
+func SpecialInput[T numeric.Arith](seed uint64, rank, count int, op allreduce.ReduceOp) []T {
 	rng := rand.New(rand.NewPCG(seed, uint64(rank)+1))
 	out := make([]T, count)
 	isFloat := allreduce.DTypeOf[T]().IsFloat()
@@ -102,7 +103,7 @@ func SpecialInput[T allreduce.Numeric](seed uint64, rank, count int, op allreduc
 	return out
 }
 
-func intSpecial[T allreduce.Numeric](rng *rand.Rand) T {
+func intSpecial[T numeric.Arith](rng *rand.Rand) T {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
 		return T([]int32{math.MaxInt32, math.MinInt32, 0, -1}[rng.IntN(4)])
@@ -111,7 +112,7 @@ func intSpecial[T allreduce.Numeric](rng *rand.Rand) T {
 }
 
 // floatSpecial is +0, -0, +Inf, -Inf or a NaN of some payload and sign.
-func floatSpecial[T allreduce.Numeric](rng *rand.Rand) T {
+func floatSpecial[T numeric.Arith](rng *rand.Rand) T {
 	var z T
 	four := unsafe.Sizeof(z) == 4
 	switch rng.IntN(5) {
@@ -133,7 +134,7 @@ func floatSpecial[T allreduce.Numeric](rng *rand.Rand) T {
 }
 
 // denormal is k times the smallest positive denormal of T.
-func denormal[T allreduce.Numeric](k int) T {
+func denormal[T numeric.Arith](k int) T {
 	var z T
 	if unsafe.Sizeof(z) == 4 {
 		b := math.Float32bits(math.SmallestNonzeroFloat32) * uint32(abs(k))
@@ -172,18 +173,7 @@ func RunProgram(conns []transport.Conn, prog []Op, timeout time.Duration, opts .
 		defer cancel()
 		r := g.Rank()
 		for i, o := range prog {
-			var out []byte
-			var err error
-			switch o.DType {
-			case allreduce.Float32:
-				out, err = runOp[float32](ctx, g, o)
-			case allreduce.Float64:
-				out, err = runOp[float64](ctx, g, o)
-			case allreduce.Int32:
-				out, err = runOp[int32](ctx, g, o)
-			case allreduce.Int64:
-				out, err = runOp[int64](ctx, g, o)
-			}
+			out, err := dispatch(ctx, g, o)
 			if err != nil {
 				return fmt.Errorf("op %d %v: %w", i, o, err)
 			}
@@ -199,7 +189,7 @@ func RunProgram(conns []transport.Conn, prog []Op, timeout time.Duration, opts .
 
 func runOp[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, o Op) ([]byte, error) {
 	r, n := g.Rank(), g.Size()
-	in := SpecialInput[T](o.Seed, r, o.Count, o.Op)
+	in := specialInputOf[T](o.Seed, r, o.Count, o.Op)
 	switch o.Kind {
 	case allreduce.KindAllReduce:
 		return bytesOf(in), allreduce.AllReduce(ctx, g, in, o.Op)
@@ -250,6 +240,10 @@ func CheckProgram(prog []Op, outs []Outcome) error {
 			err = checkOp[int32](o, n, outs, i)
 		case allreduce.Int64:
 			err = checkOp[int64](o, n, outs, i)
+		case allreduce.Float16:
+			err = checkOp[numeric.Float16](o, n, outs, i)
+		case allreduce.BFloat16:
+			err = checkOp[numeric.BFloat16](o, n, outs, i)
 		}
 		if err != nil {
 			return fmt.Errorf("op %d %v on %d ranks: %w", i, o, n, err)
@@ -261,19 +255,19 @@ func CheckProgram(prog []Op, outs []Outcome) error {
 func checkOp[T allreduce.Numeric](o Op, n int, outs []Outcome, i int) error {
 	inputs := make([][]T, n)
 	for r := range inputs {
-		inputs[r] = SpecialInput[T](o.Seed, r, o.Count, o.Op)
+		inputs[r] = specialInputOf[T](o.Seed, r, o.Count, o.Op)
 	}
 	switch o.Kind {
 	case allreduce.KindAllReduce:
 		if err := sameOnEveryRank(outs, i); err != nil {
 			return err
 		}
-		return matchesReference(asElems[T](outs[0][i]), specialReference(inputs, o.Op), o.Op, 0)
+		return specialChecker(inputs, o.Op)(asElems[T](outs[0][i]), 0, o.Count)
 	case allreduce.KindReduceScatter:
-		ref := specialReference(inputs, o.Op)
+		check := specialChecker(inputs, o.Op)
 		for r := range outs {
 			lo, hi := allreduce.ChunkBounds(o.Count, n, r)
-			if err := matchesReference(asElems[T](outs[r][i]), ref[lo:hi], o.Op, lo); err != nil {
+			if err := check(asElems[T](outs[r][i]), lo, hi); err != nil {
 				return fmt.Errorf("rank %d: %w", r, err)
 			}
 		}
@@ -295,7 +289,7 @@ func checkOp[T allreduce.Numeric](o Op, n int, outs []Outcome, i int) error {
 			return fmt.Errorf("the root's buffer is not delivered bit for bit")
 		}
 	case allreduce.KindReduce:
-		return matchesReference(asElems[T](outs[o.Root][i]), specialReference(inputs, o.Op), o.Op, 0)
+		return specialChecker(inputs, o.Op)(asElems[T](outs[o.Root][i]), 0, o.Count)
 	}
 	return nil
 }
@@ -337,7 +331,7 @@ func window(b []byte, at int) []byte { return b[at&^7 : min(len(b), at&^7+8)] }
 // specialReference is reference.Reduce with the element-wise rules that
 // make special values comparable: Max and Min propagate NaN, as the
 // collectives do.
-func specialReference[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) []T {
+func specialReference[T numeric.Arith](inputs [][]T, op allreduce.ReduceOp) []T {
 	out := append([]T(nil), inputs[0]...)
 	for _, in := range inputs[1:] {
 		for k, x := range in {
@@ -370,7 +364,7 @@ func specialReference[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) 
 // bitwise; floats NaN for NaN (payloads depend on the order of reduction),
 // otherwise equal, and for Sum, Avg and Prod with the same sign of zero
 // (Max and Min of +0 and -0 may keep either, by order).
-func matchesReference[T allreduce.Numeric](got, want []T, op allreduce.ReduceOp, off int) error {
+func matchesReference[T numeric.Arith](got, want []T, op allreduce.ReduceOp, off int) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d elements, want %d", len(got), len(want))
 	}

@@ -89,6 +89,15 @@ type MatrixConfig struct {
 	// async, on fresh ranks (it poisons the group).
 	Ops    []allreduce.ReduceOp
 	DTypes []allreduce.DType
+	// HalfDTypes are the 16-bit types (default AllHalfDTypes), run
+	// thinner than DTypes, as their code differs from the others' only in
+	// the combine kernel and the element size: each length on n ranks runs
+	// one cell of each, with op (i+n+j) mod len(Ops) for the i-th length
+	// and the j-th type, so that the rank counts together run every op on
+	// each; above FullRanks, only the last length runs one, of type n mod
+	// 2. NoHalf runs none.
+	HalfDTypes []allreduce.DType
+	NoHalf     bool
 	// FullRanks is the largest rank count whose lengths each run every op
 	// × dtype (default 16). Above it, where a cell costs the most, each
 	// length runs ThinCells cells (default 1) of a rotation, so that every
@@ -246,6 +255,9 @@ func newMatrix(t *testing.T, cfg MatrixConfig) *matrix {
 	}
 	if cfg.DTypes == nil {
 		cfg.DTypes = AllDTypes
+	}
+	if cfg.HalfDTypes == nil && !cfg.NoHalf {
+		cfg.HalfDTypes = AllHalfDTypes
 	}
 	if cfg.FullRanks == 0 {
 		cfg.FullRanks = 16

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // The mismatch check: ranks call different collectives (kind, count, dtype,
@@ -59,6 +60,8 @@ func MismatchCases(n int) []MismatchCase {
 		{"count-large", ar(f64, 30000, max), ar(f64, 30001, max)},
 		{"dtype", ar(f32, 7, sum), ar(f64, 7, sum)},
 		{"dtype-same-size", ar(f32, 9, sum), ar(i32, 9, sum)},
+		{"dtype-16bit", ar(allreduce.Float16, 9, sum), ar(allreduce.BFloat16, 9, sum)},
+		{"dtype-16bit-size", ar(allreduce.BFloat16, 9, sum), ar(f32, 9, sum)},
 		{"op", ar(i64, 4, sum), ar(i64, 4, max)},
 		{"op-large", ar(f32, 20000, sum), ar(f32, 20000, max)},
 		{"kind-broadcast", ar(f32, 8, sum), kind(allreduce.KindBroadcast, f32, 8, 0, 0)},
@@ -129,6 +132,10 @@ func dispatch(ctx context.Context, g *allreduce.Group, o Op) ([]byte, error) {
 		return runOp[int32](ctx, g, o)
 	case allreduce.Int64:
 		return runOp[int64](ctx, g, o)
+	case allreduce.Float16:
+		return runOp[numeric.Float16](ctx, g, o)
+	case allreduce.BFloat16:
+		return runOp[numeric.BFloat16](ctx, g, o)
 	}
 	return nil, allreduce.Barrier(ctx, g)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/transport"
-	"github.com/ringddp/ringddp/internal/run/reference"
 )
 
 // What the multi-process transports' tests (tcp, shm) share: the reduced
@@ -93,13 +92,13 @@ func RankMatrix(ctx context.Context, conn transport.Conn, lengths []int, after f
 func MatrixCell[T allreduce.Numeric](ctx context.Context, g *allreduce.Group, n, length int, op allreduce.ReduceOp) error {
 	inputs := make([][]T, n)
 	for r := range inputs {
-		inputs[r] = reference.Input[T](uint64(length)+uint64(op), r, length, op)
+		inputs[r] = inputOf[T](uint64(length)+uint64(op), r, length, op)
 	}
 	buf := append([]T(nil), inputs[g.Rank()]...)
 	if err := allreduce.AllReduce(ctx, g, buf, op); err != nil {
 		return err
 	}
-	if err := DiffBits("result", buf, reference.Reduce(inputs, op)); err != nil {
+	if err := DiffBits("result", buf, reduceOf(inputs, op)); err != nil {
 		return fmt.Errorf("rank %d, %d elements, %v: %w", g.Rank(), length, op, err)
 	}
 	return nil

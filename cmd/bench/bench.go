@@ -8,6 +8,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/internal/run/rankrun"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // benchmark runs the sweeps of cfg (one per algorithm) and writes the
@@ -96,7 +97,7 @@ func sweepAll(ctx context.Context, cfg *config, eps *endpoints, p *printer) erro
 }
 
 // sweeps runs every algorithm's sweep over one dataset.
-func sweeps[T allreduce.Numeric](ctx context.Context, cfg *config, eps *endpoints, p *printer) error {
+func sweeps[T numeric.Arith](ctx context.Context, cfg *config, eps *endpoints, p *printer) error {
 	data := newDataset[T](cfg)
 	for _, a := range cfg.algos {
 		for _, sch := range cfg.schedules {
@@ -117,7 +118,7 @@ func sweeps[T allreduce.Numeric](ctx context.Context, cfg *config, eps *endpoint
 // sweep runs one goroutine per local endpoint for the whole sweep of
 // algorithm a (each with its own Group and buffers) and hands the rows
 // that rank 0 produces to p.
-func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Algorithm, sch allreduce.RootedSchedule, f fleet, data *dataset[T], p *printer) error {
+func sweep[T numeric.Arith](ctx context.Context, cfg *config, a allreduce.Algorithm, sch allreduce.RootedSchedule, f fleet, data *dataset[T], p *printer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sw := &sweepState[T]{cfg: cfg, algo: a, schedule: sch, data: data}
@@ -166,7 +167,7 @@ func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Al
 }
 
 // sweepState is what the ranks of one sweep share.
-type sweepState[T allreduce.Numeric] struct {
+type sweepState[T numeric.Arith] struct {
 	cfg      *config
 	algo     allreduce.Algorithm
 	schedule allreduce.RootedSchedule // broadcast's and reduce's

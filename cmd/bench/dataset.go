@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/internal/run/reference"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // seed makes the inputs; every process of a multi-process run derives the
@@ -15,7 +16,7 @@ const seed = 1
 // the largest count) and the expected result of the current size. A
 // multi-process transport would regenerate the inputs of remote ranks from
 // the seed; in process they are the ranks' own.
-type dataset[T allreduce.Numeric] struct {
+type dataset[T numeric.Arith] struct {
 	cfg      *config
 	maxCount int
 
@@ -31,7 +32,7 @@ type dataset[T allreduce.Numeric] struct {
 
 // newDataset is the dataset of cfg's rows with real payloads (every row
 // but the simulator's timing-only ones).
-func newDataset[T allreduce.Numeric](cfg *config) *dataset[T] {
+func newDataset[T numeric.Arith](cfg *config) *dataset[T] {
 	return &dataset[T]{
 		cfg:      cfg,
 		maxCount: cfg.realCount(),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/sim"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // simConfig is the simulated world of a -transport sim run: its links and
@@ -70,7 +71,7 @@ func (c *config) virtualBytes() int {
 
 // virtualElems views the simulator's virtual arena as elements, for the
 // typed collectives. Nothing reads or writes them (an access faults).
-func virtualElems[T allreduce.Numeric](b []byte) []T {
+func virtualElems[T numeric.Arith](b []byte) []T {
 	var zero T
 	n := len(b) / int(unsafe.Sizeof(zero))
 	if n == 0 {

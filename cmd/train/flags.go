@@ -86,6 +86,7 @@ type flagValues struct {
 	zero1         bool                  // -zero1
 	overlapOpt    bool                  // -overlap-optimizer
 	uneven        int                   // -uneven-batches
+	compress      string                // -compress
 	tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 }
 
@@ -125,6 +126,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.cpuProfile, "cpuprofile", "", "write a CPU profile of the training (pprof format) to this file")
 	fs.StringVar(&v.algo, "algo", os.Getenv(allreduce.AlgorithmEnv), "all-reduce algorithm of the gradient buckets: "+allreduce.AlgorithmNames()+" (default auto, or $"+allreduce.AlgorithmEnv+"; auto: the cost model's fastest per size, see cmd/bench -explain)")
 	fs.StringVar(&v.profile, "profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
+	fs.StringVar(&v.compress, "compress", "none", "gradient compression, a DDP communication hook: none, fp16, bf16 (16-bit with error feedback), powersgd[:rank[:start]] (PowerSGD, default rank 1 from step 10), auto (bf16 where the cost model says it pays); see docs/compression.md")
 	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True); not with -zero1 or -checkpoint-every")
 	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
@@ -367,7 +369,10 @@ func (o *options) buildConfig(v *flagValues) error {
 		BucketMB: v.bucketMB, Zero1: v.zero1, Seed: v.seed, DataDir: v.data,
 		Checkpoint: v.checkpoint, CheckpointEvery: v.ckEvery, CheckpointKeep: v.ckKeep,
 		Resume: v.resume, MaxSteps: v.maxSteps, Trace: v.traceOut,
-		Connect: o.connect, GroupOptions: groupOpts,
+		Connect: o.connect, GroupOptions: groupOpts, Compress: v.compress,
+	}
+	if o.cfg.CompressModel, err = compressModel(v.compress, v.profile); err != nil {
+		return err
 	}
 	o.cfg.OverlapOptimizer, o.cfg.UnevenBatches = v.overlapOpt, v.uneven
 	return o.cfg.Validate()

@@ -10,12 +10,13 @@ import (
 	"math/rand/v2"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/numeric"
 )
 
 // Reduce is the sequential reference: the element-wise reduction of
 // inputs[0], inputs[1], ... in rank order with op (Avg = Sum / N). It shares
 // no code with the collectives.
-func Reduce[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) []T {
+func Reduce[T numeric.Arith](inputs [][]T, op allreduce.ReduceOp) []T {
 	out := append([]T(nil), inputs[0]...)
 	for _, in := range inputs[1:] {
 		for i, x := range in {
@@ -47,7 +48,7 @@ func Reduce[T allreduce.Numeric](inputs [][]T, op allreduce.ReduceOp) []T {
 // small integers (Prod: -1, 1 or 2, few 2s), so that every reduction order
 // gives exactly the same result in floating point and comparisons with the
 // reference can be bitwise.
-func Input[T allreduce.Numeric](seed uint64, rank, n int, op allreduce.ReduceOp) []T {
+func Input[T numeric.Arith](seed uint64, rank, n int, op allreduce.ReduceOp) []T {
 	rng := rand.New(rand.NewPCG(seed, uint64(rank)+1))
 	out := make([]T, n)
 	for i := range out {

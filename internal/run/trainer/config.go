@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
 	"github.com/ringddp/ringddp/numeric"
@@ -59,6 +60,13 @@ type Config struct {
 	// join.go): a test of uneven inputs. 0: every rank runs every step.
 	UnevenBatches int
 	Seed          int64 // model initialisation and sampler shuffling seed
+
+	// Compress is the gradient buckets' communication hook as
+	// ddp.ParseCompress spells it ("" or "none": the plain all-reduce);
+	// not with Zero1. CompressModel is the cost model "auto" prices the
+	// link by (nil: the default for the group's shape).
+	Compress      string
+	CompressModel *cost.Model
 
 	// DataDir is an MNIST-style IDX directory; "" is the bundled real
 	// MNIST. Train and Test, when both set, are used instead.
@@ -230,6 +238,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("trainer: job id: %w", CheckJobID(c.JobID))
 	case (c.Train == nil) != (c.Test == nil):
 		return fmt.Errorf("trainer: Train and Test must be set together")
+	}
+	if err := c.checkCompress(); err != nil {
+		return err
 	}
 	for i, h := range c.Hidden {
 		if h < 1 {

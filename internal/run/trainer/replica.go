@@ -68,6 +68,13 @@ func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, pa
 	if cfg.Zero1 {
 		return zero.Wrap[T](ctx, g, params, opt, opts...)
 	}
+	hook, err := newCompressHook[T](cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	if hook != nil {
+		opts = append(opts, ddp.WithCommHook(hook))
+	}
 	d, err := ddp.Wrap[T](ctx, g, params, opts...)
 	if err != nil {
 		return nil, err
