@@ -46,31 +46,46 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 	if err != nil {
 		return err
 	}
-	op := sumFor(c.op)
-	if hy.intra != nil {
-		reduce := call{kind: KindReduce, dt: c.dt, op: op, root: 0, count: c.count, buf: c.buf}
-		if err := runPhase(ctx, "hierarchical: intra-node reduce", hy.intra, &reduce); err != nil {
-			return err
-		}
+	blocks := g.pipelineBlocks(hy, len(c.buf))
+	op, es := sumFor(c.op), c.dt.Size()
+	block := func(b int) (int, []byte) {
+		lo, hi := ChunkBounds(c.count, blocks, b)
+		return hi - lo, c.buf[lo*es : hi*es]
 	}
-	if hy.local == 0 {
-		if hy.nodes() > 1 {
-			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: c.buf}
-			if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0, 1), &all); err != nil {
-				return err
+	return g.runBlocks(ctx, hy, blocks, stages{
+		in: func(ctx context.Context, b int) error {
+			if hy.intra == nil {
+				return nil
 			}
-		}
-		if c.op == Avg {
-			g.divide(c.dt, c.buf, g.size)
-		}
-	}
-	if hy.intra != nil {
-		bcast := call{kind: KindBroadcast, dt: c.dt, root: 0, count: c.count, buf: c.buf}
-		if err := runPhase(ctx, "hierarchical: intra-node broadcast", hy.intra, &bcast); err != nil {
-			return err
-		}
-	}
-	return nil
+			n, buf := block(b)
+			reduce := call{kind: KindReduce, dt: c.dt, op: op, root: 0, count: n, buf: buf}
+			return runPhase(ctx, "hierarchical: intra-node reduce", hy.intra, &reduce)
+		},
+		across: func(ctx context.Context, b int) error {
+			if hy.local != 0 {
+				return nil
+			}
+			n, buf := block(b)
+			if hy.nodes() > 1 {
+				all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: n, buf: buf}
+				if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0, 1), &all); err != nil {
+					return err
+				}
+			}
+			if c.op == Avg {
+				g.divide(c.dt, buf, g.size)
+			}
+			return nil
+		},
+		out: func(ctx context.Context, b int) error {
+			if hy.intra == nil {
+				return nil
+			}
+			n, buf := block(b)
+			bcast := call{kind: KindBroadcast, dt: c.dt, root: 0, count: n, buf: buf}
+			return runPhase(ctx, "hierarchical: intra-node broadcast", hy.intra, &bcast)
+		},
+	})
 }
 
 // hierarchicalCost is the 2D ring's predicted time: the agreement step,
