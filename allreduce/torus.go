@@ -11,8 +11,14 @@ import (
 // Torus all-reduce, the 2D torus: every rank of a node carries a part of
 // the buffer between nodes, all at once. With the vocabulary of
 // hierarchy.go (N ranks on K nodes of L_k ranks, L the largest; M bytes),
-// the buffer is split into L chunks (ChunkBounds(count, L, s)), chunk s
-// going with slot s:
+// the buffer is cut, on several nodes, into B = min(8, ⌊M/4 MiB⌋) blocks,
+// at least 1 (ChunkBounds(count, B, b); pipeline.go), and each block into
+// L chunks (ChunkBounds(block, L, s)), chunk s going with slot s. Steps
+// 2-4 run per block: over a transport that carries a host's messages and
+// the others' on separate endpoints (package mixed) block b's step 3 runs
+// while block b+1's step 2 and block b-1's step 4 do; elsewhere the
+// blocks run one after the other. The steps and bytes below are per
+// block (M its bytes):
 //
 //  1. agreement step on the group (agree.go);
 //  2. intra-node ReduceScatter (the ring, ReduceScatterV's layout): each
