@@ -15,6 +15,7 @@ set -eu
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM
 go build -o "$tmp/bench-head" ./cmd/bench
 bins="this tree=$tmp/bench-head"
 if [ $# -ge 1 ]; then
