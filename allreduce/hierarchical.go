@@ -9,15 +9,21 @@ import (
 
 // Hierarchical all-reduce, the 2D ring: only one rank per node talks to
 // other nodes. With the vocabulary of hierarchy.go (N ranks on K nodes of
-// L_k ranks, L the largest; M bytes):
+// L_k ranks, L the largest; M bytes; on several nodes the buffer is cut
+// into B = min(8, ⌊M/4 MiB⌋) blocks, at least 1, pipeline.go):
 //
 //  1. agreement step on the group (agree.go);
-//  2. intra-node Reduce to the node's local rank 0 (its local root) —
-//     the binomial tree, or the pipelined chain for large buffers;
-//  3. inter-node AllReduce among the K local roots (inter-node group 0),
-//     by Auto on the sub-group; Avg divides
-//     the result by N here, once, on each root;
-//  4. intra-node Broadcast from the local root.
+//  2. per block, intra-node Reduce to the node's local rank 0 (its local
+//     root) — the binomial tree, or the pipelined chain for large blocks;
+//  3. per block, inter-node AllReduce among the K local roots
+//     (inter-node group 0), by Auto on the sub-group; Avg divides the
+//     result by N here, once, on each root;
+//  4. per block, intra-node Broadcast from the local root.
+//
+// Over a transport that carries a host's messages and the others' on
+// separate endpoints (package mixed), block b's step 3 runs while block
+// b+1's step 2 and block b-1's step 4 do (pipeline.go); elsewhere the
+// blocks run one after the other. The steps below are per block.
 //
 // Steps: 1 + (1 + ⌈log2 L⌉) + 2(K-1) (ring; ⌈log2 K⌉(+2) doubling)
 // + (1 + ⌈log2 L⌉) for the binomial trees, the chains' S+L-2 rounds of S
@@ -26,9 +32,11 @@ import (
 // child for the broadcast (the binomial tree's root ⌈log2 L_k⌉·M; in the
 // chain every rank but the last sends M once). Between nodes only the
 // local roots send: 2(K-1)/K·M each by the ring (⌈log2 K⌉·M by
-// doubling), so 2(K-1)/K·M per node crosses between nodes, against the
-// flat ring's 2(N-1)/N·M from every rank — but the whole buffer passes
-// through one rank per node (Torus spreads it over all of them).
+// doubling), so 2(K-1)/K·M per node crosses between nodes — the fewest
+// any all-reduce can — against the flat ring's 2(N-1)/N·M from every
+// rank; but the whole buffer passes through one rank per node (Torus
+// spreads it over all of them). Blocks change no total: the ring of each
+// block sends 2(K-1)/K of the block (to within a chunk's rounding).
 //
 // Exactness: the local root's Reduce combines its node's inputs in a
 // fixed order; the inter-node AllReduce ends identical on every root;
@@ -46,31 +54,46 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 	if err != nil {
 		return err
 	}
-	op := sumFor(c.op)
-	if hy.intra != nil {
-		reduce := call{kind: KindReduce, dt: c.dt, op: op, root: 0, count: c.count, buf: c.buf}
-		if err := runPhase(ctx, "hierarchical: intra-node reduce", hy.intra, &reduce); err != nil {
-			return err
-		}
+	blocks := g.pipelineBlocks(hy, len(c.buf))
+	op, es := sumFor(c.op), c.dt.Size()
+	block := func(b int) (int, []byte) {
+		lo, hi := ChunkBounds(c.count, blocks, b)
+		return hi - lo, c.buf[lo*es : hi*es]
 	}
-	if hy.local == 0 {
-		if hy.nodes() > 1 {
-			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: c.count, buf: c.buf}
-			if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0, 1), &all); err != nil {
-				return err
+	return g.runBlocks(ctx, hy, blocks, stages{
+		in: func(ctx context.Context, b int) error {
+			if hy.intra == nil {
+				return nil
 			}
-		}
-		if c.op == Avg {
-			g.divide(c.dt, c.buf, g.size)
-		}
-	}
-	if hy.intra != nil {
-		bcast := call{kind: KindBroadcast, dt: c.dt, root: 0, count: c.count, buf: c.buf}
-		if err := runPhase(ctx, "hierarchical: intra-node broadcast", hy.intra, &bcast); err != nil {
-			return err
-		}
-	}
-	return nil
+			n, buf := block(b)
+			reduce := call{kind: KindReduce, dt: c.dt, op: op, root: 0, count: n, buf: buf}
+			return runPhase(ctx, "hierarchical: intra-node reduce", hy.intra, &reduce)
+		},
+		across: func(ctx context.Context, b int) error {
+			if hy.local != 0 {
+				return nil
+			}
+			n, buf := block(b)
+			if hy.nodes() > 1 {
+				all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: n, buf: buf}
+				if err := runPhase(ctx, "hierarchical: inter-node all-reduce", hy.interGroup(g, 0, 1), &all); err != nil {
+					return err
+				}
+			}
+			if c.op == Avg {
+				g.divide(c.dt, buf, g.size)
+			}
+			return nil
+		},
+		out: func(ctx context.Context, b int) error {
+			if hy.intra == nil {
+				return nil
+			}
+			n, buf := block(b)
+			bcast := call{kind: KindBroadcast, dt: c.dt, root: 0, count: n, buf: buf}
+			return runPhase(ctx, "hierarchical: intra-node broadcast", hy.intra, &bcast)
+		},
+	})
 }
 
 // hierarchicalCost is the 2D ring's predicted time: the agreement step,

@@ -11,8 +11,14 @@ import (
 // Torus all-reduce, the 2D torus: every rank of a node carries a part of
 // the buffer between nodes, all at once. With the vocabulary of
 // hierarchy.go (N ranks on K nodes of L_k ranks, L the largest; M bytes),
-// the buffer is split into L chunks (ChunkBounds(count, L, s)), chunk s
-// going with slot s:
+// the buffer is cut, on several nodes, into B = min(8, ⌊M/4 MiB⌋) blocks,
+// at least 1 (ChunkBounds(count, B, b); pipeline.go), and each block into
+// L chunks (ChunkBounds(block, L, s)), chunk s going with slot s. Steps
+// 2-4 run per block: over a transport that carries a host's messages and
+// the others' on separate endpoints (package mixed) block b's step 3 runs
+// while block b+1's step 2 and block b-1's step 4 do; elsewhere the
+// blocks run one after the other. The steps and bytes below are per
+// block (M its bytes):
 //
 //  1. agreement step on the group (agree.go);
 //  2. intra-node ReduceScatter (the ring, ReduceScatterV's layout): each
@@ -50,50 +56,99 @@ func (g *Group) torusAllReduce(ctx context.Context, h transport.Header, c *call)
 	if err != nil {
 		return err
 	}
-	op, es := sumFor(c.op), c.dt.Size()
-	// chunkRange is the element range of slots [a, b).
-	chunkRange := func(a, b int) Chunk {
-		lo, _ := ChunkBounds(c.count, hy.slots, a)
-		_, hi := ChunkBounds(c.count, hy.slots, b-1)
-		return Chunk{lo, hi}
+	blocks := g.pipelineBlocks(hy, len(c.buf))
+	t := torusRun{g: g, hy: hy, c: c, op: sumFor(c.op), es: c.dt.Size(), blocks: blocks}
+	return g.runBlocks(ctx, hy, blocks, stages{in: t.reduceScatter, across: t.interNode, out: t.allGather})
+}
+
+// torusRun is one Torus all-reduce: its buffer cut into blocks
+// (pipeline.go), each block into L chunks by slot.
+type torusRun struct {
+	g      *Group
+	hy     *hierarchy
+	c      *call
+	op     ReduceOp
+	es     int // element size
+	blocks int
+}
+
+// block is the element range of block b.
+func (t *torusRun) block(b int) Chunk {
+	lo, hi := ChunkBounds(t.c.count, t.blocks, b)
+	return Chunk{lo, hi}
+}
+
+// chunkRange is the element range, within block b, of slots [a, e).
+func (t *torusRun) chunkRange(b, a, e int) Chunk {
+	n := t.block(b).Len()
+	lo, _ := ChunkBounds(n, t.hy.slots, a)
+	_, hi := ChunkBounds(n, t.hy.slots, e-1)
+	return Chunk{lo, hi}
+}
+
+// layout is each local rank's chunks of block b, for the intra-node
+// phases.
+func (t *torusRun) layout(b int) []Chunk {
+	out := make([]Chunk, t.hy.localSize())
+	for l := range out {
+		a, e := ChunkBounds(t.hy.slots, len(out), l)
+		out[l] = t.chunkRange(b, a, e)
 	}
-	slo, shi := hy.mySlots()
-	mine := chunkRange(slo, shi)
-	var layout []Chunk // each local rank's chunks, for the intra-node phases
-	if hy.intra != nil {
-		layout = make([]Chunk, hy.localSize())
-		for l := range layout {
-			layout[l] = chunkRange(ChunkBounds(hy.slots, len(layout), l))
-		}
-		rs := call{kind: KindReduceScatter, dt: c.dt, op: op, root: -1, count: c.count,
-			buf: c.buf[mine.Lo*es : mine.Hi*es], src: c.buf, layout: layout}
-		if err := runPhase(ctx, "torus: intra-node reduce-scatter", hy.intra, &rs); err != nil {
-			return err
-		}
+	return out
+}
+
+// bytes is block b's bytes, and this rank's chunks of it.
+func (t *torusRun) bytes(b int) (block, mine []byte) {
+	bl := t.block(b)
+	block = t.c.buf[bl.Lo*t.es : bl.Hi*t.es]
+	a, e := t.hy.mySlots()
+	m := t.chunkRange(b, a, e)
+	return block, block[m.Lo*t.es : m.Hi*t.es]
+}
+
+// reduceScatter is step 2 on block b.
+func (t *torusRun) reduceScatter(ctx context.Context, b int) error {
+	if t.hy.intra == nil {
+		return nil
 	}
-	if hy.nodes() > 1 {
+	block, mine := t.bytes(b)
+	rs := call{kind: KindReduceScatter, dt: t.c.dt, op: t.op, root: -1, count: t.block(b).Len(),
+		buf: mine, src: block, layout: t.layout(b)}
+	return runPhase(ctx, "torus: intra-node reduce-scatter", t.hy.intra, &rs)
+}
+
+// interNode is step 3 on block b, and Avg's division of this rank's
+// chunks.
+func (t *torusRun) interNode(ctx context.Context, b int) error {
+	block, mine := t.bytes(b)
+	if t.hy.nodes() > 1 {
+		slo, shi := t.hy.mySlots()
 		for s := slo; s < shi; s++ {
-			ch := chunkRange(s, s+1)
+			ch := t.chunkRange(b, s, s+1)
 			if ch.Len() == 0 {
 				continue // every holder sees the same empty chunk
 			}
-			all := call{kind: KindAllReduce, dt: c.dt, op: op, root: -1, count: ch.Len(), buf: c.buf[ch.Lo*es : ch.Hi*es]}
-			if err := runPhase(ctx, "torus: inter-node all-reduce", hy.interGroup(g, s, hy.slots), &all); err != nil {
+			all := call{kind: KindAllReduce, dt: t.c.dt, op: t.op, root: -1, count: ch.Len(), buf: block[ch.Lo*t.es : ch.Hi*t.es]}
+			if err := runPhase(ctx, "torus: inter-node all-reduce", t.hy.interGroup(t.g, s, t.hy.slots), &all); err != nil {
 				return err
 			}
 		}
 	}
-	if c.op == Avg {
-		g.divide(c.dt, c.buf[mine.Lo*es:mine.Hi*es], g.size)
-	}
-	if hy.intra != nil {
-		ag := call{kind: KindAllGather, dt: c.dt, root: -1, count: c.count,
-			buf: c.buf, src: c.buf[mine.Lo*es : mine.Hi*es], layout: layout}
-		if err := runPhase(ctx, "torus: intra-node all-gather", hy.intra, &ag); err != nil {
-			return err
-		}
+	if t.c.op == Avg {
+		t.g.divide(t.c.dt, mine, t.g.size)
 	}
 	return nil
+}
+
+// allGather is step 4 on block b.
+func (t *torusRun) allGather(ctx context.Context, b int) error {
+	if t.hy.intra == nil {
+		return nil
+	}
+	block, mine := t.bytes(b)
+	ag := call{kind: KindAllGather, dt: t.c.dt, root: -1, count: t.block(b).Len(),
+		buf: block, src: mine, layout: t.layout(b)}
+	return runPhase(ctx, "torus: intra-node all-gather", t.hy.intra, &ag)
 }
 
 // torusWork is the work (cost.Work) of a node of L ranks: its ring

@@ -98,6 +98,18 @@ func (c *Conn) Members() []int { return c.members }
 // World is the endpoint of every rank (tcp).
 func (c *Conn) World() Endpoint { return c.world }
 
+// LocalEndpointMembers lists the world ranks whose messages go through
+// the local endpoint, apart from the world endpoint's: this host's ranks,
+// nil when this rank is alone on its host. The two endpoints run one call
+// each at once (package allreduce pipelines its topology-aware
+// algorithms' intra-host and inter-host stages on them).
+func (c *Conn) LocalEndpointMembers() []int {
+	if c.local == nil {
+		return nil
+	}
+	return c.members
+}
+
 // Local is the endpoint of this host's ranks (shm), nil when this rank
 // is alone on its host.
 func (c *Conn) Local() Endpoint { return c.local }

@@ -127,6 +127,15 @@ func (c *Conn) WireProtection() tcp.WireProtection {
 	return tcp.WireNone
 }
 
+// LocalEndpointMembers is a mixed endpoint's (package allreduce pipelines
+// over its two endpoints); nil for the others.
+func (c *Conn) LocalEndpointMembers() []int {
+	if mc, ok := c.Endpoint.(*mixed.Conn); ok {
+		return mc.LocalEndpointMembers()
+	}
+	return nil
+}
+
 // Close closes the endpoint (peers see this rank leave), then the store.
 func (c *Conn) Close() error {
 	err := c.Endpoint.Close()
