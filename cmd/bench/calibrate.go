@@ -24,7 +24,8 @@ import (
 //     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
 //     in up to three regimes (calibrate.FitLink: large messages, the
 //     cache regime, the small-message regime); Intra = Inter = that link
-//     (one host);
+//     (one host); across nodes each link timed alone instead
+//     (calibrateLinks, linkcalib.go), NICs too;
 //  2. γ: the same exchange with a reducing sink at the large sizes, the
 //     extra time per byte (calibrate.FitGamma);
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
@@ -34,7 +35,8 @@ import (
 //  4. the model refitted to those measurements
 //     (calibrate.RefitWithCores): the rates, the regimes' sizes and Ports
 //     (how a rank's sends to several peers overlap, which only the
-//     algorithms' times show); the profile's model.
+//     algorithms' times show); the profile's model (across nodes, the
+//     links as timed: the refit fits one link for both; refitModel).
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
 // and writes the profile. The groups keep cost.DefaultModel (only
