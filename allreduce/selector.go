@@ -103,9 +103,13 @@ func PredictAlgorithm(m cost.Model, s cost.Shape, a Algorithm, bytes int) (secon
 	return sp.predict(m, s, float64(max(bytes, 0))), true
 }
 
-// Choose is Auto's pick for an AllReduce of the given bytes on a group of
-// shape s under model m: the algorithm of least predicted time that can
-// run there. On a tie (within a relative 1e-9: the formulas add the same
+// Choose is what Auto runs for an AllReduce of the given bytes on a group
+// of shape s under model m: the algorithm of least predicted time that
+// can run there, at the lower end of the bytes' size class (a power of
+// two, sizeClass: a group chooses once per class and caches it), so that
+// every caller that names Auto's pick (cmd/bench -explain, the
+// compositions' formulas, the calibration's checks) names the algorithm
+// a group runs (decideRow, which the group's pick calls too). On a tie (within a relative 1e-9: the formulas add the same
 // terms in different orders) the one with fewer latency steps wins (its
 // time with only α, messages whole: latencySteps), then the earlier in
 // table order. Ties are real: with every message in pieces of one size,
@@ -121,7 +125,16 @@ func PredictAlgorithm(m cost.Model, s cost.Shape, a Algorithm, bytes int) (secon
 // shorter schedule, the one whose time without the bound is less, and
 // only then to fewer latency steps.
 func Choose(m cost.Model, s cost.Shape, bytes int) Algorithm {
-	return Algorithm(chooseRow(m, s, KindAllReduce, bytes))
+	return Algorithm(decideRow(m, s, KindAllReduce, bytes))
+}
+
+// decideRow is the one decision of which row of collective k Auto runs
+// for a call of the given bytes on shape s under m: chooseRow at the
+// lower end of the bytes' size class. Group.pick, pickOn, Choose and the
+// compositions' prices of their sub-groups all go through it, so what is
+// explained is what runs.
+func decideRow(m cost.Model, s cost.Shape, k Kind, bytes int) uint8 {
+	return chooseRow(m, s, k, classBytes(sizeClass(max(bytes, 0))))
 }
 
 // chooseRow is Auto's pick among the rows of collective k for a call of
@@ -197,7 +210,7 @@ func bestCost(m cost.Model, s cost.Shape, k Kind, b float64) float64 {
 	if s.Ranks <= 1 {
 		return 0
 	}
-	sp, _ := scheduleOf(k, chooseRow(m, s, k, int(b)))
+	sp, _ := scheduleOf(k, decideRow(m, s, k, int(b)))
 	return sp.predict(m, s, b)
 }
 
@@ -207,9 +220,14 @@ func bestWork(m cost.Model, s cost.Shape, k Kind, b float64) float64 {
 	if s.Ranks <= 1 {
 		return 0
 	}
-	sp, _ := scheduleOf(k, chooseRow(m, s, k, int(b)))
+	sp, _ := scheduleOf(k, decideRow(m, s, k, int(b)))
 	return sp.work(m, s, b)
 }
+
+// ChoiceBytes is the size Auto chooses a call of the given bytes at (the
+// lower end of its power-of-two size class, sizeClass): Choose(m, s,
+// bytes) is the least predicted time at ChoiceBytes(bytes).
+func ChoiceBytes(bytes int) int { return classBytes(sizeClass(max(bytes, 0))) }
 
 // sizeClass is the index of Auto's cache entry for a call of b bytes:
 // classes are powers of two, [2^(k-1), 2^k) for k ≥ 1 and 0 for 0 bytes,
@@ -264,7 +282,7 @@ func (g *Group) pick(ctx context.Context, k Kind, bytes int) (uint8, error) {
 		return a, nil
 	}
 	class := sizeClass(bytes)
-	if a := g.picks[k][class]; a != 0 {
+	if a := g.picked(k, class); a != 0 {
 		return a, nil
 	}
 	s := g.knownShape()
@@ -274,18 +292,32 @@ func (g *Group) pick(ctx context.Context, k Kind, bytes int) (uint8, error) {
 			return 0, err
 		}
 	}
-	a := g.choose(k, s, classBytes(class))
+	a := g.choose(k, s, bytes)
+	g.seq.mu.Lock()
 	g.picks[k][class] = a
+	g.seq.mu.Unlock()
 	return a, nil
 }
 
-// pickOn is pick without the cache, on shape s: what AlgorithmFor and
-// RootedScheduleFor answer.
+// picked is the group's record of the row Auto ran for collective k's
+// size class (0: none yet).
+func (g *Group) picked(k Kind, class int) uint8 {
+	g.seq.mu.Lock()
+	defer g.seq.mu.Unlock()
+	return g.picks[k][class]
+}
+
+// pickOn is what AlgorithmFor and RootedScheduleFor answer: the row
+// asked for, else the group's record of what Auto ran for the size class
+// (picked), else decideRow on shape s, what pick will run there.
 func (g *Group) pickOn(k Kind, bytes int, s cost.Shape) uint8 {
 	if a, ok := g.pickFixed(k, bytes); ok {
 		return a
 	}
-	return chooseRow(g.model, s, k, classBytes(sizeClass(bytes)))
+	if a := g.picked(k, sizeClass(bytes)); a != 0 {
+		return a
+	}
+	return decideRow(g.model, s, k, bytes)
 }
 
 // pickFixed is the row asked for where it runs on the group's size, or
@@ -334,18 +366,20 @@ type choiceKey struct {
 	bytes int
 }
 
-// choose is chooseRow for this group's model, worked out once for all
+// choose is decideRow for this group's model, worked out once for all
 // the ranks of a process where the transport shares a memo (on the
 // simulator's 1024 ranks Tree's formula alone is slow at large sizes).
 func (g *Group) choose(k Kind, s cost.Shape, bytes int) uint8 {
 	if ms, ok := g.rootConn().(memoSharer); ok {
-		return ms.SharedMemo().Do(choiceKey{g.model, s, k, bytes}, func() any { return chooseRow(g.model, s, k, bytes) }).(uint8)
+		key := choiceKey{g.model, s, k, classBytes(sizeClass(max(bytes, 0)))}
+		return ms.SharedMemo().Do(key, func() any { return decideRow(g.model, s, k, bytes) }).(uint8)
 	}
-	return chooseRow(g.model, s, k, bytes)
+	return decideRow(g.model, s, k, bytes)
 }
 
 // AlgorithmFor is the AllReduce algorithm a call of the given bytes runs:
-// the one asked for, or Auto's choice for its size class. Before Auto's
+// the one asked for, or Auto's choice for its size class (the one it
+// ran, once a call of the class has run). Before Auto's
 // first call has learnt the topology of a group whose ranks know their
 // nodes, it answers for the ranks on one node.
 func (g *Group) AlgorithmFor(bytes int) Algorithm {

@@ -59,19 +59,29 @@ type Exchange struct {
 	Gamma       float64 // the fitted γ (FitGamma), seconds per byte
 	Kernel      float64 // the reduce kernel alone, seconds per byte
 	KernelBytes int     // the size the kernel was timed at
+
+	// Ring says which ranks exchanged, Role which of the model's links
+	// the fit is: both empty for one host's ring of every rank (the
+	// model's intra and inter link alike); across nodes, the ring within
+	// the nodes ("intra") or between them ("inter"), each fitted alone.
+	Ring, Role string
 }
 
 // WriteExchange reports the ring exchange, the fitted link and γ.
 func WriteExchange(w io.Writer, e Exchange) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# ringddp bench -calibrate: transport %s, ranks %d\n", e.Transport, e.Ranks)
-	fmt.Fprintf(&b, "# ring exchange, every rank at once (send right, receive left): time per step, median of %d rounds (after %d untimed)\n", e.Iters, e.Warmup)
+	ring := e.Ring
+	if ring == "" {
+		ring = "every rank at once"
+		fmt.Fprintf(&b, "# ringddp bench -calibrate: transport %s, ranks %d\n", e.Transport, e.Ranks)
+	}
+	fmt.Fprintf(&b, "# ring exchange, %s (send right, receive left): time per step, median of %d rounds (after %d untimed)\n", ring, e.Iters, e.Warmup)
 	fmt.Fprintf(&b, "#%12s %12s %12s %12s\n#%12s %12s %12s %12s\n", "size", "copy", "fit", "reduce", "(B)", "(us)", "(us)", "(us)")
 	l := e.Fit.Link
 	for i, n := range e.Sizes {
 		red := "-"
 		for j, m := range e.Large {
-			if m == n {
+			if m == n && j < len(e.Reduced) {
 				red = fmt.Sprintf("%.2f", e.Reduced[j]*1e6)
 			}
 		}
@@ -96,9 +106,15 @@ func WriteExchange(w io.Writer, e Exchange) error {
 		fmt.Fprintf(&b, "# small-message regime: messages up to %s move at %.4g ns/B (%s): median of (time - alpha) / size over %s\n",
 			bytesize.Format(l.SmallBytes), l.SmallBeta*1e9, RateText(l.SmallBeta), sizeRange(e.Fit.SmallSizes))
 	}
-	fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
-		e.Gamma*1e9, RateText(e.Gamma), sizeRange(e.Large), bytesize.Format(e.KernelBytes), e.Kernel*1e9, RateText(e.Kernel))
-	b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
+	if len(e.Reduced) > 0 {
+		fmt.Fprintf(&b, "# gamma = %.4g ns/B (%s): median extra time per byte of the reducing steps over %s (the kernel alone, float32 sum of %s: %.4g ns/B, %s)\n",
+			e.Gamma*1e9, RateText(e.Gamma), sizeRange(e.Large), bytesize.Format(e.KernelBytes), e.Kernel*1e9, RateText(e.Kernel))
+	}
+	if e.Role == "" {
+		b.WriteString("# model: intra = inter = the link above (one host)\n#\n")
+	} else {
+		fmt.Fprintf(&b, "# model: %s = the link above\n#\n", e.Role)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -112,3 +112,56 @@ func TestProfileRoundTrip(t *testing.T) {
 		t.Error("a negative time read as a profile")
 	}
 }
+
+// A two-link profile (version 2: timed across nodes) reads back with its
+// links and how each was measured.
+func TestTwoLinkProfileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bed.json")
+	want := cost.Profile{Transport: "auto", Ranks: 6, Nodes: 3, LocalSize: 2, IntraTransport: "shm", InterTransport: "tcp",
+		Model: cost.Model{
+			Intra: cost.Link{Alpha: 3e-6, Beta: 1 / 2e9, SmallBeta: 1 / 5e9, SmallBytes: 512 << 10},
+			Inter: cost.Link{Alpha: 60e-6, Beta: 1 / 0.117e9},
+			Gamma: 1 / 8e9, Ports: 2, Segment: 256 << 10, NICs: 1,
+		}}
+	if err := cost.WriteProfile(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cost.ReadProfile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Version = cost.ProfileVersion
+	if got.Model != want.Model || got.Nodes != 3 || got.LocalSize != 2 || got.IntraTransport != "shm" || got.InterTransport != "tcp" || got.Version != 2 {
+		t.Fatalf("read back %+v, wrote %+v", got, want)
+	}
+}
+
+// Profiles of version 1 (one host, written before the links were told
+// apart) still load, as one host's: Nodes 1, Intra = Inter over their
+// transport; a newer version, or none, is refused naming the version.
+func TestProfileVersions(t *testing.T) {
+	for _, name := range []string{"tcp-4.json", "shm-4.json", "inproc-4.json"} {
+		p, err := cost.ReadProfile(filepath.Join("..", "testdata", "profiles", name), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p.Version != 1 || p.Nodes != 1 || p.LocalSize != p.Ranks || p.IntraTransport != p.Transport || p.InterTransport != "" || p.Model.Intra != p.Model.Inter {
+			t.Errorf("%s: read as %+v", name, p)
+		}
+	}
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		`{"version": 3, "model": {}}`:             "version 3, this build reads versions 1 to 2",
+		`{"model": {}}`:                           "no version",
+		`{"version": 2, "nodes": 2, "model": {}}`: "inter-node link's transport",
+	} {
+		path := filepath.Join(dir, "p.json")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := cost.ReadProfile(path, nil)
+		if !errors.Is(err, cost.ErrInvalid) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: ReadProfile = %v, want an error naming the file and %q", body, err, want)
+		}
+	}
+}

@@ -11,6 +11,15 @@ import (
 // Profile is a calibrated cost model as `cmd/bench -calibrate` writes it:
 // the model, where it was measured, and the measurements it came from, so
 // that a choice made by it can be checked against what was measured.
+//
+// Version 2 says how each of the model's links was measured: Nodes and
+// LocalSize, the layout the calibration ran on, and IntraTransport and
+// InterTransport, what the links within a node and between nodes were
+// timed over ("shm", "tcp", "inproc"). Across nodes (Nodes > 1) each
+// link is timed alone and the model's Intra and Inter differ; on one host
+// (Nodes 1, InterTransport empty) Inter is Intra, as nothing between
+// hosts was measured. A version 1 profile (one host, before the fields
+// existed) reads as Nodes 1 with Intra = Inter over Transport.
 type Profile struct {
 	Version   int    `json:"version"`
 	Transport string `json:"transport"`
@@ -18,6 +27,12 @@ type Profile struct {
 	Host      string `json:"host,omitempty"`
 	Created   string `json:"created,omitempty"`
 	Model     Model  `json:"model"`
+
+	Nodes          int    `json:"nodes,omitempty"`
+	LocalSize      int    `json:"local_size,omitempty"`
+	IntraTransport string `json:"intra_transport,omitempty"`
+	InterTransport string `json:"inter_transport,omitempty"`
+
 	// Measurements are timed AllReduce calls of each algorithm on Ranks
 	// ranks of Transport, by size, and Broadcast and Reduce calls under
 	// each schedule (cmd/bench -calibrate takes them after fitting the
@@ -38,9 +53,9 @@ type Measurement struct {
 	MinSeconds float64 `json:"min_seconds,omitempty"`
 }
 
-// ProfileVersion is the version of the profile format this package reads
-// and writes.
-const ProfileVersion = 1
+// ProfileVersion is the version of the profile format this package
+// writes; it reads it and every earlier one (from 1).
+const ProfileVersion = 2
 
 // ProfileEnv is the environment variable that names a profile file for
 // commands built on this package (cmd/bench -profile, cmd/train).
@@ -59,11 +74,19 @@ func ReadProfile(path string, known func(Measurement) error) (Profile, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return Profile{}, fmt.Errorf("cost profile %s: not a profile: %w", path, err)
 	}
-	if p.Version != ProfileVersion {
-		return Profile{}, fmt.Errorf("cost profile %s: version %d, this build reads version %d", path, p.Version, ProfileVersion)
+	switch {
+	case p.Version < 1:
+		return Profile{}, fmt.Errorf("%w: cost profile %s: no version (want 1 to %d): not a profile cmd/bench -calibrate wrote", ErrInvalid, path, ProfileVersion)
+	case p.Version > ProfileVersion:
+		return Profile{}, fmt.Errorf("%w: cost profile %s: version %d, this build reads versions 1 to %d (written by a newer ringddp: calibrate again with this build's cmd/bench -calibrate)", ErrInvalid, path, p.Version, ProfileVersion)
+	case p.Version == 1:
+		p.Nodes, p.LocalSize, p.IntraTransport, p.InterTransport = 1, p.Ranks, p.Transport, ""
 	}
 	if err := p.Model.Validate(); err != nil {
 		return Profile{}, fmt.Errorf("cost profile %s: %w", path, err)
+	}
+	if p.Nodes < 0 || p.LocalSize < 0 || p.Nodes > 1 && p.InterTransport == "" {
+		return Profile{}, fmt.Errorf("%w: cost profile %s: %d nodes of %d ranks, inter-node link over %q: want nodes and local_size ≥ 0, and the inter-node link's transport across nodes", ErrInvalid, path, p.Nodes, p.LocalSize, p.InterTransport)
 	}
 	for _, m := range p.Measurements {
 		if known != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // calibrate is -calibrate FILE: it measures this machine's cost model
@@ -22,7 +24,8 @@ import (
 //     transport's own endpoints (ringExchange), 8 B to -calib-max, fitted
 //     in up to three regimes (calibrate.FitLink: large messages, the
 //     cache regime, the small-message regime); Intra = Inter = that link
-//     (one host);
+//     (one host); across nodes each link timed alone instead
+//     (calibrateLinks, linkcalib.go), NICs too;
 //  2. γ: the same exchange with a reducing sink at the large sizes, the
 //     extra time per byte (calibrate.FitGamma);
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
@@ -32,7 +35,8 @@ import (
 //  4. the model refitted to those measurements
 //     (calibrate.RefitWithCores): the rates, the regimes' sizes and Ports
 //     (how a rank's sends to several peers overlap, which only the
-//     algorithms' times show); the profile's model.
+//     algorithms' times show); the profile's model (across nodes, the
+//     links as timed: the refit fits one link for both; refitModel).
 //
 // Over tcp every rank process runs it and rank 0's process fits, prints
 // and writes the profile. The groups keep cost.DefaultModel (only
@@ -43,39 +47,20 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 	if err != nil {
 		return err
 	}
-	sizes := calibrate.PingSizes(cfg.calibMax)
-	perStep, err := ringExchange(ctx, cfg, f.conns, sizes, false)
-	var reduced []float64
-	large := calibrate.LargeSizes(sizes)
-	if err == nil && len(large) > 0 {
-		reduced, err = ringExchange(ctx, cfg, f.conns, large, true)
+	shape := plannedShape(cfg)
+	var m *cost.Model
+	if shape.Nodes > 1 {
+		m, err = calibrateLinks(ctx, cfg, f.conns, shape, w)
+	} else {
+		m, err = calibrateOneLink(ctx, cfg, f.conns, w)
 	}
 	f.closeConns()
 	if err != nil {
-		return fmt.Errorf("-calibrate: ring exchange among the %d ranks: %w", cfg.ranks, err)
+		return err
 	}
-	holds0 := perStep != nil
+	holds0 := m != nil
 	if holds0 {
-		fit := calibrate.FitLink(sizes, perStep)
-		kernel, gbytes, err := measureGamma(cfg)
-		if err != nil {
-			return fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
-		}
-		gamma := calibrate.FitGamma(sizes, perStep, large, reduced, kernel)
-		// Segment is the transport's, not fitted: the groups timed
-		// below run with it (they keep the default model).
-		// Cores is the host's (or -cores), not fitted: the refit tries it
-		// and no cores bound (calibrate.RefitWithCores, cost.Work).
-		m := cost.Model{Intra: fit.Link, Inter: fit.Link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
-		if err := m.Validate(); err != nil {
-			return fmt.Errorf("-calibrate: the fitted model: %w", err)
-		}
-		cfg.model, cfg.modelFrom = &m, "fitted above"
-		e := calibrate.Exchange{Transport: cfg.transport, Ranks: cfg.ranks, Iters: cfg.iters, Warmup: cfg.warmup,
-			Sizes: sizes, PerStep: perStep, Fit: fit, Large: large, Reduced: reduced, Gamma: gamma, Kernel: kernel, KernelBytes: gbytes}
-		if err := calibrate.WriteExchange(w, e); err != nil {
-			return fmt.Errorf("writing the report: %w", err)
-		}
+		cfg.model, cfg.modelFrom = m, "fitted above"
 	}
 
 	algos := cfg.algos
@@ -96,22 +81,16 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 		return nil
 	}
 	timings := calibTimings(p.rows)
-	samples := calibrate.Samples(timings)
-	refit, before, after, coresNote := calibrate.RefitWithCores(*cfg.model, samples)
-	refit, after, choiceNote := calibrate.RefitForChoices(refit, after, samples)
 	if err := calibrate.WriteAccuracy(w, timings); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	if _, err := io.WriteString(w, coresNote+choiceNote); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if err := calibrate.PrintRefit(w, before, after, refit, samples); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if err := calibrate.PrintAutoPicks(w, calibrate.AutoPicks(refit, samples)); err != nil {
+	refit, err := refitModel(cfg, w, shape, calibrate.Samples(timings))
+	if err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	prof := cost.Profile{Transport: cfg.transport, Ranks: cfg.ranks, Created: time.Now().UTC().Format(time.RFC3339), Model: refit}
+	prof.Nodes, prof.LocalSize = shape.Nodes, shape.LocalSize
+	prof.IntraTransport, prof.InterTransport = linkTransports(cfg.transport, shape.Nodes)
 	prof.Host, _ = os.Hostname()
 	for _, r := range append(slices.Clone(p.rows), rooted...) {
 		m := cost.Measurement{Algorithm: r.Algo, Bytes: r.Bytes, Seconds: r.TimeUS * 1e-6, MinSeconds: r.minUS * 1e-6}
@@ -126,6 +105,109 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 	_, err = fmt.Fprintf(w, "# profile written to %s (%d measurements): use it with -profile %s or %s=%s\n",
 		cfg.calibrate, len(prof.Measurements), cfg.calibrate, cost.ProfileEnv, cfg.calibrate)
 	return err
+}
+
+// calibrateOneLink is steps 1 and 2 on one host: the ring exchange of
+// every rank, fitted as both links, and γ; nil outside rank 0's process.
+func calibrateOneLink(ctx context.Context, cfg *config, conns []transport.Conn, w io.Writer) (*cost.Model, error) {
+	sizes := calibrate.PingSizes(cfg.calibMax)
+	perStep, err := ringExchange(ctx, cfg, conns, sizes, false, allRanks)
+	var reduced []float64
+	large := calibrate.LargeSizes(sizes)
+	if err == nil && len(large) > 0 {
+		reduced, err = ringExchange(ctx, cfg, conns, large, true, allRanks)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-calibrate: ring exchange among the %d ranks: %w", cfg.ranks, err)
+	}
+	if perStep == nil {
+		return nil, nil
+	}
+	fit := calibrate.FitLink(sizes, perStep)
+	kernel, gbytes, err := measureGamma(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
+	}
+	gamma := calibrate.FitGamma(sizes, perStep, large, reduced, kernel)
+	// Segment is the transport's, not fitted: the groups timed
+	// below run with it (they keep the default model).
+	// Cores is the host's (or -cores), not fitted: the refit tries it
+	// and no cores bound (calibrate.RefitWithCores, cost.Work).
+	m := cost.Model{Intra: fit.Link, Inter: fit.Link, Gamma: gamma, Segment: defaultModel(cfg.transport).Segment, Cores: cfg.calibCores}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("-calibrate: the fitted model: %w", err)
+	}
+	e := calibrate.Exchange{Transport: cfg.transport, Ranks: cfg.ranks, Iters: cfg.iters, Warmup: cfg.warmup,
+		Sizes: sizes, PerStep: perStep, Fit: fit, Large: large, Reduced: reduced, Gamma: gamma, Kernel: kernel, KernelBytes: gbytes}
+	if err := calibrate.WriteExchange(w, e); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	return &m, nil
+}
+
+// calibrateLinks is steps 1 and 2 across the nodes of s: each link timed
+// alone (measureLinks) and fitted (fitTwoLinks); nil outside rank 0's
+// process.
+func calibrateLinks(ctx context.Context, cfg *config, conns []transport.Conn, s cost.Shape, w io.Writer) (*cost.Model, error) {
+	sizes := calibrate.PingSizes(cfg.calibMax)
+	large := calibrate.LargeSizes(sizes)
+	t, err := measureLinks(ctx, cfg, conns, s, sizes, large)
+	if err != nil {
+		return nil, fmt.Errorf("-calibrate: %w", err)
+	}
+	if t.inter == nil {
+		return nil, nil
+	}
+	kernel, gbytes, err := measureGamma(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("-calibrate: timing the reduce kernel: %w", err)
+	}
+	m, err := fitTwoLinks(cfg, w, s, sizes, large, t, kernel, gbytes)
+	if err != nil {
+		return nil, fmt.Errorf("-calibrate: %w", err)
+	}
+	return &m, nil
+}
+
+// refitModel is step 4: on one host, the model refitted to the
+// algorithms' times (calibrate.RefitWithCores, RefitForChoices), with its
+// report; across nodes the model of the links as fitted (the refit fits
+// one link for both). Either way, Auto's picks against the measured
+// fastest.
+func refitModel(cfg *config, w io.Writer, s cost.Shape, samples []calibrate.Sample) (cost.Model, error) {
+	m := *cfg.model
+	if s.Nodes > 1 {
+		if _, err := fmt.Fprintf(w, "# model written: the links as timed alone (%d nodes; the refit to the algorithms' times fits one link for both, so it is not run)\n", s.Nodes); err != nil {
+			return m, err
+		}
+	} else {
+		refit, before, after, coresNote := calibrate.RefitWithCores(m, samples)
+		refit, after, choiceNote := calibrate.RefitForChoices(refit, after, samples)
+		if _, err := io.WriteString(w, coresNote+choiceNote); err != nil {
+			return m, err
+		}
+		if err := calibrate.PrintRefit(w, before, after, refit, samples); err != nil {
+			return m, err
+		}
+		m = refit
+	}
+	return m, calibrate.PrintAutoPicks(w, calibrate.AutoPicks(m, samples))
+}
+
+// linkTransports names the transports the profile's links were timed
+// over: within a node, shared memory under -transport auto, else the
+// transport itself; between nodes (several nodes only), tcp under
+// -transport auto, else the transport itself (in process, nodes that
+// -local-size simulates).
+func linkTransports(tr string, nodes int) (intra, inter string) {
+	intra, inter = tr, tr
+	if tr == launch.Auto {
+		intra, inter = "shm", "tcp"
+	}
+	if nodes <= 1 {
+		inter = ""
+	}
+	return intra, inter
 }
 
 // sweepRounds times every one of order (all-reduce algorithms, or

@@ -19,13 +19,20 @@ type explanation struct {
 	Bytes       int                `json:"bytes"`
 	PredictedUS map[string]float64 `json:"predicted_us"`
 	Pick        string             `json:"pick"`
+	// ChosenAt is the size the pick was chosen at: a group chooses once
+	// per power-of-two size class, at its lower end
+	// (allreduce.ChoiceBytes), so that Pick is what a call of Bytes runs.
+	ChosenAt int `json:"chosen_at"`
 }
 
 // explain prints, for every size of the sweep, each all-reduce algorithm
 // that can run on the flags' shape (plannedShape) with its predicted time
 // under the run's model (the profile, the model flags, the simulator's
 // defaults, else cost.DefaultModel), and the algorithm Auto picks
-// (allreduce.Choose). It runs nothing.
+// (allreduce.Choose: the same decision a group's call makes, at the
+// lower end of the size's power-of-two class, so the pick is what runs;
+// the starred prediction is then the least at that size, not always at
+// this one). It runs nothing.
 func explain(cfg *config, w io.Writer) error {
 	if cfg.op.kind == allreduce.KindBroadcast || cfg.op.kind == allreduce.KindReduce {
 		return explainRooted(cfg, w) // checkModes refused the other collectives
@@ -44,7 +51,7 @@ func explain(cfg *config, w io.Writer) error {
 		preds := allreduce.Predict(m, shape, bytes)
 		pick := allreduce.Choose(m, shape, bytes)
 		if enc != nil {
-			e := explanation{Bytes: bytes, PredictedUS: map[string]float64{}, Pick: pick.String()}
+			e := explanation{Bytes: bytes, PredictedUS: map[string]float64{}, Pick: pick.String(), ChosenAt: allreduce.ChoiceBytes(bytes)}
 			for _, p := range preds {
 				e.PredictedUS[p.Algorithm.String()] = p.Seconds * 1e6
 			}
@@ -87,7 +94,8 @@ func explainHeader(cfg *config, w io.Writer, m cost.Model, from string, shape co
 	_, err := fmt.Fprintf(w,
 		"# ringddp bench -explain: allreduce of %s on %d ranks (%s; ranks share memory: %v), transport %s\n"+
 			"# model: %s (%s)\n"+
-			"# predicted time of every algorithm that can run (allreduce.Predict), * and pick: auto's choice (allreduce.Choose)\n"+
+			"# predicted time of every algorithm that can run (allreduce.Predict), * and pick: what auto runs (allreduce.Choose,\n"+
+			"#   chosen once per power-of-two size class at its lower end, as a group chooses)\n"+
 			"#\n%s\n%s\n",
 		cfg.dtype, shape.Ranks, topo, shape.PeerMemory, cfg.transport, describeModel(m), from, names.String(), units.String())
 	return err

@@ -20,7 +20,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
-var rowKeys = []string{"algbw_gbps", "algo", "busbw_gbps", "bytes", "count", "dtype", "op", "ranks", "time_us", "transport", "wrong"}
+var rowKeys = []string{"algbw_gbps", "algo", "busbw_gbps", "bytes", "count", "dtype", "op", "ran", "ranks", "time_us", "transport", "wrong"}
 
 func runBench(t *testing.T, args ...string) (string, error) {
 	t.Helper()

@@ -48,8 +48,8 @@ func modelFlagNames() []string {
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.profile, "profile", "", "cost-model profile (JSON, as -calibrate writes it) that Auto chooses by and -explain and the pred_us column predict with; default $"+cost.ProfileEnv+". -inter-gbps, -intra-gbps, -alpha-us, -intra-alpha-us and -gamma-gbps override its parameters")
-	fs.Float64Var(&f.interGbps, "inter-gbps", 0, fmt.Sprintf("bandwidth between nodes in gigabits per second (Gb/s, as NICs are sold; GB/s × 8); default the profile's, else %d with -transport sim", defaultInterGbps))
-	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
+	fs.Float64Var(&f.interGbps, "inter-gbps", 0, fmt.Sprintf("bandwidth between nodes in gigabits per second (Gb/s, as NICs are sold; GB/s × 8), for messages of every size (the link's regimes of smaller messages dropped); default the profile's, else %d with -transport sim", defaultInterGbps))
+	fs.Float64Var(&f.intraGbps, "intra-gbps", 0, fmt.Sprintf("bandwidth within a node in Gb/s, for messages of every size; default the profile's, else %d× -inter-gbps with -transport sim", intraOverInter))
 	fs.Float64Var(&f.alphaUS, "alpha-us", 0, fmt.Sprintf("latency per message between nodes in µs (the model's inter-node α); default the profile's, else %d with -transport sim", defaultInterAlphaUS))
 	fs.Float64Var(&f.intraAlphaUS, "intra-alpha-us", 0, fmt.Sprintf("latency per message within a node in µs; default the profile's, else %d with -transport sim", defaultIntraAlphaUS))
 	fs.IntVar(&f.ports, "ports", 0, "how many messages a rank can have on the wire at once, to distinct peers, while it goes on (cost.Model.Ports): 0, a send holds its rank; 1, one NIC sending by DMA; N-1, a connection per peer; default the profile's, else 0")
@@ -95,8 +95,8 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 		apply func(m *cost.Model, v float64)
 		rate  bool // a rate in Gb/s (> 0, inf allowed), else a latency in µs (≥ 0)
 	}{
-		{"inter-gbps", f.interGbps, func(m *cost.Model, v float64) { m.Inter.Beta = betaOfGbps(v) }, true},
-		{"intra-gbps", f.intraGbps, func(m *cost.Model, v float64) { m.Intra.Beta = betaOfGbps(v) }, true},
+		{"inter-gbps", f.interGbps, func(m *cost.Model, v float64) { m.Inter = atRate(m.Inter, v) }, true},
+		{"intra-gbps", f.intraGbps, func(m *cost.Model, v float64) { m.Intra = atRate(m.Intra, v) }, true},
 		{"alpha-us", f.alphaUS, func(m *cost.Model, v float64) { m.Inter.Alpha = v * 1e-6 }, false},
 		{"intra-alpha-us", f.intraAlphaUS, func(m *cost.Model, v float64) { m.Intra.Alpha = v * 1e-6 }, false},
 		{"gamma-gbps", f.gammaGbps, func(m *cost.Model, v float64) { m.Gamma = betaOfGbps(v) }, true},
@@ -166,6 +166,14 @@ func simDefaultModel(given map[string]bool, f *modelFlags) cost.Model {
 		Inter: cost.Link{Alpha: defaultInterAlphaUS * 1e-6, Beta: betaOfGbps(inter)},
 		Gamma: betaOfGbps(defaultGammaGbps),
 	}
+}
+
+// atRate is l moving every message at gbps: its β, and no regimes of
+// smaller messages (a rate given for a link is its rate at every size; a
+// regime fitted on loopback, faster than it, would leave the link fast
+// for the messages of up to its size).
+func atRate(l cost.Link, gbps float64) cost.Link {
+	return cost.Link{Alpha: l.Alpha, Beta: betaOfGbps(gbps)}
 }
 
 // betaOfGbps is the seconds per byte of a rate in gigabits per second.

@@ -16,17 +16,20 @@ import (
 // row is one size's result. The JSON keys are the report's stable schema;
 // the optional ones appear in every row of a run that has them.
 type row struct {
-	Op        string  `json:"op"`
-	Transport string  `json:"transport"`
-	Ranks     int     `json:"ranks"`
-	Algo      string  `json:"algo"`
-	DType     string  `json:"dtype"`
-	Bytes     int     `json:"bytes"`
-	Count     int     `json:"count"`
-	TimeUS    float64 `json:"time_us"`
-	AlgBW     float64 `json:"algbw_gbps"`
-	BusBW     float64 `json:"busbw_gbps"`
-	Wrong     *int64  `json:"wrong"` // null with -check=false and in timing-only rows
+	Op        string `json:"op"`
+	Transport string `json:"transport"`
+	Ranks     int    `json:"ranks"`
+	Algo      string `json:"algo"`
+	// Ran is what ran: Algo, or for auto the algorithm (broadcast,
+	// reduce: the schedule) it chose for the size.
+	Ran    string  `json:"ran"`
+	DType  string  `json:"dtype"`
+	Bytes  int     `json:"bytes"`
+	Count  int     `json:"count"`
+	TimeUS float64 `json:"time_us"`
+	AlgBW  float64 `json:"algbw_gbps"`
+	BusBW  float64 `json:"busbw_gbps"`
+	Wrong  *int64  `json:"wrong"` // null with -check=false and in timing-only rows
 
 	// LinkGBps (-transport sim) is the modelled bandwidth, in GB/s like
 	// busbw, of the link a topology-blind algorithm pays: between nodes,
@@ -228,6 +231,10 @@ func (p *printer) row(r row) error {
 		p.unchecked++
 	}
 	if p.enc != nil {
+		r.Ran = r.ran
+		if r.Ran == "" {
+			r.Ran = r.Algo
+		}
 		return p.enc.Encode(r)
 	}
 	wrong := "N/A"

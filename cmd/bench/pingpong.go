@@ -33,8 +33,10 @@ func pingReps(b int) int { return min(100, max(1, (256<<10)/b)) }
 // at once (not a ping-pong between two of them while the others idle)
 // charges α and β what they cost when N ranks share the host's cores and
 // memory. It returns the times in the process holding rank 0, nil
-// elsewhere.
-func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool) ([]float64, error) {
+// elsewhere. ring says which ranks take part and whom each sends to and
+// receives from (allRanks: the ring of every rank; linkcalib.go's rings
+// within and between nodes).
+func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -52,7 +54,11 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := ringSide(ctx, cfg, c, sizes, reduce, times); err != nil {
+			right, left, ok := ring.peers(c.Rank(), c.Size())
+			if !ok {
+				return // not in this ring: nothing to time
+			}
+			if err := ringSide(ctx, cfg, c, sizes, reduce, times, right, left, ring.group); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
 				mu.Unlock()
@@ -67,11 +73,24 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 	return out, nil
 }
 
+// exchangeRing is a ring of ringExchange: peers gives rank r of n ranks
+// its right and left neighbours, ok false where r takes no part (rank 0
+// always does: it records the times); group is the header Group of its
+// copying messages, group+1 of its reducing ones (rings timed one after
+// another use distinct ones).
+type exchangeRing struct {
+	peers func(r, n int) (right, left int, ok bool)
+	group uint32
+}
+
+// allRanks is the ring of every rank, in rank order.
+var allRanks = exchangeRing{group: pingGroup, peers: func(r, n int) (int, int, bool) {
+	return (r + 1) % n, (r + n - 1) % n, true
+}}
+
 // ringSide is one rank's part of ringExchange; rank 0 records the times
 // (into perStep; nil on other ranks).
-func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, reduce bool, perStep []float64) error {
-	n := c.Size()
-	right, left := (c.Rank()+1)%n, (c.Rank()+n-1)%n
+func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, reduce bool, perStep []float64, right, left int, ringGroup uint32) error {
 	largest := sizes[len(sizes)-1]
 	buf := make([]byte, largest)
 	var sink transport.Sink = &pingSink{dst: make([]byte, largest)}
@@ -79,7 +98,7 @@ func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, r
 		sink = &addSink{dst: make([]byte, largest)}
 	}
 	times := make([]float64, cfg.iters)
-	group := uint32(pingGroup)
+	group := ringGroup
 	if reduce {
 		group++
 	}

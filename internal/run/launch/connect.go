@@ -214,6 +214,13 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 	runID := rs.runID
 	var c Endpoint
 	kind, hosts, err := chooseTransport(ctx, opts.Transport, store, env, runID)
+	if note := unknownHosts(hosts); err == nil && note != "" && env.Rank == 0 {
+		w := opts.Warnings
+		if w == nil {
+			w = os.Stderr
+		}
+		fmt.Fprint(w, note)
+	}
 	if err == nil {
 		switch kind {
 		case dialShm:

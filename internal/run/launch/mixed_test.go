@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,4 +111,15 @@ func connectAuto(t *testing.T, nodes []string) []transport.Conn {
 		}
 	}
 	return conns
+}
+
+// Ranks whose host -transport auto cannot tell (hostsOf's "rank <r>")
+// are named in a warning; known hosts give none.
+func TestUnknownHostsWarning(t *testing.T) {
+	if got := unknownHosts([]string{"a", "a", "b"}); got != "" {
+		t.Errorf("known hosts: %q", got)
+	}
+	if got := unknownHosts([]string{"a", "rank 1", "a", "rank 3"}); !strings.Contains(got, "rank(s) 1, 3 is unknown") {
+		t.Errorf("unknown hosts: %q", got)
+	}
 }

@@ -90,6 +90,23 @@ func hostsOf(ctx context.Context, store rendezvous.Store, env rendezvous.Env, ru
 	return hosts, nil
 }
 
+// unknownHosts is -transport auto's warning (rank 0 prints it) when some
+// ranks' hosts are unknown (hostsOf's "rank <r>"): they talk tcp with
+// every rank, their own host's included, which would otherwise pass
+// without a word; "" when every host is known.
+func unknownHosts(hosts []string) string {
+	var unknown []string
+	for r, h := range hosts {
+		if h == fmt.Sprintf("rank %d", r) {
+			unknown = append(unknown, fmt.Sprint(r))
+		}
+	}
+	if len(unknown) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("ringddp: WARNING: -transport auto: the host of rank(s) %s is unknown (no /proc/sys/kernel/random/boot_id or /proc/self/ns/net): they use tcp with every rank, their own host's included, not shared memory\n", strings.Join(unknown, ", "))
+}
+
 // hostIdentity is this kernel's boot id and this process's network
 // namespace — what shm needs shared (its ranks meet on abstract Unix
 // sockets and pass memfds) — and node (RINGDDP_NODE), when set, so that
