@@ -271,7 +271,6 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		}
 	}()
 	base := filterEnv(os.Environ(), launchVars)
-	world := cfg.Nnodes * cfg.Ranks
 	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok {
 		// The host's processors shared among its ranks, as in-process ranks
 		// share them: no more scheduler threads than cores, which cuts
@@ -282,11 +281,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		// Each rank pinned to its share of them, as mpirun binds to cores.
 		vars = append(vars, EnvBind+"=core")
 	} else if err := checkBind(v); err != nil {
-		if storeLn != nil {
-			storeLn.Close()
-			storeLn = nil
-		}
-		return nil, err // before any rank starts
+		return nil, err // before any rank starts (the deferred close ends the store's socket)
 	}
 
 	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq, survive: a.survive}
@@ -296,18 +291,8 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 
 	for local := range cfg.Ranks {
 		rank := cfg.NodeRank*cfg.Ranks + local
-		env := append([]string(nil), base...)
-		env = append(env, vars...)
-		env = append(env,
-			"RANK="+strconv.Itoa(rank),
-			"WORLD_SIZE="+strconv.Itoa(world),
-			"LOCAL_RANK="+strconv.Itoa(local),
-			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.Ranks),
-			"GROUP_RANK="+strconv.Itoa(cfg.NodeRank))
-		env = append(env, a.env...)
-		env = append(env, cfg.Env...)
 		cmd := exec.Command(cfg.Path, a.args...)
-		cmd.Env = env
+		cmd.Env = rankEnv(cfg, base, vars, a.env, local)
 		p := &proc{rank: rank, cmd: cmd}
 		flush := w.forward(cmd, cfg, rank, p.lastLine, lead)
 		if rank == 0 && storeLn != nil {
@@ -346,6 +331,23 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		}()
 	}
 	return j, nil
+}
+
+// rankEnv is the environment of local rank local: the launcher's own
+// (base), the job's variables, the rank's torchrun variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK), then the
+// attempt's and the configuration's additions, later ones winning.
+func rankEnv(cfg Config, base, vars, attemptEnv []string, local int) []string {
+	env := append([]string(nil), base...)
+	env = append(env, vars...)
+	env = append(env,
+		"RANK="+strconv.Itoa(cfg.NodeRank*cfg.Ranks+local),
+		"WORLD_SIZE="+strconv.Itoa(cfg.Nnodes*cfg.Ranks),
+		"LOCAL_RANK="+strconv.Itoa(local),
+		"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.Ranks),
+		"GROUP_RANK="+strconv.Itoa(cfg.NodeRank))
+	env = append(env, attemptEnv...)
+	return append(env, cfg.Env...)
 }
 
 // filterEnv drops the variables named in drop from env.
