@@ -53,9 +53,8 @@ type Compression[T Float] struct {
 
 // halfBucket is one bucket's state and scratch.
 type halfBucket[T Float] struct {
-	errs []T       // error feedback, nil without
-	y    []float32 // y, then the widened sum
-	c    []uint16  // this rank's 16-bit payload
+	errs []T      // error feedback, nil without
+	c    []uint16 // this rank's 16-bit payload, then the sum
 }
 
 // NewCompression returns a 16-bit compression hook for one DDP, with
@@ -81,31 +80,68 @@ func (h *Compression[T]) Reduce(ctx context.Context, b *GradBucket[T]) error {
 	return nil
 }
 
-// round is steps 1 to 3: st.c from buf on size ranks, and the new error.
+// round is steps 1 to 3: st.c from buf on size ranks, and the new
+// error, in one pass over the bucket: per element y = v/n + e in T, c = y
+// rounded (through float32, exact for float64's y only to float32, which
+// the 16-bit rounding then rounds again), and e += v/n − c in T.
 func (h *Compression[T]) round(st *halfBucket[T], buf []T, size int) {
 	n := T(size)
-	for i, v := range buf {
-		y := v / n
-		if st.errs != nil {
-			y += st.errs[i]
-		}
-		st.y[i] = float32(y)
+	if h.format == FP16 {
+		roundFP16(st.c, st.errs, buf, n)
+		return
 	}
-	h.encode(st.c, st.y)
-	if st.errs != nil {
-		// e = y − c: y again in T (float64's y is not st.y's float32).
-		h.decode(st.y, st.c)
+	roundBF16(st.c, st.errs, buf, n)
+}
+
+// The per-format loops are two functions, not one generic over the 16-bit
+// type: Float16 and BFloat16 share a generic shape, so a generic loop
+// would convert through an indirect call per element.
+
+func roundFP16[T Float](c []uint16, errs, buf []T, n T) {
+	c = c[:len(buf)]
+	if errs == nil {
 		for i, v := range buf {
-			st.errs[i] += v/n - T(st.y[i])
+			c[i] = uint16(numeric.Float16FromFloat32(float32(v / n)))
 		}
+		return
+	}
+	errs = errs[:len(buf)]
+	for i, v := range buf {
+		q := v / n
+		x := numeric.Float16FromFloat32(float32(q + errs[i]))
+		c[i] = uint16(x)
+		errs[i] += q - T(x.Float32())
+	}
+}
+
+func roundBF16[T Float](c []uint16, errs, buf []T, n T) {
+	c = c[:len(buf)]
+	if errs == nil {
+		for i, v := range buf {
+			c[i] = uint16(numeric.BFloat16FromFloat32(float32(v / n)))
+		}
+		return
+	}
+	errs = errs[:len(buf)]
+	for i, v := range buf {
+		q := v / n
+		x := numeric.BFloat16FromFloat32(float32(q + errs[i]))
+		c[i] = uint16(x)
+		errs[i] += q - T(x.Float32())
 	}
 }
 
 // widen is step 5: buf from the summed st.c.
 func (h *Compression[T]) widen(st *halfBucket[T], buf []T) {
-	h.decode(st.y, st.c)
-	for i := range buf {
-		buf[i] = T(st.y[i])
+	c := st.c[:len(buf)]
+	if h.format == FP16 {
+		for i, x := range asHalf[numeric.Float16](c) {
+			buf[i] = T(x.Float32())
+		}
+		return
+	}
+	for i, x := range asHalf[numeric.BFloat16](c) {
+		buf[i] = T(x.Float32())
 	}
 }
 
@@ -115,22 +151,6 @@ func (h *Compression[T]) sum16(ctx context.Context, g *allreduce.Group, st *half
 		return allreduce.AllReduce(ctx, g, asHalf[numeric.Float16](st.c), allreduce.Sum)
 	}
 	return allreduce.AllReduce(ctx, g, asHalf[numeric.BFloat16](st.c), allreduce.Sum)
-}
-
-func (h *Compression[T]) encode(dst []uint16, src []float32) {
-	if h.format == FP16 {
-		numeric.EncodeFloat16(asHalf[numeric.Float16](dst), src)
-		return
-	}
-	numeric.EncodeBFloat16(asHalf[numeric.BFloat16](dst), src)
-}
-
-func (h *Compression[T]) decode(dst []float32, src []uint16) {
-	if h.format == FP16 {
-		numeric.DecodeFloat16(dst, asHalf[numeric.Float16](src))
-		return
-	}
-	numeric.DecodeBFloat16(dst, asHalf[numeric.BFloat16](src))
 }
 
 // asHalf views the bits as the 16-bit type H.
@@ -143,12 +163,12 @@ func asHalf[H numeric.Float16 | numeric.BFloat16](s []uint16) []H {
 
 func (h *Compression[T]) bucket(b *GradBucket[T]) (*halfBucket[T], error) {
 	if st, ok := h.buckets[b.index]; ok {
-		if len(st.y) != len(b.buffer) {
-			return nil, fmt.Errorf("%v compression: bucket %d has %d elements, %d before", h.format, b.index, len(b.buffer), len(st.y))
+		if len(st.c) != len(b.buffer) {
+			return nil, fmt.Errorf("%v compression: bucket %d has %d elements, %d before", h.format, b.index, len(b.buffer), len(st.c))
 		}
 		return st, nil
 	}
-	st := &halfBucket[T]{y: make([]float32, len(b.buffer)), c: make([]uint16, len(b.buffer))}
+	st := &halfBucket[T]{c: make([]uint16, len(b.buffer))}
 	if h.feed {
 		st.errs = make([]T, len(b.buffer))
 	}

@@ -121,7 +121,7 @@ func (h *Compression[T]) work(n, size int) float64 {
 	for i := range buf {
 		buf[i] = T(i%97) * 0.01
 	}
-	st := &halfBucket[T]{y: make([]float32, n), c: make([]uint16, n), errs: make([]T, n)}
+	st := &halfBucket[T]{c: make([]uint16, n), errs: make([]T, n)}
 	best := math.Inf(1)
 	for range 3 {
 		start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/internal/gemm"
 )
 
 // PowerSGDConfig configures PowerSGD (Vogels et al., "PowerSGD: Practical
@@ -83,6 +84,8 @@ type PowerSGD[T Float] struct {
 	// initQ fills a fresh Q; nil draws standard normal values seeded by
 	// seed. Tests set it to PyTorch's values.
 	initQ func(q []T, seed uint64)
+	mm    gemm.Implementation // the products' BLAS, one thread
+	dots  []T                 // orthogonalize's scratch, Rank long
 }
 
 // powerBucket is one bucket's PowerSGD state.
@@ -114,7 +117,15 @@ func NewPowerSGD[T Float](cfg PowerSGDConfig) (*PowerSGD[T], error) {
 	case !(cfg.OrthogonalizationEpsilon >= 0) || math.IsInf(cfg.OrthogonalizationEpsilon, 0):
 		return nil, fmt.Errorf("ddp: PowerSGD orthogonalization epsilon %v: want a finite number ≥ 0", cfg.OrthogonalizationEpsilon)
 	}
-	return &PowerSGD[T]{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), buckets: map[int]*powerBucket[T]{}}, nil
+	v, err := gemm.Best()
+	if err != nil {
+		return nil, fmt.Errorf("ddp: PowerSGD's matrix products: %w", err)
+	}
+	// One thread: the hook runs beside the backward pass, and in-process
+	// ranks share the cores.
+	mm := gemm.New(v, 1)
+	return &PowerSGD[T]{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), buckets: map[int]*powerBucket[T]{},
+		mm: mm, dots: make([]T, cfg.Rank)}, nil
 }
 
 // Iter is the number of steps seen (PowerSGDState.iter).
@@ -135,8 +146,10 @@ func (p *PowerSGD[T]) Reduce(ctx context.Context, b *GradBucket[T]) error {
 	}
 	buf := b.buffer
 	if p.cfg.ErrorFeedback {
-		addTo(buf, st.errs)
-		copy(st.in, buf)
+		for i, e := range st.errs {
+			v := buf[i] + e
+			buf[i], st.in[i] = v, v
+		}
 	}
 	if err := p.compress(ctx, b, st); err != nil {
 		return err
@@ -165,8 +178,8 @@ func (p *PowerSGD[T]) compress(ctx context.Context, b *GradBucket[T], st *powerB
 		st.randomised = true
 	}
 	for _, mt := range st.mats {
-		orthogonalize(st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.m, mt.r, p.cfg.OrthogonalizationEpsilon)
-		matMul(st.p[mt.pOff:mt.pOff+mt.n*mt.r], buf[mt.off:mt.off+mt.n*mt.m], st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.n, mt.m, mt.r)
+		orthogonalize(st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.m, mt.r, p.cfg.OrthogonalizationEpsilon, p.dots)
+		mulNN(p.mm, st.p[mt.pOff:mt.pOff+mt.n*mt.r], buf[mt.off:mt.off+mt.n*mt.m], st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.n, mt.m, mt.r)
 	}
 	n := T(g.Size())
 	if len(st.plainBuf) > 0 {
@@ -193,8 +206,8 @@ func (p *PowerSGD[T]) compress(ctx context.Context, b *GradBucket[T], st *powerB
 	}
 	for _, mt := range st.mats {
 		pm := st.p[mt.pOff : mt.pOff+mt.n*mt.r]
-		orthogonalize(pm, mt.n, mt.r, p.cfg.OrthogonalizationEpsilon)
-		matTMul(st.q[mt.qOff:mt.qOff+mt.m*mt.r], buf[mt.off:mt.off+mt.n*mt.m], pm, mt.n, mt.m, mt.r)
+		orthogonalize(pm, mt.n, mt.r, p.cfg.OrthogonalizationEpsilon, p.dots)
+		mulTN(p.mm, st.q[mt.qOff:mt.qOff+mt.m*mt.r], buf[mt.off:mt.off+mt.n*mt.m], pm, mt.n, mt.m, mt.r)
 	}
 	if err := allreduce.AllReduce(ctx, g, st.q, allreduce.Sum); err != nil {
 		return fmt.Errorf("PowerSGD Q: %w", err)
@@ -203,7 +216,7 @@ func (p *PowerSGD[T]) compress(ctx context.Context, b *GradBucket[T], st *powerB
 		st.q[i] /= n
 	}
 	for _, mt := range st.mats {
-		matMulT(buf[mt.off:mt.off+mt.n*mt.m], st.p[mt.pOff:mt.pOff+mt.n*mt.r], st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.n, mt.m, mt.r)
+		mulNT(p.mm, buf[mt.off:mt.off+mt.n*mt.m], st.p[mt.pOff:mt.pOff+mt.n*mt.r], st.q[mt.qOff:mt.qOff+mt.m*mt.r], mt.n, mt.m, mt.r)
 	}
 	return nil
 }
@@ -262,10 +275,4 @@ func (p *PowerSGD[T]) bucket(b *GradBucket[T]) (*powerBucket[T], error) {
 	}
 	p.buckets[b.index] = st
 	return st, nil
-}
-
-func addTo[T Float](dst, src []T) {
-	for i, v := range src {
-		dst[i] += v
-	}
 }

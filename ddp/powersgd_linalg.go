@@ -1,50 +1,43 @@
 package ddp
 
-import "math"
+import (
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+
+	"github.com/ringddp/ringddp/internal/gemm"
+)
 
 // The small dense products of PowerSGD on row-major matrices: M is n×m,
-// P is n×r, Q is m×r, r small. Each writes its whole output.
+// P is n×r, Q is m×r, r small. Each writes its whole output, by one
+// BLAS gemm call on package gemm (the packed kernels the trainer's
+// products use; gonum's BLAS for products too small to pack), so the
+// sums' order is the kernel's, not a fixed loop's: results agree with a
+// plain loop's within rounding.
 
-// matMul sets p = m·q.
-func matMul[T Float](p, m, q []T, n, cols, r int) {
-	clear(p)
-	for i := range n {
-		row, out := m[i*cols:(i+1)*cols], p[i*r:(i+1)*r]
-		for j, v := range row {
-			qj := q[j*r : (j+1)*r]
-			for k := range out {
-				out[k] += v * qj[k]
-			}
-		}
-	}
+// mulNN sets p = m·q.
+func mulNN[T Float](mm gemm.Implementation, p, m, q []T, n, cols, r int) {
+	gemmT(mm, blas.NoTrans, blas.NoTrans, n, r, cols, m, cols, q, r, p, r)
 }
 
-// matTMul sets q = mᵀ·p.
-func matTMul[T Float](q, m, p []T, n, cols, r int) {
-	clear(q)
-	for i := range n {
-		row, pi := m[i*cols:(i+1)*cols], p[i*r:(i+1)*r]
-		for j, v := range row {
-			qj := q[j*r : (j+1)*r]
-			for k := range qj {
-				qj[k] += v * pi[k]
-			}
-		}
-	}
+// mulTN sets q = mᵀ·p.
+func mulTN[T Float](mm gemm.Implementation, q, m, p []T, n, cols, r int) {
+	gemmT(mm, blas.Trans, blas.NoTrans, cols, r, n, m, cols, p, r, q, r)
 }
 
-// matMulT sets m = p·qᵀ.
-func matMulT[T Float](m, p, q []T, n, cols, r int) {
-	for i := range n {
-		pi, row := p[i*r:(i+1)*r], m[i*cols:(i+1)*cols]
-		for j := range row {
-			qj := q[j*r : (j+1)*r]
-			var s T
-			for k, v := range pi {
-				s += v * qj[k]
-			}
-			row[j] = s
-		}
+// mulNT sets m = p·qᵀ.
+func mulNT[T Float](mm gemm.Implementation, m, p, q []T, n, cols, r int) {
+	gemmT(mm, blas.NoTrans, blas.Trans, n, cols, r, p, r, q, r, m, cols)
+}
+
+// gemmT sets c = op(a)·op(b) (c is rows×cols, the inner dimension k) in
+// T's precision.
+func gemmT[T Float](mm gemm.Implementation, tA, tB blas.Transpose, rows, cols, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	switch a := any(a).(type) {
+	case []float32:
+		mm.Sgemm(tA, tB, rows, cols, k, 1, a, lda, any(b).([]float32), ldb, 0, any(c).([]float32), ldc)
+	case []float64:
+		mm.Dgemm(tA, tB, rows, cols, k, 1, a, lda, any(b).([]float64), ldb, 0, any(c).([]float64), ldc)
 	}
 }
 
@@ -52,8 +45,11 @@ func matMulT[T Float](m, p, q []T, n, cols, r int) {
 // by Gram-Schmidt, in column order: each column is divided by its norm
 // (plus eps), then its projection is taken off every later column
 // (PyTorch's _orthogonalize_gram_schmidt). A column of norm 0 with eps 0
-// is left zero.
-func orthogonalize[T Float](a []T, rows, cols int, eps float64) {
+// is left zero. The work is row by row, so each pass reads a in memory
+// order: the norm of column i, then all the dot products of column i
+// with the later columns in one pass, then their updates in another.
+func orthogonalize[T Float](a []T, rows, cols int, eps float64, dots []T) {
+	dots = dots[:cols]
 	for i := range cols {
 		var ss T
 		for r := range rows {
@@ -70,13 +66,22 @@ func orthogonalize[T Float](a []T, rows, cols int, eps float64) {
 		for r := range rows {
 			a[r*cols+i] /= norm
 		}
-		for j := i + 1; j < cols; j++ {
-			var dot T
-			for r := range rows {
-				dot += a[r*cols+i] * a[r*cols+j]
+		if i == cols-1 {
+			break
+		}
+		clear(dots)
+		for r := range rows {
+			row := a[r*cols : (r+1)*cols]
+			ai := row[i]
+			for j := i + 1; j < cols; j++ {
+				dots[j] += ai * row[j]
 			}
-			for r := range rows {
-				a[r*cols+j] -= dot * a[r*cols+i]
+		}
+		for r := range rows {
+			row := a[r*cols : (r+1)*cols]
+			ai := row[i]
+			for j := i + 1; j < cols; j++ {
+				row[j] -= dots[j] * ai
 			}
 		}
 	}

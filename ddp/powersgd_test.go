@@ -146,11 +146,18 @@ func TestPowerSGDConfigErrors(t *testing.T) {
 // orthonormal.
 func TestOrthogonalize(t *testing.T) {
 	a := []float64{3, 0, 1, 4, 0, 1, 0, 0, 5} // 3×3, column 1 zero
-	orthogonalize(a, 3, 3, 0)
+	orthogonalize(a, 3, 3, 0, make([]float64, 3))
 	col := func(j int) []float64 { return []float64{a[j], a[3+j], a[6+j]} }
 	dot := func(x, y []float64) float64 { return x[0]*y[0] + x[1]*y[1] + x[2]*y[2] }
 	require.Equal(t, []float64{0, 0, 0}, col(1))
 	require.InDelta(t, 1, dot(col(0), col(0)), 1e-15)
 	require.InDelta(t, 1, dot(col(2), col(2)), 1e-15)
 	require.InDelta(t, 0, dot(col(0), col(2)), 1e-15)
+}
+
+// addTo adds src into dst, element by element.
+func addTo[T Float](dst, src []T) {
+	for i, v := range src {
+		dst[i] += v
+	}
 }
