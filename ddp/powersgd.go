@@ -79,6 +79,7 @@ func DefaultPowerSGDConfig() PowerSGDConfig {
 type PowerSGD[T Float] struct {
 	cfg     PowerSGDConfig
 	iter    int
+	pcg     *rand.PCG  // rng's source, whose state a checkpoint saves
 	rng     *rand.Rand // draws each bucket's seed for its random Qs
 	buckets map[int]*powerBucket[T]
 	// initQ fills a fresh Q; nil draws standard normal values seeded by
@@ -97,6 +98,7 @@ type powerBucket[T Float] struct {
 	p, q       []T
 	errs, in   []T // error feedback and the input copy
 	randomised bool
+	planned    bool // false: loaded from a HookState, mats and plain not yet known
 }
 
 // powerMatrix is one compressed gradient: buffer[off:off+n·m] as an n×m
@@ -124,7 +126,8 @@ func NewPowerSGD[T Float](cfg PowerSGDConfig) (*PowerSGD[T], error) {
 	// One thread: the hook runs beside the backward pass, and in-process
 	// ranks share the cores.
 	mm := gemm.New(v, 1)
-	return &PowerSGD[T]{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)), buckets: map[int]*powerBucket[T]{},
+	pcg := rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)
+	return &PowerSGD[T]{cfg: cfg, pcg: pcg, rng: rand.New(pcg), buckets: map[int]*powerBucket[T]{},
 		mm: mm, dots: make([]T, cfg.Rank)}, nil
 }
 
@@ -234,16 +237,38 @@ func (p *PowerSGD[T]) fillQ(q []T, seed uint64) {
 }
 
 // bucket returns b's state, planning it at the bucket's first compressed
-// step: which gradients are compressed (the test of PowerSGDConfig's
-// MinCompressionRate) and where their Ps and Qs go.
+// step (or the first after LoadHookState, keeping the loaded Q, residuals
+// and randomised flag).
 func (p *PowerSGD[T]) bucket(b *GradBucket[T]) (*powerBucket[T], error) {
-	if st, ok := p.buckets[b.index]; ok {
-		if st.size != len(b.buffer) {
-			return nil, fmt.Errorf("PowerSGD: bucket %d has %d elements, %d before", b.index, len(b.buffer), st.size)
-		}
-		return st, nil
+	old, ok := p.buckets[b.index]
+	if ok && old.size != len(b.buffer) {
+		return nil, fmt.Errorf("PowerSGD: bucket %d has %d elements, %d before", b.index, len(b.buffer), old.size)
 	}
-	st := &powerBucket[T]{size: len(b.buffer)}
+	if ok && old.planned {
+		return old, nil
+	}
+	st, err := p.plan(b)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		if len(old.q) != len(st.q) {
+			return nil, fmt.Errorf("PowerSGD: bucket %d: the loaded state has %d Q values, the bucket's plan %d", b.index, len(old.q), len(st.q))
+		}
+		st.q, st.randomised = old.q, old.randomised
+		if old.errs != nil {
+			st.errs = old.errs
+		}
+	}
+	p.buckets[b.index] = st
+	return st, nil
+}
+
+// plan is b's state at its first compressed step: which gradients are
+// compressed (the test of PowerSGDConfig's MinCompressionRate) and where
+// their Ps and Qs go.
+func (p *PowerSGD[T]) plan(b *GradBucket[T]) (*powerBucket[T], error) {
+	st := &powerBucket[T]{size: len(b.buffer), planned: true}
 	pLen, qLen, plain := 0, 0, 0
 	for k := range b.params {
 		off, size, shape := b.offsets[k], b.sizes[k], b.shapes[k]
@@ -273,6 +298,5 @@ func (p *PowerSGD[T]) bucket(b *GradBucket[T]) (*powerBucket[T], error) {
 	if p.cfg.ErrorFeedback {
 		st.errs, st.in = make([]T, len(b.buffer)), make([]T, len(b.buffer))
 	}
-	p.buckets[b.index] = st
 	return st, nil
 }
