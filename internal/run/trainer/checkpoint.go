@@ -23,6 +23,8 @@ import (
 // Checkpoint file layout (safetensors):
 //
 //	tensors   param/<index>/<node name>   one per parameter, creation order
+//	          hook/...                    the communication hook's state (optional;
+//	                                      checkpoint_hook.go)
 //	                                      index (3+ digits), model dtype, model shape
 //	          optim/<buffer name>         the optimizer's per-element buffers
 //	                                      (momentum_buffer; exp_avg, exp_avg_sq) over
@@ -43,6 +45,8 @@ import (
 //	                                      the optim/ buffers are laid out in
 //	          optim, optim.dtype, optim.step, optim.len, optim.hyper (JSON
 //	          [{name, value}]), optim.buffers (JSON names)
+//	          hook.*                      the communication hook's state (optional;
+//	                                      checkpoint_hook.go)
 //	          data_sha256                 SHA-256 of the data section
 //	          index_sha256                SHA-256 over every other metadata entry and
 //	                                      every tensor's name, dtype, shape and data
@@ -115,6 +119,7 @@ type checkpoint struct {
 	layout []layoutEntry
 	params [][]float64
 	opt    optim.State // buffers over the checkpoint's arena layout
+	hook   *hookSection // the communication hook's state; nil: none (checkpoint_hook.go)
 }
 
 func ckErr(path, format string, args ...any) error {
@@ -175,9 +180,9 @@ func indexSHA256(meta map[string]string, tensors []safetensors.Tensor) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// writeCheckpoint writes the parameters (from d's arena), the full optimizer state st and
-// info to path, atomically.
-func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, d *ddp.DDP[T], st optim.State) error {
+// writeCheckpoint writes the parameters (from d's arena), the full optimizer state st,
+// the hook state (nil: none) and info to path, atomically.
+func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, d *ddp.DDP[T], st optim.State, hook *hookSection) error {
 	arena := d.ParamArena()
 	tensors := make([]safetensors.Tensor, 0, len(params)+2)
 	layout := make([]layoutEntry, len(params))
@@ -249,6 +254,9 @@ func writeCheckpoint[T Float](path string, info CheckpointInfo, params G.Nodes, 
 		meta[keyJobID] = info.JobID
 	}
 	meta[keyZero1] = strconv.FormatBool(info.Zero1)
+	if tensors, err = addHookSection[T](hook, tensors, meta); err != nil {
+		return err
+	}
 	meta[keyDataSHA] = safetensors.DataSHA256(tensors)
 	meta[keyIndexSHA] = indexSHA256(meta, tensors)
 	if err := checkpointLimits().CheckWrite(tensors, meta); err != nil {

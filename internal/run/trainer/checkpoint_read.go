@@ -87,7 +87,8 @@ func ReadCheckpointInfo(path string) (CheckpointInfo, error) {
 // readCheckpoint reads path and checks its format, checksums and internal
 // consistency: the file and its header (openCheckpoint), the run it
 // records (readMeta), its parameters (readParams), its optimizer state
-// (readOptimizer), and that it holds no other tensor.
+// (readOptimizer), its hook state (readHook), and that it holds no other
+// tensor.
 func readCheckpoint(path string) (*checkpoint, error) {
 	f, err := openCheckpoint(path)
 	if err != nil {
@@ -107,8 +108,12 @@ func readCheckpoint(path string) (*checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(f.Tensors) != nParams+nBuf {
-		return nil, ckErr(path, "%d tensors, want %d parameters and %d optimizer buffers", len(f.Tensors), nParams, nBuf)
+	nHook, err := c.readHook(f, tag)
+	if err != nil {
+		return nil, err
+	}
+	if len(f.Tensors) != nParams+nBuf+nHook {
+		return nil, ckErr(path, "%d tensors, want %d parameters, %d optimizer buffers and %d hook tensors", len(f.Tensors), nParams, nBuf, nHook)
 	}
 	return c, nil
 }

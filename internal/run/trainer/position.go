@@ -39,12 +39,16 @@ func (w *worker[T]) checkpoint(p position) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("trainer: gathering the optimizer state: %w", err)
 	}
+	hook, err := gatherHookState(w.comm, w.g, w.d, 0)
+	if err != nil {
+		return "", err
+	}
 	if w.g.Rank() != 0 {
 		return "", nil
 	}
 	info := w.info(p)
 	stamped, err := saveCheckpoint(w.cfg.Checkpoint, w.cfg.CheckpointKeep, p.global, func(path string) error {
-		return writeCheckpoint(path, info, w.params, w.d, st)
+		return writeCheckpoint(path, info, w.params, w.d, st, hook)
 	})
 	if err != nil {
 		return "", fmt.Errorf("trainer: writing checkpoint: %w", err)
@@ -60,6 +64,9 @@ func (w *worker[T]) checkpoint(p position) (string, error) {
 // step is past this world size's epoch end.
 func (w *worker[T]) resume(ck *checkpoint) (position, error) {
 	if err := restoreCheckpoint(ck, w.params, w.d, w.rep.LoadFullOptimizerState); err != nil {
+		return position{}, err
+	}
+	if err := restoreHook(ck, w.g, w.d); err != nil {
 		return position{}, err
 	}
 	p := position{epoch: ck.Epoch, step: ck.StepInEpoch, global: ck.GlobalStep,

@@ -1,0 +1,107 @@
+package trainer
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/safetensors"
+)
+
+// A compressed run stopped mid-epoch and resumed from its checkpoint ends
+// with bitwise the parameters of the run that never stopped: the
+// checkpoint carries the hook's residuals, PowerSGD's Qs, step count and
+// generator. Without the hook section (stripped from the file) the
+// resumed run differs: the test can tell. (About 0.3 s per case; skipped
+// under -race, where the four take 20 s: ddp's TestHookStateResumesBitwise
+// covers the state itself there.)
+func TestResumeCompressedBitwise(t *testing.T) {
+	if underRace {
+		t.Skip("whole training runs: too slow under the race detector")
+	}
+	for _, c := range []string{"fp16", "bf16", "powersgd:2:5", "auto"} {
+		t.Run(c, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := small()
+			cfg.Epochs = 1
+			cfg.Compress = c
+			want, err := Run(ctxT(t), cfg)
+			require.NoError(t, err)
+
+			first := cfg
+			first.MaxSteps = 13
+			first.Checkpoint = filepath.Join(dir, "part.safetensors")
+			_, err = Run(ctxT(t), first)
+			require.NoError(t, err)
+			f, err := safetensors.ReadFile(first.Checkpoint)
+			require.NoError(t, err)
+			require.Contains(t, f.Metadata, "hook.kind")
+			if _, ok := f.Tensor(hookLocalPrefix + "1"); !ok && c != "auto" {
+				t.Fatal("rank 1's residuals are not in the file")
+			}
+
+			second := cfg
+			second.Resume = first.Checkpoint
+			got, err := Run(ctxT(t), second)
+			require.NoError(t, err)
+			equalParams(t, want.Params, got.Params)
+			if c == "auto" {
+				return // auto leaves this link's buckets uncompressed: nothing to lose
+			}
+
+			stripped := filepath.Join(dir, "stripped.safetensors")
+			stripHookSection(t, first.Checkpoint, stripped)
+			third := cfg
+			third.Resume = stripped
+			fresh, err := Run(ctxT(t), third)
+			require.NoError(t, err)
+			require.NotEqual(t, want.Params[0].Data, fresh.Params[0].Data, "resumed without the hook state")
+		})
+	}
+}
+
+// On another world size the residuals start at zero and the run goes on.
+func TestResumeCompressedOtherWorldSize(t *testing.T) {
+	if underRace {
+		t.Skip("whole training runs: too slow under the race detector")
+	}
+	dir := t.TempDir()
+	cfg := small()
+	cfg.Epochs, cfg.Compress = 1, "powersgd:2:0"
+	cfg.MaxSteps = 7
+	cfg.Checkpoint = filepath.Join(dir, "a.safetensors")
+	_, err := Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	next := cfg
+	next.Ranks, next.MaxSteps, next.Resume = 4, 0, cfg.Checkpoint
+	res, err := Run(ctxT(t), next)
+	require.NoError(t, err)
+	require.Equal(t, StopDone, res.Stop)
+}
+
+// stripHookSection writes src without its hook tensors and metadata, as
+// a build before the section would have written it.
+func stripHookSection(t *testing.T, src, dst string) {
+	t.Helper()
+	ck, err := readCheckpoint(src)
+	require.NoError(t, err)
+	ck.hook = nil
+	f, err := safetensors.ReadFile(src)
+	require.NoError(t, err)
+	var tensors []safetensors.Tensor
+	for _, x := range f.Tensors {
+		if len(x.Name) < len(hookPrefix) || x.Name[:len(hookPrefix)] != hookPrefix {
+			tensors = append(tensors, x)
+		}
+	}
+	meta := map[string]string{}
+	for k, v := range f.Metadata {
+		if len(k) < 5 || k[:5] != "hook." {
+			meta[k] = v
+		}
+	}
+	meta[keyDataSHA] = safetensors.DataSHA256(tensors)
+	meta[keyIndexSHA] = indexSHA256(meta, tensors)
+	require.NoError(t, safetensors.WriteFile(dst, 0o600, tensors, meta))
+}
