@@ -118,7 +118,7 @@ type checkpoint struct {
 	CheckpointInfo
 	layout []layoutEntry
 	params [][]float64
-	opt    optim.State // buffers over the checkpoint's arena layout
+	opt    optim.State  // buffers over the checkpoint's arena layout
 	hook   *hookSection // the communication hook's state; nil: none (checkpoint_hook.go)
 }
 
