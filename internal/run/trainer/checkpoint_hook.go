@@ -46,7 +46,7 @@ type hookSection struct {
 	meta   string
 	ranks  int
 	shared []float64
-	local  [][]float64 // per rank of the writing run
+	local  [][]float64 // per rank of the writing run; nil without residuals
 }
 
 // statefulHook is d's communication hook when it has state, else nil.
@@ -87,7 +87,9 @@ func gatherHookState[T Float](ctx context.Context, g *allreduce.Group, d *ddp.DD
 	}
 	s := &hookSection{kind: st.Kind, meta: string(st.Meta), ranks: g.Size(), shared: widen(st.Shared)}
 	for r := range g.Size() {
-		s.local = append(s.local, widen(all[r*len(st.Local):(r+1)*len(st.Local)]))
+		if len(st.Local) > 0 {
+			s.local = append(s.local, widen(all[r*len(st.Local):(r+1)*len(st.Local)]))
+		}
 	}
 	return s, nil
 }
@@ -198,6 +200,9 @@ func (c *checkpoint) readHook(f *safetensors.File, tag safetensors.DType) (int, 
 		return 0, ckErr(path, "hook section of %d ranks but %d hook tensors", s.ranks, n)
 	}
 	for r := range s.ranks {
+		if localLen == 0 {
+			break // no residuals: s.local stays nil
+		}
 		l, k, err := read(hookLocalPrefix+strconv.Itoa(r), localLen)
 		if err != nil {
 			return 0, err
@@ -234,9 +239,12 @@ func restoreHook[T Float](c *checkpoint, g *allreduce.Group, d *ddp.DDP[T]) erro
 	}
 	st := ddp.HookState[T]{Kind: s.kind, Meta: []byte(s.meta), Shared: narrow[T](s.shared)}
 	var local []T
-	if s.ranks == g.Size() {
+	switch {
+	case s.ranks == g.Size() && s.local == nil:
+		local = []T{} // the hook had no residuals
+	case s.ranks == g.Size():
 		local = narrow[T](s.local[g.Rank()])
-	} else {
+	default:
 		logf("the hook's residuals were saved by %d ranks, this run has %d: they start at zero", s.ranks, g.Size())
 	}
 	if err := h.LoadHookState(st, local); err != nil {

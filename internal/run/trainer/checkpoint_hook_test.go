@@ -105,3 +105,44 @@ func stripHookSection(t *testing.T, src, dst string) {
 	meta[keyIndexSHA] = indexSHA256(meta, tensors)
 	require.NoError(t, safetensors.WriteFile(dst, 0o600, tensors, meta))
 }
+
+// A hook section that lies about itself is refused naming what is wrong,
+// without allocating what it claims.
+func TestHostileHookSection(t *testing.T) {
+	if underRace {
+		t.Skip("whole training runs: too slow under the race detector")
+	}
+	dir := t.TempDir()
+	cfg := small()
+	cfg.Epochs, cfg.Compress, cfg.MaxSteps = 1, "bf16", 3
+	cfg.Checkpoint = filepath.Join(dir, "a.safetensors")
+	_, err := Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	for key, tc := range map[string]struct{ value, want string }{
+		"hook.version":   {"9", `hook.version = "9"`},
+		"hook.ranks":     {"1000000000", "hook section of 1000000000 ranks"},
+		"hook.local_len": {"7", "want F32[7]"},
+		"hook.kind":      {"powersgd/1", "the communication hook's state"},
+	} {
+		path := filepath.Join(dir, "bad.safetensors")
+		rewriteMeta(t, cfg.Checkpoint, path, key, tc.value)
+		next := cfg
+		next.MaxSteps, next.Resume, next.Checkpoint = 0, path, ""
+		_, err := Run(ctxT(t), next)
+		require.ErrorContains(t, err, tc.want, key)
+	}
+}
+
+// rewriteMeta writes src with metadata key set to value, checksums redone.
+func rewriteMeta(t *testing.T, src, dst, key, value string) {
+	t.Helper()
+	f, err := safetensors.ReadFile(src)
+	require.NoError(t, err)
+	meta := map[string]string{}
+	for k, v := range f.Metadata {
+		meta[k] = v
+	}
+	meta[key] = value
+	meta[keyIndexSHA] = indexSHA256(meta, f.Tensors)
+	require.NoError(t, safetensors.WriteFile(dst, 0o600, f.Tensors, meta))
+}
