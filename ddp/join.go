@@ -47,9 +47,19 @@ import (
 // The optimizer state is not synchronised: a joined rank's is that of its
 // last step, as in PyTorch.
 //
-// A Joiner needs the default bucket collective (not zero's) and no
-// WithReplicaCheck or WithOptimizerInBackward with DivideByActive (the
-// scale comes after the collectives, when the update would be made).
+// With a communication hook (WithCommHook), a joined rank runs the hook
+// on each zeroed bucket, as PyTorch's join hook does
+// (_match_all_reduce_for_bwd_pass): the hook's collectives match the
+// active ranks', and its per-rank state goes on. With error feedback the
+// joined rank's input is its residual alone (zero gradient plus the
+// residual), its new residual that input minus the output: so over the
+// whole run N·Σ outputs + Σ residuals = Σ of every rank's gradients,
+// joined ranks' zeros included, as without Join. The hook divides by the
+// group size itself, so the divisor is N (DivideByActive is refused).
+//
+// A Joiner needs the default bucket collective or a hook (not zero's),
+// and no WithReplicaCheck or WithOptimizerInBackward with DivideByActive
+// (the scale comes after the collectives, when the update would be made).
 
 // JoinOptions configures Join.
 type JoinOptions struct {
@@ -77,8 +87,10 @@ type Joiner[T Float] struct {
 // rank has, then Finish once.
 func (d *DDP[T]) Join(opts JoinOptions) (*Joiner[T], error) {
 	switch {
-	case d.reduce != nil:
-		return nil, errors.New("ddp: Join needs the default all-reduce of the buckets (a custom bucket collective, such as ZeRO-1's, has collectives in Step too)")
+	case d.reduce != nil && d.cfg.hook == nil:
+		return nil, errors.New("ddp: Join needs the default all-reduce of the buckets or a communication hook (a custom bucket collective, such as ZeRO-1's, has collectives in Step too)")
+	case d.cfg.hook != nil && opts.DivideByActive:
+		return nil, errors.New("ddp: Join with DivideByActive and a communication hook: the hook divides by the group size itself (PyTorch applies divide_by_initial_world_size only without a hook)")
 	case d.cfg.checkEvery > 0:
 		return nil, errors.New("ddp: Join with WithReplicaCheck: joined ranks take no steps, so the replicas differ until Finish")
 	case opts.DivideByActive && d.stepper != nil:
