@@ -39,3 +39,20 @@ func TestCompressConfigErrors(t *testing.T) {
 	_, err := Run(context.Background(), cfg)
 	require.ErrorContains(t, err, "ZeRO-1 reduce-scatters its buckets")
 }
+
+// Uneven batches with a compression hook: the short rank shadows the
+// others' steps through the hook (ddp.Join), and the run finishes at the
+// even run's global step with a trained model. (1 s; skipped under -race.)
+func TestUnevenBatchesCompressed(t *testing.T) {
+	if underRace {
+		t.Skip("whole training runs: too slow under the race detector")
+	}
+	for _, c := range []string{"bf16", "powersgd:2:0"} {
+		cfg := small()
+		cfg.Ranks, cfg.Epochs, cfg.Compress, cfg.UnevenBatches = 4, 1, c, 2
+		res, err := Run(ctxT(t), cfg)
+		require.NoError(t, err, c)
+		require.Equal(t, int64(res.Epochs[0].Steps), res.GlobalStep, c)
+		require.Greater(t, res.Epochs[0].TestAccuracy, 0.8, c)
+	}
+}
