@@ -35,6 +35,14 @@ type linearNet struct {
 }
 
 func newLinearNet(t testing.TB, g *allreduce.Group, sizes []int, seed uint64, opts ...ddp.Option) (*linearNet, *ddp.DDP[float32]) {
+	return newLinearNetWrapped(t, g, sizes, seed, func(params G.Nodes) (*ddp.DDP[float32], error) {
+		return ddp.Wrap[float32](context.Background(), g, params, opts...)
+	})
+}
+
+// newLinearNetWrapped is newLinearNet with the parameters wrapped by wrap
+// (ZeRO-1's, for one).
+func newLinearNetWrapped(t testing.TB, g *allreduce.Group, sizes []int, seed uint64, wrap func(G.Nodes) (*ddp.DDP[float32], error)) (*linearNet, *ddp.DDP[float32]) {
 	rng := rand.New(rand.NewPCG(seed, uint64(g.Rank())))
 	gr := G.NewGraph()
 	n := &linearNet{}
@@ -49,7 +57,7 @@ func newLinearNet(t testing.TB, g *allreduce.Group, sizes []int, seed uint64, op
 		}
 		return nil
 	}))
-	d, err := ddp.Wrap[float32](context.Background(), g, n.params, opts...)
+	d, err := wrap(n.params)
 	require.NoError(t, err)
 	var loss *G.Node
 	require.NoError(t, graphlock.Do(func() error {

@@ -57,7 +57,13 @@ import (
 // joined ranks' zeros included, as without Join. The hook divides by the
 // group size itself, so the divisor is N (DivideByActive is refused).
 //
-// A Joiner needs the default bucket collective or a hook (not zero's),
+// With ZeRO-1 (zero.ZeRO1.Join) a joined rank reduce-scatters its zeroed
+// buckets and then runs the wrapper's Step (JoinOptions.ShadowStep): it
+// updates its shard of the parameters with the averaged gradient and
+// takes part in the all-gather, as PyTorch's ZeroRedundancyOptimizer join
+// hook does; its shard of the optimizer state stays current.
+//
+// A Joiner needs the default bucket collective, a hook, or a ShadowStep,
 // and no WithReplicaCheck or WithOptimizerInBackward with DivideByActive
 // (the scale comes after the collectives, when the update would be made).
 
@@ -68,6 +74,12 @@ type JoinOptions struct {
 	// divide_by_initial_world_size=False). The default, false, is
 	// PyTorch's default.
 	DivideByActive bool
+	// ShadowStep is what a joined rank runs after shadowing an iteration's
+	// bucket collectives, for a wrapper whose Step has collectives of its
+	// own: ZeRO-1's shard update and all-gather (zero.ZeRO1.Join sets it).
+	// Nil for DDP, whose Step has none. Not with DivideByActive (the
+	// averaged gradient is then the wrapper's, which Run does not scale).
+	ShadowStep func(ctx context.Context) error
 }
 
 // Joiner runs the steps of one rank under Join (see above).
@@ -87,8 +99,10 @@ type Joiner[T Float] struct {
 // rank has, then Finish once.
 func (d *DDP[T]) Join(opts JoinOptions) (*Joiner[T], error) {
 	switch {
-	case d.reduce != nil && d.cfg.hook == nil:
-		return nil, errors.New("ddp: Join needs the default all-reduce of the buckets or a communication hook (a custom bucket collective, such as ZeRO-1's, has collectives in Step too)")
+	case d.reduce != nil && d.cfg.hook == nil && opts.ShadowStep == nil:
+		return nil, errors.New("ddp: Join with a custom bucket collective needs JoinOptions.ShadowStep (such a wrapper, as ZeRO-1, may have collectives in Step too: use its own Join)")
+	case opts.ShadowStep != nil && opts.DivideByActive:
+		return nil, errors.New("ddp: Join with DivideByActive and a ShadowStep: the averaged gradient is the wrapper's, which Run cannot scale")
 	case d.cfg.hook != nil && opts.DivideByActive:
 		return nil, errors.New("ddp: Join with DivideByActive and a communication hook: the hook divides by the group size itself (PyTorch applies divide_by_initial_world_size only without a hook)")
 	case d.cfg.checkEvery > 0:
@@ -174,6 +188,11 @@ func (j *Joiner[T]) Finish(ctx context.Context) error {
 		stop, err := j.d.shadow(ctx)
 		if err != nil {
 			return fmt.Errorf("ddp: join: shadowing the active ranks' step: %w", err)
+		}
+		if j.opts.ShadowStep != nil {
+			if err := j.opts.ShadowStep(ctx); err != nil {
+				return fmt.Errorf("ddp: join: shadowing the active ranks' optimizer step: %w", err)
+			}
 		}
 		j.stopped = j.stopped || stop
 		j.lastJoin = false

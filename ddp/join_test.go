@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	G "gorgonia.org/gorgonia"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/ddp"
 	"github.com/ringddp/ringddp/optim"
+	"github.com/ringddp/ringddp/zero"
 )
 
 // joinCoef is rank r's gradient of parameter i, element j, at iteration s
@@ -73,7 +75,8 @@ func joinReference(init [][]float64, batches []int, byActive bool) [][]float64 {
 // fewer on one rank, none on one rank, one rank alone, all different)
 // finish without hanging, and every rank ends with the parameters of the
 // plain-Go reference of PyTorch's Join semantics, in both divisor modes,
-// with one bucket and with a bucket per parameter.
+// with one bucket and with a bucket per parameter; and with ZeRO-1
+// (zero.ZeRO1.Join), the joined ranks updating their shards.
 func TestJoinUnevenInputs(t *testing.T) {
 	cases := [][]int{{10, 10, 9}, {5, 0, 5}, {3}, {0}, {4, 2, 3, 1}, {2, 2}}
 	sizes := []int{5, 3, 7}
@@ -81,19 +84,45 @@ func TestJoinUnevenInputs(t *testing.T) {
 		for _, byActive := range []bool{false, true} {
 			for _, bucket := range []int{4, 1 << 20} {
 				t.Run(fmt.Sprintf("batches=%v/byActive=%v/bucket=%d", batches, byActive, bucket), func(t *testing.T) {
-					checkJoin(t, batches, sizes, byActive, bucket)
+					checkJoin(t, batches, sizes, byActive, bucket, false)
 				})
+				if !byActive {
+					t.Run(fmt.Sprintf("batches=%v/zero1/bucket=%d", batches, bucket), func(t *testing.T) {
+						checkJoin(t, batches, sizes, false, bucket, true)
+					})
+				}
 			}
 		}
 	}
 }
 
-func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int) {
+func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int, zero1 bool) {
 	ranks := len(batches)
 	final := make([][]float32, ranks)
 	var init [][]float64
 	errs := allreducetest.RunInproc(ranks, 20*time.Second, func(g *allreduce.Group) error {
-		n, d := newLinearNet(t, g, sizes, 5, ddp.WithBucketBytes(bucket, bucket), ddp.WithAgreement(func() bool { return false }))
+		opt, err := optim.NewSGD[float32](optim.SGDConfig{LR: joinLR, Momentum: joinMomentum})
+		if err != nil {
+			return err
+		}
+		opts := []ddp.Option{ddp.WithBucketBytes(bucket, bucket), ddp.WithAgreement(func() bool { return false })}
+		var z *zero.ZeRO1[float32]
+		n, d := newLinearNetWrapped(t, g, sizes, 5, func(params G.Nodes) (*ddp.DDP[float32], error) {
+			if !zero1 {
+				return ddp.Wrap[float32](context.Background(), g, params, opts...)
+			}
+			var err error
+			if z, err = zero.Wrap[float32](context.Background(), g, params, opt, opts...); err != nil {
+				return nil, err
+			}
+			return z.DDP(), nil
+		})
+		step := func(ctx context.Context) error { return d.Step(ctx, opt) }
+		join := func() (*ddp.Joiner[float32], error) { return d.Join(ddp.JoinOptions{DivideByActive: byActive}) }
+		if zero1 {
+			step = z.Step
+			join = z.Join
+		}
 		r := g.Rank()
 		if r == 0 {
 			init = make([][]float64, len(sizes))
@@ -104,11 +133,7 @@ func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int) {
 				}
 			}
 		}
-		opt, err := optim.NewSGD[float32](optim.SGDConfig{LR: joinLR, Momentum: joinMomentum})
-		if err != nil {
-			return err
-		}
-		j, err := d.Join(ddp.JoinOptions{DivideByActive: byActive})
+		j, err := join()
 		if err != nil {
 			return err
 		}
@@ -131,7 +156,7 @@ func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int) {
 			if j.Active() != want {
 				return fmt.Errorf("iteration %d: %d active ranks, want %d", s, j.Active(), want)
 			}
-			if err := d.Step(ctx, opt); err != nil {
+			if err := step(ctx); err != nil {
 				return err
 			}
 		}
@@ -154,6 +179,8 @@ func TestJoinRefusals(t *testing.T) {
 		_, d := newLinearNet(t, g, []int{3}, 1, custom)
 		_, err := d.Join(ddp.JoinOptions{})
 		require.ErrorContains(t, err, "custom bucket collective")
+		_, err = d.Join(ddp.JoinOptions{DivideByActive: true, ShadowStep: func(context.Context) error { return nil }})
+		require.ErrorContains(t, err, "DivideByActive and a ShadowStep")
 		ps, err := ddp.NewPowerSGD[float32](ddp.DefaultPowerSGDConfig())
 		require.NoError(t, err)
 		_, d = newLinearNet(t, g, []int{3}, 1, ddp.WithCommHook[float32](ps))
