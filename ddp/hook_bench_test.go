@@ -17,14 +17,7 @@ var mlpShapes = [][]int{{10}, {10, 128}, {128}, {128, 256}, {256}, {256, 784}}
 // one rank: its compute (compress, decompress, orthogonalise, GEMMs),
 // with the collectives as cheap as they get.
 func benchHook(b *testing.B, newHook func() (CommHook[float32], error)) {
-	total := 0
-	for _, s := range mlpShapes {
-		n := 1
-		for _, d := range s {
-			n *= d
-		}
-		total += n
-	}
+	total := elems(mlpShapes)
 	errs := allreducetest.RunInproc(1, time.Minute, func(g *allreduce.Group) error {
 		h, err := newHook()
 		if err != nil {
@@ -75,4 +68,17 @@ func BenchmarkHookMLP(b *testing.B) {
 			}), nil
 		})
 	})
+}
+
+// elems is the number of elements of tensors of the given shapes.
+func elems(shapes [][]int) int {
+	total := 0
+	for _, s := range shapes {
+		n := 1
+		for _, d := range s {
+			n *= d
+		}
+		total += n
+	}
+	return total
 }

@@ -24,15 +24,7 @@ func runHookSteps(g *allreduce.Group, h CommHook[float64], from, to int) ([][]fl
 	out := make([][]float64, len(stateShapes))
 	for s := from; s < to; s++ {
 		for i, shapes := range stateShapes {
-			n := 0
-			for _, sh := range shapes {
-				k := 1
-				for _, d := range sh {
-					k *= d
-				}
-				n += k
-			}
-			buf := randGrads(g.Rank(), 100*s+i, n)
+			buf := randGrads(g.Rank(), 100*s+i, elems(shapes))
 			b, err := NewGradBucket(g, i, i == len(stateShapes)-1, buf, shapes)
 			if err != nil {
 				return nil, err

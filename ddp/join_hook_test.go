@@ -82,13 +82,7 @@ func checkJoinHook(t *testing.T, batches, sizes []int, rank int) {
 		hooks[r] = h
 		n, d := newLinearNet(t, g, sizes, 5, ddp.WithCommHook[float32](h))
 		if r == 0 {
-			init = make([][]float64, len(sizes))
-			for i := range sizes {
-				lo, hi := d.Offset(i)
-				for _, v := range d.ParamArena()[lo:hi] {
-					init[i] = append(init[i], float64(v))
-				}
-			}
+			init = paramsOf(d, len(sizes))
 		}
 		opt, err := optim.NewSGD[float32](optim.SGDConfig{LR: joinLR, Momentum: joinMomentum})
 		if err != nil {
@@ -99,18 +93,8 @@ func checkJoinHook(t *testing.T, batches, sizes []int, rank int) {
 			return err
 		}
 		ctx := context.Background()
-		for s := 0; s < batches[r]; s++ {
-			for i, c := range n.coef {
-				for k := range c {
-					c[k] = joinCoef(r, s, i, k)
-				}
-			}
-			if err := j.Run(ctx, n.vm); err != nil {
-				return err
-			}
-			if err := d.Step(ctx, opt); err != nil {
-				return err
-			}
+		if err := runBatches(ctx, n, j, r, batches, func(ctx context.Context) error { return d.Step(ctx, opt) }); err != nil {
+			return err
 		}
 		h.joined = true
 		if err := j.Finish(ctx); err != nil {

@@ -125,40 +125,15 @@ func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int, ze
 		}
 		r := g.Rank()
 		if r == 0 {
-			init = make([][]float64, len(sizes))
-			for i := range sizes {
-				lo, hi := d.Offset(i)
-				for _, v := range d.ParamArena()[lo:hi] {
-					init[i] = append(init[i], float64(v))
-				}
-			}
+			init = paramsOf(d, len(sizes))
 		}
 		j, err := join()
 		if err != nil {
 			return err
 		}
 		ctx := context.Background()
-		for s := 0; s < batches[r]; s++ {
-			for i, c := range n.coef {
-				for k := range c {
-					c[k] = joinCoef(r, s, i, k)
-				}
-			}
-			if err := j.Run(ctx, n.vm); err != nil {
-				return err
-			}
-			want := 0
-			for _, b := range batches {
-				if s < b {
-					want++
-				}
-			}
-			if j.Active() != want {
-				return fmt.Errorf("iteration %d: %d active ranks, want %d", s, j.Active(), want)
-			}
-			if err := step(ctx); err != nil {
-				return err
-			}
+		if err := runBatches(ctx, n, j, r, batches, step); err != nil {
+			return err
 		}
 		if err := j.Finish(ctx); err != nil {
 			return err
@@ -168,6 +143,46 @@ func checkJoin(t *testing.T, batches, sizes []int, byActive bool, bucket int, ze
 	})
 	require.NoError(t, allreducetest.FirstError(errs))
 	requireArenasClose(t, final, sizes, joinReference(init, batches, byActive))
+}
+
+// paramsOf is d's first n parameters, creation order, as float64.
+func paramsOf(d *ddp.DDP[float32], n int) [][]float64 {
+	out := make([][]float64, n)
+	for i := range out {
+		lo, hi := d.Offset(i)
+		for _, v := range d.ParamArena()[lo:hi] {
+			out[i] = append(out[i], float64(v))
+		}
+	}
+	return out
+}
+
+// runBatches runs rank r's batches[r] iterations under j: joinCoef's
+// gradients, j.Run, a check of the active count, then step.
+func runBatches(ctx context.Context, n *linearNet, j *ddp.Joiner[float32], r int, batches []int, step func(context.Context) error) error {
+	for s := 0; s < batches[r]; s++ {
+		for i, c := range n.coef {
+			for k := range c {
+				c[k] = joinCoef(r, s, i, k)
+			}
+		}
+		if err := j.Run(ctx, n.vm); err != nil {
+			return err
+		}
+		want := 0
+		for _, b := range batches {
+			if s < b {
+				want++
+			}
+		}
+		if j.Active() != want {
+			return fmt.Errorf("iteration %d: %d active ranks, want %d", s, j.Active(), want)
+		}
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestJoinRefusals: Join is refused, naming why, with a custom bucket
