@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/allreduce/cost"
 )
 
 // stateShapes are two buckets' parameters: bucket 0 a matrix PowerSGD
@@ -40,7 +41,8 @@ func runHookSteps(g *allreduce.Group, h CommHook[float64], from, to int) ([][]fl
 
 // A hook's state saved after 3 steps and loaded into a fresh hook gives
 // bitwise the outputs of the hook that never stopped, for 16-bit
-// compression with error feedback and PowerSGD (warm start, error
+// compression with error feedback, auto compression (its decisions kept:
+// the resumed hook does not decide again) and PowerSGD (warm start, error
 // feedback, random Qs drawn at step 2 after the plain all-reduces).
 func TestHookStateResumesBitwise(t *testing.T) {
 	hooks := map[string]func() (StatefulHook[float64], error){
@@ -48,6 +50,12 @@ func TestHookStateResumesBitwise(t *testing.T) {
 		"bf16": func() (StatefulHook[float64], error) { return NewCompression[float64](BF16, true) },
 		"powersgd": func() (StatefulHook[float64], error) {
 			return NewPowerSGD[float64](PowerSGDConfig{Rank: 2, StartIter: 2, MinCompressionRate: 2, ErrorFeedback: true, WarmStart: true, Seed: 7})
+		},
+		"auto": func() (StatefulHook[float64], error) {
+			slow := cost.DefaultModelFor(cost.FlatShape(3))
+			slow.Intra = cost.Link{Alpha: 50e-6, Beta: 8e-6} // 1 Mbit/s: compression pays
+			slow.Inter = slow.Intra
+			return NewAutoCompression[float64](BF16, &slow, nil)
 		},
 		"powersgd-cold": func() (StatefulHook[float64], error) {
 			return NewPowerSGD[float64](PowerSGDConfig{Rank: 1, MinCompressionRate: 1, ErrorFeedback: true, Seed: 3})
@@ -81,6 +89,11 @@ func TestHookStateResumesBitwise(t *testing.T) {
 				}
 				if err := second.LoadHookState(st, st.Local); err != nil {
 					return err
+				}
+				if a, ok := second.(*AutoCompression[float64]); ok {
+					if c, decided := a.Compresses(1); !c || !decided {
+						return fmt.Errorf("auto: bucket 1 after loading: compress %v, decided %v", c, decided)
+					}
 				}
 				got, err := runHookSteps(g, second, 3, 6)
 				if err != nil {
