@@ -84,6 +84,8 @@ func interRing(s cost.Shape, all bool) exchangeRing {
 // every node has one rank), inter, and interAll at the large sizes.
 type linkTimes struct {
 	intra, intraReduced, inter, interReduced, interAll []float64
+	// notes are the rings' lines on their rounds' paces (paces.go).
+	notes string
 }
 
 // measureLinks times the rings of a calibration across the nodes of s.
@@ -107,8 +109,12 @@ func measureLinks(ctx context.Context, cfg *config, conns []transport.Conn, s co
 		if step.skip {
 			continue
 		}
-		if *step.out, err = ringExchange(ctx, cfg, conns, step.sizes, step.reduce, step.ring); err != nil {
+		var note string
+		if *step.out, note, err = ringExchange(ctx, cfg, conns, step.sizes, step.reduce, step.ring); err != nil {
 			return t, fmt.Errorf("%s: %w", step.what, err)
+		}
+		if note != "" {
+			t.notes += "# " + step.what + ":\n" + note
 		}
 	}
 	return t, nil
@@ -181,6 +187,9 @@ func fitTwoLinks(cfg *config, w io.Writer, s cost.Shape, sizes, large []int, t l
 			large[last], t.interAll[last]*1e6, single*1e6, m.NICs); err != nil {
 			return m, err
 		}
+	}
+	if _, err := io.WriteString(w, t.notes); err != nil {
+		return m, err
 	}
 	if err := m.Validate(); err != nil {
 		return m, fmt.Errorf("the fitted model: %w", err)

@@ -36,7 +36,7 @@ func pingReps(b int) int { return min(100, max(1, (256<<10)/b)) }
 // elsewhere. ring says which ranks take part and whom each sends to and
 // receives from (allRanks: the ring of every rank; linkcalib.go's rings
 // within and between nodes).
-func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, error) {
+func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -44,21 +44,24 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 		mu   sync.Mutex
 		errs []error
 		out  []float64
+		rec  *paceRecord
 	)
 	for _, c := range conns {
 		var times []float64
+		var pr *paceRecord
 		if c.Rank() == 0 {
 			out = make([]float64, len(sizes))
 			times = out
+			rec = &paceRecord{rounds: make([]int, len(sizes)), spread: make([]float64, len(sizes))}
+			pr = rec
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			right, left, ok := ring.peers(c.Rank(), c.Size())
-			if !ok {
-				return // not in this ring: nothing to time
-			}
-			if err := ringSide(ctx, cfg, c, sizes, reduce, times, right, left, ring.group); err != nil {
+			side := ringSide{cfg: cfg, c: c, sizes: sizes, reduce: reduce, perStep: times, pace: pr,
+				right: right, left: left, member: ok, group: ring.group}
+			if err := side.run(ctx); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
 				mu.Unlock()
@@ -68,9 +71,9 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return out, nil
+	return out, rec.note(sizes, cfg.iters), nil
 }
 
 // exchangeRing is a ring of ringExchange: peers gives rank r of n ranks
@@ -88,38 +91,81 @@ var allRanks = exchangeRing{group: pingGroup, peers: func(r, n int) (int, int, b
 	return (r + 1) % n, (r + n - 1) % n, true
 }}
 
-// ringSide is one rank's part of ringExchange; rank 0 records the times
-// (into perStep; nil on other ranks).
-func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, reduce bool, perStep []float64, right, left int, ringGroup uint32) error {
-	largest := sizes[len(sizes)-1]
+// ringSide is one rank's part of ringExchange (rank 0 records the times
+// into perStep, and pace, nil on other ranks); a rank outside the ring
+// (member false) takes part in the agreements only (paces.go).
+type ringSide struct {
+	cfg         *config
+	c           transport.Conn
+	sizes       []int
+	reduce      bool
+	perStep     []float64
+	pace        *paceRecord
+	right, left int
+	member      bool
+	group       uint32
+}
+
+// run times every size: -warmup untimed rounds and -iters timed ones,
+// then, while some member's rounds' paces differ (paces.go), up to
+// maxExtraBatches more batches of -iters rounds; the median of them all.
+func (s *ringSide) run(ctx context.Context) error {
+	largest := s.sizes[len(s.sizes)-1]
 	buf := make([]byte, largest)
 	var sink transport.Sink = &pingSink{dst: make([]byte, largest)}
-	if reduce {
+	if s.reduce {
 		sink = &addSink{dst: make([]byte, largest)}
 	}
-	times := make([]float64, cfg.iters)
-	group := ringGroup
-	if reduce {
+	group := s.group
+	if s.reduce {
 		group++
 	}
-	for si, b := range sizes {
+	for si, b := range s.sizes {
 		reps := pingReps(b)
 		var step uint32
-		for round := range cfg.warmup + cfg.iters {
-			t0 := time.Now()
-			for range reps {
-				h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(b), Step: step}
-				step++
-				if err := exchange(ctx, c, right, h, buf[:b], left, b, sink); err != nil {
-					return fmt.Errorf("%d-byte messages: %w", b, err)
+		var times []float64
+		timeRounds := func(n, untimed int) error {
+			if !s.member {
+				return nil
+			}
+			for round := range untimed + n {
+				t0 := time.Now()
+				for range reps {
+					h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(b), Step: step}
+					step++
+					if err := exchange(ctx, s.c, s.right, h, buf[:b], s.left, b, sink); err != nil {
+						return fmt.Errorf("%d-byte messages: %w", b, err)
+					}
+				}
+				if round >= untimed {
+					times = append(times, time.Since(t0).Seconds()/float64(reps))
 				}
 			}
-			if round >= cfg.warmup {
-				times[round-cfg.warmup] = time.Since(t0).Seconds() / float64(reps)
+			return nil
+		}
+		// Every rank starts the size together (the rings of every local
+		// rank at once must overlap to show how they share a link).
+		if _, err := agreeAll(ctx, s.c, s.group, si, 0, false); err != nil {
+			return err
+		}
+		if err := timeRounds(s.cfg.iters, s.cfg.warmup); err != nil {
+			return err
+		}
+		for batch := 1; batch <= maxExtraBatches; batch++ {
+			more, err := agreeAll(ctx, s.c, s.group, si, batch, s.member && pacesDiffer(times))
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			if err := timeRounds(s.cfg.iters, 0); err != nil {
+				return err
 			}
 		}
-		if perStep != nil {
-			perStep[si] = calibrate.Median(times)
+		if s.perStep != nil {
+			s.perStep[si] = calibrate.Median(times)
+			s.pace.rounds[si], s.pace.spread[si] = len(times), spread(times)
 		}
 	}
 	return nil

@@ -24,7 +24,8 @@ import (
 // "auto,ring,doubling,tree,hd,hierarchical,torus": auto and every one it
 // picks from on these layouts but mesh, which sends twice the floor's
 // bytes there), CalibItersEnv the timed iterations of a measurement
-// (default 5) and CalibRoundsEnv its rounds (default 1; each cell the
+// (default 5, after 2 warm-up ones) and CalibRoundsEnv its rounds
+// (default 2, each starting one further along the list; each cell the
 // median of its rounds).
 const (
 	CalibEnv       = "RINGDDP_BED_CALIB"
@@ -69,7 +70,7 @@ func TestBedCalib(t *testing.T) {
 	}
 	algos := envOr(CalibAlgosEnv, "auto,ring,doubling,tree,hd,hierarchical,torus")
 	iters := envOr(CalibItersEnv, "5")
-	rounds, err := strconv.Atoi(envOr(CalibRoundsEnv, "1"))
+	rounds, err := strconv.Atoi(envOr(CalibRoundsEnv, "2"))
 	require.NoError(t, err, "$%s", CalibRoundsEnv)
 	for _, l := range strings.Split(layouts, ",") {
 		var hosts, ranks int
@@ -87,10 +88,14 @@ func TestBedCalib(t *testing.T) {
 				strings.Join(append(calibArgs[:len(calibArgs):len(calibArgs)], "-calibrate", "FILE"), " "), linkLines(nodes[0].stdout.String()))
 			t1 := time.Now()
 			var all [][]calibRow
-			for range rounds {
-				nodes = startJob(t, bed, benchBin, "-transport", "auto", "-ranks", strconv.Itoa(ranks), "-algo", algos,
+			list := strings.Split(algos, ",")
+			for round := range rounds {
+				// Each round starts one further along the list: what ran
+				// before an algorithm moves its time.
+				order := append(slices.Clone(list[round%len(list):]), list[:round%len(list)]...)
+				nodes = startJob(t, bed, benchBin, "-transport", "auto", "-ranks", strconv.Itoa(ranks), "-algo", strings.Join(order, ","),
 					"-min", "64K", "-max", "64M", "-factor", "4", "-profile", profile, "-check=false", "-json",
-					"-iters", iters, "-warmup", "1", "-timeout", "120s")
+					"-iters", iters, "-warmup", "2", "-timeout", "120s")
 				waitJob(t, nodes, 15*time.Minute)
 				requireSuccess(t, nodes)
 				all = append(all, parseCalibRows(t, nodes[0].stdout.String()))
@@ -124,14 +129,14 @@ func parseCalibRows(t *testing.T, out string) []calibRow {
 }
 
 // medianCalibRows is the first round's rows, each with the median of its
-// rounds' times (the rounds run the same rows in the same order).
+// rounds' times (the rounds run the same rows, in another order).
 func medianCalibRows(rounds [][]calibRow) []calibRow {
 	out := slices.Clone(rounds[0])
 	for i := range out {
 		var ts []float64
-		for _, r := range rounds {
-			if i < len(r) {
-				ts = append(ts, r[i].TimeUS)
+		for _, rs := range rounds {
+			if r, ok := findRow(rs, out[i].Algo, out[i].Bytes); ok {
+				ts = append(ts, r.TimeUS)
 			}
 		}
 		out[i].TimeUS = median(ts)
@@ -139,18 +144,11 @@ func medianCalibRows(rounds [][]calibRow) []calibRow {
 	return out
 }
 
-// linkLines are the calibration report's lines about the links: the
-// rings' headers and fits, and the model written.
+// linkLines is the calibration report's part on the links: everything
+// before the algorithms' table.
 func linkLines(out string) string {
-	var keep []string
-	for _, line := range strings.Split(out, "\n") {
-		if strings.HasPrefix(line, "# ") && (strings.Contains(line, "fit") || strings.Contains(line, "ring") ||
-			strings.Contains(line, "nics") || strings.Contains(line, "γ") || strings.Contains(line, "model written") ||
-			strings.Contains(line, "paces")) {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
+	head, _, _ := strings.Cut(out, "# ringddp bench: op allreduce")
+	return strings.TrimSpace(head)
 }
 
 // calibSizes are the rows' sizes in order.
