@@ -11,7 +11,7 @@
 #
 # The environment changes what runs: RINGDDP_BED_CALIB (layouts, default
 # 2x2,3x2), RINGDDP_BED_CALIB_ALGOS (auto,ring,doubling,tree,hd,
-# hierarchical,torus), RINGDDP_BED_CALIB_ITERS (5), RINGDDP_BED_CALIB_ROUNDS (2).
+# hierarchical,torus), RINGDDP_BED_CALIB_ITERS (3), RINGDDP_BED_CALIB_ROUNDS (2).
 set -eu
 cd "$(dirname "$0")/.."
 trap 'exit 1' INT TERM

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // The two links of a calibration across nodes (-nnodes > 1): the ring of
@@ -120,6 +122,23 @@ func measureLinks(ctx context.Context, cfg *config, conns []transport.Conn, s co
 	return t, nil
 }
 
+// sharedSteps are the one-rank ring's step (1) and the every-rank ring's
+// as a multiple of it (the median over the large sizes of their ratio at
+// each: one size's pair is one noisy sample on a loaded host), for
+// fitNICs.
+func sharedSteps(sizes, large []int, inter, interAll []float64) (single, all float64) {
+	var ratios []float64
+	for i, n := range large {
+		if j := slices.Index(sizes, n); j >= 0 && i < len(interAll) && inter[j] > 0 {
+			ratios = append(ratios, interAll[i]/inter[j])
+		}
+	}
+	if len(ratios) == 0 {
+		return 0, 0
+	}
+	return 1, calibrate.Median(ratios)
+}
+
 // fitNICs is Model.NICs from the rings between nodes at the largest size:
 // single, one rank of each node exchanging; all, every one of its local
 // ranks at once. With k NICs, ⌈local/k⌉ messages share one and a step
@@ -180,11 +199,10 @@ func fitTwoLinks(cfg *config, w io.Writer, s cost.Shape, sizes, large []int, t l
 		return m, err
 	}
 	if t.interAll != nil {
-		last := len(large) - 1
-		single := t.inter[len(sizes)-1]
-		m.NICs = fitNICs(s.LocalSize, single, t.interAll[last])
-		if _, err := fmt.Fprintf(w, "# every local rank over the nodes at once, %d B: %.2f us a step against %.2f us for one rank a node: nics = %d (0: a link per rank)\n#\n",
-			large[last], t.interAll[last]*1e6, single*1e6, m.NICs); err != nil {
+		single, all := sharedSteps(sizes, large, t.inter, t.interAll)
+		m.NICs = fitNICs(s.LocalSize, single, all)
+		if _, err := fmt.Fprintf(w, "# every local rank over the nodes at once, %s..%s: a step %.2fx one rank a node's (median over the sizes): nics = %d (0: a link per rank)\n#\n",
+			bytesize.Format(large[0]), bytesize.Format(large[len(large)-1]), all/single, m.NICs); err != nil {
 			return m, err
 		}
 	}

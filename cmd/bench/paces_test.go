@@ -51,3 +51,20 @@ func TestPaceNote(t *testing.T) {
 	require.True(t, pacesDiffer([]float64{1, 1.6}))
 	require.False(t, pacesDiffer([]float64{1, 1.4, 1.2}))
 }
+
+// TestSharedSteps: the every-rank ring's slowdown is the median of its
+// ratios to the one-rank ring at the large sizes, so one noisy size does
+// not decide NICs.
+func TestSharedSteps(t *testing.T) {
+	sizes := []int{8, 1 << 20, 2 << 20, 4 << 20}
+	large := sizes[1:]
+	inter := []float64{1e-4, 0.01, 0.02, 0.12} // 4 MiB: a slow round
+	all := []float64{0.02, 0.04, 0.08}
+	single, shared := sharedSteps(sizes, large, inter, all)
+	require.Equal(t, 1.0, single)
+	require.InDelta(t, 2.0, shared, 1e-12)
+	require.Equal(t, 1, fitNICs(2, single, shared))
+	_, none := sharedSteps(sizes, nil, inter, nil)
+	require.Zero(t, none)
+	require.Zero(t, fitNICs(2, 0, 0))
+}
