@@ -60,7 +60,7 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 			defer wg.Done()
 			right, left, ok := ring.peers(c.Rank(), c.Size())
 			side := ringSide{cfg: cfg, c: c, sizes: sizes, reduce: reduce, perStep: times, pace: pr,
-				right: right, left: left, member: ok, group: ring.group}
+				right: right, left: left, member: ok, ring: ring}
 			if err := side.run(ctx); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
@@ -81,9 +81,32 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 // always does: it records the times); group is the header Group of its
 // copying messages, group+1 of its reducing ones (rings timed one after
 // another use distinct ones).
+//
+// stream, where set, is the fewest bytes a timed round of messages over
+// streamFrom bytes sends (more steps than pingReps): a link shaped by a
+// token bucket (the test bed's tc tbf; a cloud NIC's burst allowance)
+// carries a lone message that fits its bucket at the wire's speed and a
+// stream at its rate, and the algorithms' mid-sized messages are pieces
+// of such streams (Model.Segment), so the ring between nodes times them
+// streamed (interRing).
 type exchangeRing struct {
-	peers func(r, n int) (right, left int, ok bool)
-	group uint32
+	peers  func(r, n int) (right, left int, ok bool)
+	group  uint32
+	stream int
+}
+
+// streamFrom is the smallest message a ring with stream times streamed:
+// smaller ones are latency-bound and sent alone by the algorithms at
+// small sizes.
+const streamFrom = 32 << 10
+
+// reps is how many steps a timed round of b-byte messages makes on ring:
+// pingReps, or enough to send stream bytes.
+func (r exchangeRing) reps(b int) int {
+	if r.stream > 0 && b >= streamFrom {
+		return max(pingReps(b), (r.stream+b-1)/b)
+	}
+	return pingReps(b)
 }
 
 // allRanks is the ring of every rank, in rank order.
@@ -103,7 +126,7 @@ type ringSide struct {
 	pace        *paceRecord
 	right, left int
 	member      bool
-	group       uint32
+	ring        exchangeRing
 }
 
 // run times every size: -warmup untimed rounds and -iters timed ones,
@@ -116,12 +139,12 @@ func (s *ringSide) run(ctx context.Context) error {
 	if s.reduce {
 		sink = &addSink{dst: make([]byte, largest)}
 	}
-	group := s.group
+	group := s.ring.group
 	if s.reduce {
 		group++
 	}
 	for si, b := range s.sizes {
-		reps := pingReps(b)
+		reps := s.ring.reps(b)
 		var step uint32
 		var times []float64
 		timeRounds := func(n, untimed int) error {
@@ -145,14 +168,14 @@ func (s *ringSide) run(ctx context.Context) error {
 		}
 		// Every rank starts the size together (the rings of every local
 		// rank at once must overlap to show how they share a link).
-		if _, err := agreeAll(ctx, s.c, s.group, si, 0, false); err != nil {
+		if _, err := agreeAll(ctx, s.c, s.ring.group, si, 0, false); err != nil {
 			return err
 		}
 		if err := timeRounds(s.cfg.iters, s.cfg.warmup); err != nil {
 			return err
 		}
 		for batch := 1; batch <= maxExtraBatches; batch++ {
-			more, err := agreeAll(ctx, s.c, s.group, si, batch, s.member && pacesDiffer(times))
+			more, err := agreeAll(ctx, s.c, s.ring.group, si, batch, s.member && pacesDiffer(times))
 			if err != nil {
 				return err
 			}
