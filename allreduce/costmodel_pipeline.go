@@ -27,10 +27,14 @@ import (
 //	T = I + B·A + O
 //
 // (the first block's reduce, every block's inter-node phase back to
-// back, the last block's gather); where the node's own work is (I + O ≥
-// A), T = I + (B−1)·(I + O) + … ≈ B·(I + O) + A. B = 1 is I + A + O, the
-// unpipelined sum. Without Overlap the blocks run one after the other,
-// each stage after the other: T = B·(I + A + O).
+// back, the last block's gather); where the node's own work is (A ≤ I:
+// the intra goroutine never waits but for the last block),
+//
+//	T = B·(I + O) + max(A, O) − O
+//
+// (out(B−1) waits for across(B−1), which starts after in(B−1)). B = 1
+// is I + A + O, the unpipelined sum. Without Overlap the blocks run one
+// after the other, each stage after the other: T = B·(I + A + O).
 //
 // Blocks are priced all alike at M/B bytes (ChunkBounds makes them differ
 // by at most an element); each stage's formula includes its sub-group's
