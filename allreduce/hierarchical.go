@@ -97,21 +97,24 @@ func (g *Group) hierarchicalAllReduce(ctx context.Context, h transport.Header, c
 }
 
 // hierarchicalCost is the 2D ring's predicted time: the agreement step,
-// the intra-node Reduce, Auto's all-reduce among the K local roots over
-// the inter-node link, and the intra-node Broadcast.
+// then per block (compositionCost: B blocks of M/B bytes, overlapped
+// over the mixed transport) the intra-node Reduce, Auto's all-reduce
+// among the K local roots over the inter-node link, and the intra-node
+// Broadcast.
 func hierarchicalCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	t := m.Agree(s)
 	if b == 0 {
-		return t
+		return m.Agree(s)
 	}
 	// The Broadcast's agreement step is off the critical path: the other
 	// ranks of the node sent theirs long before the local root, back from
 	// the inter-node phase, sends its own with the data right behind it.
 	intra, inter := s.IntraShape(), s.InterShape()
-	return t + bestCost(m, intra, KindReduce, b) + autoCost(m, inter, b) + bestCost(m, intra, KindBroadcast, b) - m.Agree(intra)
+	return compositionCost(m, s, b, func(x float64) (in, across, out float64) {
+		return bestCost(m, intra, KindReduce, x), autoCost(m, inter, x), bestCost(m, intra, KindBroadcast, x) - m.Agree(intra)
+	})
 }
 
 // hierarchicalWork is the work (cost.Work) of a node of L ranks: its

@@ -443,6 +443,7 @@ func (g *Group) costShape(ctx context.Context) (cost.Shape, error) {
 		s = topo.shape()
 	}
 	s.PeerMemory, s.LendLimit = lending(g.conn)
+	s.Overlap = overlapsNodes(g.rootConn())
 	g.seq.mu.Lock()
 	g.shape = &s
 	g.seq.mu.Unlock()

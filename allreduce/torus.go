@@ -2,7 +2,6 @@ package allreduce
 
 import (
 	"context"
-	"math"
 
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
@@ -160,35 +159,44 @@ func torusWork(m cost.Model, s cost.Shape, b float64) float64 {
 	return ringWork(m, s.IntraShape(), b) + float64(l)*autoWork(m.SharedBy(l), s.InterShape(), c)
 }
 
-// torusCost is the 2D torus's predicted time: the agreement step, the
-// intra-node ring reduce-scatter ((L-1) steps of M/L bytes), Auto's
-// all-reduce of M/L bytes among one rank per node, and the intra-node
-// ring all-gather. On uneven nodes a rank of the smallest node, L_min
-// ranks, holds up to s = ⌈L/L_min⌉ slots: its ring moves up to s·M/L
-// bytes a step (the lock-step ring waits for the largest chunk in
-// flight) in L_min-1 steps (the later of that and the largest node's ring),
-// and it runs s inter-node all-reduces one after another, which the other
-// nodes' holders of those slots wait for.
+// torusCost is the 2D torus's predicted time: the agreement step, then
+// per block (compositionCost: B blocks of M/B bytes, overlapped over the
+// mixed transport) the intra-node ring reduce-scatter ((L-1) steps of
+// M/L bytes of the block), Auto's all-reduce of M/L bytes among one rank
+// per node, and the intra-node ring all-gather. On uneven nodes a rank
+// of the smallest node, L_min ranks, holds up to s = ⌈L/L_min⌉ slots:
+// its ring moves up to s·M/L bytes a step (the lock-step ring waits for
+// the largest chunk in flight) in L_min-1 steps (the later of that and
+// the largest node's ring), and it runs s inter-node all-reduces one
+// after another, which the other nodes' holders of those slots wait for.
 func torusCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if s.Ranks == 1 {
 		return 0
 	}
-	t := m.Agree(s)
 	if b == 0 {
-		return t
+		return m.Agree(s)
 	}
-	c := b / float64(s.LocalSize)
-	// The intra-node ring on a node of n ranks, each holding x bytes of
-	// chunks: n-1 reduce-scatter and n-1 all-gather steps, each as its
-	// lock-step pieces.
-	ring := func(n int, x float64) float64 {
+	// Half the intra-node ring on a node of n ranks, each holding x
+	// bytes of chunks: n-1 reduce-scatter (reduce) or all-gather steps,
+	// each as its lock-step pieces.
+	half := func(n int, x float64, reduce bool) float64 {
 		k := m.Pieces(x)
-		return float64(n-1) * (2*k*m.Intra.Time(x/k) + x*m.Gamma)
+		t := k * m.Intra.Time(x/k)
+		if reduce {
+			t += x * m.Gamma
+		}
+		return float64(n-1) * t
 	}
 	slots := s.SlotsPerRank()
-	intra := ring(s.LocalSize, c)
-	if slots > 1 {
-		intra = math.Max(intra, ring(s.SmallestNode, float64(slots)*c))
-	}
-	return t + intra + float64(slots)*autoCost(m.SharedBy(s.LocalSize), s.InterShape(), c)
+	return compositionCost(m, s, b, func(x float64) (in, across, out float64) {
+		c := x / float64(s.LocalSize)
+		in, out = half(s.LocalSize, c, true), half(s.LocalSize, c, false)
+		if slots > 1 { // the slower of the two nodes' rings, as a whole
+			sin, sout := half(s.SmallestNode, float64(slots)*c, true), half(s.SmallestNode, float64(slots)*c, false)
+			if sin+sout > in+out {
+				in, out = sin, sout
+			}
+		}
+		return in, float64(slots) * autoCost(m.SharedBy(s.LocalSize), s.InterShape(), c), out
+	})
 }

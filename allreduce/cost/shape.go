@@ -19,6 +19,12 @@ type Shape struct {
 	// segment, and its cost counts the copies and a wait per segment.
 	PeerMemory bool
 	LendLimit  int
+	// Overlap: the transport carries a node's messages and the other
+	// nodes' over separate endpoints (package mixed), so the topology
+	// compositions overlap their blocks' phases within and between
+	// nodes (allreduce's pipeline.go); without it their blocks run one
+	// after the other.
+	Overlap bool
 }
 
 // FlatShape is the shape of n ranks on one node.

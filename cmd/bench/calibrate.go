@@ -111,11 +111,13 @@ func runCalibration(ctx context.Context, cfg *config, eps *endpoints, w io.Write
 // every rank, fitted as both links, and γ; nil outside rank 0's process.
 func calibrateOneLink(ctx context.Context, cfg *config, conns []transport.Conn, w io.Writer) (*cost.Model, error) {
 	sizes := calibrate.PingSizes(cfg.calibMax)
-	perStep, err := ringExchange(ctx, cfg, conns, sizes, false, allRanks)
+	perStep, note, err := ringExchange(ctx, cfg, conns, sizes, false, allRanks)
 	var reduced []float64
 	large := calibrate.LargeSizes(sizes)
 	if err == nil && len(large) > 0 {
-		reduced, err = ringExchange(ctx, cfg, conns, large, true, allRanks)
+		var more string
+		reduced, more, err = ringExchange(ctx, cfg, conns, large, true, allRanks)
+		note += more
 	}
 	if err != nil {
 		return nil, fmt.Errorf("-calibrate: ring exchange among the %d ranks: %w", cfg.ranks, err)
@@ -140,6 +142,9 @@ func calibrateOneLink(ctx context.Context, cfg *config, conns []transport.Conn, 
 	e := calibrate.Exchange{Transport: cfg.transport, Ranks: cfg.ranks, Iters: cfg.iters, Warmup: cfg.warmup,
 		Sizes: sizes, PerStep: perStep, Fit: fit, Large: large, Reduced: reduced, Gamma: gamma, Kernel: kernel, KernelBytes: gbytes}
 	if err := calibrate.WriteExchange(w, e); err != nil {
+		return nil, fmt.Errorf("writing the report: %w", err)
+	}
+	if _, err := io.WriteString(w, note); err != nil {
 		return nil, fmt.Errorf("writing the report: %w", err)
 	}
 	return &m, nil

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/bytesize"
 )
 
 // The two links of a calibration across nodes (-nnodes > 1): the ring of
@@ -36,6 +38,11 @@ const (
 	interAllGroup = pingGroup + 6
 )
 
+// interStream is the rings between nodes' exchangeRing.stream: 4 MiB a
+// round, past the burst of a token bucket at the rates these links have
+// (the test bed's is 5 ms of its rate: 625 KB at 1 Gbit/s).
+const interStream = 4 << 20
+
 // intraRing is the ring of each node's ranks among themselves; a node of
 // one rank takes no part.
 func intraRing(s cost.Shape) exchangeRing {
@@ -58,7 +65,7 @@ func interRing(s cost.Shape, all bool) exchangeRing {
 	if all {
 		group = interAllGroup
 	}
-	return exchangeRing{group: group, peers: func(r, n int) (int, int, bool) {
+	return exchangeRing{group: group, stream: interStream, peers: func(r, n int) (int, int, bool) {
 		i := r - s.NodeOfRank(r)*s.LocalSize
 		if i > 0 && !all {
 			return 0, 0, false
@@ -84,6 +91,8 @@ func interRing(s cost.Shape, all bool) exchangeRing {
 // every node has one rank), inter, and interAll at the large sizes.
 type linkTimes struct {
 	intra, intraReduced, inter, interReduced, interAll []float64
+	// notes are the rings' lines on their rounds' paces (paces.go).
+	notes string
 }
 
 // measureLinks times the rings of a calibration across the nodes of s.
@@ -107,11 +116,32 @@ func measureLinks(ctx context.Context, cfg *config, conns []transport.Conn, s co
 		if step.skip {
 			continue
 		}
-		if *step.out, err = ringExchange(ctx, cfg, conns, step.sizes, step.reduce, step.ring); err != nil {
+		var note string
+		if *step.out, note, err = ringExchange(ctx, cfg, conns, step.sizes, step.reduce, step.ring); err != nil {
 			return t, fmt.Errorf("%s: %w", step.what, err)
+		}
+		if note != "" {
+			t.notes += "# " + step.what + ":\n" + note
 		}
 	}
 	return t, nil
+}
+
+// sharedSteps are the one-rank ring's step (1) and the every-rank ring's
+// as a multiple of it (the median over the large sizes of their ratio at
+// each: one size's pair is one noisy sample on a loaded host), for
+// fitNICs.
+func sharedSteps(sizes, large []int, inter, interAll []float64) (single, all float64) {
+	var ratios []float64
+	for i, n := range large {
+		if j := slices.Index(sizes, n); j >= 0 && i < len(interAll) && inter[j] > 0 {
+			ratios = append(ratios, interAll[i]/inter[j])
+		}
+	}
+	if len(ratios) == 0 {
+		return 0, 0
+	}
+	return 1, calibrate.Median(ratios)
 }
 
 // fitNICs is Model.NICs from the rings between nodes at the largest size:
@@ -174,13 +204,15 @@ func fitTwoLinks(cfg *config, w io.Writer, s cost.Shape, sizes, large []int, t l
 		return m, err
 	}
 	if t.interAll != nil {
-		last := len(large) - 1
-		single := t.inter[len(sizes)-1]
-		m.NICs = fitNICs(s.LocalSize, single, t.interAll[last])
-		if _, err := fmt.Fprintf(w, "# every local rank over the nodes at once, %d B: %.2f us a step against %.2f us for one rank a node: nics = %d (0: a link per rank)\n#\n",
-			large[last], t.interAll[last]*1e6, single*1e6, m.NICs); err != nil {
+		single, all := sharedSteps(sizes, large, t.inter, t.interAll)
+		m.NICs = fitNICs(s.LocalSize, single, all)
+		if _, err := fmt.Fprintf(w, "# every local rank over the nodes at once, %s..%s: a step %.2fx one rank a node's (median over the sizes): nics = %d (0: a link per rank)\n#\n",
+			bytesize.Format(large[0]), bytesize.Format(large[len(large)-1]), all/single, m.NICs); err != nil {
 			return m, err
 		}
+	}
+	if _, err := io.WriteString(w, t.notes); err != nil {
+		return m, err
 	}
 	if err := m.Validate(); err != nil {
 		return m, fmt.Errorf("the fitted model: %w", err)

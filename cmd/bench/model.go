@@ -11,6 +11,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/shm"
 	"github.com/ringddp/ringddp/internal/bytesize"
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // The simulator's default links when no profile gives them (README.md):
@@ -268,6 +269,9 @@ func plannedShape(cfg *config) cost.Shape {
 		s = cost.NodesShape(n, cfg.localSize)
 	}
 	s.PeerMemory, s.LendLimit = peerMemory(cfg.transport), lendLimit(cfg.transport)
+	// -transport auto is the mixed transport: shared memory within a
+	// host, tcp between, on which the compositions overlap their blocks.
+	s.Overlap = cfg.transport == launch.Auto
 	return s
 }
 

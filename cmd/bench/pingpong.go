@@ -36,7 +36,7 @@ func pingReps(b int) int { return min(100, max(1, (256<<10)/b)) }
 // elsewhere. ring says which ranks take part and whom each sends to and
 // receives from (allRanks: the ring of every rank; linkcalib.go's rings
 // within and between nodes).
-func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, error) {
+func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, string, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -44,21 +44,24 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 		mu   sync.Mutex
 		errs []error
 		out  []float64
+		rec  *paceRecord
 	)
 	for _, c := range conns {
 		var times []float64
+		var pr *paceRecord
 		if c.Rank() == 0 {
 			out = make([]float64, len(sizes))
 			times = out
+			rec = &paceRecord{rounds: make([]int, len(sizes)), spread: make([]float64, len(sizes))}
+			pr = rec
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			right, left, ok := ring.peers(c.Rank(), c.Size())
-			if !ok {
-				return // not in this ring: nothing to time
-			}
-			if err := ringSide(ctx, cfg, c, sizes, reduce, times, right, left, ring.group); err != nil {
+			side := ringSide{cfg: cfg, c: c, sizes: sizes, reduce: reduce, perStep: times, pace: pr,
+				right: right, left: left, member: ok, ring: ring}
+			if err := side.run(ctx); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
 				mu.Unlock()
@@ -68,9 +71,9 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return out, nil
+	return out, rec.note(sizes, cfg.iters), nil
 }
 
 // exchangeRing is a ring of ringExchange: peers gives rank r of n ranks
@@ -78,9 +81,32 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 // always does: it records the times); group is the header Group of its
 // copying messages, group+1 of its reducing ones (rings timed one after
 // another use distinct ones).
+//
+// stream, where set, is the fewest bytes a timed round of messages over
+// streamFrom bytes sends (more steps than pingReps): a link shaped by a
+// token bucket (the test bed's tc tbf; a cloud NIC's burst allowance)
+// carries a lone message that fits its bucket at the wire's speed and a
+// stream at its rate, and the algorithms' mid-sized messages are pieces
+// of such streams (Model.Segment), so the ring between nodes times them
+// streamed (interRing).
 type exchangeRing struct {
-	peers func(r, n int) (right, left int, ok bool)
-	group uint32
+	peers  func(r, n int) (right, left int, ok bool)
+	group  uint32
+	stream int
+}
+
+// streamFrom is the smallest message a ring with stream times streamed:
+// smaller ones are latency-bound and sent alone by the algorithms at
+// small sizes.
+const streamFrom = 32 << 10
+
+// reps is how many steps a timed round of b-byte messages makes on ring:
+// pingReps, or enough to send stream bytes.
+func (r exchangeRing) reps(b int) int {
+	if r.stream > 0 && b >= streamFrom {
+		return max(pingReps(b), (r.stream+b-1)/b)
+	}
+	return pingReps(b)
 }
 
 // allRanks is the ring of every rank, in rank order.
@@ -88,38 +114,81 @@ var allRanks = exchangeRing{group: pingGroup, peers: func(r, n int) (int, int, b
 	return (r + 1) % n, (r + n - 1) % n, true
 }}
 
-// ringSide is one rank's part of ringExchange; rank 0 records the times
-// (into perStep; nil on other ranks).
-func ringSide(ctx context.Context, cfg *config, c transport.Conn, sizes []int, reduce bool, perStep []float64, right, left int, ringGroup uint32) error {
-	largest := sizes[len(sizes)-1]
+// ringSide is one rank's part of ringExchange (rank 0 records the times
+// into perStep, and pace, nil on other ranks); a rank outside the ring
+// (member false) takes part in the agreements only (paces.go).
+type ringSide struct {
+	cfg         *config
+	c           transport.Conn
+	sizes       []int
+	reduce      bool
+	perStep     []float64
+	pace        *paceRecord
+	right, left int
+	member      bool
+	ring        exchangeRing
+}
+
+// run times every size: -warmup untimed rounds and -iters timed ones,
+// then, while some member's rounds' paces differ (paces.go), up to
+// maxExtraBatches more batches of -iters rounds; the median of them all.
+func (s *ringSide) run(ctx context.Context) error {
+	largest := s.sizes[len(s.sizes)-1]
 	buf := make([]byte, largest)
 	var sink transport.Sink = &pingSink{dst: make([]byte, largest)}
-	if reduce {
+	if s.reduce {
 		sink = &addSink{dst: make([]byte, largest)}
 	}
-	times := make([]float64, cfg.iters)
-	group := ringGroup
-	if reduce {
+	group := s.ring.group
+	if s.reduce {
 		group++
 	}
-	for si, b := range sizes {
-		reps := pingReps(b)
+	for si, b := range s.sizes {
+		reps := s.ring.reps(b)
 		var step uint32
-		for round := range cfg.warmup + cfg.iters {
-			t0 := time.Now()
-			for range reps {
-				h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(b), Step: step}
-				step++
-				if err := exchange(ctx, c, right, h, buf[:b], left, b, sink); err != nil {
-					return fmt.Errorf("%d-byte messages: %w", b, err)
+		var times []float64
+		timeRounds := func(n, untimed int) error {
+			if !s.member {
+				return nil
+			}
+			for round := range untimed + n {
+				t0 := time.Now()
+				for range reps {
+					h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(b), Step: step}
+					step++
+					if err := exchange(ctx, s.c, s.right, h, buf[:b], s.left, b, sink); err != nil {
+						return fmt.Errorf("%d-byte messages: %w", b, err)
+					}
+				}
+				if round >= untimed {
+					times = append(times, time.Since(t0).Seconds()/float64(reps))
 				}
 			}
-			if round >= cfg.warmup {
-				times[round-cfg.warmup] = time.Since(t0).Seconds() / float64(reps)
+			return nil
+		}
+		// Every rank starts the size together (the rings of every local
+		// rank at once must overlap to show how they share a link).
+		if _, err := agreeAll(ctx, s.c, s.ring.group, si, 0, false); err != nil {
+			return err
+		}
+		if err := timeRounds(s.cfg.iters, s.cfg.warmup); err != nil {
+			return err
+		}
+		for batch := 1; batch <= maxExtraBatches; batch++ {
+			more, err := agreeAll(ctx, s.c, s.ring.group, si, batch, s.member && pacesDiffer(times))
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			if err := timeRounds(s.cfg.iters, 0); err != nil {
+				return err
 			}
 		}
-		if perStep != nil {
-			perStep[si] = calibrate.Median(times)
+		if s.perStep != nil {
+			s.perStep[si] = calibrate.Median(times)
+			s.pace.rounds[si], s.pace.spread[si] = len(times), spread(times)
 		}
 	}
 	return nil

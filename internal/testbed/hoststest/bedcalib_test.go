@@ -1,0 +1,276 @@
+package hoststest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/testbed"
+)
+
+// CalibEnv turns on TestBedCalib, the cost model's check on the test bed
+// (docs/testbed.md, "The cost model on the bed"): its value is the
+// layouts, hosts×ranks, comma-separated ("2x2,3x2"). CalibAlgosEnv
+// changes the algorithms measured (default
+// "auto,ring,doubling,tree,hd,hierarchical,torus": auto and every one it
+// picks from on these layouts but mesh, which sends twice the floor's
+// bytes there), CalibItersEnv the timed iterations of a measurement
+// of 4–64 MiB (default 3; measureSweeps) and CalibRoundsEnv its rounds
+// (default 2, each starting one further along the list; each cell the
+// fastest of its rounds, fastestCalibRows).
+const (
+	CalibEnv       = "RINGDDP_BED_CALIB"
+	CalibAlgosEnv  = "RINGDDP_BED_CALIB_ALGOS"
+	CalibItersEnv  = "RINGDDP_BED_CALIB_ITERS"
+	CalibRoundsEnv = "RINGDDP_BED_CALIB_ROUNDS"
+)
+
+// The calibration's command line, kept short (calibArgs): the links'
+// rings from 8 B to 16 MiB (a 16 MiB step over the 1 Gbit/s link takes
+// 0.13 s; 64 MiB would add about 5 s a ring and round for no new regime),
+// 3 timed rounds after 1 warm-up; the algorithms' sweep, which the model
+// written across hosts does not use (the links as timed are the model:
+// cmd/bench/calibrate.go's refitModel), the ring alone at 64 KiB, so its
+// 5 rounds, and broadcast's and reduce's, take a second.
+var calibArgs = []string{"-calib-max", "16M", "-algo", "ring", "-min", "64K", "-max", "64K", "-iters", "3", "-warmup", "1", "-timeout", "120s"}
+
+// measureSweeps are a round's two sweeps: 64 KiB to 1 MiB with 5 warm-up
+// iterations and twice the timed ones (cheap, and the first calls of a
+// world's connections are slow), 4 MiB to 64 MiB with 1 and iters (a 64
+// MiB all-reduce takes 0.6-1.3 s over the 1 Gbit/s link).
+func measureSweeps(iters string) [][]string {
+	n, err := strconv.Atoi(iters)
+	if err != nil || n < 1 {
+		n = 3
+	}
+	return [][]string{
+		{"-min", "64K", "-max", "1M", "-iters", strconv.Itoa(2 * n), "-warmup", "5"},
+		{"-min", "4M", "-max", "64M", "-iters", strconv.Itoa(n), "-warmup", "1"},
+	}
+}
+
+// The goals' bounds (issue 33): predictions of ring, hd and torus within
+// 25% at 1–64 MiB; Auto within 5% of the fastest measured at every size.
+const (
+	predictionBound = 0.25
+	autoBound       = 0.05
+)
+
+// TestBedCalib calibrates the cost model on the test bed at 1 Gbit/s
+// between hosts and checks it there, per layout: cmd/bench -calibrate
+// across the hosts writes a profile; then every algorithm of
+// $RINGDDP_BED_CALIB_ALGOS, auto among them, runs at 64 KiB ... 64 MiB (×4)
+// under that profile (-profile: Auto picks by it, and each row carries the
+// prediction of what ran). It prints the calibration's links and time,
+// each algorithm's measured against predicted time per size (ratio, ✓
+// within 25%), and Auto's time against the fastest measured per size (✓
+// within 5%), with the goals' counts. It asserts that the runs succeed,
+// not the goals (a loaded machine moves the times): it runs only with
+// $RINGDDP_BED_CALIB set (scripts/bed-calib.sh):
+//
+//	RINGDDP_BED_CALIB=2x2,3x2 go test -run TestBedCalib -v -timeout 30m ./internal/testbed/hoststest/
+func TestBedCalib(t *testing.T) {
+	layouts := os.Getenv(CalibEnv)
+	if layouts == "" {
+		t.Skip("the cost model's check on the test bed runs with $" + CalibEnv + "=2x2,3x2 (layouts hosts×ranks)")
+	}
+	algos := envOr(CalibAlgosEnv, "auto,ring,doubling,tree,hd,hierarchical,torus")
+	iters := envOr(CalibItersEnv, "3")
+	rounds, err := strconv.Atoi(envOr(CalibRoundsEnv, "2"))
+	require.NoError(t, err, "$%s", CalibRoundsEnv)
+	for _, l := range strings.Split(layouts, ",") {
+		var hosts, ranks int
+		_, err := fmt.Sscanf(l, "%dx%d", &hosts, &ranks)
+		require.NoError(t, err, "$%s: layout %q: want HOSTSxRANKS", CalibEnv, l)
+		t.Run(l, func(t *testing.T) {
+			bed := newBed(t, testbed.Config{Hosts: hosts, Rate: "1gbit"})
+			profile := filepath.Join(t.TempDir(), "bed-"+l+".json")
+			t0 := time.Now()
+			args := append([]string{"-transport", "auto", "-ranks", strconv.Itoa(ranks), "-calibrate", profile}, calibArgs...)
+			nodes := startJob(t, bed, benchBin, args...)
+			waitJob(t, nodes, 10*time.Minute)
+			requireSuccess(t, nodes)
+			t.Logf("\n%d hosts × %d ranks: calibrated in %.0f s: %s\n%s", hosts, ranks, time.Since(t0).Seconds(),
+				strings.Join(append(calibArgs[:len(calibArgs):len(calibArgs)], "-calibrate", "FILE"), " "), linkLines(nodes[0].stdout.String()))
+			t1 := time.Now()
+			var all [][]calibRow
+			list := strings.Split(algos, ",")
+			for round := range rounds {
+				// Each round starts one further along the list: what ran
+				// before an algorithm moves its time.
+				order := strings.Join(append(slices.Clone(list[round%len(list):]), list[:round%len(list)]...), ",")
+				var rows []calibRow
+				for _, sw := range measureSweeps(iters) {
+					args := append([]string{"-transport", "auto", "-ranks", strconv.Itoa(ranks), "-algo", order,
+						"-profile", profile, "-check=false", "-json", "-factor", "4", "-timeout", "120s"}, sw...)
+					nodes = startJob(t, bed, benchBin, args...)
+					waitJob(t, nodes, 15*time.Minute)
+					requireSuccess(t, nodes)
+					rows = append(rows, parseCalibRows(t, nodes[0].stdout.String())...)
+				}
+				all = append(all, rows)
+			}
+			rows := fastestCalibRows(all)
+			t.Logf("\n%d hosts × %d ranks: measured in %.0f s (%d round(s) of %v; each cell the fastest of its rounds)\n%s\n%s",
+				hosts, ranks, time.Since(t1).Seconds(), rounds, measureSweeps(iters), predictionTable(rows), autoTable(rows))
+		})
+	}
+}
+
+// calibRow is the part of a cmd/bench -json row with a model that the
+// check reads.
+type calibRow struct {
+	Algo   string   `json:"algo"`
+	Ran    string   `json:"ran"`
+	Bytes  int      `json:"bytes"`
+	TimeUS float64  `json:"time_us"`
+	PredUS *float64 `json:"pred_us"`
+}
+
+func parseCalibRows(t *testing.T, out string) []calibRow {
+	t.Helper()
+	var rows []calibRow
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r calibRow
+		require.NoError(t, json.Unmarshal([]byte(line), &r), "line %q", line)
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// fastestCalibRows is the first round's rows, each with the least of its
+// rounds' times (the rounds run the same rows, in another order): on a
+// loaded host another job only ever slows a run down, so the fastest
+// round is the nearest to what the bed does alone.
+func fastestCalibRows(rounds [][]calibRow) []calibRow {
+	out := slices.Clone(rounds[0])
+	for i := range out {
+		for _, rs := range rounds {
+			if r, ok := findRow(rs, out[i].Algo, out[i].Bytes); ok {
+				out[i].TimeUS = min(out[i].TimeUS, r.TimeUS)
+			}
+		}
+	}
+	return out
+}
+
+// linkLines is the calibration report's part on the links: everything
+// before the algorithms' table.
+func linkLines(out string) string {
+	head, _, _ := strings.Cut(out, "# ringddp bench: op allreduce")
+	return strings.TrimSpace(head)
+}
+
+// calibSizes are the rows' sizes in order.
+func calibSizes(rows []calibRow) []int {
+	var out []int
+	for _, r := range rows {
+		if !slices.Contains(out, r.Bytes) {
+			out = append(out, r.Bytes)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// predictionTable is each algorithm's measured time against the
+// prediction of what ran, per size (ms, measured/predicted, ✓ within
+// predictionBound), and the goal's count: ring, hd and torus at 1–64 MiB.
+func predictionTable(rows []calibRow) string {
+	var algos []string
+	for _, r := range rows {
+		if !slices.Contains(algos, r.Algo) {
+			algos = append(algos, r.Algo)
+		}
+	}
+	head := "| size |"
+	for _, a := range algos {
+		head += " " + a + ": ms (pred) | ratio |"
+	}
+	lines := []string{head, strings.Repeat("|---", 1+2*len(algos)) + "|"}
+	var in, of int
+	for _, b := range calibSizes(rows) {
+		line := "| " + sizeText(b) + " |"
+		for _, a := range algos {
+			r, ok := findRow(rows, a, b)
+			if !ok || r.PredUS == nil || *r.PredUS <= 0 {
+				line += " – | – |"
+				continue
+			}
+			ratio := r.TimeUS / *r.PredUS
+			mark := ""
+			if math.Abs(ratio-1) <= predictionBound {
+				mark = " ✓"
+			}
+			line += fmt.Sprintf(" %.2f (%.2f) | %.2f%s |", r.TimeUS/1e3, *r.PredUS/1e3, ratio, mark)
+			if (a == "ring" || a == "hd" || a == "torus") && b >= 1<<20 && b <= 64<<20 {
+				of++
+				if mark != "" {
+					in++
+				}
+			}
+		}
+		lines = append(lines, line)
+	}
+	lines = append(lines, fmt.Sprintf("predictions of ring, hd and torus at 1–64 MiB within %.0f%%: %d of %d", predictionBound*100, in, of))
+	return strings.Join(lines, "\n")
+}
+
+// autoTable is Auto's time per size against the fastest measured
+// algorithm's (✓ within autoBound), with what Auto ran, and the goal's
+// count.
+func autoTable(rows []calibRow) string {
+	lines := []string{"| size | auto ran | auto ms | fastest | its ms | auto / fastest |", "|---|---|---|---|---|---|"}
+	var in, of int
+	for _, b := range calibSizes(rows) {
+		auto, ok := findRow(rows, "auto", b)
+		if !ok {
+			continue
+		}
+		best := calibRow{TimeUS: math.Inf(1)}
+		for _, r := range rows {
+			if r.Bytes == b && r.Algo != "auto" && r.TimeUS < best.TimeUS {
+				best = r
+			}
+		}
+		if math.IsInf(best.TimeUS, 1) {
+			continue
+		}
+		ratio := auto.TimeUS / best.TimeUS
+		mark := ""
+		of++
+		if ratio <= 1+autoBound {
+			mark = " ✓"
+			in++
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %.2f | %s | %.2f | %.3f%s |", sizeText(b), auto.Ran, auto.TimeUS/1e3, best.Algo, best.TimeUS/1e3, ratio, mark))
+	}
+	lines = append(lines, fmt.Sprintf("Auto within %.0f%% of the fastest measured: %d of %d sizes", autoBound*100, in, of))
+	return strings.Join(lines, "\n")
+}
+
+func findRow(rows []calibRow, algo string, bytes int) (calibRow, bool) {
+	for _, r := range rows {
+		if r.Algo == algo && r.Bytes == bytes {
+			return r, true
+		}
+	}
+	return calibRow{}, false
+}
+
+// sizeText is b in KiB or MiB.
+func sizeText(b int) string {
+	if b >= 1<<20 && b%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", b>>20)
+	}
+	return fmt.Sprintf("%d KiB", b>>10)
+}
