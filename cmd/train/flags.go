@@ -99,7 +99,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.hidden, "hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
 	fs.StringVar(&v.dtype, "dtype", def.DType, "element type: float32 or float64")
 	fs.IntVar(&v.epochs, "epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
-	fs.IntVar(&v.batch, "batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
+	fs.IntVar(&v.batch, "batch", def.GlobalBatch, "global batch: examples per step over all ranks (at least -ranks; when -ranks does not divide it, the first batch mod ranks ranks take one example more and each rank's gradient is weighted by its share)")
 	fs.IntVar(&v.evalBatch, "eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
 	fs.StringVar(&v.optName, "optim", def.Optim, "optimizer: sgd, adam or adamw")
 	fs.Float64Var(&v.lr, "lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
@@ -314,8 +314,8 @@ func (o *options) validate(v *flagValues, given map[string]bool) error {
 		return fmt.Errorf("-epochs %d: need at least 1", v.epochs)
 	case v.batch < 1:
 		return fmt.Errorf("-batch %d: need at least 1", v.batch)
-	case v.batch%v.ranks != 0:
-		return fmt.Errorf("-batch %d is not divisible by -ranks %d: each rank takes batch/ranks examples per step", v.batch, v.ranks)
+	case v.batch < v.ranks:
+		return fmt.Errorf("-batch %d is smaller than -ranks %d: a rank would have no example", v.batch, v.ranks)
 	case v.evalBatch < 1:
 		return fmt.Errorf("-eval-batch %d: need at least 1", v.evalBatch)
 	case !(v.lr > 0) || math.IsInf(v.lr, 0):

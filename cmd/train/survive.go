@@ -43,14 +43,15 @@ func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]
 // survives reports whether this job's survivors continue after a failure.
 func (o *options) survives() bool { return o.onFailure == launch.OnFailureContinue }
 
-// continueOn sets e up for survivors continuing: the global batch must
-// divide over them, and each failure survived is reported.
+// continueOn sets e up for survivors continuing: every survivor needs an
+// example of the global batch (a world that does not divide it is split
+// unevenly: trainer/split.go), and each failure survived is reported.
 func (o *options) continueOn(e *launch.Elastic) {
 	e.Continue = true
 	batch := o.cfg.GlobalBatch
 	e.Fits = func(n int) error {
-		if batch%n != 0 {
-			return fmt.Errorf("the global batch %d does not divide over the %d ranks left", batch, n)
+		if batch < n {
+			return fmt.Errorf("the global batch %d is smaller than the %d ranks left", batch, n)
 		}
 		return nil
 	}

@@ -38,7 +38,7 @@ type Config struct {
 	DType  string // Float32 or Float64
 
 	Epochs      int // epochs to train to (a resumed run continues up to this many)
-	GlobalBatch int // examples per optimizer step over all ranks; must divide by Ranks
+	GlobalBatch int // examples per optimizer step over all ranks, at least Ranks (split.go splits it)
 	EvalBatch   int // rows of the per-rank evaluation graph (the last batch is padded)
 
 	Optim       string  // OptimSGD, OptimAdam or OptimAdamW
@@ -206,8 +206,10 @@ func (c Config) Validate() error {
 		return fieldErr("epochs", c.Epochs, "at least 1")
 	case c.GlobalBatch < 1:
 		return fieldErr("batch", c.GlobalBatch, "at least 1")
-	case c.GlobalBatch%c.Ranks != 0:
-		return fmt.Errorf("trainer: batch = %d is not divisible by ranks = %d (each rank takes batch/ranks examples per step)", c.GlobalBatch, c.Ranks)
+	case c.GlobalBatch < c.Ranks:
+		return fmt.Errorf("trainer: batch = %d is smaller than ranks = %d: a rank would have no example", c.GlobalBatch, c.Ranks)
+	case c.UnevenBatches > 0 && c.GlobalBatch%c.Ranks != 0:
+		return fmt.Errorf("trainer: uneven-batches needs a batch (%d) that ranks (%d) divide", c.GlobalBatch, c.Ranks)
 	case c.EvalBatch < 1:
 		return fieldErr("eval-batch", c.EvalBatch, "at least 1")
 	case c.Optim != OptimSGD && c.Optim != OptimAdam && c.Optim != OptimAdamW:

@@ -468,7 +468,7 @@ func TestConfigErrors(t *testing.T) {
 		`dtype = "float16"`:              func(c *Config) { c.DType = "float16" },
 		"epochs = 0":                     func(c *Config) { c.Epochs = 0 },
 		"batch = 0":                      func(c *Config) { c.GlobalBatch = 0 },
-		"batch = 41 is not divisible":    func(c *Config) { c.GlobalBatch = 41 },
+		"batch = 1 is smaller than ranks = 2": func(c *Config) { c.GlobalBatch = 1 },
 		"eval-batch = 0":                 func(c *Config) { c.EvalBatch = 0 },
 		`optim = "lbfgs"`:                func(c *Config) { c.Optim = "lbfgs" },
 		"lr = 0,":                        func(c *Config) { c.LR = 0 },
