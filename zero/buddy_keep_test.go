@@ -79,7 +79,7 @@ func TestBuddyRecoverMidStep(t *testing.T) {
 		{lossCase{opt: "adamw", n: 4, k: 2, m: 2, lost: []int{1}}, []int{0, 3}},
 		{lossCase{opt: "sgd", n: 3, k: 2, m: 2, lost: []int{2}}, []int{1}},
 		{lossCase{opt: "adam", n: 3, k: 0, m: 2, lost: []int{0}}, []int{1, 2}}, // the first step
-		{lossCase{opt: "adam", n: 2, k: 2, m: 2, lost: []int{1}}, []int{0}},   // down to one rank
+		{lossCase{opt: "adam", n: 2, k: 2, m: 2, lost: []int{1}}, []int{0}},    // down to one rank
 	} {
 		t.Run(fmt.Sprintf("%s/n=%d/lost=%v/stepped=%v", c.opt, c.n, c.lost, c.stepped), func(t *testing.T) {
 			kept, start := failMidStep(t, c)
