@@ -172,3 +172,21 @@ func recoverState[T ddp.Float](ctx context.Context, k *Kept[T], to *ZeRO1[T], tr
 
 // Wrapper is the failed wrapper the versions were kept from.
 func (k *Kept[T]) Wrapper() *ZeRO1[T] { return k.from }
+
+// Check reports, without communication, whether Recover can rebuild every
+// shard across tr: an error names a lost rank whose buddy was lost too.
+func (k *Kept[T]) Check(tr Transition) error {
+	n := tr.OldSize
+	stays := make([]bool, n)
+	for _, s := range tr.Old {
+		if s >= 0 && s < n {
+			stays[s] = true
+		}
+	}
+	for r := range n {
+		if b := (r + 1) % n; !stays[r] && !stays[b] && b != r {
+			return fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", r, b)
+		}
+	}
+	return nil
+}

@@ -51,6 +51,11 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
+	// ZeroBuddies, with Zero1 on 2 or more ranks, has each rank also hold
+	// its ring neighbour's shard state (zero.WrapWithBuddy), so that the
+	// survivors of a failure (Survive) rebuild a lost rank's shard from its
+	// buddy and keep every completed step (survive_zero.go).
+	ZeroBuddies bool
 	// OverlapOptimizer updates each gradient bucket as soon as its
 	// collective completes, inside the backward pass (PyTorch's optimizer
 	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.
@@ -194,8 +199,12 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // Validate checks every field and names the first invalid one.
 func (c Config) Validate() error {
 	switch {
-	case c.Survive != nil && c.Zero1:
-		return errors.New("trainer: survivors continue with DDP only: a ZeRO-1 run falls back to a checkpoint restart")
+	case c.Survive != nil && c.Zero1 && !c.ZeroBuddies:
+		return errors.New("trainer: survivors of a ZeRO-1 run need buddies (zero-buddies): without them a lost rank's optimizer shard is gone and the run falls back to a checkpoint restart")
+	case c.ZeroBuddies && !c.Zero1:
+		return errors.New("trainer: zero-buddies applies to zero1 only (plain DDP holds the whole optimizer state on every rank)")
+	case c.ZeroBuddies && c.OverlapOptimizer:
+		return errors.New("trainer: zero-buddies and overlap-optimizer exclude each other: the buddy replays a shard's whole update after the reduce-scatter, which an update made bucket by bucket in backward does not leave to replay; turn one off")
 	case c.Ranks < 1:
 		return fieldErr("ranks", c.Ranks, "at least 1")
 	case c.Model != ModelMLP && c.Model != ModelCNN:

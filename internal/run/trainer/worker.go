@@ -32,6 +32,7 @@ type worker[T Float] struct {
 	x, y    []T // the training inputs' backing, refilled every step
 	sampler *datasets.DistributedSampler
 	whole   *datasets.DistributedSampler // the global batches: one replica (usage.go)
+	members []int                        // the job-start rank of each rank of g (nil: rank r is r; survive_zero.go)
 	perRank int                          // this rank's examples per step (split.go)
 	uneven  bool                         // the world size does not divide the global batch
 	steps   int                          // per epoch
