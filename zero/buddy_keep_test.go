@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ func failMidStep(t *testing.T, c failCase) ([]*zero.Kept[float64], []float64) {
 	require.NoError(t, err)
 	kept := make([]*zero.Kept[float64], c.n)
 	var start []float64
+	// No rank fails before every rank has finished the k steps: an abort
+	// may drop a message still on its way to a peer.
+	var trained sync.WaitGroup
+	trained.Add(c.n)
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 		ctx := context.Background()
 		z, err := wrapBuddy(t, g, c.opt, true)
@@ -43,9 +48,12 @@ func failMidStep(t *testing.T, c failCase) ([]*zero.Kept[float64], []float64) {
 		}
 		for s := range c.k {
 			if err := stepWith(ctx, z, s); err != nil {
+				trained.Done()
 				return fmt.Errorf("step %d: %w", s, err)
 			}
 		}
+		trained.Done()
+		trained.Wait()
 		switch {
 		case contains(c.lost, r):
 			g.Abort(errors.New("killed"))
