@@ -37,7 +37,9 @@ import (
 //     position (an epoch end redone rather than skipped), lowest rank
 //     first; the source broadcasts its position, usage, parameters and
 //     optimizer state, and every member loads them (so the replicas are
-//     bitwise equal again);
+//     bitwise equal again); ZeRO-1 with buddies instead rolls every
+//     shard to the source's step from the versions each rank kept and
+//     re-shards them over the new world (survive_zero.go);
 //  5. goes on from that position: the step that was in flight is redone
 //     by the new generation, on the same global batch.
 //
