@@ -168,8 +168,12 @@ func TestSurviveBelowMinRanksRestarts(t *testing.T) {
 
 // The default global batch of 256 on 4 ranks, one lost: 3 ranks do not
 // divide it, so the survivors split it unevenly (86, 85, 85) and continue
-// with nothing lost and every example used once per epoch.
+// with nothing lost and every example used once per epoch. A 4-process
+// job of seconds: skipped under -race.
 func TestSurviveUnevenResplit(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a 4-process job of seconds: skipped under -race")
+	}
 	data := writeMNISTDir(t)
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
 	t.Setenv(faultsVar, "kill:1:1:0")
