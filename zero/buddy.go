@@ -60,6 +60,7 @@ type buddy[T ddp.Float] struct {
 	grad       []T                // the left shard's averaged gradient
 	works      []*allreduce.Work  // the exchange in flight
 	replayed   chan error         // the replay in flight
+	hist       history[T]         // the versions before the last update (buddy_keep.go)
 }
 
 // WrapWithBuddy is Wrap with buddies: shadow, a fresh optimizer of the same
@@ -190,6 +191,7 @@ func (b *buddy[T]) replay(ctx context.Context, lr float64) error {
 		b.replayed = make(chan error, 1)
 	}
 	go func() {
+		b.saveLeft()
 		if err := b.shadow.SetLR(lr); err != nil {
 			b.replayed <- err
 			return
@@ -221,6 +223,7 @@ func (b *buddy[T]) end(params []T, gatherErr error) error {
 	if gatherErr != nil {
 		return gatherErr
 	}
+	b.hist.updated = false
 	for _, p := range b.leftPieces {
 		got := b.params[p.Off : p.Off+p.Len()]
 		for i, v := range params[p.Lo:p.Hi] {

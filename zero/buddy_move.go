@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/ddp"
 	"github.com/ringddp/ringddp/optim"
 )
 
@@ -66,16 +67,32 @@ func (p *reshard[T]) run(ctx context.Context) error {
 // gather assembles state buffer k of bucket bi on every rank (steps 1
 // and 2) into full, with contrib as scratch for this rank's contribution.
 func (p *reshard[T]) gather(ctx context.Context, bi, k int, full, contrib []float64) ([]float64, error) {
+	var own, left []float64
+	if p.from != nil {
+		own = p.own.Buffers[k].Data
+	}
+	if p.from != nil && p.from.buddy != nil && len(p.left.Buffers) > k {
+		left = p.left.Buffers[k].Data
+	}
+	return gatherBucket(ctx, p, bi, own, left, full, contrib)
+}
+
+// gatherBucket assembles bucket bi of a per-element quantity held shard
+// by shard (an optimizer buffer, the parameters) on every rank into full:
+// own is this rank's shard of it in the old world, left its copy of the
+// left's (read only when the left was lost), both in shard order; contrib
+// is scratch.
+func gatherBucket[T ddp.Float, E allreduce.Numeric](ctx context.Context, p *reshard[T], bi int, own, left, full, contrib []E) ([]E, error) {
 	bl := len(full)
 	chunk := func(j int) (lo, hi int) { return allreduce.ChunkBounds(bl, p.n, j) }
-	var ownData, leftData []float64
+	var ownData, leftData []E
 	if p.from != nil {
 		op := p.from.pieces[bi]
-		ownData = p.own.Buffers[k].Data[op.Off : op.Off+op.Len()]
+		ownData = own[op.Off : op.Off+op.Len()]
 	}
-	if p.from != nil && p.from.buddy != nil {
+	if p.from != nil && p.from.buddy != nil && left != nil {
 		lp := p.from.buddy.leftPieces[bi]
-		leftData = p.left.Buffers[k].Data[lp.Off : lp.Off+lp.Len()]
+		leftData = left[lp.Off : lp.Off+lp.Len()]
 	}
 	counts := make([]int, len(p.oldOf))
 	for i, s := range p.oldOf {

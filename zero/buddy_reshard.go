@@ -149,7 +149,7 @@ func planRegroup[T ddp.Float](from, to *ZeRO1[T], tr Transition) (*reshard[T], e
 	p.own = from.opt.State()
 	if from.buddy != nil {
 		p.left = from.buddy.shadow.State()
-		if p.left.Step != p.own.Step || len(p.left.Buffers) != len(p.own.Buffers) {
+		if left := from.buddy.left; p.lost[left] && (p.left.Step != p.own.Step || len(p.left.Buffers) != len(p.own.Buffers)) {
 			return nil, fmt.Errorf("zero: the buddy copy (step %d, %d buffers) does not match the shard's state (step %d, %d buffers)", p.left.Step, len(p.left.Buffers), p.own.Step, len(p.own.Buffers))
 		}
 	}

@@ -215,6 +215,9 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 		z.lastOp = z.d.LastStats().Optimizer
 	} else {
 		z.buddy.begin(ctx, params, z.gradShard)
+		if z.buddy != nil {
+			z.saveOwn(params)
+		}
 		if err := z.stepShard(params); err != nil {
 			z.buddy.abandon(ctx)
 			return err

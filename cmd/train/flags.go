@@ -37,6 +37,7 @@ type options struct {
 
 	maxRestarts   int           // -max-restarts: restarts of a failed tcp job (its launcher's)
 	onFailure     string        // -on-failure: restart, or continue on the survivors (survive.go)
+	zeroBuddies   bool          // ZeRO-1 ranks hold buddy copies (-zero-buddies, survive.go)
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
@@ -84,6 +85,7 @@ type flagValues struct {
 	algo          string                // -algo
 	profile       string                // -profile
 	zero1         bool                  // -zero1
+	zeroBuddies   bool                  // -zero-buddies
 	overlapOpt    bool                  // -overlap-optimizer
 	uneven        int                   // -uneven-batches
 	compress      string                // -compress
@@ -99,7 +101,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.hidden, "hidden", "256,128", "MLP hidden layer widths, comma-separated (-model mlp only)")
 	fs.StringVar(&v.dtype, "dtype", def.DType, "element type: float32 or float64")
 	fs.IntVar(&v.epochs, "epochs", def.Epochs, "epochs to train (a resumed run continues up to this many)")
-	fs.IntVar(&v.batch, "batch", def.GlobalBatch, "global batch: examples per step over all ranks (divisible by -ranks)")
+	fs.IntVar(&v.batch, "batch", def.GlobalBatch, "global batch: examples per step over all ranks (at least -ranks; when -ranks does not divide it, the first batch mod ranks ranks take one example more and each rank's gradient is weighted by its share)")
 	fs.IntVar(&v.evalBatch, "eval-batch", def.EvalBatch, "rows per evaluation batch on each rank")
 	fs.StringVar(&v.optName, "optim", def.Optim, "optimizer: sgd, adam or adamw")
 	fs.Float64Var(&v.lr, "lr", 0, "learning rate (default: sgd 0.1 for mlp and 0.05 for cnn; adam and adamw 1e-3)")
@@ -128,6 +130,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.profile, "profile", os.Getenv(cost.ProfileEnv), "cost-model profile (JSON, as cmd/bench -calibrate writes it) that auto chooses by (default $"+cost.ProfileEnv+"; none: cost.DefaultModel)")
 	fs.StringVar(&v.compress, "compress", "none", "gradient compression, a DDP communication hook: none, fp16, bf16 (16-bit with error feedback), powersgd[:rank[:start]] (PowerSGD, default rank 1 from step 10), auto (bf16 where the cost model says it pays); see docs/compression.md")
 	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
+	fs.BoolVar(&v.zeroBuddies, "zero-buddies", true, zeroBuddiesUsage)
 	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True); not with -zero1 or -checkpoint-every")
 	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
 	v.tf.Register(fs)
@@ -263,7 +266,10 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if !given["checkpoint-keep"] && (v.ckEvery > 0 || v.maxRestarts > 0) {
 		v.ckKeep = defaultKeep
 	}
-	if o.onFailure, err = onFailureFlag(o.tr, v.onFailure, v.zero1, given); err != nil {
+	if o.zeroBuddies, err = zeroBuddiesFlag(v, given); err != nil {
+		return err
+	}
+	if o.onFailure, err = onFailureFlag(o.tr, v.onFailure, v.zero1 && !o.zeroBuddies, given); err != nil {
 		return err
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {
@@ -314,8 +320,8 @@ func (o *options) validate(v *flagValues, given map[string]bool) error {
 		return fmt.Errorf("-epochs %d: need at least 1", v.epochs)
 	case v.batch < 1:
 		return fmt.Errorf("-batch %d: need at least 1", v.batch)
-	case v.batch%v.ranks != 0:
-		return fmt.Errorf("-batch %d is not divisible by -ranks %d: each rank takes batch/ranks examples per step", v.batch, v.ranks)
+	case v.batch < v.ranks:
+		return fmt.Errorf("-batch %d is smaller than -ranks %d: a rank would have no example", v.batch, v.ranks)
 	case v.evalBatch < 1:
 		return fmt.Errorf("-eval-batch %d: need at least 1", v.evalBatch)
 	case !(v.lr > 0) || math.IsInf(v.lr, 0):
@@ -375,6 +381,7 @@ func (o *options) buildConfig(v *flagValues) error {
 		return err
 	}
 	o.cfg.OverlapOptimizer, o.cfg.UnevenBatches = v.overlapOpt, v.uneven
+	o.cfg.ZeroBuddies = o.zeroBuddies
 	return o.cfg.Validate()
 }
 

@@ -196,7 +196,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-dtype", "float16"}, `-dtype "float16": unknown element type`},
 		{[]string{"-epochs", "0"}, "-epochs 0"},
 		{[]string{"-batch", "0"}, "-batch 0"},
-		{[]string{"-batch", "255"}, "-batch 255 is not divisible by -ranks 4"},
+		{[]string{"-batch", "3"}, "-batch 3 is smaller than -ranks 4"},
 		{[]string{"-eval-batch", "0"}, "-eval-batch 0"},
 		{[]string{"-optim", "lbfgs"}, `-optim "lbfgs": unknown optimizer`},
 		{[]string{"-lr", "-1"}, "-lr -1: must be positive"},

@@ -20,7 +20,23 @@ import (
 const onFailureUsage = "with -transport tcp on one host: what the launcher does when a rank fails or stalls past -timeout: " +
 	"restart (stop every rank; with -max-restarts start the job again from the newest checkpoint) or continue " +
 	"(the survivors drop the step in flight, regroup and redo it from memory, keeping the global batch and the data order, " +
-	"down to -min-ranks; below it, or when the survivors cannot split the batch, as restart; ZeRO-1 runs always restart)"
+	"down to -min-ranks; below it, or when the survivors are more than the batch's examples, as restart; ZeRO-1 runs continue with " +
+	"-zero-buddies, else restart)"
+
+const zeroBuddiesUsage = "with -zero1 and -on-failure continue (on by default there; given, also with restart): each rank also holds " +
+	"its ring neighbour's optimizer shard, replaying its update every step, so the survivors of a failure rebuild a lost shard " +
+	"and lose no step (two neighbours lost: checkpoint restart); not with -overlap-optimizer. -zero-buddies=false: a ZeRO-1 " +
+	"failure restarts from the checkpoint"
+
+// zeroBuddiesFlag is whether ranks hold buddy copies of ZeRO-1 shards:
+// with -zero1, under -on-failure continue unless -zero-buddies=false, or
+// when -zero-buddies is given.
+func zeroBuddiesFlag(v *flagValues, given map[string]bool) (bool, error) {
+	if given["zero-buddies"] && v.zeroBuddies && !v.zero1 {
+		return false, errors.New("-zero-buddies applies with -zero1 only (plain DDP holds the whole optimizer state on every rank)")
+	}
+	return v.zero1 && v.zeroBuddies && (v.onFailure == launch.OnFailureContinue || given["zero-buddies"]), nil
+}
 
 // onFailureFlag checks -on-failure.
 func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]bool) (string, error) {
@@ -34,7 +50,7 @@ func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]
 	case tr.MP.Nnodes > 1:
 		return "", errors.New("-on-failure continue runs on one host only for now: with -nnodes use -max-restarts")
 	case zero1:
-		// The optimizer state is sharded: a lost shard needs a checkpoint.
+		// ZeRO-1 without buddies: a lost shard needs a checkpoint.
 		return launch.OnFailureRestart, nil
 	}
 	return v, nil
@@ -43,18 +59,39 @@ func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]
 // survives reports whether this job's survivors continue after a failure.
 func (o *options) survives() bool { return o.onFailure == launch.OnFailureContinue }
 
-// continueOn sets e up for survivors continuing: the global batch must
-// divide over them, and each failure survived is reported.
+// continueOn sets e up for survivors continuing: every survivor needs an
+// example of the global batch (a world that does not divide it is split
+// unevenly: trainer/split.go), and each failure survived is reported.
 func (o *options) continueOn(e *launch.Elastic) {
 	e.Continue = true
 	batch := o.cfg.GlobalBatch
 	e.Fits = func(n int) error {
-		if batch%n != 0 {
-			return fmt.Errorf("the global batch %d does not divide over the %d ranks left", batch, n)
+		if batch < n {
+			return fmt.Errorf("the global batch %d is smaller than the %d ranks left", batch, n)
 		}
 		return nil
 	}
+	if o.zeroBuddies {
+		e.Survives = neighboursKept
+	}
 	e.OnContinue = func(w io.Writer, c launch.Continued) { printContinued(w, c, batch, o.json) }
+}
+
+// neighboursKept says why a ZeRO-1 run with buddies cannot continue after
+// losing lost of members (job-start ranks, in ring order): a lost rank's
+// shard whose only copy was on its buddy, the next member, lost too.
+func neighboursKept(members, lost []int) error {
+	gone := map[int]bool{}
+	for _, l := range lost {
+		gone[l] = true
+	}
+	for i, m := range members {
+		b := members[(i+1)%len(members)]
+		if gone[m] && gone[b] && b != m {
+			return fmt.Errorf("ranks %d and %d, ring neighbours, were both lost: rank %d's ZeRO-1 optimizer shard had its only copy on rank %d (-zero-buddies)", m, b, m, b)
+		}
+	}
+	return nil
 }
 
 // continueRecord is a failure survived in -json output. It keeps the

@@ -80,6 +80,10 @@ type Elastic struct {
 	// Fits, if set, says whether the job can continue on n ranks: nil, or
 	// why not (the global batch does not divide over n).
 	Fits func(n int) error
+	// Survives, if set, says whether the job's state survives losing the
+	// ranks lost of members (job-start ranks, in the current generation's
+	// order): nil, or why not (ZeRO-1 buddies that were ring neighbours).
+	Survives func(members, lost []int) error
 	// OnContinue, if set, is called once per failure survived, when the
 	// new generation's first step is done (Continued.TrainingAgain zero:
 	// the attempt ended before one). w is as for OnRestart.

@@ -366,10 +366,10 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		p.Restart = fmt.Sprintf("the group failed %d times in a row with every rank still answering (last: %s)", s.idle, f.reason)
 	case len(alive) < s.e.MinRanks:
 		p.Restart = fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(len(alive), "rank"), s.e.MinRanks)
-	case s.e.Fits != nil:
-		if err := s.e.Fits(len(alive)); err != nil {
-			p.Restart = err.Error()
-		}
+	case s.e.Fits != nil && s.e.Fits(len(alive)) != nil:
+		p.Restart = s.e.Fits(len(alive)).Error()
+	case s.e.Survives != nil && s.e.Survives(s.currentMembers(), lostRanks(lost)) != nil:
+		p.Restart = s.e.Survives(s.currentMembers(), lostRanks(lost)).Error()
 	}
 	s.mu.Lock()
 	prev := len(s.members)
@@ -457,4 +457,19 @@ func lostText(lost []LostRank, reason string) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// currentMembers is the current generation's members (job-start ranks).
+func (s *survival) currentMembers() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.members...)
+}
+
+func lostRanks(lost []LostRank) []int {
+	out := make([]int, len(lost))
+	for i, l := range lost {
+		out[i] = l.Rank
+	}
+	return out
 }

@@ -38,7 +38,7 @@ type Config struct {
 	DType  string // Float32 or Float64
 
 	Epochs      int // epochs to train to (a resumed run continues up to this many)
-	GlobalBatch int // examples per optimizer step over all ranks; must divide by Ranks
+	GlobalBatch int // examples per optimizer step over all ranks, at least Ranks (split.go splits it)
 	EvalBatch   int // rows of the per-rank evaluation graph (the last batch is padded)
 
 	Optim       string  // OptimSGD, OptimAdam or OptimAdamW
@@ -51,6 +51,11 @@ type Config struct {
 	// are reduce-scattered, each rank updates its shard, parameters are
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
+	// ZeroBuddies, with Zero1 on 2 or more ranks, has each rank also hold
+	// its ring neighbour's shard state (zero.WrapWithBuddy), so that the
+	// survivors of a failure (Survive) rebuild a lost rank's shard from its
+	// buddy and keep every completed step (survive_zero.go).
+	ZeroBuddies bool
 	// OverlapOptimizer updates each gradient bucket as soon as its
 	// collective completes, inside the backward pass (PyTorch's optimizer
 	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.
@@ -194,8 +199,12 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // Validate checks every field and names the first invalid one.
 func (c Config) Validate() error {
 	switch {
-	case c.Survive != nil && c.Zero1:
-		return errors.New("trainer: survivors continue with DDP only: a ZeRO-1 run falls back to a checkpoint restart")
+	case c.Survive != nil && c.Zero1 && !c.ZeroBuddies:
+		return errors.New("trainer: survivors of a ZeRO-1 run need buddies (zero-buddies): without them a lost rank's optimizer shard is gone and the run falls back to a checkpoint restart")
+	case c.ZeroBuddies && !c.Zero1:
+		return errors.New("trainer: zero-buddies applies to zero1 only (plain DDP holds the whole optimizer state on every rank)")
+	case c.ZeroBuddies && c.OverlapOptimizer:
+		return errors.New("trainer: zero-buddies and overlap-optimizer exclude each other: the buddy replays a shard's whole update after the reduce-scatter, which an update made bucket by bucket in backward does not leave to replay; turn one off")
 	case c.Ranks < 1:
 		return fieldErr("ranks", c.Ranks, "at least 1")
 	case c.Model != ModelMLP && c.Model != ModelCNN:
@@ -206,8 +215,10 @@ func (c Config) Validate() error {
 		return fieldErr("epochs", c.Epochs, "at least 1")
 	case c.GlobalBatch < 1:
 		return fieldErr("batch", c.GlobalBatch, "at least 1")
-	case c.GlobalBatch%c.Ranks != 0:
-		return fmt.Errorf("trainer: batch = %d is not divisible by ranks = %d (each rank takes batch/ranks examples per step)", c.GlobalBatch, c.Ranks)
+	case c.GlobalBatch < c.Ranks:
+		return fmt.Errorf("trainer: batch = %d is smaller than ranks = %d: a rank would have no example", c.GlobalBatch, c.Ranks)
+	case c.UnevenBatches > 0 && c.GlobalBatch%c.Ranks != 0:
+		return fmt.Errorf("trainer: uneven-batches needs a batch (%d) that ranks (%d) divide", c.GlobalBatch, c.Ranks)
 	case c.EvalBatch < 1:
 		return fieldErr("eval-batch", c.EvalBatch, "at least 1")
 	case c.Optim != OptimSGD && c.Optim != OptimAdam && c.Optim != OptimAdamW:

@@ -49,8 +49,8 @@ var (
 	_ replica[float32] = (*zero.ZeRO1[float32])(nil)
 )
 
-// newReplica wraps params over g: ZeRO-1 when cfg.Zero1, else DDP with
-// opt. Both agree on the loss and on stopping with the last gradient
+// newReplica wraps params over g: ZeRO-1 when cfg.Zero1 (with buddies
+// when cfg.ZeroBuddies and there is a neighbour), else DDP with opt. Both agree on the loss and on stopping with the last gradient
 // bucket (ddp.WithAgreement), stop being this rank's vote, with the
 // straggler stamps (ddp.WithArrivalStamps) on rank 0's clock; env.rec,
 // if set, records the buckets, and env.spans their collectives' spans.
@@ -64,6 +64,13 @@ func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, pa
 			return nil, fmt.Errorf("trainer: optimizer %s cannot be applied bucket by bucket (overlap-optimizer)", opt.Name())
 		}
 		opts = append(opts, ddp.WithOptimizerInBackward[T](r))
+	}
+	if cfg.Zero1 && cfg.ZeroBuddies && g.Size() >= 2 {
+		shadow, err := newOptimizer[T](cfg)
+		if err != nil {
+			return nil, err
+		}
+		return zero.WrapWithBuddy[T](ctx, g, params, opt, shadow, opts...)
 	}
 	if cfg.Zero1 {
 		return zero.Wrap[T](ctx, g, params, opt, opts...)

@@ -100,7 +100,8 @@ func (w *worker[T]) periodic(p position) bool {
 func (w *worker[T]) step(p *position, st *epochStats, uses *usage, join *ddp.Joiner[T]) (ddp.Agreement, error) {
 	s := p.step
 	stepStart := time.Now()
-	mine, global := w.sampler.Batch(s, w.perRank), w.whole.Batch(s, w.cfg.GlobalBatch)
+	global := w.whole.Batch(s, w.cfg.GlobalBatch)
+	mine := w.batch(s, global)
 	if err := checkSlice(mine, global, w.g.Rank(), w.g.Size()); err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
 	}

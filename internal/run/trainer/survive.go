@@ -37,7 +37,9 @@ import (
 //     position (an epoch end redone rather than skipped), lowest rank
 //     first; the source broadcasts its position, usage, parameters and
 //     optimizer state, and every member loads them (so the replicas are
-//     bitwise equal again);
+//     bitwise equal again); ZeRO-1 with buddies instead rolls every
+//     shard to the source's step from the versions each rank kept and
+//     re-shards them over the new world (survive_zero.go);
 //  5. goes on from that position: the step that was in flight is redone
 //     by the new generation, on the same global batch.
 //
@@ -70,6 +72,7 @@ type snapshot[T Float] struct {
 	uses  []int32
 	arena []T
 	opt   optim.State
+	zero  *keptShards[T] // ZeRO-1: the shards' versions (survive_zero.go)
 }
 
 // survive takes this rank from its failed group to the next generation's
@@ -77,12 +80,12 @@ type snapshot[T Float] struct {
 func (l *rankLoop[T]) survive(cause error) error {
 	began := time.Now()
 	old := l.w
-	st, err := old.rep.GatherOptimizerState(old.comm, old.g.Rank()) // DDP: the local state, no communication
+	st, kept, err := keepState(old) // no communication (survive_zero.go)
 	if err != nil {
 		return fmt.Errorf("trainer: keeping the optimizer state over a failure: %w", err)
 	}
 	snap := snapshot[T]{pos: l.pos, uses: append([]int32(nil), l.uses.count...),
-		arena: append([]T(nil), old.d.ParamArena()...), opt: st.Clone()}
+		arena: append([]T(nil), old.d.ParamArena()...), opt: st.Clone(), zero: kept}
 	l.unwatch()
 	l.unwatch = func() {}
 	_ = old.g.Close()
@@ -98,7 +101,7 @@ func (l *rankLoop[T]) survive(cause error) error {
 			return fmt.Errorf("trainer: generation %d: %w", gen.Number, err)
 		}
 		l.unwatch = l.cfg.Survive.Watch(g.Abort)
-		w, err := l.rebuild(g, &snap)
+		w, err := l.rebuild(g, gen, &snap)
 		if err == nil {
 			l.w, l.pos = w, snap.pos
 			l.uses.count = snap.uses
@@ -126,15 +129,12 @@ func (l *rankLoop[T]) survive(cause error) error {
 // rebuild builds this rank's worker on g and agrees with the other
 // members on the state (step 3 and 4): snap is replaced by the source's
 // only once all of it has arrived.
-func (l *rankLoop[T]) rebuild(g *allreduce.Group, snap *snapshot[T]) (*worker[T], error) {
+func (l *rankLoop[T]) rebuild(g *allreduce.Group, gen rendezvous.Generation, snap *snapshot[T]) (*worker[T], error) {
 	w, err := newWorker[T](l.ctx, l.cfg, g, l.train, l.test, l.env)
 	if err != nil {
 		return nil, err
 	}
-	got, err := syncState(w, *snap)
-	if err == nil {
-		err = w.load(got)
-	}
+	got, err := agreeState(w, *snap, gen) // survive_zero.go
 	if err != nil {
 		w.close()
 		return nil, err

@@ -7,7 +7,8 @@
 // the same seed (ddp.Wrap broadcasts rank 0's values anyway), its own
 // optimizer, and its own seeded datasets.DistributedSampler with drop-last:
 // graphs have static shapes, so every step every rank takes exactly
-// GlobalBatch/Ranks examples, filled into input buffers allocated once.
+// its share of GlobalBatch (split.go), filled into input buffers allocated
+// once.
 //
 // The loop does not know whether it runs DDP or ZeRO-1: both are a
 // replica (replica.go), the interface of what it needs. A rank's run

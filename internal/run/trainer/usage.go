@@ -4,7 +4,8 @@ import "fmt"
 
 // Example usage. Every step's global batch is positions [s·B, (s+1)·B) of
 // the epoch's permutation, whatever the world size, and rank r of N takes
-// positions s·B + r, s·B + r + N, ... of it. Each step checks that the
+// positions s·B + r, s·B + r + N, ... of it (the first B mod N ranks one
+// more than the others when N does not divide B: split.go). Each step checks that the
 // slice this rank fills is exactly that (checkSlice: a world size or rank
 // taken wrong after the group changed would fail it), and once the step is
 // done counts its global batch in the epoch's usage, which survivors of a
@@ -49,9 +50,9 @@ func (u *usage) recount() {
 }
 
 // checkSlice checks that mine is rank's share of global in a world of
-// size ranks: global[rank], global[rank+size], ...
+// size ranks: global[rank], global[rank+size], ... (split.go).
 func checkSlice(mine, global []int, rank, size int) error {
-	if len(mine)*size != len(global) {
+	if len(mine) != share(len(global), size, rank) {
 		return fmt.Errorf("rank %d of %d took %d examples of a global batch of %d", rank, size, len(mine), len(global))
 	}
 	for k, i := range mine {

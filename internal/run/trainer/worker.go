@@ -32,8 +32,10 @@ type worker[T Float] struct {
 	x, y    []T // the training inputs' backing, refilled every step
 	sampler *datasets.DistributedSampler
 	whole   *datasets.DistributedSampler // the global batches: one replica (usage.go)
-	perRank int
-	steps   int // per epoch
+	members []int                        // the job-start rank of each rank of g (nil: rank r is r; survive_zero.go)
+	perRank int                          // this rank's examples per step (split.go)
+	uneven  bool                         // the world size does not divide the global batch
+	steps   int                          // per epoch
 	eval    *evaluator[T]
 	rec     *trace.Recorder // the timeline; nil: none
 	spans   *commSpans      // the step's bucket collectives, for the hidden communication
@@ -87,10 +89,10 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	w := &worker[T]{cfg: cfg, g: g, comm: context.WithoutCancel(ctx), train: train, test: test, rec: env.rec, spans: &commSpans{}}
 	env.spans = w.spans
 	n := g.Size()
-	w.perRank = cfg.GlobalBatch / n
-	if cfg.GlobalBatch%n != 0 {
-		return nil, fmt.Errorf("trainer: batch = %d is not divisible by the world size %d", cfg.GlobalBatch, n)
+	if cfg.GlobalBatch < n {
+		return nil, fmt.Errorf("trainer: batch = %d is smaller than the world size %d: a rank would have no example", cfg.GlobalBatch, n)
 	}
+	w.perRank, w.uneven = share(cfg.GlobalBatch, n, g.Rank()), cfg.GlobalBatch%n != 0
 	var err error
 	w.sampler, err = datasets.NewDistributedSampler(train.Len(), n, g.Rank(),
 		datasets.WithSeed(cfg.Seed), datasets.WithShuffle(true), datasets.WithDropLast(true))
@@ -103,6 +105,9 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	w.steps = w.sampler.NumBatches(w.perRank, true)
+	if w.uneven {
+		w.steps = w.whole.NumBatches(cfg.GlobalBatch, true)
+	}
 	if w.steps == 0 {
 		return nil, fmt.Errorf("trainer: batch = %d is larger than the %d training examples (%d per rank): no full step per epoch",
 			cfg.GlobalBatch, train.Len(), w.sampler.Len())
@@ -144,6 +149,9 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	loss, err := models.CrossEntropy(logits, y)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	if loss, err = weightLoss(loss, cfg.GlobalBatch, n, g.Rank()); err != nil {
+		return nil, err
 	}
 	if err := w.rep.Backward(loss); err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)

@@ -1,0 +1,117 @@
+package zero_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/allreduce/allreducetest"
+	"github.com/ringddp/ringddp/zero"
+)
+
+// failCase: n ranks train k steps with buddies; in step k rank lost dies
+// (aborts its group) and of the survivors those in stepped were already
+// in Step (they update their shard, replay their left's, and fail in the
+// exchange or the all-gather), the others still in the backward pass.
+type failCase struct {
+	lossCase
+	stepped []int
+}
+
+// failMidStep runs the old world through the failed step k and returns
+// every survivor's Kept (nil for the lost rank).
+func failMidStep(t *testing.T, c failCase) ([]*zero.Kept[float64], []float64) {
+	conns, _, err := allreducetest.InprocConns(c.n, 10*time.Second)
+	require.NoError(t, err)
+	kept := make([]*zero.Kept[float64], c.n)
+	var start []float64
+	// No rank fails before every rank has finished the k steps: an abort
+	// may drop a message still on its way to a peer.
+	var trained sync.WaitGroup
+	trained.Add(c.n)
+	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+		ctx := context.Background()
+		z, err := wrapBuddy(t, g, c.opt, true)
+		if err != nil {
+			return err
+		}
+		r := g.Rank()
+		if r == 0 {
+			start = append([]float64(nil), z.DDP().ParamArena()...)
+		}
+		for s := range c.k {
+			if err := stepWith(ctx, z, s); err != nil {
+				trained.Done()
+				return fmt.Errorf("step %d: %w", s, err)
+			}
+		}
+		trained.Done()
+		trained.Wait()
+		switch {
+		case contains(c.lost, r):
+			g.Abort(errors.New("killed"))
+			return nil
+		case contains(c.stepped, r):
+			if err := stepWith(ctx, z, c.k); err == nil {
+				return fmt.Errorf("rank %d: step %d succeeded without rank %v", r, c.k, c.lost)
+			}
+		}
+		// A survivor not in Step was in the backward pass: nothing of its
+		// state changed. Its group fails too.
+		defer g.Abort(errors.New("the group failed"))
+		kept[r], err = z.Keep()
+		if err == nil && kept[r].Done() != int64(c.k) {
+			err = fmt.Errorf("rank %d: %d steps done, want %d", r, kept[r].Done(), c.k)
+		}
+		return err
+	})
+	require.NoError(t, allreducetest.FirstError(errs))
+	return kept, start
+}
+
+// A rank dies in step k while some survivors have updated their shard
+// (and replayed their left's) and others have not: Recover rolls every
+// shard back to step k, the lost one's from its buddy, and the survivors
+// redo step k and train on, bitwise equal to one optimizer over the whole
+// arena — nothing lost, nothing applied twice.
+func TestBuddyRecoverMidStep(t *testing.T) {
+	for _, c := range []failCase{
+		{lossCase{opt: "adam", n: 4, k: 3, m: 2, lost: []int{2}}, []int{0, 1, 3}},
+		{lossCase{opt: "adamw", n: 4, k: 2, m: 2, lost: []int{1}}, []int{0, 3}},
+		{lossCase{opt: "sgd", n: 3, k: 2, m: 2, lost: []int{2}}, []int{1}},
+		{lossCase{opt: "adam", n: 3, k: 0, m: 2, lost: []int{0}}, []int{1, 2}}, // the first step
+		{lossCase{opt: "adam", n: 2, k: 2, m: 2, lost: []int{1}}, []int{0}},    // down to one rank
+	} {
+		t.Run(fmt.Sprintf("%s/n=%d/lost=%v/stepped=%v", c.opt, c.n, c.lost, c.stepped), func(t *testing.T) {
+			kept, start := failMidStep(t, c)
+			tr := zero.Transition{OldSize: c.n}
+			var old []*zero.ZeRO1[float64]
+			for s := range c.n {
+				if !contains(c.lost, s) {
+					tr.Old = append(tr.Old, s)
+				}
+				old = append(old, nil)
+			}
+			old[tr.Old[0]] = kept[tr.Old[0]].Wrapper()
+			arenas, states, err := newWorld(t, c.lossCase, old, tr, func(ctx context.Context, _, to *zero.ZeRO1[float64]) error {
+				for i := range to.DDP().ParamArena() {
+					to.DDP().ParamArena()[i] = math.NaN()
+				}
+				return zero.Recover(ctx, kept[tr.Old[to.DDP().Group().Rank()]], to, tr, int64(c.k))
+			})
+			require.NoError(t, err)
+			wantParams, wantState := wholeArena(t, c.opt, start, c.k+c.m)
+			for r := range arenas {
+				require.Equal(t, wantParams, arenas[r], "survivor %d's parameters", r)
+				require.Equal(t, wantState, states[r], "survivor %d's optimizer state", r)
+			}
+		})
+	}
+}
