@@ -234,8 +234,6 @@ func TestElasticFlags(t *testing.T) {
 			"-min-ranks 3: the global batch 20 cannot be kept on 3..3 ranks"},
 		{[]string{"-transport", "tcp", "-on-failure", "maybe"}, `-on-failure "maybe": want restart or continue`},
 		{[]string{"-on-failure", "continue"}, "-on-failure continue applies to -transport tcp, shm or auto only"},
-		{[]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-master", "127.0.0.1:1", "-insecure", "-on-failure", "continue"},
-			"-on-failure continue runs on one host only"},
 		{[]string{"-transport", "tcp", "-on-failure", "continue", "-min-ranks", "5"}, "-min-ranks 5: want 1..4"},
 		{[]string{"-checkpoint-every", "5"}, "-checkpoint-every and -checkpoint-keep need -checkpoint"},
 		{[]string{"-checkpoint-every", "-5", "-checkpoint", ck}, "-checkpoint-every -5"},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -18,7 +17,7 @@ import (
 // reported as a text line or, with -json, a JSON line told from the
 // epochs' and the restarts' by its "continued" key (docs/elastic.md).
 
-const onFailureUsage = "with -transport tcp, shm or auto on one host: what the launcher does when a rank fails or stalls past -timeout: " +
+const onFailureUsage = "with -transport tcp, shm or auto (with -nnodes: tcp or auto): what the launcher does when a rank fails or stalls past -timeout: " +
 	"restart (stop every rank; with -max-restarts start the job again from the newest checkpoint) or continue " +
 	"(the survivors drop the step in flight, regroup and redo it from memory, keeping the global batch and the data order, " +
 	"down to -min-ranks; below it, or when the survivors cannot split the batch, as restart; ZeRO-1 runs always restart)"
@@ -32,8 +31,6 @@ func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]
 		return v, nil
 	case tr.MP == nil:
 		return "", fmt.Errorf("-on-failure continue applies to -transport tcp, shm or auto only (in process a failure is the whole job's)")
-	case tr.MP.Nnodes > 1:
-		return "", errors.New("-on-failure continue runs on one host only for now: with -nnodes use -max-restarts")
 	case zero1:
 		// The optimizer state is sharded: a lost shard needs a checkpoint.
 		return launch.OnFailureRestart, nil

@@ -257,11 +257,14 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	}
 	var lead *atomic.Int64
 	if a.survive != nil && storeLn != nil {
-		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks)
+		// The coordinator of every node's ranks (several nodes: on node 0).
+		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks*max(cfg.Nnodes, 1))
 		storeLn = nil
 		if err != nil {
 			return nil, err
 		}
+	}
+	if a.survive != nil {
 		vars = append(vars, EnvOnFailure+"="+OnFailureContinue)
 		lead = &a.survive.lead
 	}

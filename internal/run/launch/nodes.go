@@ -134,6 +134,13 @@ type nodeRdzv struct {
 	masterRemote bool
 	// addrs, node 0: every node's address, from its join report.
 	addrs map[int]string
+
+	// With survivors continuing (survive_nodes.go): the failures survived
+	// over the job, and on node 0 the nodes that left it meanwhile, with
+	// why.
+	survived int
+	goneMu   sync.Mutex
+	gone     map[int]string
 }
 
 // key is attempt n's key k.

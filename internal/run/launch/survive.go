@@ -132,22 +132,23 @@ func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, er
 	if ranks != s.start.WorldSize {
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, s.start.WorldSize)
 	}
-	c, err := s.dial(ctx, 0, s.start.Rank, s.start.WorldSize)
+	c, err := s.dial(ctx, 0, nil)
 	if err != nil {
 		return nil, err
 	}
 	return []transport.Conn{c}, nil
 }
 
-// dial connects generation gen's endpoint as rank rank of size, over
-// the job's transport: tcp, shm or auto's choice for the generation's
+// dial connects generation gen's endpoint — members by their rank at the
+// job's start, nil for the start's — over the job's transport: tcp, shm or auto's choice for the generation's
 // members. Everything it names is keyed by the generation's run id — the
 // store keys, tcp's handshake, shm's sockets and segments, auto's host
 // table — so that an old generation's traffic cannot mix with the new.
-func (s *Survivor) dial(ctx context.Context, gen, rank, size int) (transport.Conn, error) {
+func (s *Survivor) dial(ctx context.Context, gen int, members []int) (transport.Conn, error) {
 	env := s.start
-	env.Rank, env.WorldSize = rank, size
-	env.LocalRank, env.LocalWorldSize = rank, size // one host
+	if members != nil {
+		env = generationEnv(s.start, members)
+	}
 	runID := rendezvous.GenerationRunID(s.rs.runID, gen)
 	cfg := s.rs.tcpConfig(env, s.store, runID, s.warnings)
 	kind, hosts, err := chooseTransport(ctx, s.transport, s.store, env, runID)
@@ -219,7 +220,7 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 		s.gen = p.Gen
 		dctx, cancel := context.WithCancelCause(ctx)
 		stop := s.Watch(cancel)
-		c, err := s.dial(dctx, p.Gen, rank, len(p.Members))
+		c, err := s.dial(dctx, p.Gen, p.Members)
 		stop()
 		cancel(nil)
 		if err == nil {

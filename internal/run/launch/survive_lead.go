@@ -95,6 +95,10 @@ type survival struct {
 
 	idle int // generations in a row that lost no rank
 
+	// place, with several nodes, places the ranks on them
+	// (survive_nodes.go); nil on one host.
+	place *nodePlace
+
 	mu      sync.Mutex
 	members []int
 	revoked map[int]bool
@@ -352,6 +356,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	s.placeLost(lost)
 	p := genPlan{Gen: gen + 1, Members: alive}
 	for _, l := range lost {
 		p.Lost = append(p.Lost, lostRank{Rank: l.Rank, Reason: l.Reason})
@@ -403,6 +408,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		return false
 	}
 	published := time.Now()
+	s.nodesGone(lost)
 	if len(lost) == 0 {
 		fmt.Fprintf(s.errOut, "launch: generation %d failed (%s) but every rank checked in: continuing on all %s as generation %d\n",
 			gen, f.reason, Count(len(alive), "rank"), gen+1)
