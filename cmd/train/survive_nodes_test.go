@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,4 +53,75 @@ func TestSurviveNodesRankKilled(t *testing.T) {
 	require.Equal(t, 3, c.Ranks)
 	require.Equal(t, int64(0), c.StepsLost)
 	requireEachSampleOnce(t, epochs, 24)
+}
+
+// startKillNode1 starts a 2 × 2 job that continues (-min-ranks 2, every
+// step at least 30 ms), waits until it has checkpointed step 5, kills
+// node 1's launcher (its ranks die with it: the launcher's death signal)
+// and returns the nodes and when it killed.
+func startKillNode1(t *testing.T, tr string) ([]*nodeLauncher, time.Time) {
+	data := writeMNISTDir(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck.safetensors")
+	t.Setenv(faultsVar, "slow:0:30")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ck.step5.safetensors")); err == nil {
+			break
+		}
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0's launcher ended before step 5: %v", nodes[0].err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "no checkpoint at step 5 after 30 s")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, nodes[1].cmd.Process.Signal(syscall.SIGKILL))
+	return nodes, time.Now()
+}
+
+// Node 1's launcher killed with its ranks (2 and 3) mid-run: their peers
+// on node 0 fail their collectives, ranks 2 and 3 do not check in, and
+// they drop out together (one generation, each named with node 1); node
+// 0's two ranks finish the job without losing a step, and node 0 does not
+// wait for node 1's report.
+func TestSurviveNodeLost(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, killed := startKillNode1(t, "tcp")
+	select {
+	case <-nodes[0].done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node 0 still running 30 s after node 1 was killed")
+	}
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, 1, out)
+	c := survived[0]
+	require.Equal(t, 1, c.Generation)
+	require.Equal(t, 2, c.Ranks)
+	require.Len(t, c.Removed, 2, out)
+	for i, l := range c.Removed {
+		require.Equal(t, 2+i, l.Rank)
+		require.Contains(t, l.Reason, "on node 1 (", l.Reason)
+	}
+	require.Equal(t, int64(0), c.StepsLost)
+	require.NotNil(t, c.TrainingAgainUnix)
+	again := time.Unix(0, int64(*c.TrainingAgainUnix*1e9)).Sub(killed)
+	t.Logf("training again %.3f s after node 1 was killed (%.3f s after node 0 saw the failure)\nnode 0's stderr:\n%s",
+		again.Seconds(), *c.TrainingAgainSeconds, errOut)
+	require.Equal(t, 2.0, epochs[1]["ranks"])
+	requireEachSampleOnce(t, epochs, 24)
+	require.Contains(t, errOut, "launch: node 0: node 1 left the job: every rank of it was removed: ranks 2, 3; the job continues without node 1")
 }

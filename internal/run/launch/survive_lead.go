@@ -408,7 +408,6 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		return false
 	}
 	published := time.Now()
-	s.nodesGone(lost)
 	if len(lost) == 0 {
 		fmt.Fprintf(s.errOut, "launch: generation %d failed (%s) but every rank checked in: continuing on all %s as generation %d\n",
 			gen, f.reason, Count(len(alive), "rank"), gen+1)
@@ -419,6 +418,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		FailedAt: f.at, Removed: published.Sub(f.at), Resumed: -1}
 	fmt.Fprintf(s.errOut, "launch: %s; continuing on %s as generation %d (%v after the failure)\n",
 		lostText(lost, f.reason), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
+	s.nodesGone(lost)
 	if s.e.OnContinue != nil {
 		s.reports.Go(func() { s.report(ctx, c, published, f.lastAt) })
 	}

@@ -54,6 +54,12 @@ func exitKey(runID string, rank int) string {
 	return "ringddp/elastic/" + runID + "/exit/" + strconv.Itoa(rank)
 }
 
+// pidKey is where node K's launcher publishes rank's pid, which node 0
+// names when the rank is lost.
+func pidKey(runID string, rank int) string {
+	return "ringddp/elastic/" + runID + "/pid/" + strconv.Itoa(rank)
+}
+
 // goneKey, in node 0's launcher store, says that node left the job while
 // it continued without it.
 func goneKey(node int) string { return "elastic/gone/" + strconv.Itoa(node) }
@@ -170,6 +176,12 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 	s.revoked, s.pids = map[int]bool{}, map[int]int{}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
 	start = func() {
+		s.mu.Lock()
+		pids := maps.Clone(s.pids)
+		s.mu.Unlock()
+		for rank, pid := range pids {
+			_ = store.Set(sctx, pidKey(s.runID, rank), []byte(strconv.Itoa(pid)))
+		}
 		wg.Go(func() { s.forwardExits(sctx) })
 		wg.Go(func() { s.followPlans(sctx, r.node) })
 	}
@@ -179,6 +191,11 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 // watchRemoteExit, on node 0, waits for rank's exit report from its
 // node's launcher and hands it to the coordinator.
 func (s *survival) watchRemoteExit(ctx context.Context, rank int) {
+	if b, err := s.store.Get(ctx, pidKey(s.runID, rank)); err == nil {
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 {
+			s.started(rank, pid)
+		}
+	}
 	for ctx.Err() == nil {
 		b, err := s.store.Get(ctx, exitKey(s.runID, rank))
 		if errors.Is(err, rendezvous.ErrTimeout) {
