@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,4 +126,73 @@ func TestSurviveNodeLost(t *testing.T) {
 	require.Equal(t, 2.0, epochs[1]["ranks"])
 	requireEachSampleOnce(t, epochs, 24)
 	require.Contains(t, errOut, "launch: node 0: node 1 left the job: every rank of it was removed: ranks 2, 3; the job continues without node 1")
+}
+
+// A launcher restarted for node 1 after the job went on without it asks
+// to rejoin: it is refused at once with why (the job continues without
+// node 1; rejoining needs healing), and node 0 finishes undisturbed.
+func TestSurviveNodeRejoinRefused(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, _ := startKillNode1(t, "tcp")
+	for !strings.Contains(nodes[0].stderr.String(), "the job continues without node 1") {
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0 ended before it dropped node 1: %v", nodes[0].err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	old := nodes[1].cmd
+	again := exec.Command(old.Path, old.Args[1:]...)
+	again.Env = old.Env
+	var out syncBuffer
+	again.Stdout, again.Stderr = &out, &out
+	began := time.Now()
+	err := again.Run()
+	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), out.String())
+	require.Error(t, err)
+	require.Contains(t, out.String(), "launch: node 1: the job continues without node 1 (every rank of it was removed: ranks 2, 3); rejoining a running job needs healing")
+	require.Less(t, time.Since(began), 10*time.Second)
+	waitNodes(t, nodes[:1], 30*time.Second)
+	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+}
+
+// Node 0's launcher killed (its ranks die with it) while the job
+// continues: node 0 is the single point of failure — it hosts the store
+// and decides the plans — so node 1's launcher ends within seconds with
+// a line naming node 0, rather than continuing or waiting out timeouts.
+func TestSurviveNode0Lost(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck.safetensors")
+	t.Setenv(faultsVar, "slow:0:30")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")...)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ck.step5.safetensors")); err == nil {
+			break
+		}
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0's launcher ended before step 5: %v\n%s", nodes[0].err, nodes[0].stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.NoError(t, nodes[0].cmd.Process.Signal(syscall.SIGKILL))
+	killed := time.Now()
+	select {
+	case <-nodes[1].done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node 1's launcher still running 20 s after node 0's was killed:\n%s", nodes[1].stderr.String())
+	}
+	took := time.Since(killed)
+	errOut := nodes[1].stderr.String()
+	t.Logf("node 1's launcher ended %v after node 0's was killed:\n%s", took, errOut)
+	require.Error(t, nodes[1].err)
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Contains(t, lines[len(lines)-1], "node 0", "node 1's last line does not name node 0")
+	require.Less(t, took, 10*time.Second)
 }
