@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -255,18 +254,9 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	if a.storeLn != nil {
 		storeLn = a.storeLn
 	}
-	var lead *atomic.Int64
-	if a.survive != nil && storeLn != nil {
-		// The coordinator of every node's ranks (several nodes: on node 0).
-		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks*max(cfg.Nnodes, 1))
-		storeLn = nil
-		if err != nil {
-			return nil, err
-		}
-	}
-	if a.survive != nil {
-		vars = append(vars, EnvOnFailure+"="+OnFailureContinue)
-		lead = &a.survive.lead
+	lead, err := a.survive.hostStore(&storeLn, &vars, cfg)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if storeLn != nil {

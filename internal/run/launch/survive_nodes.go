@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -186,6 +188,26 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		wg.Go(func() { s.followPlans(sctx, r.node) })
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
+}
+
+// hostStore, with survivors continuing, serves the ranks' store on
+// *storeLn (the host of rank 0's socket: one host's launcher, node 0's)
+// and coordinates every node's ranks there, taking the socket; it tells
+// the ranks (vars) that they are survivors and returns the current
+// generation's rank 0, which the output forwarding reads. s nil: nothing.
+func (s *survival) hostStore(storeLn **os.File, vars *[]string, cfg Config) (*atomic.Int64, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if *storeLn != nil {
+		err := s.serve(*storeLn, *vars, cfg.Insecure, cfg.Ranks*max(cfg.Nnodes, 1))
+		*storeLn = nil
+		if err != nil {
+			return nil, err
+		}
+	}
+	*vars = append(*vars, EnvOnFailure+"="+OnFailureContinue)
+	return &s.lead, nil
 }
 
 // watchRemoteExit, on node 0, waits for rank's exit report from its
