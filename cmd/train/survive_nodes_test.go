@@ -73,12 +73,13 @@ func TestSurviveNodesRankKilled(t *testing.T) {
 // step at least 30 ms), waits until it has checkpointed step 5, kills
 // node's launcher (its ranks die with it: the launcher's death signal)
 // and returns the nodes and when it killed.
-func startKillNode(t *testing.T, tr string, node int) ([]*nodeLauncher, time.Time) {
+func startKillNode(t *testing.T, tr string, node int, extra ...string) ([]*nodeLauncher, time.Time) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck.safetensors")
 	t.Setenv(faultsVar, "slow:0:30")
-	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")...)
+	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
+	nodes := startNodes(t, 2, append(args, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
@@ -182,4 +183,24 @@ func TestSurviveNode0Lost(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
 	require.Contains(t, lines[len(lines)-1], "node 0", "node 1's last line does not name node 0")
 	require.Less(t, took, 10*time.Second)
+}
+
+// Node 1 lost whole with -min-ranks 4 (every rank): the 2 ranks left are
+// too few, so the plan falls back to a restart; without -max-restarts the
+// job ends within seconds, node 0's last line saying why.
+func TestSurviveNodeLostBelowMinRanks(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, killed := startKillNode(t, "tcp", 1, "-min-ranks", "4")
+	select {
+	case <-nodes[0].done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node 0 still running 20 s after node 1 was killed")
+	}
+	errOut := nodes[0].stderr.String()
+	t.Logf("node 0 ended %v after node 1 was killed:\n%s", time.Since(killed), errOut)
+	require.Error(t, nodes[0].err)
+	require.Contains(t, errOut, "2 ranks left, fewer than the minimum of 4 (-min-ranks): falling back to a restart")
+	require.NotContains(t, errOut, "the job continues without node 1")
 }
