@@ -151,6 +151,7 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 			for rank := range len(plan.Members) * plan.RanksPerNode {
 				if place.nodeOf(rank) != 0 {
 					wg.Go(func() { s.watchRemoteExit(sctx, rank) })
+					wg.Go(func() { s.watchRemotePid(sctx, rank) })
 				}
 			}
 		}
@@ -213,11 +214,6 @@ func (s *survival) hostStore(storeLn **os.File, vars *[]string, cfg Config) (*at
 // watchRemoteExit, on node 0, waits for rank's exit report from its
 // node's launcher and hands it to the coordinator.
 func (s *survival) watchRemoteExit(ctx context.Context, rank int) {
-	if b, err := s.store.Get(ctx, pidKey(s.runID, rank)); err == nil {
-		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 {
-			s.started(rank, pid)
-		}
-	}
 	for ctx.Err() == nil {
 		b, err := s.store.Get(ctx, exitKey(s.runID, rank))
 		if errors.Is(err, rendezvous.ErrTimeout) {
@@ -232,6 +228,24 @@ func (s *survival) watchRemoteExit(ctx context.Context, rank int) {
 		}
 		reason := untrusted.Text(x.Reason, maxShownText)
 		s.absorb(&ExitError{Rank: rank, Pid: x.Pid, Err: errors.New(reason)})
+		return
+	}
+}
+
+// watchRemotePid, on node 0, records rank's pid as its node's launcher
+// publishes it, which node 0 names should the rank be lost silently.
+func (s *survival) watchRemotePid(ctx context.Context, rank int) {
+	for ctx.Err() == nil {
+		b, err := s.store.Get(ctx, pidKey(s.runID, rank))
+		if errors.Is(err, rendezvous.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 {
+			s.started(rank, pid)
+		}
 		return
 	}
 }
