@@ -141,6 +141,9 @@ type nodeRdzv struct {
 	survived int
 	goneMu   sync.Mutex
 	gone     map[int]string
+	// lost, on a node other than 0, ends its launcher with node 0's loss
+	// (the heartbeat's, and the survivors' sooner: survive_nodes.go).
+	lost context.CancelCauseFunc
 }
 
 // key is attempt n's key k.
@@ -182,6 +185,7 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 	// answering it (nodes_lost.go).
 	fctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
+	r.lost = lost
 	go r.heartbeat(fctx, lost)
 	return r.follow(fctx, sigs)
 }

@@ -96,8 +96,10 @@ type survival struct {
 	idle int // generations in a row that lost no rank
 
 	// place, with several nodes, places the ranks on them
-	// (survive_nodes.go); nil on one host.
-	place *nodePlace
+	// (survive_nodes.go); nil on one host. storeLost, on a member node,
+	// is told when the ranks' store on node 0 fails.
+	place     *nodePlace
+	storeLost func(error)
 
 	mu      sync.Mutex
 	members []int

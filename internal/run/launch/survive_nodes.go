@@ -46,9 +46,10 @@ import (
 //     needs healing (a grow step), which this build does not have.
 //
 // Node 0's launcher stays a single point of failure: it hosts both stores
-// and decides every plan. When it dies, the other launchers' heartbeats
-// go unanswered and each ends within Config.heartbeatLost naming node 0
-// (nodes_lost.go); its survivors' store watches fail and they exit.
+// and decides every plan. When it dies, a member launcher's plan watch
+// sees the ranks' store close and, once node 0's launcher store does not
+// answer either, ends naming node 0 (checkNode0); the heartbeat
+// (nodes_lost.go) would end it within Config.heartbeatLost otherwise.
 
 // exitKey is where node K's launcher reports rank's exit in the ranks'
 // store of the attempt runID.
@@ -178,6 +179,7 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 	s.members = place.ranksOf(r.node)
 	s.revoked, s.pids = map[int]bool{}, map[int]int{}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
+	s.storeLost = func(err error) { r.checkNode0(ctx, err) }
 	start = func() {
 		s.mu.Lock()
 		pids := maps.Clone(s.pids)
@@ -279,6 +281,9 @@ func (s *survival) followPlans(ctx context.Context, node int) {
 			continue
 		}
 		if err != nil {
+			if ctx.Err() == nil && s.storeLost != nil {
+				s.storeLost(err)
+			}
 			return
 		}
 		p, err := decodeGenPlan(b, gen, s.world)
@@ -375,4 +380,25 @@ func (s *survival) removed(rank int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.revoked[rank]
+}
+
+// checkNode0, on a member node whose connection to the ranks' store on
+// node 0 failed with err, asks node 0's launcher store whether node 0 is
+// still there (it keeps it after its ranks' store closes at the end of an
+// attempt); when it does not answer either, node 0's launcher is gone,
+// and this launcher ends now naming it instead of after the heartbeat's
+// limit.
+func (r *nodeRdzv) checkNode0(ctx context.Context, err error) {
+	for range 3 {
+		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, perr := r.store.Add(c, aliveKey(r.node), 1)
+		cancel()
+		if perr == nil || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.lost != nil {
+		r.lost(r.node0Lost(fmt.Sprintf("its launcher stopped answering: the ranks' store it hosts failed (%v), and so did its rendezvous", err)))
+	}
 }
