@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,14 +9,15 @@ import (
 	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
-// Survivors continue: -on-failure continue makes a tcp job's launcher keep
-// the job running when a rank fails (launch.Elastic.Continue; the ranks'
-// side is trainer.Config.Survive): the survivors go on from memory as the
+// Survivors continue: -on-failure continue makes a multi-process job's
+// launcher (tcp, shm or auto) keep the job running when a rank fails
+// (launch.Elastic.Continue; the ranks' side is trainer.Config.Survive):
+// the survivors go on from memory as the
 // next generation of the group, down to -min-ranks, and each failure is
 // reported as a text line or, with -json, a JSON line told from the
 // epochs' and the restarts' by its "continued" key (docs/elastic.md).
 
-const onFailureUsage = "with -transport tcp on one host: what the launcher does when a rank fails or stalls past -timeout: " +
+const onFailureUsage = "with -transport tcp, shm or auto (with -nnodes: tcp or auto): what the launcher does when a rank fails or stalls past -timeout: " +
 	"restart (stop every rank; with -max-restarts start the job again from the newest checkpoint) or continue " +
 	"(the survivors drop the step in flight, regroup and redo it from memory, keeping the global batch and the data order, " +
 	"down to -min-ranks; below it, or when the survivors are more than the batch's examples, as restart; ZeRO-1 runs continue with " +
@@ -45,10 +45,8 @@ func onFailureFlag(tr *launch.Transport, v string, zero1 bool, given map[string]
 		return "", fmt.Errorf("-on-failure %q: want %s or %s", v, launch.OnFailureRestart, launch.OnFailureContinue)
 	case v == launch.OnFailureRestart:
 		return v, nil
-	case tr.MP == nil || tr.Name != launch.TCP:
-		return "", fmt.Errorf("-on-failure continue applies to -transport tcp only (in process a failure is the whole job's)")
-	case tr.MP.Nnodes > 1:
-		return "", errors.New("-on-failure continue runs on one host only for now: with -nnodes use -max-restarts")
+	case tr.MP == nil:
+		return "", fmt.Errorf("-on-failure continue applies to -transport tcp, shm or auto only (in process a failure is the whole job's)")
 	case zero1:
 		// ZeRO-1 without buddies: a lost shard needs a checkpoint.
 		return launch.OnFailureRestart, nil

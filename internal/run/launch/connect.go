@@ -222,14 +222,7 @@ func Connect(ctx context.Context, opts Options) (transport.Conn, rendezvous.Env,
 		fmt.Fprint(w, note)
 	}
 	if err == nil {
-		switch kind {
-		case dialShm:
-			c, err = connectShm(ctx, cfg)
-		case dialMixed:
-			c, err = connectMixed(ctx, cfg, hosts)
-		default:
-			c, err = tcp.Dial(ctx, cfg)
-		}
+		c, err = dialEndpoint(ctx, kind, cfg, hosts)
 	}
 	if err != nil {
 		if store != nil {

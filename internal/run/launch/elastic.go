@@ -112,8 +112,6 @@ func (e *Elastic) check(cfg Config) error {
 	switch {
 	case e.MaxRestarts < 0:
 		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
-	case e.Continue && cfg.Nnodes > 1:
-		return fmt.Errorf("launch: survivors continue on one host only (%d nodes): use restarts", cfg.Nnodes)
 	case e.MaxRestarts == 0 && !e.Continue:
 		return nil
 	case e.MinRanks < 0 || e.MinRanks > cfg.Nnodes*cfg.Ranks:

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -255,15 +254,9 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	if a.storeLn != nil {
 		storeLn = a.storeLn
 	}
-	var lead *atomic.Int64
-	if a.survive != nil && storeLn != nil {
-		err := a.survive.serve(storeLn, vars, cfg.Insecure, cfg.Ranks)
-		storeLn = nil
-		if err != nil {
-			return nil, err
-		}
-		vars = append(vars, EnvOnFailure+"="+OnFailureContinue)
-		lead = &a.survive.lead
+	lead, err := a.survive.hostStore(&storeLn, &vars, cfg)
+	if err != nil {
+		return nil, err
 	}
 	defer func() {
 		if storeLn != nil {

@@ -134,6 +134,16 @@ type nodeRdzv struct {
 	masterRemote bool
 	// addrs, node 0: every node's address, from its join report.
 	addrs map[int]string
+
+	// With survivors continuing (survive_nodes.go): the failures survived
+	// over the job, and on node 0 the nodes that left it meanwhile, with
+	// why.
+	survived int
+	goneMu   sync.Mutex
+	gone     map[int]string
+	// lost, on a node other than 0, ends its launcher with node 0's loss
+	// (the heartbeat's, and the survivors' sooner: survive_nodes.go).
+	lost context.CancelCauseFunc
 }
 
 // key is attempt n's key k.
@@ -175,6 +185,7 @@ func runNodes(ctx context.Context, cfg Config, w outputs, sigs chan os.Signal) e
 	// answering it (nodes_lost.go).
 	fctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
+	r.lost = lost
 	go r.heartbeat(fctx, lost)
 	return r.follow(fctx, sigs)
 }

@@ -91,6 +91,10 @@ func (r *nodeRdzv) claimNode(ctx context.Context) error {
 		return fmt.Errorf("launch: node %d: joining node 0's launcher at %s: %w", r.node, r.cfg.Master, err)
 	}
 	if n != 1 {
+		if why := r.goneRefusal(ctx); why != "" {
+			r.store.Close()
+			return errors.New(why)
+		}
 		r.store.Close()
 		return fmt.Errorf("launch: node %d: another launcher joined the job as node %d already: were two launchers given -node-rank %d? (give each node its own, 0..%d)",
 			r.node, r.node, r.node, r.cfg.Nnodes-1)

@@ -57,11 +57,7 @@ func (r *nodeRdzv) heartbeat(ctx context.Context, lost func(error)) {
 		case err == nil:
 			ok = time.Now()
 		case time.Since(ok) >= r.cfg.heartbeatLost:
-			n0 := &NodeLostError{Node: 0, Addr: r.cfg.Master, Reason: fmt.Sprintf("its launcher's rendezvous stopped answering (no heartbeat taken for %v: %v)", r.cfg.heartbeatLost, err)}
-			for k := range r.cfg.Ranks {
-				n0.Ranks = append(n0.Ranks, k)
-			}
-			lost(n0)
+			lost(r.node0Lost(fmt.Sprintf("its launcher's rendezvous stopped answering (no heartbeat taken for %v: %v)", r.cfg.heartbeatLost, err)))
 			return
 		}
 		select {
@@ -70,6 +66,15 @@ func (r *nodeRdzv) heartbeat(ctx context.Context, lost func(error)) {
 		case <-t.C:
 		}
 	}
+}
+
+// node0Lost is node 0's loss, for reason.
+func (r *nodeRdzv) node0Lost(reason string) *NodeLostError {
+	n0 := &NodeLostError{Node: 0, Addr: r.cfg.Master, Reason: reason}
+	for k := range r.cfg.Ranks {
+		n0.Ranks = append(n0.Ranks, k)
+	}
+	return n0
 }
 
 // watchAlive, on node 0, reads node's heartbeat counter every

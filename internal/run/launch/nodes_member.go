@@ -137,13 +137,24 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 		master:  net.JoinHostPort(r.host, strconv.Itoa(plan.StorePort)),
 		storeLn: storeLn, onFail: onFail, stopReq: stopCh,
 	}
-	if r.e.MaxRestarts > 0 {
+	if r.e.MaxRestarts > 0 || r.e.Continue {
 		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
+	}
+	startSurvive, endSurvive := func() {}, func() {}
+	if r.e.Continue {
+		var err error
+		if startSurvive, endSurvive, err = r.nodeSurvival(ctx, &a, plan, idx); err != nil {
+			return nodeReport{Node: r.node, Ranks: r.cfg.Ranks, Attempt: n, Fatal: err.Error()}, nil, nil, err
+		}
 	}
 	j, prog, err := startWithStatus(r.cfg, r.w, a)
 	if err != nil {
+		endSurvive()
+		a.survive.close()
 		return nodeReport{Node: r.node, Ranks: r.cfg.Ranks, Attempt: n, Fatal: err.Error()}, nil, nil, err
 	}
+	startSurvive()
+	defer func() { endSurvive(); a.survive.close() }()
 	j.progress = prog.notify
 	j.onProgress = func() { onProgress(prog) }
 	err = j.wait(ctx, sigs)
@@ -159,6 +170,9 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 	// by a signal the launcher did not send even when another node's stop
 	// request came first (then this node has no first failure of its own).
 	fail := j.culprit()
+	if fail != nil && a.survive.removed(fail.Rank) {
+		fail = nil // the job went on without it
+	}
 	switch {
 	case fail != nil && j.signaled == nil:
 		var s int64

@@ -128,6 +128,18 @@ func hostIdentity(node string) string {
 	return id
 }
 
+// dialEndpoint dials what chooseTransport chose (kind, with hosts for
+// mixed) as the rank the tcp config describes.
+func dialEndpoint(ctx context.Context, kind string, cfg tcp.Config, hosts []string) (Endpoint, error) {
+	switch kind {
+	case dialShm:
+		return connectShm(ctx, cfg)
+	case dialMixed:
+		return connectMixed(ctx, cfg, hosts)
+	}
+	return tcp.Dial(ctx, cfg)
+}
+
 // connectShm dials the shared-memory world that the tcp config describes
 // (the same rank, store, secret, run id and timeouts).
 func connectShm(ctx context.Context, t tcp.Config) (Endpoint, error) {

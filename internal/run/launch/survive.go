@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
-	"github.com/ringddp/ringddp/allreduce/tcp"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/internal/untrusted"
 )
@@ -54,6 +53,9 @@ type Survivor struct {
 	store    *rendezvous.TCPStore
 	warnings io.Writer
 	gen      int // the generation this rank is a member of
+	// transport is Options.Transport: what each generation dials (tcp,
+	// shm, or auto's choice for the generation's members).
+	transport string
 }
 
 // RevokedError is a rank's removal from the job: the plan of a later
@@ -118,7 +120,7 @@ func NewSurvivor(ctx context.Context, opts Options) (*Survivor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("launch: rank %d of %d: the launcher's store: %w", env.Rank, env.WorldSize, err)
 	}
-	return &Survivor{start: env, rs: rs, store: store, warnings: opts.Warnings}, nil
+	return &Survivor{start: env, rs: rs, store: store, warnings: opts.Warnings, transport: opts.Transport}, nil
 }
 
 // Close closes the store client.
@@ -130,20 +132,30 @@ func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, er
 	if ranks != s.start.WorldSize {
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, s.start.WorldSize)
 	}
-	c, err := s.dial(ctx, 0, s.start.Rank, s.start.WorldSize)
+	c, err := s.dial(ctx, 0, nil)
 	if err != nil {
 		return nil, err
 	}
 	return []transport.Conn{c}, nil
 }
 
-// dial connects generation gen's mesh as rank rank of size.
-func (s *Survivor) dial(ctx context.Context, gen, rank, size int) (transport.Conn, error) {
+// dial connects generation gen's endpoint — members by their rank at the
+// job's start, nil for the start's — over the job's transport: tcp, shm or auto's choice for the generation's
+// members. Everything it names is keyed by the generation's run id — the
+// store keys, tcp's handshake, shm's sockets and segments, auto's host
+// table — so that an old generation's traffic cannot mix with the new.
+func (s *Survivor) dial(ctx context.Context, gen int, members []int) (transport.Conn, error) {
 	env := s.start
-	env.Rank, env.WorldSize = rank, size
-	env.LocalRank, env.LocalWorldSize = rank, size // one host
-	cfg := s.rs.tcpConfig(env, s.store, rendezvous.GenerationRunID(s.rs.runID, gen), s.warnings)
-	c, err := tcp.Dial(ctx, cfg)
+	if members != nil {
+		env = generationEnv(s.start, members)
+	}
+	runID := rendezvous.GenerationRunID(s.rs.runID, gen)
+	cfg := s.rs.tcpConfig(env, s.store, runID, s.warnings)
+	kind, hosts, err := chooseTransport(ctx, s.transport, s.store, env, runID)
+	var c Endpoint
+	if err == nil {
+		c, err = dialEndpoint(ctx, kind, cfg, hosts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("launch: generation %d: %w", gen, err)
 	}
@@ -208,7 +220,7 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 		s.gen = p.Gen
 		dctx, cancel := context.WithCancelCause(ctx)
 		stop := s.Watch(cancel)
-		c, err := s.dial(dctx, p.Gen, rank, len(p.Members))
+		c, err := s.dial(dctx, p.Gen, p.Members)
 		stop()
 		cancel(nil)
 		if err == nil {

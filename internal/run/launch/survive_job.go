@@ -19,10 +19,12 @@ func (j *job) awaitFallback(ctx context.Context) {
 		return
 	}
 	clean := func(rank int) bool {
-		return slices.ContainsFunc(j.procs, func(p *proc) bool {
-			st := p.cmd.ProcessState
-			return p.rank == rank && st != nil && st.Success()
-		})
+		p := j.proc(rank)
+		if p == nil {
+			return true // another node's rank: its launcher reports its end
+		}
+		st := p.cmd.ProcessState
+		return st != nil && st.Success()
 	}
 	if j.survive.allMembers(clean) {
 		return

@@ -95,6 +95,12 @@ type survival struct {
 
 	idle int // generations in a row that lost no rank
 
+	// place, with several nodes, places the ranks on them
+	// (survive_nodes.go); nil on one host. storeLost, on a member node,
+	// is told when the ranks' store on node 0 fails.
+	place     *nodePlace
+	storeLost func(error)
+
 	mu      sync.Mutex
 	members []int
 	revoked map[int]bool
@@ -352,6 +358,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	s.placeLost(lost)
 	p := genPlan{Gen: gen + 1, Members: alive}
 	for _, l := range lost {
 		p.Lost = append(p.Lost, lostRank{Rank: l.Rank, Reason: l.Reason})
@@ -413,6 +420,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		FailedAt: f.at, Removed: published.Sub(f.at), Resumed: -1}
 	fmt.Fprintf(s.errOut, "launch: %s; continuing on %s as generation %d (%v after the failure)\n",
 		lostText(lost, f.reason), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
+	s.nodesGone(lost)
 	if s.e.OnContinue != nil {
 		s.reports.Go(func() { s.report(ctx, c, published, f.lastAt) })
 	}

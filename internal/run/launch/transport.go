@@ -231,7 +231,7 @@ func (t *Transport) Survivor(ctx context.Context) (*Survivor, error) {
 	}
 	env := t.MP.Env
 	return NewSurvivor(ctx, Options{Timeout: t.Timeout, ConnectTimeout: t.JoinTimeout, Insecure: t.MP.Insecure,
-		WireProtection: t.WireProtection, Env: &env})
+		WireProtection: t.WireProtection, Env: &env, Transport: t.Name})
 }
 
 // RankCommand says what each rank of a tcp job runs, given the command's

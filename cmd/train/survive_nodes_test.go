@@ -1,0 +1,206 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Survivors continue across node launchers: 2 nodes × 2 ranks on
+// loopback (-nnodes 2), -on-failure continue.
+
+// nodesSurvivorArgs are the arguments of a 2 × 2 job that continues.
+func nodesSurvivorArgs(data, ck, tr string, extra ...string) []string {
+	args := []string{"-transport", tr, "-ranks", "2", "-on-failure", "continue", "-data", data, "-batch", "24",
+		"-epochs", "2", "-hidden", "16", "-eval-batch", "25", "-json", "-optim", "adam", "-checkpoint", ck}
+	return append(args, extra...)
+}
+
+// oneSurvived checks the stdout of a 2-epoch job of batch 24 that
+// survived one failure, leaving ranks ranks: no restart, no completed
+// step lost, every example used once per epoch; it returns the failure's
+// record.
+func oneSurvived(t *testing.T, out string, ranks int) continueRecord {
+	t.Helper()
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, 1, out)
+	c := survived[0]
+	require.Equal(t, 1, c.Generation, out)
+	require.Equal(t, ranks, c.Ranks, out)
+	require.Equal(t, int64(0), c.StepsLost, out)
+	require.Equal(t, float64(ranks), epochs[1]["ranks"], out)
+	requireEachSampleOnce(t, epochs, 24)
+	return c
+}
+
+// A rank of node 1 (rank 3) killed after step 7: node 1's launcher
+// reports its exit to node 0's, the other three continue as generation 1
+// and finish; nothing is lost, each example is used once per epoch, node
+// 1's launcher ends cleanly with its remaining rank.
+func TestSurviveNodesRankKilled(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:3:7:0")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp")...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node 1's stderr:\n%s", nodes[1].stderr.String())
+		}
+	})
+	waitNodes(t, nodes, 20*time.Second)
+	out := nodes[0].stdout.String()
+	for i, n := range nodes {
+		require.NoError(t, n.err, "node %d\nstdout:\n%s\nstderr:\n%s", i, n.stdout.String(), n.stderr.String())
+	}
+	t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
+	c := oneSurvived(t, out, 3)
+	require.Equal(t, 3, c.FailedRank)
+	require.True(t, strings.HasPrefix(c.Reason, "was killed by signal killed on node 1 ("), c.Reason)
+}
+
+// startKillNode starts a 2 × 2 job that continues (-min-ranks 2, every
+// step at least 30 ms), waits until it has checkpointed step 5, kills
+// node's launcher (its ranks die with it: the launcher's death signal)
+// and returns the nodes and when it killed.
+func startKillNode(t *testing.T, tr string, node int, extra ...string) ([]*nodeLauncher, time.Time) {
+	data := writeMNISTDir(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck.safetensors")
+	t.Setenv(faultsVar, "slow:0:30")
+	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
+	nodes := startNodes(t, 2, append(args, extra...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ck.step5.safetensors")); err == nil {
+			break
+		}
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0's launcher ended before step 5: %v", nodes[0].err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "no checkpoint at step 5 after 30 s")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, nodes[node].cmd.Process.Signal(syscall.SIGKILL))
+	return nodes, time.Now()
+}
+
+// Node 1's launcher killed with its ranks (2 and 3) mid-run: their peers
+// on node 0 fail their collectives, ranks 2 and 3 do not check in, and
+// they drop out together (one generation, each named with node 1); node
+// 0's two ranks finish the job without losing a step, and node 0 does not
+// wait for node 1's report.
+func TestSurviveNodeLost(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, killed := startKillNode(t, "tcp", 1)
+	select {
+	case <-nodes[0].done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node 0 still running 30 s after node 1 was killed")
+	}
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	c := oneSurvived(t, out, 2)
+	require.Len(t, c.Removed, 2, out)
+	for i, l := range c.Removed {
+		require.Equal(t, 2+i, l.Rank)
+		require.Contains(t, l.Reason, "on node 1 (", l.Reason)
+	}
+	require.NotNil(t, c.TrainingAgainUnix)
+	again := time.Unix(0, int64(*c.TrainingAgainUnix*1e9)).Sub(killed)
+	t.Logf("training again %.3f s after node 1 was killed (%.3f s after node 0 saw the failure)\nnode 0's stderr:\n%s",
+		again.Seconds(), *c.TrainingAgainSeconds, errOut)
+	require.Contains(t, errOut, "launch: node 0: node 1 left the job: every rank of it was removed: ranks 2, 3; the job continues without node 1")
+}
+
+// A launcher restarted for node 1 after the job went on without it asks
+// to rejoin: it is refused at once with why (the job continues without
+// node 1; rejoining needs healing), and node 0 finishes undisturbed.
+func TestSurviveNodeRejoinRefused(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, _ := startKillNode(t, "tcp", 1)
+	for !strings.Contains(nodes[0].stderr.String(), "the job continues without node 1") {
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0 ended before it dropped node 1: %v", nodes[0].err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	old := nodes[1].cmd
+	again := exec.Command(old.Path, old.Args[1:]...)
+	again.Env = old.Env
+	var out syncBuffer
+	again.Stdout, again.Stderr = &out, &out
+	began := time.Now()
+	err := again.Run()
+	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), out.String())
+	require.Error(t, err)
+	require.Contains(t, out.String(), "launch: node 1: the job continues without node 1 (every rank of it was removed: ranks 2, 3); rejoining a running job needs healing")
+	require.Less(t, time.Since(began), 10*time.Second)
+	waitNodes(t, nodes[:1], 30*time.Second)
+	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+}
+
+// Node 0's launcher killed (its ranks die with it) while the job
+// continues: node 0 is the single point of failure — it hosts the store
+// and decides the plans — so node 1's launcher ends within seconds with
+// a line naming node 0, rather than continuing or waiting out timeouts.
+func TestSurviveNode0Lost(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, killed := startKillNode(t, "tcp", 0)
+	select {
+	case <-nodes[1].done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node 1's launcher still running 20 s after node 0's was killed:\n%s", nodes[1].stderr.String())
+	}
+	took := time.Since(killed)
+	errOut := nodes[1].stderr.String()
+	t.Logf("node 1's launcher ended %v after node 0's was killed:\n%s", took, errOut)
+	require.Error(t, nodes[1].err)
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Contains(t, lines[len(lines)-1], "node 0", "node 1's last line does not name node 0")
+	require.Less(t, took, 10*time.Second)
+}
+
+// Node 1 lost whole with -min-ranks 4 (every rank): the 2 ranks left are
+// too few, so the plan falls back to a restart; without -max-restarts the
+// job ends within seconds, node 0's last line saying why.
+func TestSurviveNodeLostBelowMinRanks(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, killed := startKillNode(t, "tcp", 1, "-min-ranks", "4")
+	select {
+	case <-nodes[0].done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node 0 still running 20 s after node 1 was killed")
+	}
+	errOut := nodes[0].stderr.String()
+	t.Logf("node 0 ended %v after node 1 was killed:\n%s", time.Since(killed), errOut)
+	require.Error(t, nodes[0].err)
+	require.Contains(t, errOut, "2 ranks left, fewer than the minimum of 4 (-min-ranks): falling back to a restart")
+	require.NotContains(t, errOut, "the job continues without node 1")
+}

@@ -1,0 +1,404 @@
+package launch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/internal/untrusted"
+)
+
+// Survivors continue across node launchers (-nnodes K -on-failure
+// continue; docs/elastic.md). Node 0's launcher hosts the ranks' store on
+// the port it binds for the attempt (as rank 0's store without continue)
+// and runs the one coordinator of the job (survive_lead.go) over every
+// node's ranks; the other nodes' launchers are its members:
+//
+//  1. a rank of node K>0 that exits is reported by its launcher at the
+//     exit key of the attempt's run id in that store (exitKey); node 0's
+//     launcher reads each remote rank's key and hands the exit to the
+//     coordinator as its own ranks' exits, which sets the generation's
+//     fault so that every survivor aborts at once;
+//  2. a node lost whole — its launcher and ranks killed, its host down —
+//     reports nothing: its ranks' peers fail their collectives, report the
+//     fault, and its ranks do not check in within Elastic.CheckIn, so they
+//     drop out together, in one generation; each lost rank's reason names
+//     its node (placeLost);
+//  3. node K's launcher follows the generations' plans (followPlans): its
+//     own members are the plan's ranks of node K (so that it stops its
+//     removed ranks once its members have ended), and a plan that falls
+//     back to a restart fails its attempt, as on node 0, so that the
+//     nodes' restart policy takes over together;
+//  4. after the attempt, node 0 no longer waits for a node whose ranks
+//     were all removed (withoutGone); and it notes the node at goneKey in
+//     its launcher's store, so that a launcher restarted for that node is
+//     told why it cannot come back (claimNode): rejoining a running job
+//     needs healing (a grow step), which this build does not have.
+//
+// Node 0's launcher stays a single point of failure: it hosts both stores
+// and decides every plan. When it dies, a member launcher's plan watch
+// sees the ranks' store close and, once node 0's launcher store does not
+// answer either, ends naming node 0 (checkNode0); the heartbeat
+// (nodes_lost.go) would end it within Config.heartbeatLost otherwise.
+
+// exitKey is where node K's launcher reports rank's exit in the ranks'
+// store of the attempt runID.
+func exitKey(runID string, rank int) string {
+	return "ringddp/elastic/" + runID + "/exit/" + strconv.Itoa(rank)
+}
+
+// pidKey is where node K's launcher publishes rank's pid, which node 0
+// names when the rank is lost.
+func pidKey(runID string, rank int) string {
+	return "ringddp/elastic/" + runID + "/pid/" + strconv.Itoa(rank)
+}
+
+// goneKey, in node 0's launcher store, says that node left the job while
+// it continued without it.
+func goneKey(node int) string { return "elastic/gone/" + strconv.Itoa(node) }
+
+// remoteExit is a rank's exit as its node's launcher reports it.
+type remoteExit struct {
+	Pid    int    `json:"pid"`
+	Reason string `json:"reason"`
+}
+
+// nodePlace places the attempt's ranks on its nodes: rank r runs on
+// Members[r/PerNode] (by -node-rank at the start).
+type nodePlace struct {
+	members []int
+	perNode int
+	addrs   map[int]string // node 0: the nodes' addresses from their join reports
+	gone    func(node int, reason string)
+}
+
+func (p *nodePlace) nodeOf(rank int) int { return p.members[rank/p.perNode] }
+
+// ranksOf is node's ranks in the attempt.
+func (p *nodePlace) ranksOf(node int) []int {
+	idx := slices.Index(p.members, node)
+	out := make([]int, p.perNode)
+	for k := range out {
+		out[k] = idx*p.perNode + k
+	}
+	return out
+}
+
+// placeLost names each lost rank's node in its reason (the coordinator
+// calls it before it reports the loss). One host: nothing.
+func (s *survival) placeLost(lost []LostRank) {
+	p := s.place
+	if p == nil {
+		return
+	}
+	for i, l := range lost {
+		node := p.nodeOf(l.Rank)
+		where := " on node " + strconv.Itoa(node)
+		if a := p.addrs[node]; a != "" {
+			where += " (" + a + ")"
+		}
+		lost[i].Reason += where
+	}
+}
+
+// nodesGone tells nodePlace.gone of each node other than 0 whose ranks
+// are all removed now that lost are (the coordinator calls it once the
+// job continues without them).
+func (s *survival) nodesGone(lost []LostRank) {
+	p := s.place
+	if p == nil || p.gone == nil || len(lost) == 0 {
+		return
+	}
+	s.mu.Lock()
+	out := maps.Clone(s.revoked)
+	s.mu.Unlock()
+	for _, l := range lost {
+		out[l.Rank] = true
+	}
+	for _, node := range p.members {
+		ranks := p.ranksOf(node)
+		if node != 0 && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
+			p.gone(node, "every rank of it was removed: "+ranksText(ranks))
+		}
+	}
+}
+
+// nodeSurvival sets a's survivors up on this node for plan's attempt (idx
+// this node's place in it): node 0 coordinates, the others follow. The
+// returned start begins, once the ranks have started, what the node does
+// during the attempt; end stops it (after the job's wait).
+func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, idx int) (start func(), end func(), err error) {
+	place := &nodePlace{members: plan.Members, perNode: plan.RanksPerNode, addrs: r.addrs}
+	s := &survival{e: r.e, w: r.w.out, errOut: r.w.errOut, counted: &r.survived, place: place}
+	a.survive = s
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if r.node == 0 {
+		place.gone = func(node int, reason string) {
+			r.noteGone(node, reason)
+		}
+		start = func() {
+			// serve ran in startAttempt: the store and run id are set.
+			for rank := range len(plan.Members) * plan.RanksPerNode {
+				if place.nodeOf(rank) != 0 {
+					wg.Go(func() { s.watchRemoteExit(sctx, rank) })
+					wg.Go(func() { s.watchRemotePid(sctx, rank) })
+				}
+			}
+		}
+		return start, func() { cancel(); wg.Wait() }, nil
+	}
+	// A member: its ranks' exits go to node 0's store; its members follow
+	// node 0's plans.
+	world := len(plan.Members) * plan.RanksPerNode
+	host, _, _ := net.SplitHostPort(r.cfg.Master)
+	// The ranks' store takes the ranks' secret (jobVars), which is also
+	// all a member launcher's reports there carry: they count no more
+	// than a rank's own fault report does.
+	var secret []byte
+	if !r.cfg.Insecure {
+		secret = []byte(rankSecret(string(r.storeSecret())))
+	}
+	scfg := rendezvous.StoreConfig{Secret: secret, Insecure: r.cfg.Insecure, Timeout: r.e.JoinTimeout}
+	store, err := rendezvous.DialStore(sctx, net.JoinHostPort(host, strconv.Itoa(plan.StorePort)), scfg)
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("launch: node %d: the job's store on node 0: %w", r.node, err)
+	}
+	s.store, s.runID, s.world = store, plan.RunID, world
+	s.members = place.ranksOf(r.node)
+	s.revoked, s.pids = map[int]bool{}, map[int]int{}
+	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
+	s.storeLost = func(err error) { r.checkNode0(ctx, err) }
+	start = func() {
+		s.mu.Lock()
+		pids := maps.Clone(s.pids)
+		s.mu.Unlock()
+		for rank, pid := range pids {
+			_ = store.Set(sctx, pidKey(s.runID, rank), []byte(strconv.Itoa(pid)))
+		}
+		wg.Go(func() { s.forwardExits(sctx) })
+		wg.Go(func() { s.followPlans(sctx, r.node) })
+	}
+	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
+}
+
+// hostStore, with survivors continuing, serves the ranks' store on
+// *storeLn (the host of rank 0's socket: one host's launcher, node 0's)
+// and coordinates every node's ranks there, taking the socket; it tells
+// the ranks (vars) that they are survivors and returns the current
+// generation's rank 0, which the output forwarding reads. s nil: nothing.
+func (s *survival) hostStore(storeLn **os.File, vars *[]string, cfg Config) (*atomic.Int64, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if *storeLn != nil {
+		err := s.serve(*storeLn, *vars, cfg.Insecure, cfg.Ranks*max(cfg.Nnodes, 1))
+		*storeLn = nil
+		if err != nil {
+			return nil, err
+		}
+	}
+	*vars = append(*vars, EnvOnFailure+"="+OnFailureContinue)
+	return &s.lead, nil
+}
+
+// watchRemoteExit, on node 0, waits for rank's exit report from its
+// node's launcher and hands it to the coordinator.
+func (s *survival) watchRemoteExit(ctx context.Context, rank int) {
+	for ctx.Err() == nil {
+		b, err := s.store.Get(ctx, exitKey(s.runID, rank))
+		if errors.Is(err, rendezvous.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		var x remoteExit
+		if len(b) > maxShownText*4 || json.Unmarshal(b, &x) != nil {
+			x = remoteExit{Reason: "exited (its launcher's report does not parse)"}
+		}
+		reason := untrusted.Text(x.Reason, maxShownText)
+		s.absorb(&ExitError{Rank: rank, Pid: x.Pid, Err: errors.New(reason)})
+		return
+	}
+}
+
+// watchRemotePid, on node 0, records rank's pid as its node's launcher
+// publishes it, which node 0 names should the rank be lost silently.
+func (s *survival) watchRemotePid(ctx context.Context, rank int) {
+	for ctx.Err() == nil {
+		b, err := s.store.Get(ctx, pidKey(s.runID, rank))
+		if errors.Is(err, rendezvous.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 {
+			s.started(rank, pid)
+		}
+		return
+	}
+}
+
+// forwardExits, on a member node, reports its ranks' exits (what absorb
+// hands over) at their exit keys.
+func (s *survival) forwardExits(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-s.exits:
+			b, _ := json.Marshal(remoteExit{Pid: e.Pid, Reason: e.Reason()})
+			c, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := s.store.Set(c, exitKey(s.runID, e.Rank), b); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(s.errOut, "launch: telling node 0 that rank %d %s: %v\n", e.Rank, e.Reason(), err)
+			}
+			cancel()
+		}
+	}
+}
+
+// followPlans, on member node, reads each generation's plan: its members
+// become the plan's ranks of this node, its lost ranks are revoked, and a
+// plan that falls back to a restart fails the attempt.
+func (s *survival) followPlans(ctx context.Context, node int) {
+	mine := s.place.ranksOf(node)
+	for gen := 1; ctx.Err() == nil; {
+		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
+		if errors.Is(err, rendezvous.ErrTimeout) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil && s.storeLost != nil {
+				s.storeLost(err)
+			}
+			return
+		}
+		p, err := decodeGenPlan(b, gen, s.world)
+		if err != nil {
+			fmt.Fprintf(s.errOut, "launch: node %d: %v\n", node, err)
+			return
+		}
+		if p.Restart != "" {
+			first := &ExitError{Rank: -1, Err: errors.New(p.Restart)}
+			if len(p.Lost) > 0 {
+				first = &ExitError{Rank: p.Lost[0].Rank, Err: errors.New(p.Lost[0].Reason)}
+			}
+			s.fallback <- first
+			return
+		}
+		s.mu.Lock()
+		s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
+		for _, l := range p.Lost {
+			s.revoked[l.Rank] = true
+		}
+		s.mu.Unlock()
+		gen++
+	}
+}
+
+// noteGone, on node 0, records that node left the job while it
+// continued: node 0 no longer waits for its report, and a launcher
+// restarted for it is told so (claimNode).
+func (r *nodeRdzv) noteGone(node int, reason string) {
+	r.goneMu.Lock()
+	if r.gone == nil {
+		r.gone = map[int]string{}
+	}
+	r.gone[node] = reason
+	r.goneMu.Unlock()
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.store.Set(c, goneKey(node), []byte(reason))
+	fmt.Fprintf(r.w.errOut, "launch: node 0: node %d left the job: %s; the job continues without node %d\n", node, reason, node)
+}
+
+// withoutGone is plan without the nodes that left the job while it
+// continued: node 0 does not wait for their reports.
+func (r *nodeRdzv) withoutGone(plan nodePlan) nodePlan {
+	r.goneMu.Lock()
+	defer r.goneMu.Unlock()
+	if len(r.gone) == 0 {
+		return plan
+	}
+	plan.Members = slices.DeleteFunc(slices.Clone(plan.Members), func(m int) bool { return m != 0 && r.gone[m] != "" })
+	return plan
+}
+
+// goneRefusal is why a launcher restarted for node cannot rejoin, as node
+// 0 noted it (goneKey); "" when it did not.
+func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
+	c, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, err := r.store.Get(c, goneKey(r.node))
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing, which this build does not have: restart the whole job to bring the node back",
+		r.node, r.node, untrusted.Text(string(b), maxShownText))
+}
+
+// generationEnv is rank start's place in a generation of members (by
+// their rank at the job's start, which the launchers number node by node:
+// LocalWorldSize ranks a node): its rank among them, and its local rank
+// and local world among the members of its own node.
+func generationEnv(start rendezvous.Env, members []int) rendezvous.Env {
+	env := start
+	per := max(start.LocalWorldSize, 1)
+	env.Rank, env.WorldSize = slices.Index(members, start.Rank), len(members)
+	env.LocalRank, env.LocalWorldSize = 0, 0
+	for _, m := range members {
+		if m/per != start.Rank/per {
+			continue
+		}
+		if m < start.Rank {
+			env.LocalRank++
+		}
+		env.LocalWorldSize++
+	}
+	return env
+}
+
+// removed reports whether rank was removed from the job while it
+// continued (false without survivors continuing).
+func (s *survival) removed(rank int) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.revoked[rank]
+}
+
+// checkNode0, on a member node whose connection to the ranks' store on
+// node 0 failed with err, asks node 0's launcher store whether node 0 is
+// still there (it keeps it after its ranks' store closes at the end of an
+// attempt); when it does not answer either, node 0's launcher is gone,
+// and this launcher ends now naming it instead of after the heartbeat's
+// limit.
+func (r *nodeRdzv) checkNode0(ctx context.Context, err error) {
+	for range 3 {
+		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, perr := r.store.Add(c, aliveKey(r.node), 1)
+		cancel()
+		if perr == nil || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.lost != nil {
+		r.lost(r.node0Lost(fmt.Sprintf("its launcher stopped answering: the ranks' store it hosts failed (%v), and so did its rendezvous", err)))
+	}
+}
