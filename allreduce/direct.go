@@ -96,7 +96,8 @@ func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h tr
 		return err
 	}
 	lent := &own[0] != &c.buf[0] // a copy (shm), not the buffer itself (in process)
-	for i := range views {       // this rank's chunk first, final already in process
+	// This rank's chunk first: in process it is final already.
+	for i := range views {
 		q := (g.rank + i) % len(views)
 		qlo, qhi := g.chunkBytes(c, q)
 		if q != g.rank || lent {

@@ -3,6 +3,7 @@ package ddp_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,10 @@ import (
 // ranks and steps: exposed-µs/step; opt-after-comm-µs/step, the optimizer
 // work in it (StepStats.Optimizer: Step's update, or the updates made
 // after the last collective ended), which leaves out the scheduling
-// between Run and Step; update-µs/step, the optimizer's work in all.
+// between Run and Step; update-µs/step, the optimizer's work in all;
+// exposed-median-µs, the median over ranks and steps of the exposed time
+// (on a loaded machine the mean is swayed by the few steps in which a
+// rank is descheduled).
 //
 //	go test -run '^$' -bench OptimizerExposed ./ddp/
 func BenchmarkOptimizerExposed(b *testing.B) {
@@ -45,6 +49,7 @@ func BenchmarkOptimizerExposed(b *testing.B) {
 func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool) {
 	const ranks, perRank = 4, 32
 	exposed := make([]time.Duration, ranks)
+	samples := make([][]time.Duration, ranks) // every step's exposed time
 	update := make([]time.Duration, ranks)
 	after := make([]time.Duration, ranks)
 	errs := allreducetest.RunInproc(ranks, time.Minute, func(g *allreduce.Group) error {
@@ -74,6 +79,7 @@ func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool)
 			if s >= 2 { // the first steps size the state
 				st := d.LastStats()
 				exposed[r] += st.OptimizerExposed
+				samples[r] = append(samples[r], st.OptimizerExposed)
 				update[r] += st.OptimizerTotal
 				after[r] += st.Optimizer
 			}
@@ -84,11 +90,15 @@ func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool)
 		b.Fatal(err)
 	}
 	var e, u, a time.Duration
+	var all []time.Duration
 	for r := range exposed {
 		e += exposed[r]
 		u += update[r]
 		a += after[r]
+		all = append(all, samples[r]...)
 	}
+	slices.Sort(all)
+	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "exposed-median-µs")
 	n := float64(ranks * b.N)
 	b.ReportMetric(float64(e.Microseconds())/n, "exposed-µs/step")
 	b.ReportMetric(float64(a.Microseconds())/n, "opt-after-comm-µs/step")
