@@ -101,7 +101,8 @@ func (d *DDP[T]) collectiveName(bytes int) string {
 }
 
 // reduceBucket communicates bucket [lo, hi) of the gradient arena: the
-// custom collective, or an all-reduce (Avg).
+// custom collective, or an all-reduce (Avg) that tells fin (nil: nobody)
+// the parts of the bucket as they become final.
 func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int, fin allreduce.RangeDone) error {
 	if d.reduce != nil {
 		return d.reduce(ctx, d.group, d.gradArena, lo, hi)
@@ -129,6 +130,10 @@ func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int, fin allreduce.Ran
 //     depends on position; custom collectives, which need not leave every
 //     rank every value): the bucket's own collective, then an all-reduce
 //     of the values right after it.
+//
+// fin, when set, is told the parts of the collective's buffer (which
+// starts at lo) as they become final (allreduce.AllReduceRanges); the
+// values after hi are its to ignore.
 func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int, fin allreduce.RangeDone) error {
 	k := len(d.extras)
 	if k == 0 {

@@ -17,13 +17,13 @@ import (
 //  1. before the forward pass, BeginStep fixes the step's constants (Adam's
 //     bias corrections for step t: the step count advances once per step,
 //     not once per bucket);
-//  2. the communication goroutine hands each bucket b but the last, once its
-//     collective returned, to the update goroutine, which applies
-//     StepBucket(b) to the bucket's range of the arenas; bucket b's update
-//     thus overlaps the collectives of buckets b+1, ... and the rest of the
-//     backward pass. The last bucket, which nothing is left to overlap,
-//     is updated by the communication goroutine itself, right after its
-//     collective, saving the hand-off to another goroutine;
+//  2. the communication goroutine all-reduces each bucket with
+//     allreduce.AllReduceRanges and hands each part of it that the
+//     all-reduce reports final (this rank's chunk after the
+//     reduce-scatter, then each chunk the all-gather brings) to the update
+//     goroutine, which applies StepBucket to it; a bucket's update thus
+//     overlaps the rest of its own all-gather, the collectives of the
+//     later buckets and the rest of the backward pass (overlap_queue.go);
 //  3. when the last update is done, EndStep; Step then only counts the step
 //     (and runs the replica check).
 //
@@ -35,14 +35,16 @@ import (
 // needs such a quantity must not be given to WithOptimizerInBackward (it
 // does not implement RangedOptimizer).
 //
-// What stays exposed is the update of the last bucket, which can only start
-// once its collective has completed: StepStats.OptimizerExposed measures
-// it, and it is small only when the last bucket is (see docs/ddp.md).
+// What stays exposed is the update of the last part of the last bucket to
+// become final, which can only start once it has arrived:
+// StepStats.OptimizerExposed measures it (see docs/ddp.md).
 
 // RangedOptimizer is an optimizer whose step can be applied range by range
 // (optim's SGD, Adam and AdamW; optim.Ranged): BeginStep(n), StepRange for
 // ranges that cover [0, n) once (element i of params is element off+i of
-// its state), EndStep.
+// its state), EndStep. Run calls StepRange from two goroutines at once,
+// on disjoint ranges; it must only read grads, which peers may be reading
+// too while the collective runs.
 type RangedOptimizer[T Float] interface {
 	BeginStep(n int) error
 	StepRange(params, grads []T, off int) error
