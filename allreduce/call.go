@@ -59,6 +59,9 @@ type call struct {
 	// layout is the chunk of each rank for ReduceScatterV and AllGatherV;
 	// nil means ChunkBounds.
 	layout []Chunk
+	// finals, when set, is told the parts of buf that become final
+	// (AllReduceRanges, rangedone.go).
+	finals *finals
 }
 
 // header is the header of this call's messages on the group with the

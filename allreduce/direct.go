@@ -53,15 +53,16 @@ func (g *Group) directAllReduce(ctx context.Context, h transport.Header, c *call
 		part.count = len(part.buf) / esize
 		sh := h
 		sh.Step = step // each segment's exposure its own header
-		if err := g.directSegment(ctx, pm, sh, &part); err != nil {
+		if err := g.directSegment(ctx, pm, sh, &part, off); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// directSegment is the direct all-reduce of c.buf, one exposure.
-func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h transport.Header, c *call) error {
+// directSegment is the direct all-reduce of c.buf, one exposure, which
+// starts at byte off of the call's buffer (for c.finals).
+func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h transport.Header, c *call, off int) error {
 	views, err := pm.Expose(ctx, h, c.buf)
 	if err != nil {
 		return err
@@ -78,6 +79,7 @@ func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h tr
 			divideBytes(c.dt, out, g.size)
 		}
 		copy(c.buf, out)
+		c.finals.report(off, off+len(c.buf))
 		return nil
 	}
 	// The reduced chunk goes into this rank's view, which peers read:
@@ -94,11 +96,14 @@ func (g *Group) directSegment(ctx context.Context, pm transport.PeerMemory, h tr
 		return err
 	}
 	lent := &own[0] != &c.buf[0] // a copy (shm), not the buffer itself (in process)
-	for q := range views {
+	// This rank's chunk first: in process it is final already.
+	for i := range views {
+		q := (g.rank + i) % len(views)
+		qlo, qhi := g.chunkBytes(c, q)
 		if q != g.rank || lent {
-			qlo, qhi := g.chunkBytes(c, q)
 			copy(c.buf[qlo:qhi], views[q][qlo:qhi])
 		}
+		c.finals.report(off+qlo, off+qhi)
 	}
 	return pm.Release(ctx)
 }

@@ -19,6 +19,10 @@
 //     the calling goroutine; collectives run in that order, and every message
 //     carries it with the kind, dtype, count, op and root, so ranks that issue
 //     different collectives get an error naming both calls instead of a hang.
+//   - final part: a part of a collective's buffer that the call will not
+//     write again; AllReduceRanges and AllGatherVRanges report them as they
+//     come (rangedone.go), so that a caller can work on them while the rest
+//     of the call runs.
 //
 // Algorithms and bytes on the wire, for a buffer of M bytes on N ranks (S
 // pipeline segments; P the largest power of two ≤ N, R = N-P; L ranks per

@@ -119,10 +119,11 @@ func (g *Group) hdReduceScatterSteps(ctx context.Context, h transport.Header, st
 // hdAllGatherSteps is the recursive-doubling all-gather among the active
 // ranks of f, the mirror of hdReduceScatterSteps with the same masks: on
 // entry this rank's block of buf (the one hdReduceScatterSteps ended with)
-// is its contribution, on return buf holds every block. Step numbers are
+// is its contribution, on return buf holds every block. Each half copied
+// in is reported final to fin (nil: nobody asked). Step numbers are
 // step, step+1, ... (log2 P of them).
 func (g *Group) hdAllGatherSteps(ctx context.Context, h transport.Header, step uint32, f hdFold, v int, highFirst bool,
-	blocks func(b int) (lo, hi int), buf []byte) error {
+	blocks func(b int) (lo, hi int), buf []byte, fin *finals) error {
 	steps := bits.TrailingZeros(uint(f.p2))
 	for s := 0; s < steps; s++ {
 		i := steps - 1 - s // undo halving step i
@@ -139,6 +140,7 @@ func (g *Group) hdAllGatherSteps(ctx context.Context, h transport.Header, step u
 		if err := g.sendRecvCopy(ctx, h, step+uint32(s), peer, buf[mlo:mhi], peer, buf[tlo:thi]); err != nil {
 			return err
 		}
+		fin.report(tlo, thi)
 	}
 	return nil
 }
@@ -176,11 +178,12 @@ func (g *Group) hdAllReduce(ctx context.Context, h transport.Header, c *call) er
 		if err != nil {
 			return err
 		}
+		lo, hi := blocks(own)
 		if c.op == Avg {
-			lo, hi := blocks(own)
 			g.divide(c.dt, buf[lo:hi], n)
 		}
-		if err := g.hdAllGatherSteps(ctx, h, 1+steps, f, v, false, blocks, buf); err != nil {
+		c.finals.report(lo, hi)
+		if err := g.hdAllGatherSteps(ctx, h, 1+steps, f, v, false, blocks, buf, c.finals); err != nil {
 			return err
 		}
 	}

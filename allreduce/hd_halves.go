@@ -127,7 +127,7 @@ func (g *Group) hdAllGather(ctx context.Context, h transport.Header, c *call) er
 			return err
 		}
 	}
-	if err := g.hdAllGatherSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), c.buf); err != nil {
+	if err := g.hdAllGatherSteps(ctx, h, 1, f, v, true, g.hdChunkBlocks(c, f), c.buf, nil); err != nil {
 		return err
 	}
 	if r < 2*f.rem {

@@ -48,10 +48,11 @@ func (g *Group) ringAllReduce(ctx context.Context, h transport.Header, c *call) 
 	if err := g.ringReduceScatterSteps(ctx, h, c, c.buf, c.buf); err != nil {
 		return err
 	}
+	lo, hi := g.chunkBytes(c, g.rank)
 	if c.op == Avg {
-		lo, hi := g.chunkBytes(c, g.rank)
 		g.divide(c.dt, c.buf[lo:hi], g.size)
 	}
+	c.finals.report(lo, hi)
 	h.Step = uint32(g.size - 1)
 	return g.ringAllGatherSteps(ctx, h, c, c.buf)
 }
@@ -91,6 +92,7 @@ func (g *Group) ringAllGather(ctx context.Context, h transport.Header, c *call) 
 	if g.size == 1 || c.count == 0 {
 		return g.agree(ctx, h)
 	}
+	c.finals.report(lo, hi)
 	return g.ringAllGatherSteps(ctx, h, c, c.buf)
 }
 
@@ -135,8 +137,9 @@ func (g *Group) ringReduceScatterSteps(ctx context.Context, h transport.Header, 
 }
 
 // ringAllGatherSteps circulates every rank's chunk of buf, starting from
-// this rank's own, until every rank has all of them. h.Step is the step
-// number of the first message.
+// this rank's own, until every rank has all of them, reporting each chunk
+// received final (c.finals). h.Step is the step number of the first
+// message.
 func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *call, buf []byte) error {
 	n, r := g.size, g.rank
 	right, left := mod(r+1, n), mod(r-1, n)
@@ -146,6 +149,7 @@ func (g *Group) ringAllGatherSteps(ctx context.Context, h transport.Header, c *c
 		if err := g.sendRecvCopy(ctx, h, h.Step+uint32(s), right, buf[slo:shi], left, buf[rlo:rhi]); err != nil {
 			return err
 		}
+		c.finals.report(rlo, rhi)
 	}
 	return nil
 }

@@ -101,12 +101,13 @@ func (d *DDP[T]) collectiveName(bytes int) string {
 }
 
 // reduceBucket communicates bucket [lo, hi) of the gradient arena: the
-// custom collective, or an all-reduce (Avg).
-func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int) error {
+// custom collective, or an all-reduce (Avg) that tells fin (nil: nobody)
+// the parts of the bucket as they become final.
+func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int, fin allreduce.RangeDone) error {
 	if d.reduce != nil {
 		return d.reduce(ctx, d.group, d.gradArena, lo, hi)
 	}
-	return allreduce.AllReduce(ctx, d.group, d.gradArena[lo:hi], allreduce.Avg)
+	return allreduce.AllReduceRanges(ctx, d.group, d.gradArena[lo:hi], allreduce.Avg, fin)
 }
 
 // reduceLast communicates the last bucket [lo, hi) together with the
@@ -129,10 +130,14 @@ func (d *DDP[T]) reduceBucket(ctx context.Context, lo, hi int) error {
 //     depends on position; custom collectives, which need not leave every
 //     rank every value): the bucket's own collective, then an all-reduce
 //     of the values right after it.
-func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int) error {
+//
+// fin, when set, is told the parts of the collective's buffer (which
+// starts at lo) as they become final (allreduce.AllReduceRanges); the
+// values after hi are its to ignore.
+func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int, fin allreduce.RangeDone) error {
 	k := len(d.extras)
 	if k == 0 {
-		return d.reduceBucket(ctx, lo, hi)
+		return d.reduceBucket(ctx, lo, hi, fin)
 	}
 	if hi != len(d.gradArena) {
 		return fmt.Errorf("ddp: the last bucket ends at %d, the arena at %d", hi, len(d.gradArena))
@@ -146,11 +151,11 @@ func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int) error {
 	switch {
 	case d.reduce != nil:
 	case n <= 2 || alg == withExtras && alg.Order() == allreduce.OrderAnyPlace:
-		return allreduce.AllReduce(ctx, g, d.commArena[lo:hi+k], allreduce.Avg)
+		return allreduce.AllReduceRanges(ctx, g, d.commArena[lo:hi+k], allreduce.Avg, fin)
 	case alg.Order() == allreduce.OrderRingChunks:
-		return d.ringWithExtras(ctx, lo, hi)
+		return d.ringWithExtras(ctx, lo, hi, fin)
 	}
-	if err := d.reduceBucket(ctx, lo, hi); err != nil {
+	if err := d.reduceBucket(ctx, lo, hi, fin); err != nil {
 		return err
 	}
 	return allreduce.AllReduce(ctx, g, d.extras, allreduce.Avg)
@@ -159,7 +164,7 @@ func (d *DDP[T]) reduceLast(ctx context.Context, lo, hi int) error {
 // ringWithExtras is the ring all-reduce (Avg) of commArena[lo:] with the
 // chunk layout of the gradients [lo, hi) alone, the extras added to the
 // last chunk: a reduce-scatter then an all-gather with that layout.
-func (d *DDP[T]) ringWithExtras(ctx context.Context, lo, hi int) error {
+func (d *DDP[T]) ringWithExtras(ctx context.Context, lo, hi int, fin allreduce.RangeDone) error {
 	g := d.group
 	n, rank := g.Size(), g.Rank()
 	if len(d.counts) != n {
@@ -182,7 +187,7 @@ func (d *DDP[T]) ringWithExtras(ctx context.Context, lo, hi int) error {
 		return err
 	}
 	scattered := time.Now()
-	err := allreduce.AllGatherV(ctx, g, buf, mine, d.counts)
+	err := allreduce.AllGatherVRanges(ctx, g, buf, mine, d.counts, fin)
 	if po != nil {
 		last := len(d.buckets) - 1
 		po.BucketPhase(last, "reduce-scatter", began, scattered)

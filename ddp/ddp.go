@@ -514,8 +514,8 @@ func (d *DDP[T]) arrival(i int) error {
 }
 
 // reduceBuckets all-reduces the buckets in order, each as soon as it is
-// complete, hands each to upd (if any) once communicated, and reports on
-// done.
+// complete, hands each to upd (if any: in parts as they become final, or
+// whole once communicated), and reports on done.
 func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, upd *updates, abort <-chan struct{}, done chan<- error) {
 	for b, r := range d.buckets {
 		select {
@@ -532,10 +532,11 @@ func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *Step
 			stats.FirstBucketStart = began.Sub(start)
 		}
 		var err error
+		fin := upd.rangesFor(b, r.lo, r.hi) // nil: no parts reported
 		if b == len(d.buckets)-1 {
-			err = d.reduceLast(ctx, r.lo, r.hi)
+			err = d.reduceLast(ctx, r.lo, r.hi, fin)
 		} else {
-			err = d.reduceBucket(ctx, r.lo, r.hi)
+			err = d.reduceBucket(ctx, r.lo, r.hi, fin)
 		}
 		ended := time.Now()
 		stats.Comm += ended.Sub(began)

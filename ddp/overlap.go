@@ -17,13 +17,13 @@ import (
 //  1. before the forward pass, BeginStep fixes the step's constants (Adam's
 //     bias corrections for step t: the step count advances once per step,
 //     not once per bucket);
-//  2. the communication goroutine hands each bucket b but the last, once its
-//     collective returned, to the update goroutine, which applies
-//     StepBucket(b) to the bucket's range of the arenas; bucket b's update
-//     thus overlaps the collectives of buckets b+1, ... and the rest of the
-//     backward pass. The last bucket, which nothing is left to overlap,
-//     is updated by the communication goroutine itself, right after its
-//     collective, saving the hand-off to another goroutine;
+//  2. the communication goroutine all-reduces each bucket with
+//     allreduce.AllReduceRanges and hands each part of it that the
+//     all-reduce reports final (this rank's chunk after the
+//     reduce-scatter, then each chunk the all-gather brings) to the update
+//     goroutine, which applies StepBucket to it; a bucket's update thus
+//     overlaps the rest of its own all-gather, the collectives of the
+//     later buckets and the rest of the backward pass (overlap_queue.go);
 //  3. when the last update is done, EndStep; Step then only counts the step
 //     (and runs the replica check).
 //
@@ -35,14 +35,16 @@ import (
 // needs such a quantity must not be given to WithOptimizerInBackward (it
 // does not implement RangedOptimizer).
 //
-// What stays exposed is the update of the last bucket, which can only start
-// once its collective has completed: StepStats.OptimizerExposed measures
-// it, and it is small only when the last bucket is (see docs/ddp.md).
+// What stays exposed is the update of the last part of the last bucket to
+// become final, which can only start once it has arrived:
+// StepStats.OptimizerExposed measures it (see docs/ddp.md).
 
 // RangedOptimizer is an optimizer whose step can be applied range by range
 // (optim's SGD, Adam and AdamW; optim.Ranged): BeginStep(n), StepRange for
 // ranges that cover [0, n) once (element i of params is element off+i of
-// its state), EndStep.
+// its state), EndStep. Run calls StepRange from two goroutines at once,
+// on disjoint ranges; it must only read grads, which peers may be reading
+// too while the collective runs.
 type RangedOptimizer[T Float] interface {
 	BeginStep(n int) error
 	StepRange(params, grads []T, off int) error
@@ -118,97 +120,6 @@ func (d *DDP[T]) setupStepper() error {
 		}
 		d.stepper = arenaStepper[T]{d: d, opt: opt}
 	}
-	return nil
-}
-
-// updates is one Run's update goroutine: buckets arrive on todo in order
-// as their collectives complete, all but the last (see hand).
-type updates struct {
-	todo chan int
-	done chan error
-	// Set by the goroutine, read after done: the time spent updating and
-	// when its last update ended.
-	total time.Duration
-	end   time.Time
-	// The last bucket's update, made by the communication goroutine.
-	lastErr   error
-	lastTotal time.Duration
-	lastEnd   time.Time
-}
-
-// hand gives bucket b, just communicated, to the updates: the last bucket
-// is updated here and now, the others by the update goroutine.
-func (d *DDP[T]) hand(u *updates, b int) {
-	if b < len(d.buckets)-1 {
-		u.todo <- b // capacity len(d.buckets): never blocks
-		return
-	}
-	began := time.Now()
-	r := d.buckets[b]
-	if err := d.stepper.StepBucket(b, r.lo, r.hi); err != nil {
-		u.lastErr = fmt.Errorf("ddp: optimizer in backward, bucket %d: %w", b, err)
-	}
-	u.lastEnd = time.Now()
-	u.lastTotal = u.lastEnd.Sub(began)
-}
-
-// startUpdates begins the step (BeginStep) and starts the update goroutine;
-// nil when this Run updates nothing (no stepper, or not synchronising).
-func (d *DDP[T]) startUpdates() (*updates, error) {
-	if d.stepper == nil || !d.syncing {
-		return nil, nil
-	}
-	if err := d.stepper.BeginStep(); err != nil {
-		return nil, fmt.Errorf("ddp: optimizer in backward: %w", err)
-	}
-	u := &updates{todo: make(chan int, len(d.buckets)), done: make(chan error, 1)}
-	go func() {
-		var err error
-		for b := range u.todo {
-			if err != nil {
-				continue // drain: the step failed
-			}
-			began := time.Now()
-			r := d.buckets[b]
-			if err = d.stepper.StepBucket(b, r.lo, r.hi); err != nil {
-				err = fmt.Errorf("ddp: optimizer in backward, bucket %d: %w", b, err)
-			}
-			u.end = time.Now()
-			u.total += u.end.Sub(began)
-		}
-		u.done <- err
-	}()
-	return u, nil
-}
-
-// finishUpdates waits for the updates handed to u (none after the communication
-// goroutine returned) and, when every bucket was updated, ends the step. It
-// fills the stats' optimizer figures: Optimizer is the update time after
-// the last collective ended.
-func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
-	close(u.todo)
-	err := errors.Join(<-u.done, u.lastErr)
-	stats.OptimizerTotal = u.total + u.lastTotal
-	end := u.end
-	if u.lastEnd.After(end) {
-		end = u.lastEnd
-	}
-	if !end.IsZero() && !stats.CommEnd.IsZero() {
-		stats.Optimizer = max(0, end.Sub(stats.CommEnd))
-	}
-	if err != nil || commErr != nil {
-		// Some buckets may be updated and others not: the replicas are
-		// unusable until reloaded from a checkpoint, and the optimizer
-		// refuses the next BeginStep (the step is still open).
-		return errors.Join(err, commErr)
-	}
-	if stats.Buckets != len(d.buckets) {
-		return fmt.Errorf("ddp: optimizer in backward: %d of %d buckets communicated", stats.Buckets, len(d.buckets))
-	}
-	if err := d.stepper.EndStep(); err != nil {
-		return fmt.Errorf("ddp: optimizer in backward: %w", err)
-	}
-	d.updated = true
 	return nil
 }
 

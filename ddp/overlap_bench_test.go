@@ -3,6 +3,7 @@ package ddp_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,10 @@ import (
 // ranks and steps: exposed-µs/step; opt-after-comm-µs/step, the optimizer
 // work in it (StepStats.Optimizer: Step's update, or the updates made
 // after the last collective ended), which leaves out the scheduling
-// between Run and Step; update-µs/step, the optimizer's work in all.
+// between Run and Step; update-µs/step, the optimizer's work in all;
+// exposed-median-µs and opt-after-comm-median-µs, the medians over ranks
+// and steps (on a loaded machine the means are swayed by the few steps in
+// which a rank is descheduled).
 //
 //	go test -run '^$' -bench OptimizerExposed ./ddp/
 func BenchmarkOptimizerExposed(b *testing.B) {
@@ -45,6 +49,8 @@ func BenchmarkOptimizerExposed(b *testing.B) {
 func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool) {
 	const ranks, perRank = 4, 32
 	exposed := make([]time.Duration, ranks)
+	samples := make([][]time.Duration, ranks)      // every step's exposed time
+	afterSamples := make([][]time.Duration, ranks) // and its optimizer work after the collectives
 	update := make([]time.Duration, ranks)
 	after := make([]time.Duration, ranks)
 	errs := allreducetest.RunInproc(ranks, time.Minute, func(g *allreduce.Group) error {
@@ -74,6 +80,8 @@ func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool)
 			if s >= 2 { // the first steps size the state
 				st := d.LastStats()
 				exposed[r] += st.OptimizerExposed
+				samples[r] = append(samples[r], st.OptimizerExposed)
+				afterSamples[r] = append(afterSamples[r], st.Optimizer)
 				update[r] += st.OptimizerTotal
 				after[r] += st.Optimizer
 			}
@@ -84,11 +92,18 @@ func benchExposed(b *testing.B, model, optName string, bucket int, overlap bool)
 		b.Fatal(err)
 	}
 	var e, u, a time.Duration
+	var all, allAfter []time.Duration
 	for r := range exposed {
 		e += exposed[r]
 		u += update[r]
 		a += after[r]
+		all = append(all, samples[r]...)
+		allAfter = append(allAfter, afterSamples[r]...)
 	}
+	slices.Sort(all)
+	slices.Sort(allAfter)
+	b.ReportMetric(float64(all[len(all)/2].Nanoseconds())/1e3, "exposed-median-µs")
+	b.ReportMetric(float64(allAfter[len(allAfter)/2].Nanoseconds())/1e3, "opt-after-comm-median-µs")
 	n := float64(ranks * b.N)
 	b.ReportMetric(float64(e.Microseconds())/n, "exposed-µs/step")
 	b.ReportMetric(float64(a.Microseconds())/n, "opt-after-comm-µs/step")

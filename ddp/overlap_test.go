@@ -36,13 +36,28 @@ type trained struct {
 	state  optim.State
 }
 
+// ranksRunner runs fn on ranks ranks, each with its group.
+type ranksRunner func(ranks int, fn func(g *allreduce.Group) error) []error
+
+// inprocRanks runs ranks in process, with the group options opts.
+func inprocRanks(opts ...allreduce.GroupOption) ranksRunner {
+	return func(ranks int, fn func(g *allreduce.Group) error) []error {
+		return allreducetest.RunInproc(ranks, 30*time.Second, fn, opts...)
+	}
+}
+
 // trainOverlap trains kind on ranks ranks for steps steps with buckets of
 // bucketBytes (the first too), the optimizer applied by Step or, with
 // inBackward, bucket by bucket inside Run.
 func trainOverlap(t *testing.T, kind, optName string, ranks, steps, bucketBytes int, inBackward bool) []trained {
+	return trainOverlapOn(t, inprocRanks(), kind, optName, ranks, steps, bucketBytes, inBackward)
+}
+
+// trainOverlapOn is trainOverlap on the ranks run gives.
+func trainOverlapOn(t *testing.T, run ranksRunner, kind, optName string, ranks, steps, bucketBytes int, inBackward bool) []trained {
 	const perRank = 3
 	out := make([]trained, ranks)
-	errs := allreducetest.RunInproc(ranks, 30*time.Second, func(g *allreduce.Group) error {
+	errs := run(ranks, func(g *allreduce.Group) error {
 		opt, err := overlapOpts[optName]()
 		if err != nil {
 			return err

@@ -20,6 +20,10 @@ import (
 //     optimizer's state;
 //  3. EndStep(): the step count advances, once per step.
 //
+// StepRange reads grads without writing them and writes only its own
+// range of the parameters and the state, so ranges that do not overlap may
+// be updated concurrently (DDP updates the parts of a bucket from two
+// goroutines while the rest of the bucket is still being all-gathered).
 // Because every update is element-wise and every range of a step uses the
 // same constants, the ranges give bitwise the parameters and state of one
 // Step over the whole slice (vecops' kernels are independent of where a

@@ -1,0 +1,261 @@
+package ddp
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ringddp/ringddp/allreduce"
+)
+
+// The updates of one Run with the optimizer in backward. The
+// communication goroutine hands spans of the arenas to a queue as their
+// gradients become final; the update goroutine takes them in order and
+// applies the stepper to each. How fine the spans are:
+//
+//   - with WithOptimizerInBackward and the default all-reduce, a span is
+//     a part of a bucket that the all-reduce reports final
+//     (allreduce.AllReduceRanges: this rank's chunk once the reduce-scatter
+//     is done, then each chunk the all-gather brings), cut to at most
+//     spanElems elements; a bucket's update thus overlaps the rest of its
+//     own all-gather, not only the next buckets' collectives;
+//   - otherwise (a BucketStepper such as ZeRO-1's, a custom bucket
+//     collective or communication hook, which need not leave every rank
+//     every value), a span is a whole bucket, handed over once its
+//     collective has returned.
+//
+// When the last bucket's collective has returned nothing is left to
+// overlap: the communication goroutine then takes spans from the queue
+// itself, beside the update goroutine, until it is empty, and waits for
+// the update goroutine's span in progress, so that Run need not wait for
+// that goroutine to wake and exit. Spans are
+// disjoint and the optimizers element-wise (optim.Ranged), so which
+// goroutine updates which span, and in which order, changes no bit.
+
+// spanElems is the most elements of one span of a reported range, so that
+// the two goroutines share the tail of the last bucket evenly.
+const spanElems = 16 << 10
+
+// span is bucket b's elements [lo, hi) of the arenas.
+type span struct{ b, lo, hi int }
+
+// worker is one goroutine's share of the updates: set by it, read after
+// both are done.
+type worker struct {
+	err   error
+	total time.Duration // time spent updating
+	end   time.Time     // when its last update ended
+}
+
+// updates is one Run's queue of spans and its update goroutine.
+type updates struct {
+	ranged bool // spans are the parts the all-reduce reports final
+	mu     sync.Mutex
+	queue  []span // handed over, not yet taken
+	closed bool   // nothing more will be handed over
+	busy   bool   // the update goroutine is applying a span
+	// waiting: the communication goroutine waits on idle for the update
+	// goroutine's span to end.
+	waiting bool
+	// settled: every span was applied (set by the communication goroutine
+	// after the last bucket; the update goroutine may still be exiting).
+	settled bool
+	wake    chan struct{}
+	idle    chan struct{}
+	done    chan struct{} // closed when the update goroutine exits
+	worker  worker        // the update goroutine's
+	comm    worker        // the communication goroutine's, after the last bucket
+	// The bucket being communicated and the arena range its reports are
+	// kept to (the last bucket's collective may carry the agreement's
+	// values after it): set by the communication goroutine, which alone
+	// reports.
+	bucket, lo, hi int
+	report         allreduce.RangeDone
+}
+
+// startUpdates begins the step (BeginStep) and starts the update goroutine;
+// nil when this Run updates nothing (no stepper, or not synchronising).
+func (d *DDP[T]) startUpdates() (*updates, error) {
+	if d.stepper == nil || !d.syncing {
+		return nil, nil
+	}
+	if err := d.stepper.BeginStep(); err != nil {
+		return nil, fmt.Errorf("ddp: optimizer in backward: %w", err)
+	}
+	_, arena := d.stepper.(arenaStepper[T])
+	u := &updates{ranged: arena && d.reduce == nil,
+		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), done: make(chan struct{})}
+	u.report = u.reported
+	go func() {
+		defer close(u.done)
+		for {
+			s, ok := u.take(true)
+			if !ok {
+				return
+			}
+			d.apply(&u.worker, s)
+			u.mu.Lock()
+			u.busy = false
+			waiting := u.waiting
+			u.waiting = false
+			u.mu.Unlock()
+			if waiting {
+				u.idle <- struct{}{}
+			}
+		}
+	}()
+	return u, nil
+}
+
+// rangesFor readies u for bucket b's collective over the arena range
+// [lo, hi) and returns what the collective reports final parts to (nil:
+// the bucket is handed over whole when its collective returns). Nil-safe.
+func (u *updates) rangesFor(b, lo, hi int) allreduce.RangeDone {
+	if u == nil || !u.ranged {
+		return nil
+	}
+	u.bucket, u.lo, u.hi = b, lo, hi
+	return u.report
+}
+
+// reported is the RangeDone of the bucket being communicated: elements
+// [a, b) of its collective's buffer, which starts at u.lo, are final.
+func (u *updates) reported(a, b int) {
+	lo, hi := u.lo+a, min(u.lo+b, u.hi)
+	for ; lo < hi; lo += spanElems {
+		u.push(span{u.bucket, lo, min(lo+spanElems, hi)})
+	}
+}
+
+// push hands s to the update goroutine.
+func (u *updates) push(s span) {
+	u.mu.Lock()
+	u.queue = append(u.queue, s)
+	u.mu.Unlock()
+	u.signal()
+}
+
+// take returns the next span. For the update goroutine (worker set) it
+// waits for one while the queue is open, and marks the goroutine busy; for
+// the communication goroutine it reports false when there is none.
+func (u *updates) take(worker bool) (span, bool) {
+	for {
+		u.mu.Lock()
+		if len(u.queue) > 0 {
+			s := u.queue[0]
+			u.queue = u.queue[1:]
+			u.busy = u.busy || worker
+			u.mu.Unlock()
+			return s, true
+		}
+		closed := u.closed
+		u.mu.Unlock()
+		if closed || !worker {
+			return span{}, false
+		}
+		<-u.wake
+	}
+}
+
+// close says that nothing more will be handed over.
+func (u *updates) close() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	u.signal()
+}
+
+// signal wakes the update goroutine if it waits.
+func (u *updates) signal() {
+	select {
+	case u.wake <- struct{}{}:
+	default:
+	}
+}
+
+// apply updates span s, on w's account; after w's first failure it only
+// drains.
+func (d *DDP[T]) apply(w *worker, s span) {
+	if w.err != nil {
+		return
+	}
+	began := time.Now()
+	if err := d.stepper.StepBucket(s.b, s.lo, s.hi); err != nil {
+		w.err = fmt.Errorf("ddp: optimizer in backward, bucket %d: %w", s.b, err)
+	}
+	w.end = time.Now()
+	w.total += w.end.Sub(began)
+}
+
+// hand is called by the communication goroutine once bucket b's collective
+// has returned: a bucket not reported in parts is handed over whole, and
+// after the last bucket this goroutine updates spans until none is left.
+func (d *DDP[T]) hand(u *updates, b int) {
+	if !u.ranged {
+		r := d.buckets[b]
+		u.push(span{b, r.lo, r.hi})
+	}
+	if b < len(d.buckets)-1 {
+		return
+	}
+	for {
+		for {
+			s, ok := u.take(false)
+			if !ok {
+				break
+			}
+			d.apply(&u.comm, s)
+		}
+		// The queue is empty: once the update goroutine's span (if any)
+		// is done, every span is applied. It exits on its own.
+		u.mu.Lock()
+		if !u.busy && len(u.queue) == 0 {
+			u.closed, u.settled = true, true
+			u.mu.Unlock()
+			u.signal()
+			return
+		}
+		u.waiting = true
+		u.mu.Unlock()
+		<-u.idle
+	}
+}
+
+// finishUpdates waits for the updates handed to u (none after the
+// communication goroutine returned; when it got through the last bucket
+// it has waited for them itself) and, when every bucket was updated,
+// ends the step. It fills the stats' optimizer figures: Optimizer is the
+// update time after the last collective ended.
+func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
+	u.mu.Lock()
+	settled := u.settled
+	u.mu.Unlock()
+	if !settled { // the communication goroutine stopped early
+		u.close()
+		<-u.done
+	}
+	err := errors.Join(u.worker.err, u.comm.err)
+	stats.OptimizerTotal = u.worker.total + u.comm.total
+	end := u.worker.end
+	if u.comm.end.After(end) {
+		end = u.comm.end
+	}
+	if !end.IsZero() && !stats.CommEnd.IsZero() {
+		stats.Optimizer = max(0, end.Sub(stats.CommEnd))
+	}
+	if err != nil || commErr != nil {
+		// Some spans may be updated and others not: the replicas are
+		// unusable until reloaded from a checkpoint, and the optimizer
+		// refuses the next BeginStep (the step is still open).
+		return errors.Join(err, commErr)
+	}
+	if stats.Buckets != len(d.buckets) {
+		return fmt.Errorf("ddp: optimizer in backward: %d of %d buckets communicated", stats.Buckets, len(d.buckets))
+	}
+	if err := d.stepper.EndStep(); err != nil {
+		return fmt.Errorf("ddp: optimizer in backward: %w", err)
+	}
+	d.updated = true
+	return nil
+}
