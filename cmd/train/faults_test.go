@@ -44,6 +44,9 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 		return nil
 	}
 	rank, _ := strconv.Atoi(getenv("RANK"))
+	if name := getenv(launch.EnvJoinName); name != "" {
+		rank, _ = strconv.Atoi(name) // a joining rank: its job-wide name
+	}
 	restart := getenv(launch.EnvRestart)
 	if restart == "" {
 		restart = "0"

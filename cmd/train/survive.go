@@ -47,6 +47,7 @@ func (o *options) survives() bool { return o.onFailure == launch.OnFailureContin
 // divide over them, and each failure survived is reported.
 func (o *options) continueOn(e *launch.Elastic) {
 	e.Continue = true
+	e.Heal, e.Spares = o.heal || o.spares > 0, o.spares
 	batch := o.cfg.GlobalBatch
 	e.Fits = func(n int) error {
 		if batch%n != 0 {
