@@ -152,7 +152,7 @@ func (l *rankLoop[T]) healGroup(w *worker[T], mine snapshot[T], joiners []int, j
 		return mine, rep, fmt.Errorf("trainer: the healed example usage is %d bytes, want %d (%d examples)", len(st.RNG), 4*len(mine.uses), len(mine.uses))
 	}
 	got := snapshot[T]{
-		pos: position{epoch: st.Epoch, step: st.StepInEpoch, global: st.GlobalStep, lossSum: st.LossSum, lossSteps: st.LossSteps},
+		pos:  position{epoch: st.Epoch, step: st.StepInEpoch, global: st.GlobalStep, lossSum: st.LossSum, lossSteps: st.LossSteps},
 		uses: make([]int32, len(mine.uses)), arena: slices.Clone(st.Params), opt: st.Optim,
 	}
 	copy(usageBytes(got.uses), st.RNG)
