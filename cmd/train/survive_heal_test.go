@@ -2,12 +2,22 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
 )
 
 // healedOutput are a -json job's heal records.
@@ -34,7 +44,7 @@ func healedOutput(t *testing.T, out string) []healRecord {
 // checked bitwise, and the job ends on 4 ranks with every example used once
 // per epoch and no step lost. (A real tcp job: skipped under -short.)
 func TestSurviveHeal(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		t.Skip("a tcp job of several seconds")
 	}
 	data := writeMNISTDir(t)
@@ -64,4 +74,149 @@ func TestSurviveHeal(t *testing.T) {
 	}
 	require.Equal(t, 4.0, epochs[1]["ranks"], out)
 	require.Equal(t, 32.0, epochs[1]["global_step"])
+}
+
+// Healing's faults (RINGDDP_TEST_FAULTS, faults_test.go), RANK being a
+// member's rank at the start or a joining rank's name:
+//
+//	secret:RANK          the rank starts with a wrong secret (the store refuses it)
+//	jobid:RANK           the rank claims another job's id (heal's identity check refuses it)
+//	joinkill:RANK:US     a joining rank kills itself US µs after it connected (during its heal)
+//	healerkill:RANK:US   member RANK kills itself US µs after it rejoined a generation with
+//	                     joiners (during the heal)
+
+// wrongSecret, for a secret fault of rank, changes this process's secret.
+func wrongSecret(spec string, rank int) {
+	for _, f := range strings.Split(spec, ";") {
+		if f == "secret:"+strconv.Itoa(rank) {
+			s := []byte(os.Getenv(launch.EnvSecret))
+			for i := range s {
+				s[i] = 'a' + (s[i]+1)%26
+			}
+			_ = os.Setenv(launch.EnvSecret, string(s))
+		}
+	}
+}
+
+// healFault sets up the healing fault p for rank; false when p is none.
+func healFault(p []string, rank int, cfg *trainer.Config) bool {
+	if len(p) < 2 || p[1] != strconv.Itoa(rank) {
+		return false
+	}
+	kill := func(us string) func() {
+		d, _ := strconv.Atoi(us)
+		return func() {
+			time.AfterFunc(time.Duration(d)*time.Microsecond, func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) })
+		}
+	}
+	switch {
+	case p[0] == "jobid" && len(p) == 2:
+		cfg.JobID = "another-job"
+	case p[0] == "joinkill" && len(p) == 3:
+		connect, k := cfg.Connect, kill(p[2])
+		cfg.Connect = func(ctx context.Context, ranks int) ([]transport.Conn, error) {
+			c, err := connect(ctx, ranks)
+			k()
+			return c, err
+		}
+	case p[0] == "healerkill" && len(p) == 3:
+		if s, ok := cfg.Survive.(*launch.Survivor); ok {
+			cfg.Survive = killOnGrow{Survivor: s, kill: kill(p[2])}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// killOnGrow is a Survivor that kills its process soon after it rejoined
+// a generation with joiners.
+type killOnGrow struct {
+	*launch.Survivor
+	kill func()
+}
+
+func (k killOnGrow) Rejoin(ctx context.Context, cause error) (transport.Conn, rendezvous.Generation, error) {
+	c, g, err := k.Survivor.Rejoin(ctx, cause)
+	if err == nil && len(k.JoinedRanks()) > 0 {
+		k.kill()
+	}
+	return c, g, err
+}
+
+// healBadCase runs a 4-rank job that loses rank 2 after step 7 with
+// -heal and fault extra, and checks that it finishes with every example
+// used once per epoch, no step lost, and the last heal's joiner named
+// want; it returns the launcher's stderr.
+func healBadCase(t *testing.T, extra string, want int) string {
+	t.Helper()
+	if testing.Short() || raceEnabled {
+		t.Skip("a tcp job of several seconds")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	// 4 epochs of 16 steps, rank 0 20 ms slower each: time for two joiners
+	// to start.
+	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20;"+extra)
+	var out string
+	var err error
+	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-heal", "-epochs", "4")...) })
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 4, out)
+	require.Empty(t, restarts, out)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost, out)
+	}
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.NotEmpty(t, hs, "%s\n%s", out, stderr)
+	t.Log(grepLines(stderr, "launch: "))
+	last := hs[len(hs)-1]
+	require.GreaterOrEqual(t, last.Joined[0].Name, want, out)
+	require.Equal(t, 4.0, epochs[3]["ranks"], out)
+	return stderr
+}
+
+// A replacement started with a wrong secret: the store refuses it at the
+// handshake, it exits before it is taken in, and the launcher starts
+// another (rank 5), which heals.
+func TestHealWrongSecret(t *testing.T) {
+	stderr := healBadCase(t, "secret:4", 5)
+	require.Contains(t, stderr, "rank 4 (pid")
+	require.Contains(t, stderr, "started to join")
+	t.Log(grepLines(stderr, "[rank 4]"))
+}
+
+// A replacement that claims another job's id: heal's identity check
+// refuses it on every rank before any state moves, the members go on
+// without it, and the next replacement (rank 5) heals.
+func TestHealAnotherJob(t *testing.T) {
+	stderr := healBadCase(t, "jobid:4", 5)
+	require.Contains(t, stderr, "another-job")
+	t.Log(grepLines(stderr, "another-job"))
+}
+
+// The joiner dies during its heal: the members abort, go on without it,
+// and the next replacement (rank 5) heals.
+func TestHealJoinerDies(t *testing.T) {
+	healBadCase(t, "joinkill:4:2000", 5)
+}
+
+// A healer dies during the heal (a second failure in a row): the members
+// left and the joiner... the group goes round again, and a replacement
+// heals.
+func TestHealHealerDies(t *testing.T) {
+	stderr := healBadCase(t, "healerkill:1:1000", 6)
+	require.Contains(t, stderr, "rank 1 (pid")
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -120,14 +120,12 @@ func NewSurvivor(ctx context.Context, opts Options) (*Survivor, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := rendezvous.DialStore(ctx, env.MasterHostPort(), rs.storeConfig(env))
-	if err != nil {
-		return nil, fmt.Errorf("launch: rank %d of %d: the launcher's store: %w", env.Rank, env.WorldSize, err)
-	}
-	s := &Survivor{start: env, rs: rs, store: store, warnings: opts.Warnings, name: env.Rank}
+	s := &Survivor{start: env, rs: rs, warnings: opts.Warnings, name: env.Rank}
 	if err := s.joinName(getenv); err != nil {
-		_ = store.Close()
 		return nil, err
+	}
+	if s.store, err = rendezvous.DialStore(ctx, env.MasterHostPort(), rs.storeConfig(env)); err != nil {
+		return nil, fmt.Errorf("launch: rank %d (%s): the launcher's store: %w", s.name, s.role(), err)
 	}
 	return s, nil
 }

@@ -152,7 +152,12 @@ func (s *survival) joinerExited(ctx context.Context, e *ExitError) {
 		return
 	}
 	fmt.Fprintf(s.errOut, "launch: rank %d (pid %d), started to join, %s before it was taken in\n", e.Rank, e.Pid, removedWords(e.Reason()))
-	s.refill(ctx, []LostRank{{Rank: e.Rank % s.world, Reason: "was replaced"}})
+	s.mu.Lock()
+	need := s.world - len(s.members) - len(s.joiners)
+	s.mu.Unlock()
+	if need > 0 {
+		s.startJoiner(ctx, e.Rank%s.world, fmt.Sprintf("replaces rank %d, which %s before it was taken in", e.Rank, removedWords(e.Reason())))
+	}
 }
 
 // growFault, on joiner name ready, decides whether the group grows now:

@@ -67,6 +67,15 @@ func (s *Survivor) joinName(getenv func(string) string) error {
 	return nil
 }
 
+// role words what this rank is, for messages: "rank 2 of 4 at the start",
+// "started to join".
+func (s *Survivor) role() string {
+	if s.joining {
+		return "started to join"
+	}
+	return fmt.Sprintf("rank %d of %d at the start", s.start.Rank, s.start.WorldSize)
+}
+
 // Joining reports whether this rank was started to join a running job.
 func (s *Survivor) Joining() bool { return s.joining }
 
