@@ -220,3 +220,55 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// With -spares 1 a fifth process starts with the job and waits ready; when
+// rank 2 is killed the launcher takes it (no process starts then), and it
+// heals as rank 3 of generation 2.
+func TestHealSpare(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a tcp job of several seconds")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:2:7:0")
+	var out string
+	var err error
+	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-spares", "1")...) })
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	epochs, _, _ := survivedOutput(t, out)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, out)
+	require.Equal(t, 4, hs[0].Joined[0].Name)
+	require.Equal(t, "spare started with the job", hs[0].Joined[0].Why)
+	require.Equal(t, 4.0, epochs[1]["ranks"], out)
+	require.Equal(t, 1, strings.Count(stderr, "to join the job"), "one process started to join: the spare")
+}
+
+// A rank stopped with SIGSTOP (a hang) is removed within -timeout + 1 s and
+// replaced; continued later, it is refused (a removed rank cannot come
+// back without healing), while its replacement, a new identity, healed.
+func TestHealStoppedRank(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a tcp job of several seconds")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "stop:2:5:2500;slow:0:40")
+	var out string
+	var err error
+	stderr := captureStderr(t, func() {
+		out, err = runTrain(t, survivorArgs(data, ck, "-timeout", "1s", "-epochs", "4", "-heal")...)
+	})
+	require.NoError(t, err, out+stderr)
+	epochs, _, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 4, out)
+	require.Len(t, survived, 1, out)
+	require.Equal(t, 2, survived[0].FailedRank)
+	require.Contains(t, stderr, "rank 2 was removed from the job at generation 1")
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, out)
+	require.Equal(t, 4, hs[0].Joined[0].Name)
+	require.Equal(t, 4.0, epochs[3]["ranks"], out)
+	requireEachSampleOnce(t, epochs, 24)
+}
