@@ -81,7 +81,7 @@ func TestSurviveGoal(t *testing.T) {
 	}
 	base, _, baseTook := run("")
 	t.Logf("uninterrupted: test accuracy %.2f%%, %.1fs", 100*base, baseTook.Seconds())
-	var downs, backs, pauses []float64
+	var downs, backs, readies, pauses []float64
 	rng := rand.New(rand.NewPCG(34, 2026)) // the same trials every run
 	for trial := range trials {
 		victim, step, us := rng.IntN(4), 1+rng.IntN(3*250-2), rng.IntN(20000)
@@ -99,9 +99,13 @@ func TestSurviveGoal(t *testing.T) {
 				t.Fatalf("trial %d: heals %+v, want one", trial+1, heals)
 			}
 			h := heals[0]
-			backs, pauses = append(backs, *h.Joined[0].BackSeconds), append(pauses, h.Paused)
-			t.Logf("trial %d: healed rank %d at step %d: back %.3fs after its start, the members paused %.3fs (heal %.3fs), %d bytes of state, sent %v",
-				trial+1, h.Joined[0].Name, h.AtStep, *h.Joined[0].BackSeconds, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes)
+			ready := *h.Joined[0].BackSeconds
+			if h.Joined[0].ReadySeconds != nil {
+				ready = *h.Joined[0].ReadySeconds
+			}
+			backs, readies, pauses = append(backs, *h.Joined[0].BackSeconds), append(readies, ready), append(pauses, h.Paused)
+			t.Logf("trial %d: healed rank %d at step %d: back %.3fs after its start, %.3fs after it was ready; the members paused %.3fs (heal %.3fs), %d bytes of state, sent %v",
+				trial+1, h.Joined[0].Name, h.AtStep, *h.Joined[0].BackSeconds, ready, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes)
 		}
 		if c.StepsLost != 0 {
 			t.Errorf("trial %d: %d steps lost", trial+1, c.StepsLost)
@@ -114,9 +118,11 @@ func TestSurviveGoal(t *testing.T) {
 	t.Logf("kill to training again: median %.3fs, %.3f..%.3fs over %d trials", downs[len(downs)/2], downs[0], downs[len(downs)-1], len(downs))
 	if healing {
 		slices.Sort(backs)
+		slices.Sort(readies)
 		slices.Sort(pauses)
-		t.Logf("replacement's start to healed: median %.3fs, %.3f..%.3fs; the members' pause for the heal: median %.3fs, %.3f..%.3fs",
-			backs[len(backs)/2], backs[0], backs[len(backs)-1], pauses[len(pauses)/2], pauses[0], pauses[len(pauses)-1])
+		t.Logf("replacement's start to healed: median %.3fs, %.3f..%.3fs; ready to healed: median %.3fs, %.3f..%.3fs; the members' pause for the heal: median %.3fs, %.3f..%.3fs",
+			backs[len(backs)/2], backs[0], backs[len(backs)-1], readies[len(readies)/2], readies[0], readies[len(readies)-1],
+			pauses[len(pauses)/2], pauses[0], pauses[len(pauses)-1])
 		if backs[len(backs)/2] > 2 {
 			t.Errorf("the healed rank is back %.3fs (median) after its start: the goal is 2 s", backs[len(backs)/2])
 		}

@@ -59,8 +59,10 @@ type joinRecord struct {
 	Pid  int    `json:"pid,omitempty"`
 	Why  string `json:"why"`
 	// BackSeconds is from the launcher starting its process to its state
-	// healed (null when unknown).
-	BackSeconds *float64 `json:"back_seconds"`
+	// healed, ReadySeconds from the launcher seeing it ready (data loaded,
+	// store reached) to its state healed (null when unknown).
+	BackSeconds  *float64 `json:"back_seconds"`
+	ReadySeconds *float64 `json:"ready_to_healed_seconds"`
 }
 
 // printHealed reports heal h on rank 0's stdout.
@@ -75,10 +77,7 @@ func printHealed(ctx context.Context, w io.Writer, surv *launch.Survivor, h trai
 		for _, j := range joined {
 			if j.Rank == r {
 				jr.Name, jr.Pid, jr.Why = j.Name, j.Pid, j.Why
-				if !j.Started.IsZero() && j.Started.Unix() > 0 {
-					b := time.Since(j.Started).Seconds()
-					jr.BackSeconds = &b
-				}
+				jr.BackSeconds, jr.ReadySeconds = secondsSince(j.Started), secondsSince(j.Ready)
 			}
 		}
 		rec.Joined = append(rec.Joined, jr)
@@ -104,8 +103,8 @@ func healText(rec healRecord) string {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "rank %d (pid %d, %s) joined as rank %d", j.Name, j.Pid, j.Why, j.Rank)
-		if j.BackSeconds != nil {
-			fmt.Fprintf(&b, ", back %.2fs after its start", *j.BackSeconds)
+		if j.BackSeconds != nil && j.ReadySeconds != nil {
+			fmt.Fprintf(&b, ", back %.2fs after its start (%.2fs after it was ready)", *j.BackSeconds, *j.ReadySeconds)
 		}
 	}
 	var senders []string
@@ -117,4 +116,13 @@ func healText(rec healRecord) string {
 	fmt.Fprintf(&b, "; training goes on from step %d, %s lost, %d samples redone, paused %.2fs (heal %.2fs: %d bytes of state; bytes sent: %s)",
 		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, strings.Join(senders, ", "))
 	return b.String()
+}
+
+// secondsSince is the time since t in seconds; nil when t is unknown.
+func secondsSince(t time.Time) *float64 {
+	if t.IsZero() || t.UnixNano() <= 0 {
+		return nil
+	}
+	s := time.Since(t).Seconds()
+	return &s
 }

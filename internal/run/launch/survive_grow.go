@@ -39,6 +39,7 @@ import (
 type joiner struct {
 	name, pid int
 	started   time.Time
+	readyAt   time.Time // when its join key was seen
 	why       string
 	ready     bool
 }
@@ -166,8 +167,8 @@ func (s *survival) joinerExited(ctx context.Context, e *ExitError) {
 // gen's fault key set to "grow". Not ok: no grow now.
 func (s *survival) growFault(ctx context.Context, gen, name int) (fault, bool) {
 	s.mu.Lock()
-	if j := s.joiners[name]; j != nil {
-		j.ready = true
+	if j := s.joiners[name]; j != nil && !j.ready {
+		j.ready, j.readyAt = true, time.Now()
 	}
 	var ready []int
 	for n, j := range s.joiners {
@@ -222,7 +223,7 @@ func (s *survival) takeIn(p *genPlan, f fault) {
 		}
 		p.Members = append(p.Members, name)
 		p.Joined = append(p.Joined, name)
-		p.Joins = append(p.Joins, joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Why: j.why})
+		p.Joins = append(p.Joins, joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Ready: j.readyAt.UnixNano(), Why: j.why})
 	}
 }
 

@@ -43,14 +43,15 @@ type joinInfo struct {
 	Name    int    `json:"name"`
 	Pid     int    `json:"pid"`
 	Started int64  `json:"started_unix_nano"` // when the launcher started its process
+	Ready   int64  `json:"ready_unix_nano"`   // when the launcher saw it ready (its join key)
 	Why     string `json:"why"`
 }
 
 // Joined is a rank that joined the current generation at its start.
 type Joined struct {
-	Rank, Name, Pid int // its rank in the generation, its job-wide name, its process
-	Started         time.Time
-	Why             string // "replaces rank 2 (...)", "spare"
+	Rank, Name, Pid int       // its rank in the generation, its job-wide name, its process
+	Started, Ready  time.Time // its process started; the launcher saw it ready
+	Why             string    // "replaces rank 2 (...)", "spare"
 }
 
 // joinName reads EnvJoinName: a joining rank's name.
@@ -145,7 +146,7 @@ func (s *Survivor) JoinedInfo(ctx context.Context) (int, []Joined, error) {
 		out[i] = Joined{Rank: p.index(name), Name: name}
 		if i < len(p.Joins) {
 			j := p.Joins[i]
-			out[i].Pid, out[i].Started, out[i].Why = j.Pid, time.Unix(0, j.Started), j.Why
+			out[i].Pid, out[i].Started, out[i].Ready, out[i].Why = j.Pid, time.Unix(0, j.Started), time.Unix(0, j.Ready), j.Why
 		}
 	}
 	return s.gen, out, nil
