@@ -82,7 +82,7 @@ func TestSurviveGoal(t *testing.T) {
 	base, _, baseTook := run("")
 	t.Logf("uninterrupted: test accuracy %.2f%%, %.1fs", 100*base, baseTook.Seconds())
 	var downs, backs, readies, pauses []float64
-	noHeal := 0 // trials that ended before the replacement was ready
+	noHeal := 0                            // trials that ended before the replacement was ready
 	rng := rand.New(rand.NewPCG(34, 2026)) // the same trials every run
 	for trial := range trials {
 		victim, step, us := rng.IntN(4), 1+rng.IntN(3*250-2), rng.IntN(20000)
