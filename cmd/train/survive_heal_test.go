@@ -272,3 +272,26 @@ func TestHealStoppedRank(t *testing.T) {
 	require.Equal(t, 4.0, epochs[3]["ranks"], out)
 	requireEachSampleOnce(t, epochs, 24)
 }
+
+func TestHealFlags(t *testing.T) {
+	_, _, err := healFlags(launch.OnFailureRestart, true, 0, map[string]bool{"heal": true})
+	require.ErrorContains(t, err, "-on-failure continue")
+	_, _, err = healFlags(launch.OnFailureContinue, false, 17, map[string]bool{"spares": true})
+	require.ErrorContains(t, err, "-spares 17")
+	heal, spares, err := healFlags(launch.OnFailureContinue, false, 2, map[string]bool{"spares": true})
+	require.NoError(t, err)
+	require.True(t, heal, "-spares implies -heal")
+	require.Equal(t, 2, spares)
+}
+
+// The text report of a heal names the joiner, why, its rank, the step,
+// the pause and each sender's bytes.
+func TestHealText(t *testing.T) {
+	back, ready := 0.61, 0.2
+	rec := healRecord{Healed: 2, Joined: []joinRecord{{Rank: 3, Name: 4, Pid: 77, Why: "replaces rank 2, which was killed by signal killed",
+		BackSeconds: &back, ReadySeconds: &ready}}, AtStep: 12, Paused: 0.35, HealSecs: 0.02, StateBytes: 300, SentBytes: []int64{100, 100, 100, 0},
+		SamplesRedone: 24}
+	require.Equal(t, "heal at generation 2: rank 4 (pid 77, replaces rank 2, which was killed by signal killed) joined as rank 3, "+
+		"back 0.61s after its start (0.20s after it was ready); training goes on from step 12, 0 steps lost, 24 samples redone, "+
+		"paused 0.35s (heal 0.02s: 300 bytes of state; bytes sent: rank 0 100, rank 1 100, rank 2 100)", healText(rec))
+}
