@@ -295,3 +295,22 @@ func TestHealText(t *testing.T) {
 		"back 0.61s after its start (0.20s after it was ready); training goes on from step 12, 0 steps lost, 24 samples redone, "+
 		"paused 0.35s (heal 0.02s: 300 bytes of state; bytes sent: rank 0 100, rank 1 100, rank 2 100)", healText(rec))
 }
+
+// Rank 0 killed with -heal and -checkpoint: its replacement (with rank 0's
+// cores, RANK=0) finds the job's own checkpoints and is not refused for
+// them (it continues the job, it does not start one); it heals.
+func TestHealRank0(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a tcp job of several seconds")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:0:7:0;slow:1:10")
+	out, err := runTrain(t, survivorArgs(data, ck, "-heal", "-checkpoint-every", "4")...)
+	require.NoError(t, err, out)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, out)
+	require.Equal(t, 4, hs[0].Joined[0].Name, "the first replacement heals")
+	epochs, _, _ := survivedOutput(t, out)
+	requireEachSampleOnce(t, epochs, 24)
+}
