@@ -17,7 +17,8 @@ import (
 //
 //  1. starts a joiner — a rank process under a name no rank had
 //     (world, world+1, ...: a removed rank's name is never reused, so its
-//     revocation stays final) — for every rank lost, or with
+//     revocation stays final) — for every rank lost, once the survivors
+//     report a step (its start would slow their rebuild), or with
 //     Elastic.Spares starts that many with the job, which wait ready;
 //  2. watches each joiner's join key: once it is set the joiner has its
 //     data and reached the store;
@@ -54,6 +55,9 @@ func (e *Elastic) checkHeal() error {
 	}
 	return nil
 }
+
+// growWait is the longest a grow waits for a step boundary.
+const growWait = 10 * time.Second
 
 // maxSpares is the most spares a job may hold.
 const maxSpares = 16
@@ -186,7 +190,10 @@ func (s *survival) growFault(ctx context.Context, gen, name int) (fault, bool) {
 	if k == 0 {
 		return fault{}, false
 	}
-	s.stepBoundary(ctx, time.Second)
+	// A step of this generation (not the rebuild or heal that formed it:
+	// a grow then would abort it) just done; a generation that reports
+	// none within growWait grows anyway.
+	s.stepBoundary(ctx, growWait)
 	reason := "grow: rank " + joinInts(ready[:k]) + " joins"
 	if err := s.store.Set(ctx, s.key(gen, "fault"), []byte("launcher: "+reason)); err != nil {
 		return fault{}, false

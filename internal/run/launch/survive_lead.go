@@ -431,7 +431,14 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	}
 	published := time.Now()
 	s.admit(ctx, p)
-	defer s.refill(ctx, lost)
+	if len(lost) > 0 {
+		// Once the survivors train again: a process starting (its data
+		// loading) would take the cores their rebuild needs.
+		s.reports.Go(func() {
+			s.stepBoundary(ctx, 5*time.Second)
+			s.refill(ctx, lost)
+		})
+	}
 	if len(lost) == 0 && len(p.Joined) > 0 {
 		return true
 	}
