@@ -49,11 +49,11 @@ func TestSurviveHeal(t *testing.T) {
 	}
 	data := writeMNISTDir(t)
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:2:7:0")
-	out, err := runTrain(t, survivorArgs(data, ck, "-heal")...)
+	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20") // 48 steps of 20 ms or more: time for the replacement to start
+	out, err := runTrain(t, survivorArgs(data, ck, "-heal", "-epochs", "3")...)
 	require.NoError(t, err, out)
 	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 2, out)
+	require.Len(t, epochs, 3, out)
 	require.Empty(t, restarts, out)
 	require.Len(t, survived, 1, out)
 	require.Equal(t, int64(0), survived[0].StepsLost)
@@ -72,8 +72,8 @@ func TestSurviveHeal(t *testing.T) {
 		require.Greater(t, h.SentBytes[r], h.StateBytes/4, "rank %d sends about a third", r)
 		require.Less(t, h.SentBytes[r], h.StateBytes/2, "rank %d sends about a third", r)
 	}
-	require.Equal(t, 4.0, epochs[1]["ranks"], out)
-	require.Equal(t, 32.0, epochs[1]["global_step"])
+	require.Equal(t, 4.0, epochs[2]["ranks"], out)
+	require.Equal(t, 48.0, epochs[2]["global_step"])
 }
 
 // Healing's faults (RINGDDP_TEST_FAULTS, faults_test.go), RANK being a
@@ -231,10 +231,10 @@ func TestHealSpare(t *testing.T) {
 	}
 	data := writeMNISTDir(t)
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:2:7:0")
+	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20")
 	var out string
 	var err error
-	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-spares", "1")...) })
+	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-spares", "1", "-epochs", "3")...) })
 	require.NoError(t, err, "%s\n%s", out, stderr)
 	epochs, _, _ := survivedOutput(t, out)
 	requireEachSampleOnce(t, epochs, 24)
@@ -242,7 +242,7 @@ func TestHealSpare(t *testing.T) {
 	require.Len(t, hs, 1, out)
 	require.Equal(t, 4, hs[0].Joined[0].Name)
 	require.Equal(t, "spare started with the job", hs[0].Joined[0].Why)
-	require.Equal(t, 4.0, epochs[1]["ranks"], out)
+	require.Equal(t, 4.0, epochs[2]["ranks"], out)
 	require.Equal(t, 1, strings.Count(stderr, "to join the job"), "one process started to join: the spare")
 }
 
@@ -306,8 +306,8 @@ func TestHealRank0(t *testing.T) {
 	}
 	data := writeMNISTDir(t)
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:0:7:0;slow:1:10")
-	out, err := runTrain(t, survivorArgs(data, ck, "-heal", "-checkpoint-every", "4")...)
+	t.Setenv(faultsVar, "kill:0:7:0;slow:1:20")
+	out, err := runTrain(t, survivorArgs(data, ck, "-heal", "-checkpoint-every", "4", "-epochs", "4")...)
 	require.NoError(t, err, out)
 	hs := healedOutput(t, out)
 	require.Len(t, hs, 1, out)
