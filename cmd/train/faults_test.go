@@ -44,11 +44,15 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 		return nil
 	}
 	rank, _ := strconv.Atoi(getenv("RANK"))
+	if name := getenv(launch.EnvJoinName); name != "" {
+		rank, _ = strconv.Atoi(name) // a joining rank: its job-wide name
+	}
 	restart := getenv(launch.EnvRestart)
 	if restart == "" {
 		restart = "0"
 	}
 	now := func(when string) bool { return when == "*" || when == restart }
+	wrongSecret(spec, rank) // before the flags are read
 	return func(cfg *trainer.Config) {
 		for _, f := range strings.Split(spec, ";") {
 			p := strings.Split(f, ":")
@@ -95,6 +99,7 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 						time.Sleep(time.Duration(ms) * time.Millisecond)
 					}
 				}
+			case healFault(p, rank, cfg):
 			case p[0] == "tear" && len(p) == 3 && rank == 0 && now(p[2]):
 				step, _ := strconv.ParseInt(p[1], 10, 64)
 				cfg.OnCheckpoint = func(c trainer.Checkpointed) {

@@ -38,6 +38,8 @@ type options struct {
 	maxRestarts   int           // -max-restarts: restarts of a failed tcp job (its launcher's)
 	onFailure     string        // -on-failure: restart, or continue on the survivors (survive.go)
 	zeroBuddies   bool          // ZeRO-1 ranks hold buddy copies (-zero-buddies, survive.go)
+	heal          bool          // -heal: replace a lost rank, healed from the others (survive_heal.go)
+	spares        int           // -spares: ranks started with the job that wait to replace a lost one
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
@@ -74,6 +76,8 @@ type flagValues struct {
 	ckKeep        int                   // -checkpoint-keep
 	maxRestarts   int                   // -max-restarts
 	onFailure     string                // -on-failure
+	heal          bool                  // -heal
+	spares        int                   // -spares
 	minRanks      int                   // -min-ranks
 	rejoinTimeout time.Duration         // -rejoin-timeout
 	maxSteps      int64                 // -max-steps
@@ -118,6 +122,8 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.IntVar(&v.ckKeep, "checkpoint-keep", 0, "keep this many checkpoints under step-stamped names beside -checkpoint (ck.step120.safetensors), so that a torn one leaves an older one (default 2 with -checkpoint-every or -max-restarts, else 0)")
 	fs.IntVar(&v.maxRestarts, "max-restarts", 0, "with -transport tcp: when a rank fails, stop the others and start the job again from the newest valid checkpoint, at most this many times (needs -checkpoint); with -nnodes, every node's launcher needs it, and node 0's launcher hosts their rendezvous at -master")
 	fs.StringVar(&v.onFailure, "on-failure", launch.OnFailureRestart, onFailureUsage)
+	fs.BoolVar(&v.heal, "heal", false, healUsage)
+	fs.IntVar(&v.spares, "spares", 0, sparesUsage)
 	fs.IntVar(&v.minRanks, "min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
 	fs.DurationVar(&v.rejoinTimeout, "rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
 	fs.Int64Var(&v.maxSteps, "max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
@@ -270,6 +276,9 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 		return err
 	}
 	if o.onFailure, err = onFailureFlag(o.tr, v.onFailure, v.zero1 && !o.zeroBuddies, given); err != nil {
+		return err
+	}
+	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1, v.heal, v.spares, given); err != nil {
 		return err
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {

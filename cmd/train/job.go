@@ -164,7 +164,10 @@ func (o *options) prepareCheckpoints(given map[string]bool, getenv func(string) 
 		return fmt.Errorf("-checkpoint %s: %w", o.cfg.Checkpoint, err)
 	}
 	restart := getenv(launch.EnvRestart)
-	rule := trainer.SeriesRule{Jobs: []string{o.jobID}, Fresh: o.cfg.Resume == "", Restart: restart != "" && restart != "0"}
+	// A rank started to join a running job (-heal) continues the job: it
+	// finds the job's own checkpoints, as a restart does.
+	joining := getenv(launch.EnvJoinName) != ""
+	rule := trainer.SeriesRule{Jobs: []string{o.jobID}, Fresh: o.cfg.Resume == "" && !joining, Restart: restart != "" && restart != "0" || joining}
 	if o.resumed != nil {
 		rule.Jobs = append(rule.Jobs, o.resumed.JobID)
 	}

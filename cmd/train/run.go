@@ -117,6 +117,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	if surv != nil {
 		defer surv.Close()
 		cfg.Survive, cfg.Connect = surv, surv.Connect
+		cfg.OnHeal = func(h trainer.Healed) { printHealed(ctx, stdout, surv, h, o) }
 	}
 	cfg.Connect = keepConn(cfg.Connect, &rep.conn)
 	if !o.json && !o.quiet && o.tr.HoldsRank0() {

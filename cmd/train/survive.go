@@ -63,6 +63,7 @@ func (o *options) survives() bool { return o.onFailure == launch.OnFailureContin
 // unevenly: trainer/split.go), and each failure survived is reported.
 func (o *options) continueOn(e *launch.Elastic) {
 	e.Continue = true
+	e.Heal, e.Spares = o.heal || o.spares > 0, o.spares
 	batch := o.cfg.GlobalBatch
 	e.Fits = func(n int) error {
 		if batch < n {

@@ -16,8 +16,13 @@ import (
 	"github.com/ringddp/ringddp/internal/run/launch/selftest"
 )
 
-// surviveTrialsVar runs TestSurviveGoal with this many trials.
-const surviveTrialsVar = "RINGDDP_SURVIVE_TRIALS"
+// surviveTrialsVar runs TestSurviveGoal with this many trials;
+// surviveHealVar=1 runs them with -heal (the lost rank replaced and healed
+// back).
+const (
+	surviveTrialsVar = "RINGDDP_SURVIVE_TRIALS"
+	surviveHealVar   = "RINGDDP_SURVIVE_HEAL"
+)
 
 // TestSurviveGoal is issue 34's benchmark of survivors continuing, not a
 // test (minutes):
@@ -34,7 +39,12 @@ const surviveTrialsVar = "RINGDDP_SURVIVE_TRIALS"
 // completed step lost, every training example used exactly once per
 // epoch, and a test accuracy within 0.2 points of the uninterrupted
 // run's; the log gives each trial's figures and the median time from the
-// kill (the launcher noticing the rank's death) to training again.
+// kill (the launcher noticing the rank's death) to training again. With
+// RINGDDP_SURVIVE_HEAL=1 the job runs with -heal: every trial must also
+// heal a replacement back (4 ranks at the end), and the log gives the
+// median time from the replacement's start to its state healed:
+//
+//	RINGDDP_SURVIVE_HEAL=1 RINGDDP_SURVIVE_TRIALS=10 go test -run TestSurviveGoal -v -timeout 60m ./cmd/train/
 func TestSurviveGoal(t *testing.T) {
 	trials, _ := strconv.Atoi(os.Getenv(surviveTrialsVar))
 	if trials < 1 {
@@ -45,10 +55,15 @@ func TestSurviveGoal(t *testing.T) {
 	if _, err := datasets.BundledMNISTDir(ctx); err != nil {
 		t.Skipf("bundled MNIST not available: %v", err)
 	}
+	healing := os.Getenv(surviveHealVar) == "1"
+	var heals []healRecord
 	run := func(faults string) (float64, []continueRecord, time.Duration) {
 		t.Setenv(faultsVar, faults)
 		ck := filepath.Join(t.TempDir(), "ck.safetensors")
 		args := []string{"-transport", "tcp", "-ranks", "4", "-epochs", "3", "-json", "-quiet", "-checkpoint", ck, "-on-failure", "continue", "-batch", "240"}
+		if healing {
+			args = append(args, "-heal")
+		}
 		var out bytes.Buffer
 		start := time.Now()
 		err := runWith(ctx, args, &out, runEnv{ranks: selftest.RankCommand})
@@ -61,11 +76,13 @@ func TestSurviveGoal(t *testing.T) {
 			t.Fatalf("%d epoch lines and %d restarts, want 3 and none:\n%s", len(epochs), len(restarts), out.String())
 		}
 		requireEachSampleOnce(t, epochs, 240)
+		heals = healedOutput(t, out.String())
 		return epochs[2]["test_accuracy"].(float64), survived, took
 	}
 	base, _, baseTook := run("")
 	t.Logf("uninterrupted: test accuracy %.2f%%, %.1fs", 100*base, baseTook.Seconds())
-	var downs []float64
+	var downs, backs, readies, pauses []float64
+	noHeal := 0                            // trials that ended before the replacement was ready
 	rng := rand.New(rand.NewPCG(34, 2026)) // the same trials every run
 	for trial := range trials {
 		victim, step, us := rng.IntN(4), 1+rng.IntN(3*250-2), rng.IntN(20000)
@@ -78,6 +95,9 @@ func TestSurviveGoal(t *testing.T) {
 		downs = append(downs, down)
 		t.Logf("trial %d: rank %d killed %dµs after step %d: noticed at step %d, continued on %d ranks from step %d, %d steps lost, removed after %.3fs, training again %.3fs after the kill (paused %.3fs); test accuracy %.2f%% (%+.2f points), %.1fs",
 			trial+1, victim, us, step, c.FailedAtStep, c.Ranks, c.ResumedFromStep, c.StepsLost, c.RemovedSeconds, down, pausedOf(c), 100*acc, 100*(acc-base), took.Seconds())
+		if healing {
+			noHeal += healFigures(t, trial, heals, &backs, &readies, &pauses)
+		}
 		if c.StepsLost != 0 {
 			t.Errorf("trial %d: %d steps lost", trial+1, c.StepsLost)
 		}
@@ -87,6 +107,21 @@ func TestSurviveGoal(t *testing.T) {
 	}
 	slices.Sort(downs)
 	t.Logf("kill to training again: median %.3fs, %.3f..%.3fs over %d trials", downs[len(downs)/2], downs[0], downs[len(downs)-1], len(downs))
+	if healing && len(backs) > 0 {
+		t.Logf("%d of %d trials healed the lost rank back (the others ended first)", len(backs), len(backs)+noHeal)
+		slices.Sort(backs)
+		slices.Sort(readies)
+		slices.Sort(pauses)
+		t.Logf("replacement's start to healed: median %.3fs, %.3f..%.3fs; ready to healed: median %.3fs, %.3f..%.3fs; the members' pause for the heal: median %.3fs, %.3f..%.3fs",
+			backs[len(backs)/2], backs[0], backs[len(backs)-1], readies[len(readies)/2], readies[0], readies[len(readies)-1],
+			pauses[len(pauses)/2], pauses[0], pauses[len(pauses)-1])
+		if backs[len(backs)/2] > 2 {
+			t.Errorf("the healed rank is back %.3fs (median) after its start: the goal is 2 s", backs[len(backs)/2])
+		}
+	}
+	if downs[len(downs)/2] > 1 {
+		t.Errorf("the survivors train again %.3fs (median) after the kill: the goal is 1 s", downs[len(downs)/2])
+	}
 }
 
 func pausedOf(c continueRecord) float64 {
@@ -94,4 +129,26 @@ func pausedOf(c continueRecord) float64 {
 		return 0
 	}
 	return *c.PausedSeconds
+}
+
+// healFigures logs a trial's heal and adds its figures; 1 when the job
+// ended before the replacement was ready (no heal).
+func healFigures(t *testing.T, trial int, heals []healRecord, backs, readies, pauses *[]float64) int {
+	t.Helper()
+	if len(heals) == 0 {
+		t.Logf("trial %d: the job ended before its replacement was ready", trial+1)
+		return 1
+	}
+	if len(heals) != 1 || heals[0].Joined[0].BackSeconds == nil {
+		t.Fatalf("trial %d: heals %+v, want one", trial+1, heals)
+	}
+	h := heals[0]
+	ready := *h.Joined[0].BackSeconds
+	if h.Joined[0].ReadySeconds != nil {
+		ready = *h.Joined[0].ReadySeconds
+	}
+	*backs, *readies, *pauses = append(*backs, *h.Joined[0].BackSeconds), append(*readies, ready), append(*pauses, h.Paused)
+	t.Logf("trial %d: healed rank %d at step %d: back %.3fs after its start, %.3fs after it was ready; the members paused %.3fs (heal %.3fs), %d bytes of state, sent %v",
+		trial+1, h.Joined[0].Name, h.AtStep, *h.Joined[0].BackSeconds, ready, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes)
+	return 0
 }

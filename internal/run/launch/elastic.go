@@ -88,6 +88,12 @@ type Elastic struct {
 	// new generation's first step is done (Continued.TrainingAgain zero:
 	// the attempt ended before one). w is as for OnRestart.
 	OnContinue func(w io.Writer, c Continued)
+	// Heal, with Continue, starts a replacement for every rank lost (or
+	// takes a spare) and grows the group back at a step boundary; the new
+	// rank heals from the members (survive_grow.go). Spares is how many
+	// ranks to start with the job that wait, ready, to be taken.
+	Heal   bool
+	Spares int
 	// JoinTimeout, with several nodes, is how long node 0's launcher waits
 	// for every node's launcher to join before the first attempt, and the
 	// others for node 0's. Default Config.JoinTimeout, else
@@ -108,6 +114,9 @@ func (e *Elastic) check(cfg Config) error {
 	}
 	if e.CheckIn <= 0 {
 		e.CheckIn = DefaultCheckIn
+	}
+	if err := e.checkHeal(); err != nil {
+		return err
 	}
 	switch {
 	case e.MaxRestarts < 0:

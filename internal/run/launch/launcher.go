@@ -280,6 +280,7 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 	j := &job{cfg: cfg, errOut: w.errOut, exits: make(chan exit, cfg.Ranks), onFail: a.onFail, stopReq: a.stopReq, survive: a.survive}
 	if a.survive != nil {
 		j.failReq = a.survive.fallback
+		a.survive.setSpawn(j.spawner(cfg, w, a, base, vars, lead))
 	}
 
 	for local := range cfg.Ranks {
@@ -406,6 +407,10 @@ type job struct {
 	// a restart) ends the attempt.
 	survive *survival
 	failReq <-chan *ExitError
+	// added carries the joiners the coordinator starts (survive_spawn.go);
+	// over is closed once wait has collected every process.
+	added chan *proc
+	over  chan struct{}
 }
 
 // fail records a rank's failure; the first one stops the job.
@@ -485,7 +490,16 @@ func (j *job) wait(ctx context.Context, sigs chan os.Signal) error {
 				j.stoppedAt = time.Now()
 				j.stop(msg)
 			}
+		case p := <-j.added:
+			running++
+			j.procs = append(j.procs, p)
+			if j.stopping {
+				signalProc(p.cmd.Process, syscall.SIGTERM)
+			}
 		}
+	}
+	if j.over != nil {
+		close(j.over)
 	}
 	j.awaitFallback(ctx)
 	if j.first != nil {

@@ -56,6 +56,12 @@ type Survivor struct {
 	// transport is Options.Transport: what each generation dials (tcp,
 	// shm, or auto's choice for the generation's members).
 	transport string
+	// name is this rank's job-wide identity in the store's keys and the
+	// plans: its rank at the job's start, or for a rank started to join a
+	// running job (survive_join.go) a name no earlier rank had.
+	name    int
+	joining bool  // started to join: Connect waits for a plan that takes it in
+	joined  []int // the ranks, in the current generation, that joined at its start
 }
 
 // RevokedError is a rank's removal from the job: the plan of a later
@@ -116,11 +122,15 @@ func NewSurvivor(ctx context.Context, opts Options) (*Survivor, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := rendezvous.DialStore(ctx, env.MasterHostPort(), rs.storeConfig(env))
-	if err != nil {
-		return nil, fmt.Errorf("launch: rank %d of %d: the launcher's store: %w", env.Rank, env.WorldSize, err)
+	s := &Survivor{start: env, rs: rs, warnings: opts.Warnings, name: env.Rank}
+	if err := s.joinName(getenv); err != nil {
+		return nil, err
 	}
-	return &Survivor{start: env, rs: rs, store: store, warnings: opts.Warnings, transport: opts.Transport}, nil
+	s.transport = opts.Transport
+	if s.store, err = rendezvous.DialStore(ctx, env.MasterHostPort(), rs.storeConfig(env)); err != nil {
+		return nil, fmt.Errorf("launch: rank %d (%s): the launcher's store: %w", s.name, s.role(), err)
+	}
+	return s, nil
 }
 
 // Close closes the store client.
@@ -131,6 +141,9 @@ func (s *Survivor) Close() error { return s.store.Close() }
 func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, error) {
 	if ranks != s.start.WorldSize {
 		return nil, fmt.Errorf("%d ranks asked for, the launcher's world has %d", ranks, s.start.WorldSize)
+	}
+	if s.joining {
+		return s.join(ctx)
 	}
 	c, err := s.dial(ctx, 0, nil)
 	if err != nil {
@@ -147,7 +160,7 @@ func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, er
 func (s *Survivor) dial(ctx context.Context, gen int, members []int) (transport.Conn, error) {
 	env := s.start
 	if members != nil {
-		env = generationEnv(s.start, members)
+		env = generationEnv(s.start, s.name, members)
 	}
 	runID := rendezvous.GenerationRunID(s.rs.runID, gen)
 	cfg := s.rs.tcpConfig(env, s.store, runID, s.warnings)
@@ -168,7 +181,7 @@ func (s *Survivor) key(gen int, name string) string {
 
 // checkIn says that this rank is alive after generation gen's fault.
 func (s *Survivor) checkIn(ctx context.Context, gen int) error {
-	return s.store.Set(ctx, s.key(gen, "alive/"+strconv.Itoa(s.start.Rank)), []byte(strconv.Itoa(os.Getpid())))
+	return s.store.Set(ctx, s.key(gen, "alive/"+strconv.Itoa(s.name)), []byte(strconv.Itoa(os.Getpid())))
 }
 
 // Watch watches the current generation's fault key: once it is set, the
@@ -216,15 +229,15 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 		if err != nil {
 			return nil, rendezvous.Generation{}, err
 		}
-		rank := p.index(s.start.Rank)
-		s.gen = p.Gen
+		rank := p.index(s.name)
+		s.gen, s.joined = p.Gen, p.joinedRanks()
 		dctx, cancel := context.WithCancelCause(ctx)
 		stop := s.Watch(cancel)
 		c, err := s.dial(dctx, p.Gen, p.Members)
 		stop()
 		cancel(nil)
 		if err == nil {
-			return c, rendezvous.Generation{Number: p.Gen, Rank: rank, Size: len(p.Members), StartRank: s.start.Rank, Lost: p.lostRanks()}, nil
+			return c, rendezvous.Generation{Number: p.Gen, Rank: rank, Size: len(p.Members), StartRank: s.name, Lost: p.lostRanks()}, nil
 		}
 		var fe *FaultError
 		if !errors.As(context.Cause(dctx), &fe) {
@@ -239,7 +252,7 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 // is a member.
 func (s *Survivor) nextPlan(ctx context.Context, cause error) (genPlan, error) {
 	gen := s.gen
-	reason := fmt.Sprintf("rank %d: %v", s.start.Rank, cause)
+	reason := fmt.Sprintf("rank %d: %v", s.name, cause)
 	if err := s.store.Set(ctx, s.key(gen, "fault"), []byte(reason)); err != nil {
 		return genPlan{}, fmt.Errorf("launch: reporting generation %d's fault: %w", gen, err)
 	}
@@ -258,8 +271,8 @@ func (s *Survivor) nextPlan(ctx context.Context, cause error) (genPlan, error) {
 		return p, fmt.Errorf("launch: %w", err)
 	case p.Restart != "":
 		return p, &FallBackError{Gen: gen + 1, Reason: p.Restart}
-	case p.index(s.start.Rank) < 0:
-		return p, &RevokedError{Rank: s.start.Rank, Gen: gen + 1, Reason: p.lostReason(s.start.Rank)}
+	case p.index(s.name) < 0:
+		return p, &RevokedError{Rank: s.name, Gen: gen + 1, Reason: p.lostReason(s.name)}
 	}
 	return p, nil
 }

@@ -101,6 +101,17 @@ type survival struct {
 	place     *nodePlace
 	storeLost func(error)
 
+	// Healing (survive_grow.go): spawn starts a joiner; joiners are those
+	// started and not yet taken in, by name; names counts the names
+	// given; ready carries the names of joiners found ready.
+	spawn   spawnFunc
+	joiners map[int]*joiner
+	names   int
+	ready   chan int
+	// spawnReady is closed once spawn is set (the job's processes start
+	// after the coordinator).
+	spawnReady chan struct{}
+
 	mu      sync.Mutex
 	members []int
 	revoked map[int]bool
@@ -140,7 +151,8 @@ func (s *survival) serve(ln *os.File, vars []string, insecure bool, world int) e
 	if s.pids == nil {
 		s.pids = map[int]int{}
 	}
-	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
+	s.exits, s.fallback = make(chan *ExitError, world+maxJoiners), make(chan *ExitError, 1)
+	s.joiners, s.ready, s.spawnReady = map[int]*joiner{}, make(chan int, maxJoiners), make(chan struct{})
 	s.stop, s.done = cancel, make(chan struct{})
 	go s.run(ctx)
 	return nil
@@ -221,6 +233,12 @@ func (s *survival) key(gen int, name string) string {
 // falls back to a restart.
 func (s *survival) run(ctx context.Context) {
 	defer close(s.done)
+	select {
+	case <-s.spawnReady:
+	case <-ctx.Done():
+		return
+	}
+	s.startSpares(ctx)
 	for gen := 0; ; gen++ {
 		f, ok := s.waitFault(ctx, gen)
 		if !ok {
@@ -239,6 +257,7 @@ type fault struct {
 	reason string
 	step   int64     // the last step reported done then
 	lastAt time.Time // when it was reported
+	grow   []int     // a grow: the joiners to take in (survive_grow.go)
 }
 
 // waitFault waits for generation gen's fault: a member's exit (the
@@ -266,6 +285,7 @@ func (s *survival) waitFault(ctx context.Context, gen int) (fault, bool) {
 			return fault{}, false
 		case e := <-s.exits:
 			if !s.isMember(e.Rank) {
+				s.joinerExited(ctx, e)
 				continue
 			}
 			f := s.newFault(e, e.Error())
@@ -273,6 +293,10 @@ func (s *survival) waitFault(ctx context.Context, gen int) (fault, bool) {
 			return f, true
 		case v := <-reported:
 			return s.newFault(nil, string(v)), true
+		case name := <-s.ready:
+			if f, ok := s.growFault(ctx, gen, name); ok {
+				return f, true
+			}
 		}
 	}
 }
@@ -322,7 +346,9 @@ func (s *survival) checkIns(ctx context.Context, gen int, f fault) (alive []int,
 		case m := <-in:
 			checked[m] = true
 		case e := <-s.exits: // lost, whether it checked in or not
-			if slices.Contains(members, e.Rank) && gone[e.Rank] == nil {
+			if !slices.Contains(members, e.Rank) {
+				s.joinerExited(ctx, e)
+			} else if gone[e.Rank] == nil {
 				gone[e.Rank] = e
 				if !checked[e.Rank] {
 					waiting--
@@ -363,7 +389,8 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	for _, l := range lost {
 		p.Lost = append(p.Lost, lostRank{Rank: l.Rank, Reason: l.Reason})
 	}
-	if len(lost) == 0 {
+	s.takeIn(&p, f)
+	if len(lost) == 0 && len(p.Joined) == 0 {
 		s.idle++
 	} else {
 		s.idle = 0
@@ -373,8 +400,8 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		p.Restart = fmt.Sprintf("the group failed %d times in a row with every rank still answering (last: %s)", s.idle, f.reason)
 	case len(alive) < s.e.MinRanks:
 		p.Restart = fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(len(alive), "rank"), s.e.MinRanks)
-	case s.e.Fits != nil && s.e.Fits(len(alive)) != nil:
-		p.Restart = s.e.Fits(len(alive)).Error()
+	case s.e.Fits != nil && s.e.Fits(len(p.Members)) != nil:
+		p.Restart = s.e.Fits(len(p.Members)).Error()
 	case s.e.Survives != nil && s.e.Survives(s.currentMembers(), lostRanks(lost)) != nil:
 		p.Restart = s.e.Survives(s.currentMembers(), lostRanks(lost)).Error()
 	}
@@ -384,7 +411,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		s.revoked[l.Rank] = true
 	}
 	if p.Restart == "" {
-		s.members = alive
+		s.members = p.Members
 		s.lead.Store(int64(alive[0]))
 	}
 	s.mu.Unlock()
@@ -410,6 +437,18 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		return false
 	}
 	published := time.Now()
+	s.admit(ctx, p)
+	if len(lost) > 0 {
+		// Once the survivors train again: a process starting (its data
+		// loading) would take the cores their rebuild needs.
+		s.reports.Go(func() {
+			s.stepBoundary(ctx, 5*time.Second)
+			s.refill(ctx, lost)
+		})
+	}
+	if len(lost) == 0 && len(p.Joined) > 0 {
+		return true
+	}
 	if len(lost) == 0 {
 		fmt.Fprintf(s.errOut, "launch: generation %d failed (%s) but every rank checked in: continuing on all %s as generation %d\n",
 			gen, f.reason, Count(len(alive), "rank"), gen+1)

@@ -43,7 +43,7 @@ import (
 //     were all removed (withoutGone); and it notes the node at goneKey in
 //     its launcher's store, so that a launcher restarted for that node is
 //     told why it cannot come back (claimNode): rejoining a running job
-//     needs healing (a grow step), which this build does not have.
+//     needs healing (a grow step), which this build has on one host only.
 //
 // Node 0's launcher stays a single point of failure: it hosts both stores
 // and decides every plan. When it dies, a member launcher's plan watch
@@ -346,18 +346,23 @@ func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing, which this build does not have: restart the whole job to bring the node back",
+	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing, which this build has on one host only: restart the whole job to bring the node back",
 		r.node, r.node, untrusted.Text(string(b), maxShownText))
 }
 
-// generationEnv is rank start's place in a generation of members (by
+// generationEnv is the place of the rank named name (start: the rank as
+// the job started) in a generation of members (by
 // their rank at the job's start, which the launchers number node by node:
 // LocalWorldSize ranks a node): its rank among them, and its local rank
 // and local world among the members of its own node.
-func generationEnv(start rendezvous.Env, members []int) rendezvous.Env {
+func generationEnv(start rendezvous.Env, name int, members []int) rendezvous.Env {
 	env := start
 	per := max(start.LocalWorldSize, 1)
-	env.Rank, env.WorldSize = slices.Index(members, start.Rank), len(members)
+	env.Rank, env.WorldSize = slices.Index(members, name), len(members)
+	if per >= start.WorldSize { // one host: every member is local (joiners' names included)
+		env.LocalRank, env.LocalWorldSize = env.Rank, env.WorldSize
+		return env
+	}
 	env.LocalRank, env.LocalWorldSize = 0, 0
 	for _, m := range members {
 		if m/per != start.Rank/per {

@@ -12,10 +12,11 @@ import (
 // genPlan is the launcher's plan of a generation (rendezvous.Generation's
 // vocabulary), published at GenerationKey(runID, Gen, "plan"): who is in
 // it, in rank order, who was removed and why, or that the job falls back
-// to a checkpoint restart. A later grow (a rank joining at a step
-// boundary) is a plan whose Members include a rank that was not in the
-// previous generation, marked in Joined; this build's launcher writes none
-// (docs/elastic.md, "The seam for a rank that joins").
+// to a checkpoint restart. A grow (ranks joining, survive_grow.go) is a
+// plan whose Members include ranks that were not in the previous
+// generation, named in Joined (and described in Joins, in the same order).
+// A rank's name is its rank at the job's start, or for a rank started to
+// join, a name of world..world+maxJoiners-1 no rank had before.
 type genPlan struct {
 	Gen int `json:"gen"`
 	// Members are the generation's ranks by their rank at the job's
@@ -23,6 +24,7 @@ type genPlan struct {
 	Members []int      `json:"members"`
 	Lost    []lostRank `json:"lost,omitempty"`
 	Joined  []int      `json:"joined,omitempty"`
+	Joins   []joinInfo `json:"joins,omitempty"`
 	// Restart, when not empty, says why the job does not continue: every
 	// rank stops and the launcher restarts the job from its checkpoint
 	// (or ends it, without restarts).
@@ -63,19 +65,30 @@ func decodeGenPlan(b []byte, gen, world int) (genPlan, error) {
 		return p, fmt.Errorf("the plan of generation %d has %d members: want 1..%d", gen, len(p.Members), world)
 	case len(p.Lost) > world || len(p.Joined) > world:
 		return p, fmt.Errorf("the plan of generation %d names %d lost and %d joined ranks of a job of %d", gen, len(p.Lost), len(p.Joined), world)
+	case len(p.Joins) != 0 && len(p.Joins) != len(p.Joined):
+		return p, fmt.Errorf("the plan of generation %d describes %d of its %d joined ranks", gen, len(p.Joins), len(p.Joined))
 	}
-	seen := make([]bool, world)
+	names := world + maxJoiners
+	seen := make([]bool, names)
 	for _, m := range p.Members {
-		if m < 0 || m >= world || seen[m] {
-			return p, fmt.Errorf("the plan of generation %d: member %d is out of range 0..%d or named twice", gen, m, world-1)
+		if m < 0 || m >= names || seen[m] {
+			return p, fmt.Errorf("the plan of generation %d: member %d is out of range 0..%d or named twice", gen, m, names-1)
 		}
 		seen[m] = true
 	}
 	for i, l := range p.Lost {
-		if l.Rank < 0 || l.Rank >= world || seen[l.Rank] {
+		if l.Rank < 0 || l.Rank >= names || seen[l.Rank] {
 			return p, fmt.Errorf("the plan of generation %d: lost rank %d is out of range or also a member", gen, l.Rank)
 		}
 		p.Lost[i].Reason = untrusted.Text(l.Reason, maxShownText)
+	}
+	for i, j := range p.Joined {
+		if j < world || j >= names || !seen[j] || slices.Index(p.Joined, j) != i {
+			return p, fmt.Errorf("the plan of generation %d: joined rank %d is not a new member of it (names %d..%d), or is named twice", gen, j, world, names-1)
+		}
+	}
+	for i := range p.Joins {
+		p.Joins[i].Why = untrusted.Text(p.Joins[i].Why, maxShownText)
 	}
 	return p, nil
 }
@@ -92,6 +105,15 @@ func (p genPlan) lostReason(m int) string {
 		}
 	}
 	return "it is not a member of generation " + strconv.Itoa(p.Gen)
+}
+
+// joinedRanks are the joined ranks' ranks in the plan's generation.
+func (p genPlan) joinedRanks() []int {
+	out := make([]int, len(p.Joined))
+	for i, j := range p.Joined {
+		out[i] = p.index(j)
+	}
+	return out
 }
 
 func (p genPlan) lostRanks() []int {

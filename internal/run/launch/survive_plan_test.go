@@ -18,6 +18,16 @@ func TestGenPlanRoundTrip(t *testing.T) {
 	require.Equal(t, []int{2}, got.lostRanks())
 }
 
+// A grown plan: a joiner's name is past the job's ranks, its new rank is
+// its place in Members.
+func TestGenPlanJoined(t *testing.T) {
+	p := genPlan{Gen: 3, Members: []int{0, 1, 3, 4}, Joined: []int{4}, Joins: []joinInfo{{Name: 4, Pid: 42, Started: 7, Why: "spare"}}}
+	got, err := decodeGenPlan(p.encode(), 3, 4)
+	require.NoError(t, err)
+	require.Equal(t, p, got)
+	require.Equal(t, []int{3}, got.joinedRanks())
+}
+
 // Every bad plan is an error naming what is wrong, never a panic.
 func TestGenPlanRejected(t *testing.T) {
 	for _, c := range []struct {
@@ -27,7 +37,11 @@ func TestGenPlanRejected(t *testing.T) {
 		{"stale", `{"gen":0,"members":[0]}`, "says generation 0"},
 		{"no members", `{"gen":1,"members":[]}`, "0 members"},
 		{"too many", `{"gen":1,"members":[0,1,2,3,4]}`, "5 members"},
-		{"out of range", `{"gen":1,"members":[0,7]}`, "member 7"},
+		{"out of range", `{"gen":1,"members":[0,68]}`, "member 68"},
+		{"joined not a member", `{"gen":1,"members":[0,1],"joined":[4]}`, "joined rank 4"},
+		{"joined an old name", `{"gen":1,"members":[0,1],"joined":[1]}`, "joined rank 1"},
+		{"joined twice", `{"gen":1,"members":[0,4],"joined":[4,4]}`, "joined rank 4"},
+		{"joins not matching", `{"gen":1,"members":[0,4],"joined":[4],"joins":[{"name":4},{"name":5}]}`, "describes 2 of its 1"},
 		{"twice", `{"gen":1,"members":[1,1]}`, "member 1"},
 		{"negative", `{"gen":1,"members":[-1]}`, "member -1"},
 		{"lost member", `{"gen":1,"members":[0,1],"lost":[{"rank":1,"reason":"x"}]}`, "lost rank 1"},

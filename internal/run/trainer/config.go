@@ -119,6 +119,10 @@ type Config struct {
 	// failure (Survive) have agreed on the state: the generation and the
 	// global step they go on from.
 	OnSurvive func(g rendezvous.Generation, globalStep int64)
+	// OnHeal is called on rank 0 of a generation the launcher grew, once
+	// the joined ranks are healed (survive_heal.go); on a joining rank
+	// that is rank 0, too.
+	OnHeal func(Healed)
 	// OnCheckpoint is called on rank 0 after every checkpoint it writes.
 	OnCheckpoint func(Checkpointed)
 	// OnRankStep is called on every rank's goroutine after each of its

@@ -46,6 +46,11 @@ func runRank[T Float](ctx context.Context, cfg Config, g *allreduce.Group, train
 	}
 	l.stEpoch = l.pos.epoch
 	l.uses = newUsage(train.Len())
+	if joining(cfg) { // a rank started to join a running job: healed from its members
+		if err := l.joinHeal(); err != nil {
+			return nil, err
+		}
+	}
 	w.reportStart(w.plan(l.pos, ck != nil))
 	if cfg.Survive != nil {
 		l.unwatch = cfg.Survive.Watch(g.Abort)

@@ -21,9 +21,9 @@ func (s *stragglers) add(a ddp.Agreement, ranks int) {
 	if !a.Stamped || a.Last < 0 || a.Last >= ranks {
 		return
 	}
-	if s.last == nil {
-		s.last = make([]int, ranks)
-		s.lags = make([][]time.Duration, ranks)
+	if len(s.last) < ranks { // the first step, or the group grew back (survive_heal.go)
+		s.last = append(s.last, make([]int, ranks-len(s.last))...)
+		s.lags = append(s.lags, make([][]time.Duration, ranks-len(s.lags))...)
 	}
 	s.steps++
 	s.last[a.Last]++

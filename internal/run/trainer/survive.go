@@ -101,7 +101,7 @@ func (l *rankLoop[T]) survive(cause error) error {
 			return fmt.Errorf("trainer: generation %d: %w", gen.Number, err)
 		}
 		l.unwatch = l.cfg.Survive.Watch(g.Abort)
-		w, err := l.rebuild(g, gen, &snap)
+		w, err := l.rebuild(g, gen, &snap, began)
 		if err == nil {
 			l.w, l.pos = w, snap.pos
 			l.uses.count = snap.uses
@@ -129,12 +129,12 @@ func (l *rankLoop[T]) survive(cause error) error {
 // rebuild builds this rank's worker on g and agrees with the other
 // members on the state (step 3 and 4): snap is replaced by the source's
 // only once all of it has arrived.
-func (l *rankLoop[T]) rebuild(g *allreduce.Group, gen rendezvous.Generation, snap *snapshot[T]) (*worker[T], error) {
+func (l *rankLoop[T]) rebuild(g *allreduce.Group, gen rendezvous.Generation, snap *snapshot[T], began time.Time) (*worker[T], error) {
 	w, err := newWorker[T](l.ctx, l.cfg, g, l.train, l.test, l.env)
 	if err != nil {
 		return nil, err
 	}
-	got, err := agreeState(w, *snap, gen) // survive_zero.go
+	got, err := l.agree(w, *snap, gen, began) // agreeState (survive_zero.go), or a heal (survive_heal.go)
 	if err != nil {
 		w.close()
 		return nil, err

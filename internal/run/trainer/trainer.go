@@ -67,6 +67,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/inproc"
@@ -110,7 +111,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// Before any group uses the endpoints: ranks in other processes put
 	// their straggler stamps and timelines on rank 0's clock.
-	clk, err := syncClocks(ctx, conns)
+	clk := clocks{offset: make([]time.Duration, len(conns))}
+	if !joining(cfg) { // a joining rank's group is running already: its clock stays its own
+		clk, err = syncClocks(ctx, conns)
+	}
 	if err != nil {
 		for _, c := range conns {
 			_ = c.Close()

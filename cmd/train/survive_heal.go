@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/run/trainer"
+)
+
+// Healing: with -on-failure continue, -heal makes the launcher start a
+// replacement for every rank lost, and -spares K starts K ranks with the
+// job that wait to be taken; the group grows back at a step boundary and
+// the new rank is healed from the others (docs/elastic.md). Each heal is
+// reported by the grown generation's rank 0 as a text line or, with
+// -json, a JSON line told from the others by its "healed" key.
+
+const healUsage = "with -on-failure continue: start a new rank for every rank lost; the group grows back at a step boundary " +
+	"and the new rank receives the parameters, optimizer state and data position from the others (striped over them, SHA-256 checked, " +
+	"replicas compared bitwise) before training goes on"
+
+const sparesUsage = "with -on-failure continue: start this many extra ranks with the job, which wait ready and replace a lost rank " +
+	"(implies -heal; at most 16)"
+
+// healFlags checks -heal and -spares.
+func healFlags(tr *launch.Transport, onFailure string, zero1 bool, heal bool, spares int, given map[string]bool) (bool, int, error) {
+	asked := given["heal"] || given["spares"]
+	switch {
+	case asked && onFailure != launch.OnFailureContinue:
+		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
+	case asked && (heal || spares > 0) && (tr.MP == nil || tr.Name != launch.TCP || tr.MP.Nnodes > 1):
+		return false, 0, errors.New("-heal and -spares run on one host over -transport tcp for now (healing over shm, auto or across node launchers is not built)")
+	case asked && (heal || spares > 0) && zero1:
+		return false, 0, errors.New("-heal and -spares do not apply with -zero1 yet (healing a ZeRO-1 shard is not built; the survivors continue with -zero-buddies)")
+	case spares < 0 || spares > 16:
+		return false, 0, fmt.Errorf("-spares %d: want 0..16", spares)
+	}
+	return heal || spares > 0, spares, nil
+}
+
+// healRecord is a heal in -json output.
+type healRecord struct {
+	Healed     int          `json:"healed"` // the generation the joined ranks are members of
+	Joined     []joinRecord `json:"joined"`
+	AtStep     int64        `json:"at_step"` // the global step training goes on from
+	StepsLost  int64        `json:"steps_lost"`
+	Paused     float64      `json:"paused_seconds"` // rank 0's pause: the grow's abort to the state agreed
+	HealSecs   float64      `json:"heal_seconds"`   // the transfer and the checks
+	StateBytes int64        `json:"state_bytes"`
+	// SentBytes is what each rank sent to heal, by its rank in the
+	// generation (0 for a joiner).
+	SentBytes     []int64 `json:"sent_bytes"`
+	SamplesRedone int     `json:"samples_redone"` // the step in flight, dropped and trained again
+}
+
+type joinRecord struct {
+	Rank int    `json:"rank"` // in the generation
+	Name int    `json:"name"` // job-wide
+	Pid  int    `json:"pid,omitempty"`
+	Why  string `json:"why"`
+	// BackSeconds is from the launcher starting its process to its state
+	// healed, ReadySeconds from the launcher seeing it ready (data loaded,
+	// store reached) to its state healed (null when unknown).
+	BackSeconds  *float64 `json:"back_seconds"`
+	ReadySeconds *float64 `json:"ready_to_healed_seconds"`
+}
+
+// printHealed reports heal h on rank 0's stdout.
+func printHealed(ctx context.Context, w io.Writer, surv *launch.Survivor, h trainer.Healed, o *options) {
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	gen, joined, _ := surv.JoinedInfo(ictx)
+	rec := healRecord{Healed: gen, AtStep: h.GlobalStep, Paused: h.Paused.Seconds(), HealSecs: h.Heal.Seconds(),
+		StateBytes: h.Report.StateBytes, SentBytes: h.Report.Sent, SamplesRedone: o.cfg.GlobalBatch}
+	for _, r := range h.Joined {
+		jr := joinRecord{Rank: r, Name: -1}
+		for _, j := range joined {
+			if j.Rank == r {
+				jr.Name, jr.Pid, jr.Why = j.Name, j.Pid, j.Why
+				jr.BackSeconds, jr.ReadySeconds = secondsSince(j.Started), secondsSince(j.Ready)
+			}
+		}
+		rec.Joined = append(rec.Joined, jr)
+	}
+	if o.json {
+		if b, err := json.Marshal(rec); err == nil {
+			fmt.Fprintf(w, "%s\n", b)
+		}
+		return
+	}
+	fmt.Fprintln(w, healText(rec))
+}
+
+// healText words a heal: "heal at generation 2: rank 4 (pid 77, replaces
+// rank 2, which was killed by signal killed) joined as rank 3, back 0.61s
+// after its start; training goes on from step 12, 0 steps lost, 24 samples
+// redone, paused 0.35s (heal 0.02s: 98,304 bytes, 32,768 from each of 3 ranks)".
+func healText(rec healRecord) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "heal at generation %d: ", rec.Healed)
+	for i, j := range rec.Joined {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d (pid %d, %s) joined as rank %d", j.Name, j.Pid, j.Why, j.Rank)
+		if j.BackSeconds != nil && j.ReadySeconds != nil {
+			fmt.Fprintf(&b, ", back %.2fs after its start (%.2fs after it was ready)", *j.BackSeconds, *j.ReadySeconds)
+		}
+	}
+	var senders []string
+	for r, n := range rec.SentBytes {
+		if n > 0 {
+			senders = append(senders, fmt.Sprintf("rank %d %d", r, n))
+		}
+	}
+	fmt.Fprintf(&b, "; training goes on from step %d, %s lost, %d samples redone, paused %.2fs (heal %.2fs: %d bytes of state; bytes sent: %s)",
+		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, strings.Join(senders, ", "))
+	return b.String()
+}
+
+// secondsSince is the time since t in seconds; nil when t is unknown.
+func secondsSince(t time.Time) *float64 {
+	if t.IsZero() || t.UnixNano() <= 0 {
+		return nil
+	}
+	s := time.Since(t).Seconds()
+	return &s
+}
