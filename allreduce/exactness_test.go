@@ -102,6 +102,10 @@ func runTwiceAndCheck(t *testing.T, what string, n, localSize int, prog []allred
 	t.Helper()
 	var runs [2][]allreducetest.Outcome
 	for i := range runs {
+		if i == 1 && allreducetest.Thin() {
+			runs[1] = runs[0] // run to run: the plain go test's check
+			break
+		}
 		conns, err := inprocConns(n, localSize, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
