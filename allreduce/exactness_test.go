@@ -137,12 +137,15 @@ func TestMismatchMatrix(t *testing.T) {
 		// rare orderings, which the plain run does.
 		repeats = 1
 	}
-	for _, algo := range inprocAlgorithms(t) {
+	for j, algo := range inprocAlgorithms(t) {
 		t.Run(algo.String(), func(t *testing.T) {
 			trials := 0
 			for rep := 0; rep < repeats; rep++ {
 				for _, n := range []int{2, 3, 5, 8} {
-					for _, m := range allreducetest.MismatchCases(n) {
+					for i, m := range allreducetest.MismatchCases(n) {
+						if !allreducetest.ThinPair(i, j) {
+							continue // the race subset: half the pairs
+						}
 						conns, err := inprocConns(n, algo.localSize, 20*time.Second)
 						if err != nil {
 							t.Fatal(err)

@@ -30,3 +30,9 @@ const raceHugeRanks = 3
 //
 // Other suites use it to cut their repetitions the same way.
 func Thin() bool { return RaceEnabled && !Soak() }
+
+// ThinPair reports whether the i-th case runs with the j-th algorithm (or
+// other variant) in the race subset: every other pair, so that every case
+// runs with half of the algorithms and every algorithm with half of the
+// cases (all of them outside the subset).
+func ThinPair(i, j int) bool { return !Thin() || (i+j)%2 == 0 }

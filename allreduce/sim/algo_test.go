@@ -236,13 +236,18 @@ func TestMatrix(t *testing.T) {
 }
 
 // TestMismatchMatrix: ranks that call different collectives all get an
-// error naming both calls (allreducetest.CheckMismatch).
+// error naming both calls (allreducetest.CheckMismatch). Under the race
+// detector every case runs with half of the algorithms
+// (allreducetest.ThinPair).
 func TestMismatchMatrix(t *testing.T) {
 	w0 := newWorld(t, costs(4, 2, false))
-	for _, algo := range allreducetest.AlgorithmsFor(w0.Conn(0)) {
+	for j, algo := range allreducetest.AlgorithmsFor(w0.Conn(0)) {
 		t.Run(algo.String(), func(t *testing.T) {
 			for _, n := range []int{2, 3, 5} {
-				for _, m := range allreducetest.MismatchCases(n) {
+				for i, m := range allreducetest.MismatchCases(n) {
+					if !allreducetest.ThinPair(i, j) {
+						continue // the race subset: half the pairs
+					}
 					w := newWorld(t, costs(n, 2, false))
 					errs := allreducetest.RunMismatch(w.Endpoints(), m, 30*time.Second, allreduce.WithAlgorithm(algo))
 					if err := allreducetest.CheckMismatch(m, errs); err != nil {
