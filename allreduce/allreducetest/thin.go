@@ -26,7 +26,7 @@ const raceHugeRanks = 3
 //     the type alternating with the rank count;
 //   - runs the huge length once per collective and algorithm: at the
 //     first rank count of at least raceHugeRanks that Huge gives for it,
-//     with its first op and dtype.
+//     with its first op and dtype, synchronously.
 //
 // Other suites use it to cut their repetitions the same way.
 func Thin() bool { return RaceEnabled && !Soak() }
