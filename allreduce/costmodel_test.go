@@ -24,13 +24,13 @@ func randomModel(rng *rand.Rand) cost.Model {
 
 // Auto never picks an algorithm the group cannot run, whatever the model,
 // shape and size. A pure function of its inputs: under the race detector
-// (no goroutines here to check, and ten times the time) a tenth of the
+// (no goroutines here to check, and ten times the time) a hundredth of the
 // cases.
 func TestChooseMeetsRequirements(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	cases := 3000
 	if raceEnabled {
-		cases = 300
+		cases = 30
 	}
 	for i := 0; i < cases; i++ {
 		m := randomModel(rng)

@@ -225,11 +225,12 @@ func TestHierTorusMeshNodesByName(t *testing.T) {
 			}()
 			var wg sync.WaitGroup
 			errs := make([]error, n)
+			refs := &refCache{m: map[string][]float64{}}
 			for r, g := range groups {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					errs[r] = nodesByNameRank(g, nodeOf)
+					errs[r] = nodesByNameRank(g, nodeOf, refs)
 				}()
 			}
 			wg.Wait()
@@ -240,17 +241,35 @@ func TestHierTorusMeshNodesByName(t *testing.T) {
 	}
 }
 
-func nodesByNameRank(g *allreduce.Group, nodeOf []string) error {
+// refCache is the sequential references of one world's checks, made by
+// the first rank that needs each and read by the others (made by each of
+// ten ranks, they were most of the test's time).
+type refCache struct {
+	mu sync.Mutex
+	m  map[string][]float64
+}
+
+// ref is the reduction by op of ranks' inputs of length (read-only).
+func (c *refCache) ref(length int, op allreduce.ReduceOp, ranks []int) []float64 {
+	key := fmt.Sprint(length, op, ranks)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if out, ok := c.m[key]; ok {
+		return out
+	}
+	inputs := make([][]float64, len(ranks))
+	for i, q := range ranks {
+		inputs[i] = reference.Input[float64](uint64(length), q, length, op)
+	}
+	c.m[key] = reference.Reduce(inputs, op)
+	return c.m[key]
+}
+
+func nodesByNameRank(g *allreduce.Group, nodeOf []string, refs *refCache) error {
 	ctx, cancel := allreducetest.Ctx(time.Minute)
 	defer cancel()
 	n, r := g.Size(), g.Rank()
-	ref := func(length int, op allreduce.ReduceOp, ranks []int) []float64 {
-		inputs := make([][]float64, len(ranks))
-		for i, q := range ranks {
-			inputs[i] = reference.Input[float64](uint64(length), q, length, op)
-		}
-		return reference.Reduce(inputs, op)
-	}
+	ref := refs.ref
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i

@@ -2,6 +2,9 @@
 
 package allreduce_test
 
-// raceEnabled: the race detector allocates, so allocation counts are only
-// checked without it.
+// raceEnabled reports whether the race detector is on: allocation counts
+// are only checked without it (it allocates), and the matrices run a
+// deterministic subset under it (every algorithm, collective and fault
+// path still once, on the chunking edge lengths), the plain go test
+// running them whole.
 const raceEnabled = false

@@ -7,7 +7,11 @@
 # a new target runs here without an edit. A failing input is written by the
 # go command under the package's testdata/fuzz/ and fails this script.
 # `go test ./...` already runs every target's seed corpus; this adds
-# generated inputs. Usage: scripts/fuzz-ci.sh [FUZZTIME]
+# generated inputs. Each package's fuzzing test binary is built once
+# (`go test -c -fuzz`, instrumented as `go test -fuzz` builds it) and runs
+# each of its targets in the package's directory with the go command's
+# fuzz cache, as `go test -fuzz` would: one link per package, not one per
+# target. Usage: scripts/fuzz-ci.sh [FUZZTIME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-${FUZZTIME:-1s}}
@@ -15,14 +19,27 @@ fuzztime=${1:-${FUZZTIME:-1s}}
 files() { if [[ -d $1 ]]; then find "$1" -type f | wc -l; else echo 0; fi; }
 n=0
 flakes=0
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+log=$tmp/log
+fuzzcache=$(go env GOCACHE)/fuzz
+declare -A cachedir # package directory → its fuzz cache (and its binary is built)
 while IFS=: read -r file name; do
 	dir=./$(dirname "$file")
+	bin=$tmp/$(echo "$dir" | tr / _).test
+	if [[ -z ${cachedir[$dir]:-} ]]; then
+		if ! go test -c -fuzz . -o "$bin" "$dir" >"$log" 2>&1; then
+			cat "$log"
+			echo "could not build the fuzzing test binary of $dir"
+			exit 1
+		fi
+		cachedir[$dir]=$fuzzcache/$(go list -f '{{.ImportPath}}' "$dir")
+	fi
 	corpus=$dir/testdata/fuzz/$name
 	before=$(files "$corpus")
 	echo "-- $dir $name ($fuzztime)"
-	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" >"$log" 2>&1; then
+	if (cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$fuzztime" \
+		-test.fuzzcachedir "${cachedir[$dir]}" -test.timeout 5m) >"$log" 2>&1; then
 		n=$((n + 1))
 		continue
 	fi

@@ -74,10 +74,11 @@ func cellJob[T allreduce.Numeric](m *matrix, c cell) func(g *allreduce.Group) er
 	if hasOp(c.coll) {
 		ref = matrixRef(m, inputs, c.length, c.op)
 	}
-	// The huge cells run once each way; the repeat and aliasing checks are
-	// the same code at every length.
+	// The huge cells run once each way (in the race subset synchronously:
+	// the async path is the same at every length); the repeat and aliasing
+	// checks are the same code at every length.
 	modes := []string{"sync", "async"}
-	if m.cfg.SyncOnly {
+	if m.cfg.SyncOnly || c.huge && m.thin {
 		modes = modes[:1]
 	} else if !c.huge {
 		modes = append(modes, "repeat")

@@ -78,13 +78,20 @@ func (m *matrix) cells(coll allreduce.Kind, algo allreduce.Algorithm, n int) []c
 	for i, length := range lengths {
 		add(length, ops, m.cfg.DTypes, false, thin, i)
 		for j, dt := range m.cfg.HalfDTypes {
-			if !thin || i == len(lengths)-1 && j == n%len(m.cfg.HalfDTypes) {
+			if !thin && !m.thin || i == len(lengths)-1 && j == n%len(m.cfg.HalfDTypes) {
 				add(length, []allreduce.ReduceOp{ops[(i+n+j)%len(ops)]}, []allreduce.DType{dt}, false, false, 0)
 			}
 		}
 	}
 	if m.cfg.Huge != nil {
 		if ops, dts := m.cfg.Huge(coll, algo, n); len(ops) > 0 {
+			if m.thin {
+				if n < raceHugeRanks || m.hugeRan[cellKind{coll, algo}] {
+					return out
+				}
+				m.hugeRan[cellKind{coll, algo}] = true
+				ops, dts = ops[:1], dts[:1]
+			}
 			add(m.cfg.HugeLen, ops, dts, true, false, 0)
 		}
 	}

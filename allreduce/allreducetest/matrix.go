@@ -223,6 +223,16 @@ type matrix struct {
 	cfg    MatrixConfig
 	inputs map[inputKey]any // [][]T by rank, grown to the largest rank count asked for
 	refs   map[refKey]any   // []T
+	// thin: the race subset (Thin); hugeRan marks the collectives and
+	// algorithms whose huge cell it ran.
+	thin    bool
+	hugeRan map[cellKind]bool
+}
+
+// cellKind is a collective and its algorithm.
+type cellKind struct {
+	coll allreduce.Kind
+	algo allreduce.Algorithm
 }
 
 type inputKey struct {
@@ -287,7 +297,11 @@ func newMatrix(t *testing.T, cfg MatrixConfig) *matrix {
 			t.Fatal("allreducetest.Matrix: no AllReduce algorithm runs over these connections")
 		}
 	}
-	return &matrix{cfg: cfg, inputs: map[inputKey]any{}, refs: map[refKey]any{}}
+	m := &matrix{cfg: cfg, inputs: map[inputKey]any{}, refs: map[refKey]any{}, thin: Thin(), hugeRan: map[cellKind]bool{}}
+	if m.thin {
+		m.cfg.FullRanks = min(m.cfg.FullRanks, raceFullRanks)
+	}
+	return m
 }
 
 func (m *matrix) runCollective(t *testing.T, coll allreduce.Kind, algo allreduce.Algorithm) {

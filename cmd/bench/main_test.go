@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -34,24 +34,12 @@ func runBench(t *testing.T, args ...string) (string, error) {
 // jsonRows parses -json output: every line one object with exactly rowKeys.
 func jsonRows(t *testing.T, out string) []map[string]any {
 	t.Helper()
-	var rows []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		var m map[string]any
-		dec := json.NewDecoder(strings.NewReader(sc.Text()))
-		dec.UseNumber()
-		if err := dec.Decode(&m); err != nil {
-			t.Fatalf("line %q is not JSON: %v", sc.Text(), err)
-		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+	rows := jsonObjects(t, out)
+	for _, m := range rows {
+		keys := slices.Sorted(maps.Keys(m))
 		if !slices.Equal(keys, rowKeys) {
 			t.Fatalf("keys %v, want exactly %v", keys, rowKeys)
 		}
-		rows = append(rows, m)
 	}
 	return rows
 }

@@ -18,7 +18,9 @@ import (
 
 // helperElastic is the elastic helper rank: it reports "start 0", then
 // runs 5 all-reduce steps, reporting each on the status pipe.
-// RINGDDP_HELPER_STEP_SLEEP (a duration) pauses after each step.
+// RINGDDP_HELPER_STEP_SLEEP (a duration) pauses after each step, and then
+// every rank also prints "helper rank R: step S done" on its stdout once
+// the step is done, for tests that act on a step rather than a time.
 // RINGDDP_HELPER_FAILS lists faults "RESTART/RANK/STEP" separated by ";":
 // in attempt RESTART (RINGDDP_RESTART), rank RANK kills itself (SIGKILL)
 // after step STEP, or exits with status 3 before connecting when STEP is
@@ -68,6 +70,9 @@ func helperElastic() int {
 		}
 		if step == failAt {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		if pause > 0 {
+			fmt.Printf("helper rank %d: step %d done\n", env.Rank, step)
 		}
 		time.Sleep(pause)
 	}

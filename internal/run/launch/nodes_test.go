@@ -128,13 +128,14 @@ func TestElasticNodeLost(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			ctx1, cancel1 := context.WithCancel(ctx)
-			// Cancel node 1's launcher once its ranks train (the helper
-			// runs 5 steps of 400 ms).
+			// Cancel node 1's launcher once its rank has trained a step
+			// (an event, not a time: under load the ranks' start can take
+			// longer than any fixed wait); the 4 steps of 400 ms left
+			// keep it from finishing first.
 			go func() {
-				for !strings.Contains(jobs[0].stderr.String(), "waiting for the launchers of node 1") {
+				for !strings.Contains(jobs[1].cfg.Stdout.(*lockedBuffer).String(), "helper rank 1: step 1 done") && ctx1.Err() == nil {
 					time.Sleep(10 * time.Millisecond)
 				}
-				time.Sleep(1500 * time.Millisecond)
 				cancel1()
 			}()
 			runNodeJobs(jobs, func(node int) context.Context {
