@@ -104,6 +104,24 @@ func divide16[H numeric.Float16 | numeric.BFloat16](s []H, n int, widen func([]f
 	}
 }
 
+// widenFloat16 and widenBFloat16 widen src into dst (same length) with
+// the scalar functions: the tails' and the go variant's widening, which
+// need not ask for a variant again at every block (numeric's slice
+// converters do).
+func widenFloat16(dst []float32, src []numeric.Float16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = h.Float32()
+	}
+}
+
+func widenBFloat16(dst []float32, src []numeric.BFloat16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = h.Float32()
+	}
+}
+
 // narrowFloat16 rounds src into dst (same length), every NaN to the
 // canonical one.
 func narrowFloat16(dst []numeric.Float16, src []float32) {
