@@ -1,6 +1,11 @@
 package allreduce
 
-import "github.com/ringddp/ringddp/numeric"
+import (
+	"unsafe"
+
+	"github.com/ringddp/ringddp/internal/half16"
+	"github.com/ringddp/ringddp/numeric"
+)
 
 // The 16-bit floating-point types' arithmetic (Float16, BFloat16), as NCCL
 // defines it for half and bfloat16: each combine step widens both operands
@@ -32,11 +37,48 @@ const (
 // blocks of it live on the stack.
 const block16 = 256
 
-// combine16 is combineElems for a 16-bit type H: each block of a and b is
-// widened into float32 blocks, combined by the float32 kernel (so Sum gets
-// its vector code) and narrowed into out. out may alias a or b exactly.
+// The vector kernels of internal/half16 do the leading whole vectors of
+// every combine and division in one pass each (widen, one float32
+// operation, canonical NaN, round: the definition above, bit for bit); the
+// scalar code below does the rest, and everything where no kernel runs.
+
+// halfOp is op's float32 operation in internal/half16: Avg sums, as it
+// does in float32.
+func halfOp(op ReduceOp) half16.Op {
+	switch op {
+	case Prod:
+		return half16.Mul
+	case Max:
+		return half16.Max
+	case Min:
+		return half16.Min
+	}
+	return half16.Add
+}
+
+// halfFormat is H's format in internal/half16.
+func halfFormat[H numeric.Float16 | numeric.BFloat16]() half16.Format {
+	var h H
+	if _, ok := any(h).(numeric.Float16); ok {
+		return half16.Float16
+	}
+	return half16.BFloat16
+}
+
+// halfBits is s as its bits: the same memory, as []uint16.
+func halfBits[H numeric.Float16 | numeric.BFloat16](s []H) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
+}
+
+// combine16 is combineElems for a 16-bit type H: the kernel's whole
+// vectors, then each block of the rest of a and b widened into float32
+// blocks, combined by the float32 kernel and narrowed into out. out may
+// alias a or b exactly.
 func combine16[H numeric.Float16 | numeric.BFloat16](op ReduceOp, out, a, b []H, widen func([]float32, []H), narrow func([]H, []float32)) {
 	a, b = a[:len(out)], b[:len(out)]
+	v := half16.Default()
+	done := half16.Combine(&v, halfFormat[H](), halfOp(op), halfBits(out), halfBits(a), halfBits(b))
+	out, a, b = out[done:], a[done:], b[done:]
 	var fa, fb [block16]float32
 	for lo := 0; lo < len(out); lo += block16 {
 		hi := min(lo+block16, len(out))
@@ -50,6 +92,8 @@ func combine16[H numeric.Float16 | numeric.BFloat16](op ReduceOp, out, a, b []H,
 
 // divide16 divides every element of s by n, as one combine step.
 func divide16[H numeric.Float16 | numeric.BFloat16](s []H, n int, widen func([]float32, []H), narrow func([]H, []float32)) {
+	v := half16.Default()
+	s = s[half16.Divide(&v, halfFormat[H](), halfBits(s), float32(n)):]
 	var f [block16]float32
 	for lo := 0; lo < len(s); lo += block16 {
 		hi := min(lo+block16, len(s))
@@ -57,6 +101,24 @@ func divide16[H numeric.Float16 | numeric.BFloat16](s []H, n int, widen func([]f
 		widen(x, s[lo:hi])
 		divideElems(x, float32(n))
 		narrow(s[lo:hi], x)
+	}
+}
+
+// widenFloat16 and widenBFloat16 widen src into dst (same length) with
+// the scalar functions: the tails' and the go variant's widening, which
+// need not ask for a variant again at every block (numeric's slice
+// converters do).
+func widenFloat16(dst []float32, src []numeric.Float16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = h.Float32()
+	}
+}
+
+func widenBFloat16(dst []float32, src []numeric.BFloat16) {
+	dst = dst[:len(src)]
+	for i, h := range src {
+		dst[i] = h.Float32()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/inproc"
+	"github.com/ringddp/ringddp/internal/half16"
 	"github.com/ringddp/ringddp/numeric"
 )
 
@@ -84,8 +85,24 @@ func halfBytes(s []uint16) []byte {
 // on every pair of the special values (ties, overflow to Inf, Inf − Inf,
 // subnormals, NaN payloads) and on random bit patterns, at lengths below
 // and above the vector kernels' threshold and the widening block, with
-// the output aliasing an input.
+// the output aliasing an input, in every variant of internal/half16's
+// kernels this CPU runs (the go one is the scalar code alone).
 func TestCombine16(t *testing.T) {
+	eachHalfVariant(t, testCombine16)
+}
+
+// eachHalfVariant runs test once per variant of internal/half16 this CPU
+// runs, that variant forced.
+func eachHalfVariant(t *testing.T, test func(*testing.T)) {
+	for _, v := range half16.Variants() {
+		t.Run(v.Name, func(t *testing.T) {
+			t.Setenv(half16.VariantEnv, v.Name)
+			test(t)
+		})
+	}
+}
+
+func testCombine16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(16, 35))
 	for _, c := range halfCodecs {
 		var a, b []uint16
@@ -125,8 +142,13 @@ func TestCombine16(t *testing.T) {
 
 // TestAvg16OneRankAndTwo: Avg's division is a step of its own (rounded
 // once, NaN canonical); a group of one rank combines nothing, so Sum and
-// Avg there leave the input's bits alone, NaN payloads included.
+// Avg there leave the input's bits alone, NaN payloads included. Every
+// variant of internal/half16's kernels.
 func TestAvg16OneRankAndTwo(t *testing.T) {
+	eachHalfVariant(t, testAvg16)
+}
+
+func testAvg16(t *testing.T) {
 	for _, c := range halfCodecs {
 		in := slices.Clone(c.specials)
 		for _, n := range []int{3} {

@@ -111,10 +111,10 @@ func combineBytes(dt DType, op ReduceOp, out, a, b []byte) {
 		combineElems(op, asElems[int64](out), asElems[int64](a), asElems[int64](b))
 	case Float16:
 		combine16(op, asElems[numeric.Float16](out), asElems[numeric.Float16](a), asElems[numeric.Float16](b),
-			numeric.DecodeFloat16, narrowFloat16)
+			widenFloat16, narrowFloat16)
 	case BFloat16:
 		combine16(op, asElems[numeric.BFloat16](out), asElems[numeric.BFloat16](a), asElems[numeric.BFloat16](b),
-			numeric.DecodeBFloat16, narrowBFloat16)
+			widenBFloat16, narrowBFloat16)
 	}
 }
 
@@ -127,9 +127,9 @@ func divideBytes(dt DType, buf []byte, n int) {
 	case Float64:
 		divideElems(asElems[float64](buf), float64(n))
 	case Float16:
-		divide16(asElems[numeric.Float16](buf), n, numeric.DecodeFloat16, narrowFloat16)
+		divide16(asElems[numeric.Float16](buf), n, widenFloat16, narrowFloat16)
 	case BFloat16:
-		divide16(asElems[numeric.BFloat16](buf), n, numeric.DecodeBFloat16, narrowBFloat16)
+		divide16(asElems[numeric.BFloat16](buf), n, widenBFloat16, narrowBFloat16)
 	}
 }
 

@@ -3,6 +3,9 @@ package numeric
 import (
 	"math"
 	"strconv"
+	"unsafe"
+
+	"github.com/ringddp/ringddp/internal/half16"
 )
 
 // Float16 is an IEEE 754 binary16 number ("half"), held as its 16 bits:
@@ -107,16 +110,21 @@ func (h BFloat16) Float32() float32 {
 	return math.Float32frombits(b)
 }
 
-// The slice converters are a loop each, not one generic loop over a
-// conversion function: that would cost an indirect call per element (the
-// two types share one generic shape), where these inline or call directly.
+// The slice converters hand the leading whole vectors to the kernels of
+// internal/half16 (the variant half16.Default chooses: AVX-512, AVX2 with
+// F16C, or none), which compute the same bits as the functions above, and
+// convert the rest with those functions. The tail loops are a loop each,
+// not one generic loop over a conversion function: that would cost an
+// indirect call per element (the two types share one generic shape).
 
 // EncodeFloat16 sets dst[i] = Float16FromFloat32(src[i]). It panics unless
 // dst and src have the same length.
 func EncodeFloat16(dst []Float16, src []float32) {
 	checkLens(len(dst), len(src))
-	for i, f := range src {
-		dst[i] = Float16FromFloat32(f)
+	v := half16.Default()
+	done := half16.Encode(&v, half16.Float16, bitsOf(dst), src)
+	for i, f := range src[done:] {
+		dst[done+i] = Float16FromFloat32(f)
 	}
 }
 
@@ -124,8 +132,10 @@ func EncodeFloat16(dst []Float16, src []float32) {
 // src have the same length.
 func DecodeFloat16(dst []float32, src []Float16) {
 	checkLens(len(dst), len(src))
-	for i, h := range src {
-		dst[i] = h.Float32()
+	v := half16.Default()
+	done := half16.Decode(&v, half16.Float16, dst, bitsOf(src))
+	for i, h := range src[done:] {
+		dst[done+i] = h.Float32()
 	}
 }
 
@@ -133,8 +143,10 @@ func DecodeFloat16(dst []float32, src []Float16) {
 // unless dst and src have the same length.
 func EncodeBFloat16(dst []BFloat16, src []float32) {
 	checkLens(len(dst), len(src))
-	for i, f := range src {
-		dst[i] = BFloat16FromFloat32(f)
+	v := half16.Default()
+	done := half16.Encode(&v, half16.BFloat16, bitsOf(dst), src)
+	for i, f := range src[done:] {
+		dst[done+i] = BFloat16FromFloat32(f)
 	}
 }
 
@@ -142,9 +154,16 @@ func EncodeBFloat16(dst []BFloat16, src []float32) {
 // src have the same length.
 func DecodeBFloat16(dst []float32, src []BFloat16) {
 	checkLens(len(dst), len(src))
-	for i, h := range src {
-		dst[i] = h.Float32()
+	v := half16.Default()
+	done := half16.Decode(&v, half16.BFloat16, dst, bitsOf(src))
+	for i, h := range src[done:] {
+		dst[done+i] = h.Float32()
 	}
+}
+
+// bitsOf is s as its bits: the same memory, as []uint16.
+func bitsOf[H Float16 | BFloat16](s []H) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
 }
 
 func checkLens(dst, src int) {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/ringddp/ringddp/internal/half16"
 )
 
 // format16 describes a 16-bit binary floating-point format for the
@@ -214,5 +216,45 @@ func TestSliceConverters(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// The slice converters give the scalar functions' bits in every variant of
+// internal/half16 this CPU runs (the kernels' own tests go through every
+// pattern; this one checks the hand-over between kernel and tail): codes
+// spread over all 65536 (an odd multiple of the index) through the
+// decoders, the same widened and with a random low half through the
+// encoders, at lengths with every tail. Under 0.5 s with -race.
+func TestSliceConvertersEveryVariant(t *testing.T) {
+	bits := make([]uint16, 1<<16)
+	wide := make([]float32, 1<<16)
+	r := rand.New(rand.NewPCG(16, 35))
+	for i := range bits {
+		bits[i] = uint16(i * 40503)
+		wide[i] = math.Float32frombits(uint32(bits[i])<<16 | r.Uint32()&0xffff)
+	}
+	for _, v := range half16.Variants() {
+		t.Setenv(half16.VariantEnv, v.Name)
+		for _, n := range []int{0, 1, 7, 8, 9, 17, 1<<13 + 5} {
+			h, b := make([]Float16, n), make([]BFloat16, n)
+			fh, fb := make([]float32, n), make([]float32, n)
+			for i := range n {
+				h[i], b[i] = Float16(bits[i]), BFloat16(bits[i])
+			}
+			DecodeFloat16(fh, h)
+			DecodeBFloat16(fb, b)
+			for i := range n {
+				if math.Float32bits(fh[i]) != math.Float32bits(h[i].Float32()) || math.Float32bits(fb[i]) != math.Float32bits(b[i].Float32()) {
+					t.Fatalf("%s, %d elements: element %d (%#04x) decodes to %#08x, %#08x", v.Name, n, i, bits[i], math.Float32bits(fh[i]), math.Float32bits(fb[i]))
+				}
+			}
+			EncodeFloat16(h, wide[:n])
+			EncodeBFloat16(b, wide[:n])
+			for i, x := range wide[:n] {
+				if h[i] != Float16FromFloat32(x) || b[i] != BFloat16FromFloat32(x) {
+					t.Fatalf("%s, %d elements: element %d (%#08x) encodes to %#04x, %#04x", v.Name, n, i, math.Float32bits(x), h[i], b[i])
+				}
+			}
+		}
 	}
 }

@@ -2,7 +2,9 @@
 // element types (Float, Numeric) and the element types' names, shared by
 // the collectives (package allreduce: its wire types), the training
 // packages (ddp, zero, optim), the trainer and the commands. It imports
-// nothing of ringddp, so every layer may use it.
+// nothing of ringddp but the kernels below it (internal/half16, the 16-bit
+// conversions' vector code, and what that imports), so every layer may use
+// it.
 package numeric
 
 import "reflect"

@@ -92,12 +92,16 @@ func sweepAll(ctx context.Context, cfg *config, eps *endpoints, p *printer) erro
 		return sweeps[int32](ctx, cfg, eps, p)
 	case allreduce.Int64:
 		return sweeps[int64](ctx, cfg, eps, p)
+	case allreduce.Float16:
+		return sweeps[numeric.Float16](ctx, cfg, eps, p)
+	case allreduce.BFloat16:
+		return sweeps[numeric.BFloat16](ctx, cfg, eps, p)
 	}
 	return fmt.Errorf("-dtype %v: not supported", cfg.dtype)
 }
 
 // sweeps runs every algorithm's sweep over one dataset.
-func sweeps[T numeric.Arith](ctx context.Context, cfg *config, eps *endpoints, p *printer) error {
+func sweeps[T allreduce.Numeric](ctx context.Context, cfg *config, eps *endpoints, p *printer) error {
 	data := newDataset[T](cfg)
 	for _, a := range cfg.algos {
 		for _, sch := range cfg.schedules {
@@ -118,7 +122,7 @@ func sweeps[T numeric.Arith](ctx context.Context, cfg *config, eps *endpoints, p
 // sweep runs one goroutine per local endpoint for the whole sweep of
 // algorithm a (each with its own Group and buffers) and hands the rows
 // that rank 0 produces to p.
-func sweep[T numeric.Arith](ctx context.Context, cfg *config, a allreduce.Algorithm, sch allreduce.RootedSchedule, f fleet, data *dataset[T], p *printer) error {
+func sweep[T allreduce.Numeric](ctx context.Context, cfg *config, a allreduce.Algorithm, sch allreduce.RootedSchedule, f fleet, data *dataset[T], p *printer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sw := &sweepState[T]{cfg: cfg, algo: a, schedule: sch, data: data}
@@ -167,7 +171,7 @@ func sweep[T numeric.Arith](ctx context.Context, cfg *config, a allreduce.Algori
 }
 
 // sweepState is what the ranks of one sweep share.
-type sweepState[T numeric.Arith] struct {
+type sweepState[T allreduce.Numeric] struct {
 	cfg      *config
 	algo     allreduce.Algorithm
 	schedule allreduce.RootedSchedule // broadcast's and reduce's

@@ -57,6 +57,7 @@ var redops = map[string]allreduce.ReduceOp{
 
 var dtypes = map[string]allreduce.DType{
 	"float32": allreduce.Float32, "float64": allreduce.Float64, "int32": allreduce.Int32, "int64": allreduce.Int64,
+	"float16": allreduce.Float16, "bfloat16": allreduce.BFloat16,
 }
 
 // config is a parsed and validated command line.
@@ -221,7 +222,7 @@ func (cfg *config) resolveElements(dtype, redop string) error {
 		return fmt.Errorf("-redop %q: unknown reduction (valid: %s)", redop, names(redops))
 	}
 	if cfg.redop == allreduce.Avg && !cfg.dtype.IsFloat() {
-		return fmt.Errorf("-redop avg needs a floating-point -dtype (float32 or float64), not %s", cfg.dtype)
+		return fmt.Errorf("-redop avg needs a floating-point -dtype (float32, float64, float16 or bfloat16), not %s", cfg.dtype)
 	}
 	return nil
 }

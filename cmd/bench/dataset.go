@@ -4,8 +4,6 @@ import (
 	"sync"
 
 	"github.com/ringddp/ringddp/allreduce"
-	"github.com/ringddp/ringddp/internal/run/reference"
-	"github.com/ringddp/ringddp/numeric"
 )
 
 // seed makes the inputs; every process of a multi-process run derives the
@@ -16,7 +14,7 @@ const seed = 1
 // the largest count) and the expected result of the current size. A
 // multi-process transport would regenerate the inputs of remote ranks from
 // the seed; in process they are the ranks' own.
-type dataset[T numeric.Arith] struct {
+type dataset[T allreduce.Numeric] struct {
 	cfg      *config
 	maxCount int
 
@@ -32,7 +30,7 @@ type dataset[T numeric.Arith] struct {
 
 // newDataset is the dataset of cfg's rows with real payloads (every row
 // but the simulator's timing-only ones).
-func newDataset[T numeric.Arith](cfg *config) *dataset[T] {
+func newDataset[T allreduce.Numeric](cfg *config) *dataset[T] {
 	return &dataset[T]{
 		cfg:      cfg,
 		maxCount: cfg.realCount(),
@@ -51,7 +49,7 @@ func (d *dataset[T]) input(rank int) []T {
 
 func (d *dataset[T]) inputLocked(rank int) []T {
 	if d.inputs[rank] == nil {
-		d.inputs[rank] = reference.Input[T](seed, rank, d.maxCount, d.cfg.redop)
+		d.inputs[rank] = inputOf[T](seed, rank, d.maxCount, d.cfg.redop)
 	}
 	return d.inputs[rank]
 }
@@ -89,7 +87,7 @@ func (d *dataset[T]) expected(count int) []T {
 		for r := range ins {
 			ins[r] = d.inputLocked(r)[:count]
 		}
-		exp = reference.Reduce(ins, d.cfg.redop)
+		exp = reduceOf(ins, d.cfg.redop)
 	case allreduce.KindAllGather:
 		exp = make([]T, count)
 		for r := range n {

@@ -59,7 +59,8 @@ func num(t *testing.T, m map[string]any, k string) float64 {
 
 func TestEveryOpIsCorrect(t *testing.T) {
 	type variant struct{ dtype, redop string }
-	variants := []variant{{"float32", "sum"}, {"float64", "avg"}, {"int32", "max"}, {"int64", "prod"}, {"float32", "min"}}
+	variants := []variant{{"float32", "sum"}, {"float64", "avg"}, {"int32", "max"}, {"int64", "prod"}, {"float32", "min"},
+		{"float16", "avg"}, {"bfloat16", "sum"}}
 	ops := []string{"allreduce", "reducescatter", "allgather", "broadcast", "reduce"}
 	for _, op := range ops {
 		for _, ranks := range []int{1, 3, 4} {
@@ -79,7 +80,7 @@ func TestEveryOpIsCorrect(t *testing.T) {
 					if len(rows) != 4 { // 8, 64, 512, 4096
 						t.Fatalf("%d rows, want 4:\n%s", len(rows), out)
 					}
-					esz := map[string]int{"float32": 4, "int32": 4, "float64": 8, "int64": 8}[v.dtype]
+					esz := map[string]int{"float32": 4, "int32": 4, "float64": 8, "int64": 8, "float16": 2, "bfloat16": 2}[v.dtype]
 					for i, r := range rows {
 						if r["op"] != op || r["transport"] != "inproc" || r["algo"] != "auto" || r["dtype"] != v.dtype {
 							t.Errorf("row %d: %v", i, r)
@@ -208,7 +209,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-op", "alltoall"}, "-op"},
 		{[]string{"-transport", "pigeon"}, "-transport \"pigeon\": unknown transport (valid: "},
 		{[]string{"-algo", "nosuch"}, "-algo"},
-		{[]string{"-dtype", "float16"}, "-dtype"},
+		{[]string{"-dtype", "float8"}, "-dtype"},
 		{[]string{"-redop", "xor"}, "-redop"},
 		{[]string{"-redop", "avg", "-dtype", "int32"}, "-redop avg"},
 		{[]string{"-ranks", "0"}, "-ranks"},

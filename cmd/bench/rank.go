@@ -10,17 +10,10 @@ import (
 	"github.com/ringddp/ringddp/allreduce/calibrate"
 	"github.com/ringddp/ringddp/allreduce/sim"
 	"github.com/ringddp/ringddp/internal/trace"
-	"github.com/ringddp/ringddp/numeric"
 )
 
-// poison fills output-only buffers before the checked iteration, so that an
-// element the collective failed to write is counted wrong. No input (small
-// integers) or reference result of a realistic rank count equals it, and it
-// is exact in every dtype.
-const poison = 16777213
-
 // rankState is one rank's buffers, allocated once at the largest size.
-type rankState[T numeric.Arith] struct {
+type rankState[T allreduce.Numeric] struct {
 	cfg   *config
 	g     *allreduce.Group
 	rank  int
@@ -80,7 +73,7 @@ func settleIterations(bytes int) int {
 // fresh inputs, which is also the checked one (virtual time does not
 // vary), the clocks are aligned instead of a barrier, and a timing-only
 // row runs on the virtual arena and is not checked.
-func rankMain[T numeric.Arith](ctx context.Context, sw *sweepState[T], g *allreduce.Group, rows chan<- row) error {
+func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *allreduce.Group, rows chan<- row) error {
 	cfg, data := sw.cfg, sw.data
 	n, rank := g.Size(), g.Rank()
 	if n != cfg.ranks {
@@ -214,12 +207,12 @@ func (s *rankState[T]) reset(count, lo, hi int, virtual bool) {
 		if s.rank == s.cfg.root {
 			copy(s.buf[:count], s.in[:count])
 		} else {
-			fill(s.buf[:count], poison)
+			fill(s.buf[:count], poisonOf[T]())
 		}
 	case allreduce.KindReduceScatter:
-		fill(s.buf[:hi-lo], poison)
+		fill(s.buf[:hi-lo], poisonOf[T]())
 	case allreduce.KindAllGather:
-		fill(s.buf[:count], poison)
+		fill(s.buf[:count], poisonOf[T]())
 	}
 }
 
@@ -258,7 +251,7 @@ func (s *rankState[T]) countWrong(exp []T, count, lo, hi int) int64 {
 }
 
 // diff counts the positions where got and want differ (a NaN always does).
-func diff[T numeric.Arith](got, want []T) int64 {
+func diff[T allreduce.Numeric](got, want []T) int64 {
 	var n int64
 	for i, x := range got {
 		if x != want[i] {
@@ -268,7 +261,7 @@ func diff[T numeric.Arith](got, want []T) int64 {
 	return n
 }
 
-func fill[T numeric.Arith](s []T, v T) {
+func fill[T allreduce.Numeric](s []T, v T) {
 	for i := range s {
 		s[i] = v
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/sim"
-	"github.com/ringddp/ringddp/numeric"
 )
 
 // simConfig is the simulated world of a -transport sim run: its links and
@@ -71,7 +70,7 @@ func (c *config) virtualBytes() int {
 
 // virtualElems views the simulator's virtual arena as elements, for the
 // typed collectives. Nothing reads or writes them (an access faults).
-func virtualElems[T numeric.Arith](b []byte) []T {
+func virtualElems[T allreduce.Numeric](b []byte) []T {
 	var zero T
 	n := len(b) / int(unsafe.Sizeof(zero))
 	if n == 0 {

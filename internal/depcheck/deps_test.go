@@ -35,6 +35,7 @@ var forbidden = map[string][]string{
 	"allreduce/internal/frameseal": {"allreduce", "allreduce/rendezvous", "allreduce/transport", "allreduce/tcp", "allreduce/shm", "allreduce/internal/handshake", "internal/untrusted", "ddp", "zero", "optim", "models", "datasets"},
 	"numeric":                      {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"internal/vecops":              {"allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
+	"internal/half16":              {"numeric", "allreduce", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 	"internal/run/rankrun":         {"allreduce/inproc", "allreduce/tcp", "allreduce/sim", "ddp", "zero", "optim", "models", "datasets", "internal/run/trainer"},
 
 	// The byte-size vocabulary imports nothing of the module; the

@@ -1,0 +1,5 @@
+//go:build !race
+
+package half16_test
+
+const raceEnabled = false
