@@ -15,10 +15,13 @@ import (
 // starts.
 
 // setSpawn gives the coordinator its way to start joiners; it waits for it
-// before starting the spares.
+// before starting the spares. A member node's survival (survive_nodes.go)
+// has no coordinator of its own and starts no joiners.
 func (s *survival) setSpawn(f spawnFunc) {
 	s.spawn = f
-	close(s.spawnReady)
+	if s.spawnReady != nil {
+		close(s.spawnReady)
+	}
 }
 
 // spawner starts joiners as ranks of the attempt: the ranks' command and
