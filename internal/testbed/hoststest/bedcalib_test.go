@@ -44,7 +44,8 @@ const (
 var calibArgs = []string{"-calib-max", "16M", "-algo", "ring", "-min", "64K", "-max", "64K", "-iters", "3", "-warmup", "1", "-timeout", "120s"}
 
 // measureSweeps are a round's two sweeps: 64 KiB to 1 MiB with 5 warm-up
-// iterations and twice the timed ones (cheap, and the first calls of a
+// iterations and ten times the timed ones (cheap; below 1 MiB one cell of
+// a few iterations swings 1.5-2x from run to run, and the first calls of a
 // world's connections are slow), 4 MiB to 64 MiB with 1 and iters (a 64
 // MiB all-reduce takes 0.6-1.3 s over the 1 Gbit/s link).
 func measureSweeps(iters string) [][]string {
@@ -53,7 +54,7 @@ func measureSweeps(iters string) [][]string {
 		n = 3
 	}
 	return [][]string{
-		{"-min", "64K", "-max", "1M", "-iters", strconv.Itoa(2 * n), "-warmup", "5"},
+		{"-min", "64K", "-max", "1M", "-iters", strconv.Itoa(10 * n), "-warmup", "5"},
 		{"-min", "4M", "-max", "64M", "-iters", strconv.Itoa(n), "-warmup", "1"},
 	}
 }
