@@ -137,7 +137,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.StringVar(&v.compress, "compress", "none", "gradient compression, a DDP communication hook: none, fp16, bf16 (16-bit with error feedback), powersgd[:rank[:start]] (PowerSGD, default rank 1 from step 10), auto (bf16 where the cost model says it pays); see docs/compression.md")
 	fs.BoolVar(&v.zero1, "zero1", false, "ZeRO-1: shard the optimizer state over ranks (reduce-scatter gradients, update the local shard, all-gather parameters)")
 	fs.BoolVar(&v.zeroBuddies, "zero-buddies", true, zeroBuddiesUsage)
-	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True); not with -zero1 or -checkpoint-every")
+	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True; with -zero1 it keeps updating its shard, as PyTorch's ZeRO join hook); not with -zero-buddies or -checkpoint-every")
 	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
 	v.tf.Register(fs)
 	v.tf.RegisterJoinTimeout(fs)

@@ -239,8 +239,10 @@ func (c Config) Validate() error {
 		return fieldErr("bucket-mb", c.BucketMB, "> 0 (MiB)")
 	case c.UnevenBatches < 0:
 		return fieldErr("uneven-batches", c.UnevenBatches, ">= 0")
-	case c.UnevenBatches > 0 && (c.Zero1 || c.CheckpointEvery > 0):
-		return fmt.Errorf("trainer: uneven-batches needs plain DDP and checkpoints at epoch ends only (not zero1 or checkpoint-every)")
+	case c.UnevenBatches > 0 && (c.ZeroBuddies || c.CheckpointEvery > 0):
+		return fmt.Errorf("trainer: uneven-batches needs checkpoints at epoch ends only and no ZeRO-1 buddies (not checkpoint-every or zero-buddies)")
+	case c.UnevenBatches > 0 && c.Zero1 && c.OverlapOptimizer:
+		return fmt.Errorf("trainer: uneven-batches with zero1 needs the optimizer after backward (not overlap-optimizer): a shadowed step updates the shard itself")
 	case c.MaxSteps < 0:
 		return fieldErr("max-steps", c.MaxSteps, ">= 0")
 	case c.CheckpointEvery < 0:

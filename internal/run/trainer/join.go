@@ -5,6 +5,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/ddp"
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Uneven inputs (Config.UnevenBatches, cmd/train -uneven-batches): the last
@@ -15,7 +16,10 @@ import (
 // epoch's end every rank takes the parameters of a rank that ran every step
 // (ddp.Joiner.Finish) and, beyond PyTorch, its optimizer state too, so the
 // replicas stay identical (the short rank's own state missed the steps it
-// shadowed).
+// shadowed). Under ZeRO-1 the joined rank reduce-scatters zeros, updates
+// its own shard and takes part in the all-gather at every shadowed step
+// (zero.ZeRO1.Join, PyTorch's ZeRO join hook), so every shard is current
+// and nothing is broadcast at the end but the parameters.
 
 // epochSteps is the number of steps this rank runs itself in an epoch.
 func (w *worker[T]) epochSteps() int {
@@ -33,7 +37,13 @@ func (w *worker[T]) newJoiner() (*ddp.Joiner[T], error) {
 	if w.cfg.UnevenBatches >= w.steps {
 		return nil, fmt.Errorf("trainer: uneven-batches = %d, want fewer than the %d steps per epoch", w.cfg.UnevenBatches, w.steps)
 	}
-	j, err := w.d.Join(ddp.JoinOptions{})
+	var j *ddp.Joiner[T]
+	var err error
+	if z, ok := w.rep.(*zero.ZeRO1[T]); ok {
+		j, err = z.Join()
+	} else {
+		j, err = w.d.Join(ddp.JoinOptions{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
@@ -50,6 +60,9 @@ func (w *worker[T]) finishJoin(j *ddp.Joiner[T], p *position) (bool, error) {
 	}
 	p.step += j.Shadowed()
 	p.global += int64(j.Shadowed())
+	if _, ok := w.rep.(*zero.ZeRO1[T]); ok {
+		return j.Stopped(), nil // every shard stepped at every iteration
+	}
 	st, err := w.rep.GatherOptimizerState(w.comm, w.g.Rank())
 	if err != nil {
 		return false, err

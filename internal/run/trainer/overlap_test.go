@@ -56,6 +56,28 @@ func TestUnevenBatchesJoin(t *testing.T) {
 	require.Less(t, diff, 0.5)
 
 	bad := small()
-	bad.UnevenBatches, bad.Zero1 = 1, true
+	bad.UnevenBatches, bad.Zero1, bad.ZeroBuddies = 1, true, true
 	require.ErrorContains(t, bad.Validate(), "uneven-batches")
+	bad.ZeroBuddies, bad.OverlapOptimizer = false, true
+	require.ErrorContains(t, bad.Validate(), "uneven-batches")
+}
+
+// TestUnevenBatchesJoinZeRO1: ZeRO-1 under Join (the short rank shadows
+// with zeros and keeps updating its shard) ends where DDP under Join ends
+// (which takes the root's parameters and optimizer state at the epoch's
+// end), to within float32 rounding of the two reduction orders.
+func TestUnevenBatchesJoinZeRO1(t *testing.T) {
+	cfg := small()
+	cfg.Ranks, cfg.UnevenBatches, cfg.GlobalBatch = 3, 2, 42
+	want, err := Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	cfg.Zero1 = true
+	got, err := Run(ctxT(t), cfg)
+	require.NoError(t, err)
+	require.Equal(t, want.GlobalStep, got.GlobalStep)
+	for i := range got.Params {
+		for j, v := range got.Params[i].Data {
+			require.InDelta(t, want.Params[i].Data[j], v, 1e-5, "param %d[%d]", i, j) // float32: the orders differ
+		}
+	}
 }
