@@ -17,6 +17,11 @@ type exposure struct {
 	open  bool     // Expose returned and Release has not
 	n     int      // its length
 	views [][]byte // by rank: each rank's copy, in its file
+	// held: the exposure holds a reference on the mappings (refs) from
+	// Expose to Release, so that a Close or Abort from another goroutine
+	// (a survivor's watch aborting the group) cannot unmap the views
+	// while the caller still reads them after Arrive.
+	held bool
 }
 
 // MaxExposure is the largest buffer Expose lends: exposures are copies
@@ -47,6 +52,15 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 		c.ex.open, c.ex.n = true, len(p)
 		return c.ex.views, nil
 	}
+	if !c.refs.acquire() { // the views' hold (exposure.held), until Release
+		return nil, c.core.End.Err()
+	}
+	held := false
+	defer func() {
+		if !held {
+			c.refs.release()
+		}
+	}()
 	own := c.own.exposeBuf(k)
 	copy(own[exposeHeaderLen:], p)
 	encodeExposeFields(own[:exposeHeaderLen], h, len(p))
@@ -104,6 +118,7 @@ func (c *Conn) Expose(ctx context.Context, h transport.Header, p []byte) ([][]by
 	}
 	w.stop()
 	c.ex.views, c.ex.open, c.ex.n = views, true, len(p)
+	c.ex.held, held = true, true
 	return views, nil
 }
 
@@ -147,6 +162,10 @@ func (c *Conn) Release(context.Context) error {
 	}
 	c.ex.open = false
 	clear(c.ex.views)
+	if c.ex.held {
+		c.ex.held = false
+		c.refs.release() // the mappings may go now (Close after the last call)
+	}
 	return nil
 }
 

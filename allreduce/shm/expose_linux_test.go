@@ -1,6 +1,7 @@
 package shm_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -39,5 +40,53 @@ func TestExposeLimit(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// TestExposureHoldsMappings: an exposure keeps the views mapped until its
+// Release, even when another goroutine closes or aborts the endpoint in
+// between (a survivor's watch aborting its group while the direct
+// algorithm copies its peers' chunks after Arrive): reading the views
+// then is no fault, and Release lets the endpoint unmap. Before the hold,
+// the abort unmapped the peers' files under the reader (a SIGSEGV in the
+// direct all-reduce's copy, seen when a heal's grow aborted a step).
+func TestExposureHoldsMappings(t *testing.T) {
+	conns := shmConns(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	views := make([][][]byte, 2)
+	errs := make(chan error, 2)
+	for r, c := range conns {
+		go func() {
+			v, err := c.Expose(ctx, transport.Header{Group: 1, Seq: 1}, bytes.Repeat([]byte{byte(r + 1)}, 4096))
+			views[r] = v
+			errs <- err
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapped := memfds(t)
+	conns[0].Abort(errors.New("the group was aborted"))
+	conns[1].Close()
+	for r, v := range views {
+		for q, b := range v {
+			if want := bytes.Repeat([]byte{byte(q + 1)}, 4096); !bytes.Equal(b, want) {
+				t.Errorf("rank %d's view of rank %d changed after the close", r, q)
+			}
+		}
+	}
+	if got := memfds(t); got != mapped {
+		t.Errorf("%d memfd mappings while the exposures are open, want %d", got, mapped)
+	}
+	for _, c := range conns {
+		if err := c.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := memfds(t); got != 0 {
+		t.Errorf("%d memfd mappings left after the exposures' Release", got)
 	}
 }
