@@ -100,6 +100,7 @@ func testFaults(getenv func(string) string) func(*trainer.Config) {
 					}
 				}
 			case healFault(p, rank, cfg):
+			case shmMapsFault(p, rank, cfg):
 			case p[0] == "tear" && len(p) == 3 && rank == 0 && now(p[2]):
 				step, _ := strconv.ParseInt(p[1], 10, 64)
 				cfg.OnCheckpoint = func(c trainer.Checkpointed) {

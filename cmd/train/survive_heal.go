@@ -33,8 +33,10 @@ func healFlags(tr *launch.Transport, onFailure string, zero1 bool, heal bool, sp
 	switch {
 	case asked && onFailure != launch.OnFailureContinue:
 		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
-	case asked && (heal || spares > 0) && (tr.MP == nil || tr.Name != launch.TCP || tr.MP.Nnodes > 1):
-		return false, 0, errors.New("-heal and -spares run on one host over -transport tcp for now (healing over shm, auto or across node launchers is not built)")
+	case asked && (heal || spares > 0) && tr.MP == nil:
+		return false, 0, errors.New("-heal and -spares need one rank per process (-transport tcp, shm or auto)")
+	case asked && (heal || spares > 0) && tr.MP.Nnodes > 1:
+		return false, 0, errors.New("-heal and -spares run on one host for now (healing across node launchers is not built)")
 	case asked && (heal || spares > 0) && zero1:
 		return false, 0, errors.New("-heal and -spares do not apply with -zero1 yet (healing a ZeRO-1 shard is not built; the survivors continue with -zero-buddies)")
 	case spares < 0 || spares > 16:

@@ -286,9 +286,14 @@ func TestHealFlags(t *testing.T) {
 	require.Equal(t, 2, spares)
 	_, _, err = healFlags(tcp, launch.OnFailureContinue, true, true, 0, map[string]bool{"heal": true})
 	require.ErrorContains(t, err, "-zero1")
-	shm := &launch.Transport{Name: launch.Shm, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 1}}}
-	_, _, err = healFlags(shm, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
-	require.ErrorContains(t, err, "-transport tcp")
+	for _, name := range []string{launch.Shm, launch.Auto} {
+		tr := &launch.Transport{Name: name, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 1}}}
+		heal, _, err = healFlags(tr, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
+		require.NoError(t, err, name)
+		require.True(t, heal, name)
+	}
+	_, _, err = healFlags(&launch.Transport{Name: launch.Inproc}, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
+	require.ErrorContains(t, err, "one rank per process")
 	nodes := &launch.Transport{Name: launch.TCP, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
 	_, _, err = healFlags(nodes, launch.OnFailureContinue, false, false, 1, map[string]bool{"spares": true})
 	require.ErrorContains(t, err, "one host")
