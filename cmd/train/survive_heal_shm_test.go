@@ -118,3 +118,44 @@ func devShm(t *testing.T) []string {
 	slices.Sort(names)
 	return names
 }
+
+// With -spares 1 over shm, two ranks lost one after the other: the spare
+// started with the job (rank 4) heals the first loss, the launcher starts
+// a new spare (rank 5) once the grown generation trains, and that one
+// heals the second loss — no replacement is started for either (a spare
+// waits each time). Nothing is lost and every example is used once per
+// epoch. A job of about three seconds: skipped under -race and -short.
+func TestHealSparesReplenished(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("a 4-rank job of about three seconds: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	// 64 steps, rank 0 30 ms slower each: time for the new spare to start
+	// between the two kills.
+	t.Setenv(faultsVar, "kill:2:7:0;kill:1:40:0;slow:0:30")
+	args := survivorArgs(data, ck, "-spares", "1", "-epochs", "4")
+	args[1] = "shm"
+	var out string
+	var err error
+	stderr := captureStderr(t, func() { out, err = runTrain(t, args...) })
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	t.Log(grepLines(stderr, "launch: "))
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 4, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, 2, out)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost)
+	}
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 2, out)
+	require.Equal(t, 4, hs[0].Joined[0].Name)
+	require.Equal(t, "spare started with the job", hs[0].Joined[0].Why)
+	require.Equal(t, 5, hs[1].Joined[0].Name)
+	require.Contains(t, hs[1].Joined[0].Why, "spare, replenished after rank 4 was taken in at generation 2")
+	require.Equal(t, 4.0, epochs[3]["ranks"], out)
+	require.NotContains(t, stderr, "to join the job (replaces", "no replacement: a spare was ready each time")
+	require.Contains(t, stderr, "started rank 5 (pid")
+}

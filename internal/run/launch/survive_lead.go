@@ -111,6 +111,7 @@ type survival struct {
 	// spawnReady is closed once spawn is set (the job's processes start
 	// after the coordinator).
 	spawnReady chan struct{}
+	spareTally spareTally // replenishing spares (survive_spawn.go); under mu
 
 	mu      sync.Mutex
 	members []int
@@ -438,6 +439,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	}
 	published := time.Now()
 	s.admit(ctx, p)
+	s.replenish(ctx, p, lost)
 	if len(lost) > 0 {
 		// Once the survivors train again: a process starting (its data
 		// loading) would take the cores their rebuild needs.

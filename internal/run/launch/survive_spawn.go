@@ -1,12 +1,14 @@
 package launch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 // Starting joiners (survive_grow.go) while the job runs: job.wait owns the
@@ -60,4 +62,52 @@ func (j *job) spawner(cfg Config, w outputs, a attempt, base, vars []string, lea
 		}()
 		return cmd.Process.Pid, nil
 	}
+}
+
+// Spares replenished (Elastic.Spares): the launcher keeps Spares ranks
+// waiting, ready, beyond the places the group lacks. The rule:
+//
+//  1. a grow that takes joiners in (decide, after admit) leaves fewer
+//     waiting: for each one missing the launcher starts a new spare, once
+//     the grown generation reports a step (a process starting takes the
+//     cores the heal and the first steps need), on the cores of local
+//     rank (Spares + spares replenished so far) mod world;
+//  2. bounded: at most one new spare per rank the attempt lost (a spare
+//     is taken only into a lost rank's place, so this never holds back a
+//     replenishment; it bounds the processes an attempt starts at
+//     Spares + ranks lost, within maxJoiners), and a spare that exits
+//     while it waits is not restarted (joinerExited replaces only a
+//     joiner a lacking place needs);
+//  3. each start is a line on stderr ("launch: started rank 6 (pid ...) to
+//     join the job (spare, replenished after rank 4 was taken in at
+//     generation 2)"), and its heal, when it is taken, names it so in the
+//     heal record's why.
+
+// spareTally counts what the replenishing rule bounds.
+type spareTally struct {
+	lost        int // ranks the attempt lost
+	replenished int // spares started after spares were taken
+}
+
+// replenish applies the rule above after plan p, just published and
+// admitted, removed lost.
+func (s *survival) replenish(ctx context.Context, p genPlan, lost []LostRank) {
+	s.mu.Lock()
+	s.spareTally.lost += len(lost)
+	waiting := len(s.joiners) - (s.world - len(s.members)) // joiners beyond the places lacking
+	n := min(s.e.Spares-waiting, s.spareTally.lost-s.spareTally.replenished)
+	if len(p.Joined) == 0 || s.e.Spares == 0 || n <= 0 {
+		s.mu.Unlock()
+		return
+	}
+	first := s.e.Spares + s.spareTally.replenished
+	s.spareTally.replenished += n
+	s.mu.Unlock()
+	why := fmt.Sprintf("spare, replenished after rank %s was taken in at generation %d", joinInts(p.Joined), p.Gen)
+	s.reports.Go(func() {
+		s.stepBoundary(ctx, 5*time.Second)
+		for i := range n {
+			s.startJoiner(ctx, (first+i)%s.world, why)
+		}
+	})
 }
