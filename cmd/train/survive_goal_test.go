@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -22,6 +23,8 @@ import (
 const (
 	surviveTrialsVar = "RINGDDP_SURVIVE_TRIALS"
 	surviveHealVar   = "RINGDDP_SURVIVE_HEAL"
+	// surviveTransportVar is the jobs' -transport (default tcp).
+	surviveTransportVar = "RINGDDP_SURVIVE_TRANSPORT"
 )
 
 // TestSurviveGoal is issue 34's benchmark of survivors continuing, not a
@@ -56,11 +59,12 @@ func TestSurviveGoal(t *testing.T) {
 		t.Skipf("bundled MNIST not available: %v", err)
 	}
 	healing := os.Getenv(surviveHealVar) == "1"
+	transport := cmp.Or(os.Getenv(surviveTransportVar), "tcp")
 	var heals []healRecord
 	run := func(faults string) (float64, []continueRecord, time.Duration) {
 		t.Setenv(faultsVar, faults)
 		ck := filepath.Join(t.TempDir(), "ck.safetensors")
-		args := []string{"-transport", "tcp", "-ranks", "4", "-epochs", "3", "-json", "-quiet", "-checkpoint", ck, "-on-failure", "continue", "-batch", "240"}
+		args := []string{"-transport", transport, "-ranks", "4", "-epochs", "3", "-json", "-quiet", "-checkpoint", ck, "-on-failure", "continue", "-batch", "240"}
 		if healing {
 			args = append(args, "-heal")
 		}

@@ -24,8 +24,8 @@ const healUsage = "with -on-failure continue: start a new rank for every rank lo
 	"and the new rank receives the parameters, optimizer state and data position from the others (striped over them, SHA-256 checked, " +
 	"replicas compared bitwise) before training goes on"
 
-const sparesUsage = "with -on-failure continue: start this many extra ranks with the job, which wait ready and replace a lost rank " +
-	"(implies -heal; at most 16)"
+const sparesUsage = "with -on-failure continue: start this many extra ranks with the job, which wait ready and replace a lost rank; " +
+	"a spare taken is followed by a new one, so this many stay ready (at most one new spare per rank lost; implies -heal; at most 16)"
 
 // healFlags checks -heal and -spares.
 func healFlags(tr *launch.Transport, onFailure string, zero1 bool, heal bool, spares int, given map[string]bool) (bool, int, error) {
