@@ -106,6 +106,9 @@ func (s *survival) replenish(ctx context.Context, p genPlan, lost []LostRank) {
 	why := fmt.Sprintf("spare, replenished after rank %s was taken in at generation %d", joinInts(p.Joined), p.Gen)
 	s.reports.Go(func() {
 		s.stepBoundary(ctx, 5*time.Second)
+		if ctx.Err() != nil {
+			return // the attempt is over: no spare to keep
+		}
 		for i := range n {
 			s.startJoiner(ctx, (first+i)%s.world, why)
 		}
