@@ -46,23 +46,9 @@ func TestSurviveHealShmAndAuto(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			before := devShm(t)
 			ck := filepath.Join(t.TempDir(), "ck.safetensors")
-			t.Setenv(faultsVar, "kill:2:7:0;slow:0:20;shmmaps:48")
-			args := survivorArgs(data, ck, "-heal", "-epochs", "3", "-optim", "sgd")
-			args[1] = tr // "-transport", tr
-			var out string
-			var err error
-			stderr := captureStderr(t, func() { out, err = runTrain(t, args...) })
-			require.NoError(t, err, "%s\n%s", out, stderr)
-			epochs, restarts, survived := survivedOutput(t, out)
-			require.Len(t, epochs, 3, out)
-			require.Empty(t, restarts, out)
-			require.Len(t, survived, 1, out)
-			require.Equal(t, int64(0), survived[0].StepsLost)
-			requireEachSampleOnce(t, epochs, 24)
-			hs := healedOutput(t, out)
-			require.Len(t, hs, 1, out)
+			hs, stderr := healJob(t, data, tr, "kill:2:7:0;slow:0:20;shmmaps:48", 3, 1, "-heal", "-optim", "sgd", "-checkpoint", ck)
+			require.Len(t, hs, 1)
 			require.Equal(t, 4, hs[0].Joined[0].Name)
-			require.Equal(t, 4.0, epochs[2]["ranks"], out)
 			diff := paramDiff(t, ref, ck)
 			t.Logf("-transport %s: healed at step %d; largest parameter difference from the failure-free run: %g", tr, hs[0].AtStep, diff)
 			require.Less(t, diff, 1e-5)
@@ -129,33 +115,41 @@ func TestHealSparesReplenished(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("a 4-rank job of about three seconds: not under -race or -short")
 	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
 	// 64 steps, rank 0 30 ms slower each: time for the new spare to start
 	// between the two kills.
-	t.Setenv(faultsVar, "kill:2:7:0;kill:1:40:0;slow:0:30")
-	args := survivorArgs(data, ck, "-spares", "1", "-epochs", "4")
-	args[1] = "shm"
-	var out string
-	var err error
-	stderr := captureStderr(t, func() { out, err = runTrain(t, args...) })
-	require.NoError(t, err, "%s\n%s", out, stderr)
+	hs, stderr := healJob(t, writeMNISTDir(t), "shm", "kill:2:7:0;kill:1:40:0;slow:0:30", 4, 2, "-spares", "1")
 	t.Log(grepLines(stderr, "launch: "))
-	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 4, out)
-	require.Empty(t, restarts, out)
-	require.Len(t, survived, 2, out)
-	for _, c := range survived {
-		require.Equal(t, int64(0), c.StepsLost)
-	}
-	requireEachSampleOnce(t, epochs, 24)
-	hs := healedOutput(t, out)
-	require.Len(t, hs, 2, out)
+	require.Len(t, hs, 2)
 	require.Equal(t, 4, hs[0].Joined[0].Name)
 	require.Equal(t, "spare started with the job", hs[0].Joined[0].Why)
 	require.Equal(t, 5, hs[1].Joined[0].Name)
 	require.Contains(t, hs[1].Joined[0].Why, "spare, replenished after rank 4 was taken in at generation 2")
-	require.Equal(t, 4.0, epochs[3]["ranks"], out)
 	require.NotContains(t, stderr, "to join the job (replaces", "no replacement: a spare was ready each time")
 	require.Contains(t, stderr, "started rank 5 (pid")
+}
+
+// healJob runs survivorArgs's 4-rank job on data over transport tr for epochs
+// epochs with faults and the extra flags, and checks that it ends well:
+// no restart, losses failures survived with no step lost, every example
+// once per epoch, 4 ranks at the end. It returns the heals and the
+// launcher's stderr (the ranks' lines included).
+func healJob(t *testing.T, data, tr, faults string, epochs, losses int, extra ...string) ([]healRecord, string) {
+	t.Helper()
+	t.Setenv(faultsVar, faults)
+	args := append(survivorArgs(data, filepath.Join(t.TempDir(), "ck.safetensors"), "-epochs", strconv.Itoa(epochs)), extra...)
+	args[1] = tr // "-transport", tr
+	var out string
+	var err error
+	stderr := captureStderr(t, func() { out, err = runTrain(t, args...) })
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	ep, restarts, survived := survivedOutput(t, out)
+	require.Len(t, ep, epochs, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, losses, out)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost)
+	}
+	requireEachSampleOnce(t, ep, 24)
+	require.Equal(t, 4.0, ep[epochs-1]["ranks"], out)
+	return healedOutput(t, out), stderr
 }
