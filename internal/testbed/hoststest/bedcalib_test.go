@@ -46,15 +46,20 @@ var calibArgs = []string{"-calib-max", "16M", "-algo", "ring", "-min", "64K", "-
 // measureSweeps are a round's two sweeps: 64 KiB to 1 MiB with 5 warm-up
 // iterations and ten times the timed ones (cheap; below 1 MiB one cell of
 // a few iterations swings 1.5-2x from run to run, and the first calls of a
-// world's connections are slow), 4 MiB to 64 MiB with 1 and iters (a 64
-// MiB all-reduce takes 0.6-1.3 s over the 1 Gbit/s link).
+// world's connections are slow), back to back (-back-to-back: the bed's
+// token bucket refills while a barrier idles the link, so a small
+// all-reduce timed after a barrier of its own runs partly at the wire's
+// speed, by as much as that barrier took on a loaded host; back to back
+// it runs at the link's rate, as the calibration's rings time the link),
+// 4 MiB to 64 MiB with 1 and iters (a 64 MiB all-reduce takes 0.6-1.3 s
+// over the 1 Gbit/s link, beside which a barrier's refill is nothing).
 func measureSweeps(iters string) [][]string {
 	n, err := strconv.Atoi(iters)
 	if err != nil || n < 1 {
 		n = 3
 	}
 	return [][]string{
-		{"-min", "64K", "-max", "1M", "-iters", strconv.Itoa(10 * n), "-warmup", "5"},
+		{"-min", "64K", "-max", "1M", "-iters", strconv.Itoa(10 * n), "-warmup", "5", "-back-to-back"},
 		{"-min", "4M", "-max", "64M", "-iters", strconv.Itoa(n), "-warmup", "1"},
 	}
 }
