@@ -16,7 +16,7 @@ func TestBackToBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tr, err, out)
 		}
-		if !strings.Contains(out, "warmup 2, back-to-back, check true") {
+		if !strings.Contains(out, "warmup 2, back-to-back, check true") || !strings.Contains(out, "a barrier before a size's first") {
 			t.Errorf("%s: the header does not say back-to-back:\n%s", tr, out)
 		}
 		rows := 0

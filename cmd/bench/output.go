@@ -160,6 +160,10 @@ func timeText(c *config) string {
 			"#       barrier), runs the collective once, and the row's time is the slowest rank's end minus that\n" +
 			"#       start; virtual time does not vary, so there is one iteration per size (-iters, -warmup ignored)\n"
 	}
+	if c.backToBack {
+		return "# time: median over iterations of the slowest rank; back to back: a barrier before a size's first\n" +
+			"#       iteration only, and each rank times an iteration from its own return from the last one\n"
+	}
 	return "# time: median over iterations of the slowest rank; every iteration starts with a barrier and each\n" +
 		"#       rank times the collective from its own exit of that barrier to its own return\n"
 }
