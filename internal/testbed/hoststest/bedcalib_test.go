@@ -272,9 +272,12 @@ func predictionTable(rows []calibRow) string {
 
 // autoTable is Auto's time per size against the fastest measured
 // algorithm's (✓ within autoBound), with what Auto ran, and the goal's
-// count.
+// count; and, to tell a wrong pick from a noisy cell, the time of the
+// algorithm Auto ran in its own sweep against the fastest ("–" where it
+// was not measured alone).
 func autoTable(rows []calibRow) string {
-	lines := []string{"| size | auto ran | auto ms | fastest | its ms | auto / fastest |", "|---|---|---|---|---|---|"}
+	lines := []string{"| size | auto ran | auto ms | fastest | its ms | auto / fastest | ran alone ms | ran alone / fastest |",
+		"|---|---|---|---|---|---|---|---|"}
 	var in, of int
 	for _, b := range calibSizes(rows) {
 		auto, ok := findRow(rows, "auto", b)
@@ -297,7 +300,11 @@ func autoTable(rows []calibRow) string {
 			mark = " ✓"
 			in++
 		}
-		lines = append(lines, fmt.Sprintf("| %s | %s | %.2f | %s | %.2f | %.3f%s |", sizeText(b), auto.Ran, auto.TimeUS/1e3, best.Algo, best.TimeUS/1e3, ratio, mark))
+		alone := "– | –"
+		if r, ok := findRow(rows, auto.Ran, b); ok {
+			alone = fmt.Sprintf("%.2f | %.3f", r.TimeUS/1e3, r.TimeUS/best.TimeUS)
+		}
+		lines = append(lines, fmt.Sprintf("| %s | %s | %.2f | %s | %.2f | %.3f%s | %s |", sizeText(b), auto.Ran, auto.TimeUS/1e3, best.Algo, best.TimeUS/1e3, ratio, mark, alone))
 	}
 	lines = append(lines, fmt.Sprintf("Auto within %.0f%% of the fastest measured: %d of %d sizes", autoBound*100, in, of))
 	return strings.Join(lines, "\n")
@@ -318,4 +325,39 @@ func sizeText(b int) string {
 		return fmt.Sprintf("%d MiB", b>>20)
 	}
 	return fmt.Sprintf("%d KiB", b>>10)
+}
+
+// The check's tables from rows (no bed): a cell is the median or the
+// least of its rounds; Auto against the fastest, and the algorithm it ran
+// alone against the fastest, which tells a noisy Auto cell (the same
+// algorithm slower in Auto's sweep) from a wrong pick.
+func TestCalibTables(t *testing.T) {
+	us := func(x float64) *float64 { return &x }
+	round := func(auto, hd, torus float64) []calibRow {
+		return []calibRow{
+			{Algo: "auto", Ran: "hd", Bytes: 64 << 10, TimeUS: auto, PredUS: us(600)},
+			{Algo: "hd", Ran: "hd", Bytes: 64 << 10, TimeUS: hd, PredUS: us(600)},
+			{Algo: "torus", Ran: "torus", Bytes: 64 << 10, TimeUS: torus, PredUS: us(400)},
+		}
+	}
+	rounds := [][]calibRow{round(700, 500, 520), round(900, 480, 300), round(650, 510, 530)}
+	med := combineCalibRows(rounds, true)
+	least := combineCalibRows(rounds, false)
+	for i, want := range []float64{700, 500, 520} {
+		if med[i].TimeUS != want {
+			t.Errorf("median of %s's rounds: %v, want %v", med[i].Algo, med[i].TimeUS, want)
+		}
+	}
+	if least[2].TimeUS != 300 {
+		t.Errorf("least of torus's rounds: %v, want 300", least[2].TimeUS)
+	}
+	table := autoTable(med)
+	for _, want := range []string{"| 64 KiB | hd | 0.70 | hd | 0.50 | 1.400 | 0.50 | 1.000 |", "within 5% of the fastest measured: 0 of 1"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("autoTable lacks %q:\n%s", want, table)
+		}
+	}
+	if pt := predictionTable(med); !strings.Contains(pt, "| 64 KiB | 0.70 (0.60) | 1.17 ✓ | 0.50 (0.60) | 0.83 ✓ | 0.52 (0.40) | 1.30 |") {
+		t.Errorf("predictionTable:\n%s", pt)
+	}
 }
