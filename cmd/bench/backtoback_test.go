@@ -37,7 +37,21 @@ func TestBackToBack(t *testing.T) {
 			t.Errorf("%s: %d rows, want 4 algorithms × 3 sizes:\n%s", tr, rows, out)
 		}
 	}
-	out, err := runBench(t, "-ranks", "2", "-min", "1K", "-max", "1K", "-iters", "1")
+	out, err := runBench(t, "-ranks", "4", "-local-size", "2", "-algo", "hierarchical,torus", "-back-to-back",
+		"-min", "1K", "-max", "64K", "-factor", "64", "-iters", "5", "-warmup", "2", "-json")
+	if err != nil {
+		t.Fatalf("nodes of 2: %v\n%s", err, out)
+	}
+	if rows := jsonRows(t, out); len(rows) != 4 {
+		t.Errorf("nodes of 2: %d rows, want 2 algorithms × 2 sizes:\n%s", len(rows), out)
+	} else {
+		for _, r := range rows {
+			if num(t, r, "wrong") != 0 {
+				t.Errorf("nodes of 2: %v", r)
+			}
+		}
+	}
+	out, err = runBench(t, "-ranks", "2", "-min", "1K", "-max", "1K", "-iters", "1")
 	if err != nil || strings.Contains(out, "back-to-back") {
 		t.Errorf("without -back-to-back: %v\n%s", err, out)
 	}
