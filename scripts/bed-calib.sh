@@ -11,7 +11,9 @@
 #
 # The environment changes what runs: RINGDDP_BED_CALIB (layouts, default
 # 2x2,3x2), RINGDDP_BED_CALIB_ALGOS (auto,ring,doubling,tree,hd,
-# hierarchical,torus), RINGDDP_BED_CALIB_ITERS (3), RINGDDP_BED_CALIB_ROUNDS (2).
+# hierarchical,torus), RINGDDP_BED_CALIB_ITERS (3), RINGDDP_BED_CALIB_ROUNDS (2: the
+# 4-64 MiB sweep's rounds, each cell the fastest), RINGDDP_BED_CALIB_SMALL_ROUNDS (5: the
+# 64 KiB-1 MiB sweep's, back to back, each cell the median).
 set -eu
 cd "$(dirname "$0")/.."
 trap 'exit 1' INT TERM

@@ -90,6 +90,7 @@ type config struct {
 	factor     int
 	iters      int
 	warmup     int
+	backToBack bool // -back-to-back: no barrier between a size's iterations
 	check      bool
 	json       bool
 	root       int
@@ -127,6 +128,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 		factor  = fs.Int("factor", 2, "multiply the size by this each row (1 only when -min equals -max)")
 		iters   = fs.Int("iters", 20, "timed iterations per size")
 		warmup  = fs.Int("warmup", 5, "untimed iterations per size before the timed ones (a sweep's first size runs up to 100 more, fresh endpoints settling; none with 0)")
+		b2b     = fs.Bool("back-to-back", false, "start each iteration of a size when the rank's last one ends, with a barrier before the first only (as nccl-tests does, and as a training step's buckets follow one another), instead of a barrier before every iteration: the time of an iteration is then the period of a stream of them, with no idle link between them")
 		check   = fs.Bool("check", true, "after the timed iterations, run once more on fresh inputs and count wrong elements against a sequential reference")
 		jsonOut = fs.Bool("json", false, "print one JSON object per row instead of the table")
 		root    = fs.Int("root", 0, "root rank of broadcast and reduce")
@@ -152,7 +154,7 @@ func parseConfig(args []string, stdout io.Writer) (*config, error) {
 
 	cfg := &config{
 		transport: tf.Name, ranks: *ranks, algo: *algo, redopName: *redop,
-		factor: *factor, iters: *iters, warmup: *warmup, check: *check,
+		factor: *factor, iters: *iters, warmup: *warmup, backToBack: *b2b, check: *check,
 		json: *jsonOut, root: *root, args: args, cpuprof: *cpuprof, localSize: *local,
 	}
 	var ok bool

@@ -36,6 +36,31 @@ func TestLinkRings(t *testing.T) {
 	}
 }
 
+// The ring between nodes times its small messages after one that empties
+// a token bucket (as a collective's pieces follow the pieces before them)
+// and its mid-sized ones streamed; the ring within a node does neither.
+func TestPrimeAndStream(t *testing.T) {
+	s := cost.NodesShape(4, 2)
+	inter, intra := interRing(s, false), intraRing(s)
+	for _, c := range []struct {
+		ring               exchangeRing
+		b, largest         int
+		wantPrime, wantRep int
+	}{
+		{inter, 8, 16 << 20, interStream, 100},
+		{inter, 16 << 10, 16 << 20, interStream, 16},
+		{inter, 16 << 10, 1 << 20, 1 << 20, 16}, // no larger than the largest message
+		{inter, 32 << 10, 16 << 20, 0, interStream / (32 << 10)},
+		{inter, 8 << 20, 16 << 20, 0, 1},
+		{intra, 8, 16 << 20, 0, 100},
+		{intra, 32 << 10, 16 << 20, 0, 8},
+	} {
+		if p, r := c.ring.primeBytes(c.b, c.largest), c.ring.reps(c.b); p != c.wantPrime || r != c.wantRep {
+			t.Errorf("group %#x, %d-byte messages (largest %d): prime %d, reps %d; want %d, %d", c.ring.group, c.b, c.largest, p, r, c.wantPrime, c.wantRep)
+		}
+	}
+}
+
 // NICs from the rings between nodes: ranks that slow each other down by
 // their number share one NIC; ranks that do not have a link each.
 func TestFitNICs(t *testing.T) {

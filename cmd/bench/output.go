@@ -125,15 +125,23 @@ func (p *printer) header() error {
 		units += fmt.Sprintf(predHeadFmt, "", "(us)", "")
 	}
 	_, err := fmt.Fprintf(p.w,
-		"# ringddp bench: op %s, transport %s, ranks %d%s, algo %s, dtype %s, redop %s, root %d, iters %d, warmup %d, check %v\n"+
+		"# ringddp bench: op %s, transport %s, ranks %d%s, algo %s, dtype %s, redop %s, root %d, iters %d, warmup %d%s, check %v\n"+
 			"%s"+
 			"# algo: %s\n"+
 			"# algbw = bytes / time; busbw = algbw * %s\n"+
 			"%s#\n%s\n%s\n",
-		c.op.name, c.transport, c.ranks, nodesText(c), c.algo, c.dtype, c.redopName, c.root, c.iters, c.warmup, c.check,
+		c.op.name, c.transport, c.ranks, nodesText(c), c.algo, c.dtype, c.redopName, c.root, c.iters, c.warmup, backToBackText(c), c.check,
 		timeText(c), algoText(c), busFactorText(c.op.name), modelText(c, p),
 		strings.TrimRight(names, " "), strings.TrimRight(units, " "))
 	return err
+}
+
+// backToBackText names -back-to-back in the header, when given.
+func backToBackText(c *config) string {
+	if c.backToBack {
+		return ", back-to-back"
+	}
+	return ""
 }
 
 // nodesText says how the ranks sit on nodes, when the flags say.
@@ -151,6 +159,10 @@ func timeText(c *config) string {
 		return "# time: virtual (the simulator's modelled time): every rank aligns its clock to the latest (a free\n" +
 			"#       barrier), runs the collective once, and the row's time is the slowest rank's end minus that\n" +
 			"#       start; virtual time does not vary, so there is one iteration per size (-iters, -warmup ignored)\n"
+	}
+	if c.backToBack {
+		return "# time: median over iterations of the slowest rank; back to back: a barrier before a size's first\n" +
+			"#       iteration only, and each rank times an iteration from its own return from the last one\n"
 	}
 	return "# time: median over iterations of the slowest rank; every iteration starts with a barrier and each\n" +
 		"#       rank times the collective from its own exit of that barrier to its own return\n"

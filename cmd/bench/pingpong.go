@@ -83,12 +83,18 @@ func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, size
 // another use distinct ones).
 //
 // stream, where set, is the fewest bytes a timed round of messages over
-// streamFrom bytes sends (more steps than pingReps): a link shaped by a
-// token bucket (the test bed's tc tbf; a cloud NIC's burst allowance)
-// carries a lone message that fits its bucket at the wire's speed and a
-// stream at its rate, and the algorithms' mid-sized messages are pieces
-// of such streams (Model.Segment), so the ring between nodes times them
-// streamed (interRing).
+// streamFrom bytes sends (more steps than pingReps), and the bytes of the
+// one message (primeBytes) each batch of rounds of smaller messages
+// starts with: a link shaped by a token bucket (the test bed's tc tbf; a
+// cloud NIC's burst allowance) carries a lone message that fits its
+// bucket at the wire's speed and a stream at its rate. A collective's
+// pieces follow one another, the mid-sized ones as pieces of a stream
+// (Model.Segment), the small ones each after the pieces of the steps
+// before, so the ring between nodes (interRing) times the mid-sized
+// messages streamed and the small ones after a message that empties the
+// bucket: they go at the link's rate where they are sent faster than it,
+// at their own pace where not (the bucket filling between them), as they
+// do inside an all-reduce.
 type exchangeRing struct {
 	peers  func(r, n int) (right, left int, ok bool)
 	group  uint32
@@ -107,6 +113,17 @@ func (r exchangeRing) reps(b int) int {
 		return max(pingReps(b), (r.stream+b-1)/b)
 	}
 	return pingReps(b)
+}
+
+// primeBytes is the message that starts each batch of rounds of b-byte
+// messages on ring, empty the link's bucket (0: none): stream bytes, at
+// most the largest message, before messages under streamFrom on a
+// streamed ring; none before larger ones, whose first round streams.
+func (r exchangeRing) primeBytes(b, largest int) int {
+	if r.stream > 0 && b < streamFrom {
+		return min(r.stream, largest)
+	}
+	return 0
 }
 
 // allRanks is the ring of every rank, in rank order.
@@ -129,8 +146,8 @@ type ringSide struct {
 	ring        exchangeRing
 }
 
-// run times every size: -warmup untimed rounds and -iters timed ones,
-// then, while some member's rounds' paces differ (paces.go), up to
+// run times every size: -warmup untimed rounds and -iters timed ones
+// (after the ring's prime message, where it has one: primeBytes), then, while some member's rounds' paces differ (paces.go), up to
 // maxExtraBatches more batches of -iters rounds; the median of them all.
 func (s *ringSide) run(ctx context.Context) error {
 	largest := s.sizes[len(s.sizes)-1]
@@ -150,6 +167,13 @@ func (s *ringSide) run(ctx context.Context) error {
 		timeRounds := func(n, untimed int) error {
 			if !s.member {
 				return nil
+			}
+			if p := s.ring.primeBytes(b, largest); p > 0 {
+				h := transport.Header{Group: group, Seq: uint64(si), Root: -1, Count: int64(p), Step: step}
+				step++
+				if err := exchange(ctx, s.c, s.right, h, buf[:p], s.left, p, sink); err != nil {
+					return fmt.Errorf("the %d-byte message before the %d-byte ones: %w", p, b, err)
+				}
 			}
 			for round := range untimed + n {
 				t0 := time.Now()

@@ -68,6 +68,9 @@ func settleIterations(bytes int) int {
 // rankMain is one rank's whole sweep: every size, warm-up, timed
 // iterations, the checked iteration, and the combining of the slowest
 // rank's times and the total of wrong elements. Rank 0 sends the rows.
+// Every iteration starts after a barrier, or with -back-to-back the
+// first only, each later one when the rank's last ends (its time then
+// runs from that end to its own).
 //
 // On the simulator (sw.tally set) a size is one timed iteration from
 // fresh inputs, which is also the checked one (virtual time does not
@@ -123,8 +126,10 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 			warmup += settleIterations(count * esz)
 		}
 		for i := range warmup + cfg.iters {
-			if err := clk.sync(ctx); err != nil {
-				return err
+			if i == 0 || !cfg.backToBack {
+				if err := clk.sync(ctx); err != nil {
+					return err
+				}
 			}
 			t0 := clk.now()
 			span := rec.Begin(trace.Comm, "collective", cfg.op.name).Str("algo", sw.algo.String()).Int("bytes", int64(count*esz)).Int("iter", int64(i))
