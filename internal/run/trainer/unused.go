@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	G "gorgonia.org/gorgonia"
 
@@ -38,9 +36,9 @@ type skipper interface {
 type machines struct {
 	full    G.VM
 	skip    skipper         // nil: every step uses every parameter
-	partial map[string]G.VM // by the left-out indices, "2,3"
+	partial map[string]G.VM // by the left-out indices, "[2 3]"
 	outputs func() G.Nodes  // the loss and every parameter's gradient (ddp.DDP.Outputs)
-	graph   func() *G.ExprGraph
+	graph   *G.ExprGraph
 }
 
 // forStep readies the model for the step at global and returns the
@@ -53,7 +51,7 @@ func (m *machines) forStep(global int64, rank int) (G.VM, error) {
 	if err != nil || len(left) == 0 {
 		return m.full, err
 	}
-	key := keyOf(left)
+	key := fmt.Sprint(left)
 	if vm, ok := m.partial[key]; ok {
 		return vm, nil
 	}
@@ -71,7 +69,7 @@ func (m *machines) forStep(global int64, rank int) (G.VM, error) {
 	}
 	var vm G.VM
 	if err := graphlock.Do(func() error {
-		vm = G.NewTapeMachine(m.graph().SubgraphRoots(roots...))
+		vm = G.NewTapeMachine(m.graph.SubgraphRoots(roots...))
 		return nil
 	}); err != nil {
 		return nil, err
@@ -81,14 +79,6 @@ func (m *machines) forStep(global int64, rank int) (G.VM, error) {
 	}
 	m.partial[key] = vm
 	return vm, nil
-}
-
-func keyOf(idx []int) string {
-	s := make([]string, len(idx))
-	for i, x := range idx {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 // close closes the machines that leave parameters out (the full one is

@@ -170,7 +170,7 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	}
 	w.vms.full = w.vm
 	w.vms.skip, _ = model.(skipper)
-	w.vms.outputs, w.vms.graph = w.d.Outputs, func() *G.ExprGraph { return graph }
+	w.vms.outputs, w.vms.graph = w.d.Outputs, graph
 	lo, hi := allreduce.ChunkBounds(test.Len(), n, g.Rank())
 	if w.eval, err = newEvaluator(cfg, w.d, test, lo, hi); err != nil {
 		return nil, err
