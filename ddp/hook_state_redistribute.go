@@ -14,8 +14,10 @@ import "fmt"
 //     keeps it: N'·e' = Σ_r e_r.
 //   - PowerSGD: rank r compresses M_r = g_r + e_r, and the result is a
 //     function of Σ_r M_r / N = mean(g) + Σ_r e_r / N (the Ps and Qs are
-//     sums over ranks; the uncompressed tensors are averaged). Each of N'
-//     ranks given e' = Σ_r e_r / N keeps it: Σ_r' e'/N' = Σ_r e_r / N.
+//     sums over ranks; the uncompressed tensors are averaged; exactly so
+//     with OrthogonalizationEpsilon 0, the default, as the P's scale then
+//     does not matter). Each of N' ranks given e' = Σ_r e_r / N keeps it:
+//     Σ_r' e'/N' = Σ_r e_r / N.
 //
 // So every new rank gets the same residual, the old ones' sum times a
 // factor (1/N' or 1/N), summed in float64 and rounded to T once. The

@@ -25,7 +25,8 @@ import (
 // unused in that step; its true gradient is zero), and the forward pass,
 // unchanged by a zero gate, still computes the block. Skips sets the gate
 // for a step and names what it leaves out; a forward pass no Skips
-// prepared (evaluation) keeps the block.
+// prepared (evaluation) keeps the block, unscaled (stochastic depth's
+// survival-probability scaling at test time is not applied).
 type SkipMLP struct {
 	mlp   *MLP // W_0, b_0 | W_1, b_1 | W_2, b_2: three layers of widths in, hidden, hidden, classes
 	cfg   SkipMLPConfig
