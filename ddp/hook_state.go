@@ -23,9 +23,11 @@ import (
 // Scratch that every step overwrites before reading (PowerSGD's P, the
 // 16-bit payload) is not state. A checkpoint stores Meta and Shared once
 // and every rank's Local. Resumed on another world size, the Local parts
-// no longer map onto the ranks: LoadHookState with local nil zeroes the
-// residuals (the first step after it is that of a fresh hook's error
-// feedback; the rest of the state is kept).
+// no longer map onto the ranks: a RedistributingHook gives every new rank
+// a share of their sum that keeps the next step's averaged input
+// (hook_state_redistribute.go); LoadHookState with local nil zeroes the
+// residuals instead (the first step after it is that of a fresh hook's
+// error feedback; the rest of the state is kept).
 
 // HookState is a StatefulHook's state between steps (see above).
 type HookState[T Float] struct {

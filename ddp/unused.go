@@ -1,6 +1,7 @@
 package ddp
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -29,6 +30,10 @@ import (
 // parameter left without a gradient on every rank (its .grad stays None),
 // the flat arena's optimizer updates it with the zero gradient, so
 // momentum and weight decay still move it.
+
+// ErrUnusedParameters is wrapped by Run's error when a step left
+// parameters without a gradient and WithFindUnusedParameters is off.
+var ErrUnusedParameters = errors.New("parameters that got no gradient in this step, not used in producing the loss")
 
 // WithFindUnusedParameters makes Run mark the parameters that got no
 // gradient in a step ready with a zero gradient, instead of failing
@@ -76,8 +81,8 @@ func (d *DDP[T]) unusedError() error {
 	for k, i := range d.unused {
 		names[k] = fmt.Sprintf("%s (index %d)", d.params[i].Name(), i)
 	}
-	return fmt.Errorf("rank %d: parameters that got no gradient in this step, not used in producing the loss: %s; "+
+	return fmt.Errorf("rank %d: %w: %s; "+
 		"pass ddp.WithFindUnusedParameters() (PyTorch's find_unused_parameters=True) to reduce them with a zero gradient, "+
 		"and make sure the forward pass uses Tapped()[i], not the parameter itself",
-		d.group.Rank(), strings.Join(names, ", "))
+		d.group.Rank(), ErrUnusedParameters, strings.Join(names, ", "))
 }

@@ -92,6 +92,7 @@ type flagValues struct {
 	zeroBuddies   bool                  // -zero-buddies
 	overlapOpt    bool                  // -overlap-optimizer
 	uneven        int                   // -uneven-batches
+	findUnused    bool                  // -find-unused-parameters
 	compress      string                // -compress
 	tf            launch.TransportFlags // -transport, -timeout and the multi-process flags
 }
@@ -139,6 +140,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.BoolVar(&v.zeroBuddies, "zero-buddies", true, zeroBuddiesUsage)
 	fs.IntVar(&v.uneven, "uneven-batches", 0, "test of uneven inputs: the last rank runs this many fewer steps per epoch and joins, shadowing the others' steps with zero gradients (PyTorch's Join, divide_by_initial_world_size=True; with -zero1 it keeps updating its shard, as PyTorch's ZeRO join hook); not with -zero-buddies or -checkpoint-every")
 	fs.BoolVar(&v.overlapOpt, "overlap-optimizer", false, "update each gradient bucket as soon as its collective completes, overlapping the later buckets' communication (PyTorch's optimizer in backward); bitwise the same training")
+	fs.BoolVar(&v.findUnused, "find-unused-parameters", false, "reduce the parameters a step computes no gradient for with a zero gradient instead of failing the step (PyTorch DDP's find_unused_parameters=True), for models whose steps leave parameters out; works with -compress, -overlap-optimizer, -zero1 and -uneven-batches; the built-in models use every parameter")
 	v.tf.Register(fs)
 	v.tf.RegisterJoinTimeout(fs)
 	return v
@@ -390,6 +392,7 @@ func (o *options) buildConfig(v *flagValues) error {
 		return err
 	}
 	o.cfg.OverlapOptimizer, o.cfg.UnevenBatches = v.overlapOpt, v.uneven
+	o.cfg.FindUnusedParameters = v.findUnused
 	o.cfg.ZeroBuddies = o.zeroBuddies
 	return o.cfg.Validate()
 }

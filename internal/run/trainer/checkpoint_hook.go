@@ -30,8 +30,11 @@ import (
 //
 // Resuming on the world size that wrote it, each rank loads its own
 // residuals and the run continues bitwise as if never stopped. On another
-// world size the residuals do not map onto the ranks: they start at zero
-// (rank 0 logs it), and the rest of the state is loaded.
+// world size the residuals do not map onto the ranks, but the next step
+// depends only on their sum: every rank loads the share of it that keeps
+// the step's averaged input (ddp.RedistributingHook; rank 0 logs it), and
+// the rest of the state is loaded as it is. A hook that cannot
+// redistribute starts its residuals at zero, with a line.
 
 const (
 	hookPrefix      = "hook/"
@@ -240,15 +243,38 @@ func restoreHook[T Float](c *checkpoint, g *allreduce.Group, d *ddp.DDP[T]) erro
 	st := ddp.HookState[T]{Kind: s.kind, Meta: []byte(s.meta), Shared: narrow[T](s.shared)}
 	var local []T
 	switch {
-	case s.ranks == g.Size() && s.local == nil:
+	case s.local == nil:
 		local = []T{} // the hook had no residuals
 	case s.ranks == g.Size():
 		local = narrow[T](s.local[g.Rank()])
 	default:
-		logf("the hook's residuals were saved by %d ranks, this run has %d: they start at zero", s.ranks, g.Size())
+		var err error
+		if local, err = redistributeResiduals(h, st, s, g.Size()); err != nil {
+			return fmt.Errorf("trainer: resume from %s: %w: the communication hook's state: %w", c.path, ErrMismatch, err)
+		}
+		if local == nil {
+			logf("the hook's residuals were saved by %d ranks, this run has %d, and this hook cannot carry them over: they start at zero", s.ranks, g.Size())
+		} else {
+			logf("the hook's residuals were saved by %d ranks, this run has %d: redistributed, their sum kept", s.ranks, g.Size())
+		}
 	}
 	if err := h.LoadHookState(st, local); err != nil {
 		return fmt.Errorf("trainer: resume from %s: %w: the communication hook's state: %w", c.path, ErrMismatch, err)
 	}
 	return nil
+}
+
+// redistributeResiduals is this rank's share of the residuals s's ranks
+// saved, for a run of size ranks (ddp.RedistributingHook); nil when h
+// cannot redistribute them.
+func redistributeResiduals[T Float](h ddp.StatefulHook[T], st ddp.HookState[T], s *hookSection, size int) ([]T, error) {
+	rh, ok := h.(ddp.RedistributingHook[T])
+	if !ok {
+		return nil, nil
+	}
+	locals := make([][]T, len(s.local))
+	for r, l := range s.local {
+		locals[r] = narrow[T](l)
+	}
+	return rh.RedistributeLocal(st, locals, size)
 }

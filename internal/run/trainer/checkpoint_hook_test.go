@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -61,23 +63,65 @@ func TestResumeCompressedBitwise(t *testing.T) {
 	}
 }
 
-// On another world size the residuals start at zero and the run goes on.
+// On another world size the residuals are redistributed with their sum
+// kept (ddp's TestResidualsRedistributedAcrossWorldSizes shows that this
+// keeps the next step's averaged input): resumed 4 → 3 and 2 → 4 and
+// stopped before a step, the resumed run's checkpoint holds on every rank
+// Σ_r e_r / N' (16-bit compression) or Σ_r e_r / N (PowerSGD) of the
+// saved residuals e_r, within one float32 rounding of the sum, the same
+// Qs bitwise, and the run then trains on to the end.
 func TestResumeCompressedOtherWorldSize(t *testing.T) {
 	if underRace {
 		t.Skip("whole training runs: too slow under the race detector")
 	}
-	dir := t.TempDir()
-	cfg := small()
-	cfg.Epochs, cfg.Compress = 1, "powersgd:2:0"
-	cfg.MaxSteps = 7
-	cfg.Checkpoint = filepath.Join(dir, "a.safetensors")
-	_, err := Run(ctxT(t), cfg)
-	require.NoError(t, err)
-	next := cfg
-	next.Ranks, next.MaxSteps, next.Resume = 4, 0, cfg.Checkpoint
-	res, err := Run(ctxT(t), next)
-	require.NoError(t, err)
-	require.Equal(t, StopDone, res.Stop)
+	for _, c := range []struct {
+		compress string
+		from, to int
+	}{{"bf16", 4, 3}, {"powersgd:2:0", 2, 4}} {
+		t.Run(fmt.Sprintf("%s/%d-to-%d", c.compress, c.from, c.to), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := small()
+			cfg.Epochs, cfg.Compress, cfg.Ranks = 1, c.compress, c.from
+			cfg.MaxSteps = 7
+			cfg.Checkpoint = filepath.Join(dir, "a.safetensors")
+			_, err := Run(ctxT(t), cfg)
+			require.NoError(t, err)
+			saved, err := readCheckpoint(cfg.Checkpoint)
+			require.NoError(t, err)
+			require.Len(t, saved.hook.local, c.from)
+
+			next := cfg
+			next.Ranks, next.Resume, next.Checkpoint = c.to, cfg.Checkpoint, filepath.Join(dir, "b.safetensors")
+			_, err = Run(ctxT(t), next)
+			require.NoError(t, err)
+			loaded, err := readCheckpoint(next.Checkpoint)
+			require.NoError(t, err)
+			require.Len(t, loaded.hook.local, c.to)
+			require.Equal(t, saved.hook.shared, loaded.hook.shared)
+			div := float64(c.to)
+			if c.compress != "bf16" {
+				div = float64(c.from)
+			}
+			biggest := 0.0
+			for k := range saved.hook.local[0] {
+				sum, mag := 0.0, 0.0
+				for _, l := range saved.hook.local {
+					sum += l[k]
+					mag += math.Abs(l[k])
+				}
+				for r, l := range loaded.hook.local {
+					require.InDelta(t, sum/div, l[k], 0x1p-23*mag/div, "rank %d residual %d", r, k)
+				}
+				biggest = max(biggest, math.Abs(sum))
+			}
+			require.NotZero(t, biggest, "no residuals to carry over: the test cannot tell")
+
+			next.MaxSteps, next.Resume = 0, next.Checkpoint
+			res, err := Run(ctxT(t), next)
+			require.NoError(t, err)
+			require.Equal(t, StopDone, res.Stop)
+		})
+	}
 }
 
 // stripHookSection writes src without its hook tensors and metadata, as

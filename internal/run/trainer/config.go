@@ -2,6 +2,10 @@ package trainer
 
 import (
 	"context"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
 	"errors"
 	"fmt"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -13,6 +17,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/cost"
 	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/datasets"
+	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/numeric"
 )
 
@@ -64,7 +69,17 @@ type Config struct {
 	// epoch than the others and join (ddp.Joiner, PyTorch's Join; see
 	// join.go): a test of uneven inputs. 0: every rank runs every step.
 	UnevenBatches int
-	Seed          int64 // model initialisation and sampler shuffling seed
+	// FindUnusedParameters completes the buckets of parameters that get
+	// no gradient in a step with zero gradients instead of failing
+	// (ddp.WithFindUnusedParameters, PyTorch's find_unused_parameters=True;
+	// see unused.go): for a model whose steps leave parameters out.
+	FindUnusedParameters bool
+	// NewModel, when set, builds the model in place of Model's (Model
+	// still names the run in checkpoints): in g, of dtype dt, initialised
+	// from seed, for features inputs and classes outputs. A model with a
+	// Skips method may leave parameters out of some steps (unused.go).
+	NewModel func(g *G.ExprGraph, dt tensor.Dtype, seed int64, features, classes int) (models.Model, error)
+	Seed     int64 // model initialisation and sampler shuffling seed
 
 	// Compress is the gradient buckets' communication hook as
 	// ddp.ParseCompress spells it ("" or "none": the plain all-reduce);

@@ -65,6 +65,9 @@ func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, pa
 		}
 		opts = append(opts, ddp.WithOptimizerInBackward[T](r))
 	}
+	if cfg.FindUnusedParameters {
+		opts = append(opts, ddp.WithFindUnusedParameters())
+	}
 	if cfg.Zero1 && cfg.ZeroBuddies && g.Size() >= 2 {
 		shadow, err := newOptimizer[T](cfg)
 		if err != nil {

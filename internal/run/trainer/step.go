@@ -112,7 +112,11 @@ func (w *worker[T]) step(p *position, st *epochStats, uses *usage, join *ddp.Joi
 	if join != nil {
 		runStep = join.Run // uneven inputs: the count of active ranks first
 	}
-	if err := runStep(w.comm, w.vm); err != nil {
+	vm, err := w.vms.forStep(p.global, w.g.Rank())
+	if err == nil {
+		err = unusedHint(runStep(w.comm, vm))
+	}
+	if err != nil {
 		return ddp.Agreement{}, fmt.Errorf("trainer: epoch %d step %d: %w", p.epoch+1, s+1, err)
 	}
 	began := time.Now()

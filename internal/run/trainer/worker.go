@@ -29,7 +29,8 @@ type worker[T Float] struct {
 	rep     replica[T]
 	d       *ddp.DDP[T] // rep.DDP(): arenas, layout, statistics, agreement
 	vm      G.VM
-	x, y    []T // the training inputs' backing, refilled every step
+	vms     machines // the step's machines: vm, and those leaving parameters out (unused.go)
+	x, y    []T      // the training inputs' backing, refilled every step
 	sampler *datasets.DistributedSampler
 	whole   *datasets.DistributedSampler // the global batches: one replica (usage.go)
 	members []int                        // the job-start rank of each rank of g (nil: rank r is r; survive_zero.go)
@@ -42,6 +43,9 @@ type worker[T Float] struct {
 }
 
 func newModel(g *G.ExprGraph, cfg Config, dt tensor.Dtype, features, classes int) (models.Model, error) {
+	if cfg.NewModel != nil {
+		return cfg.NewModel(g, dt, cfg.Seed, features, classes)
+	}
 	if cfg.Model == ModelCNN {
 		return models.NewLeNet(g, dt, cfg.Seed)
 	}
@@ -164,6 +168,9 @@ func newWorker[T Float](ctx context.Context, cfg Config, g *allreduce.Group, tra
 	}); err != nil {
 		return nil, err
 	}
+	w.vms.full = w.vm
+	w.vms.skip, _ = model.(skipper)
+	w.vms.outputs, w.vms.graph = w.d.Outputs, graph
 	lo, hi := allreduce.ChunkBounds(test.Len(), n, g.Rank())
 	if w.eval, err = newEvaluator(cfg, w.d, test, lo, hi); err != nil {
 		return nil, err
@@ -175,6 +182,7 @@ func (w *worker[T]) close() {
 	if w.vm != nil {
 		_ = w.vm.Close()
 	}
+	w.vms.close()
 	if w.eval != nil && w.eval.vm != nil {
 		_ = w.eval.vm.Close()
 	}
