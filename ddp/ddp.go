@@ -375,9 +375,16 @@ type Machine interface {
 // all-reduced (Avg) as their gradients arrive; Run returns when all of them
 // are done, with GradArena holding the averaged gradient (and, with
 // WithAgreement, Agreed what the last bucket carried).
+//
+// The buckets but the last are communicated by a goroutine of their own
+// while the backward pass runs. The last bucket is complete only when the
+// backward pass is (it holds the first layers), so Run communicates it
+// itself once vm.RunAll has returned and the goroutine is done, and applies
+// the optimizer in backward's last spans there too: no goroutine has to be
+// woken between the last gradient and the collective, nor between the
+// collective's end and Run's return.
 func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	d.beginStep()
-	var done chan error
 	start := time.Now()
 	stats := StepStats{FirstBucketStart: -1}
 	abort := make(chan struct{})
@@ -386,9 +393,11 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		d.group.Abort(fmt.Errorf("rank %d: %w", d.group.Rank(), err)) // the peers wait for this rank's buckets
 		return err
 	}
-	if d.syncing {
+	last := len(d.buckets) - 1
+	var done chan error
+	if d.syncing && last > 0 {
 		done = make(chan error, 1)
-		go d.reduceBuckets(ctx, start, &stats, upd, abort, done)
+		go func() { done <- d.reducePrefix(ctx, last, start, &stats, upd, abort) }()
 	}
 	d.rewindOrReset(vm)
 	runErr := vm.RunAll()
@@ -409,6 +418,9 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	var commErr error
 	if done != nil {
 		commErr = <-done
+	}
+	if d.syncing && last >= 0 && runErr == nil && commErr == nil {
+		commErr = d.reduceLastBucket(ctx, start, &stats, upd)
 	}
 	if upd != nil {
 		commErr = d.finishUpdates(upd, &stats, commErr)
@@ -513,51 +525,80 @@ func (d *DDP[T]) arrival(i int) error {
 	return nil
 }
 
-// reduceBuckets all-reduces the buckets in order, each as soon as it is
-// complete, hands each to upd (if any: in parts as they become final, or
-// whole once communicated), and reports on done.
+// reduceBuckets communicates every bucket in order, each as soon as it is
+// complete (reducePrefix), and reports on done: Join's shadow step.
 func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, upd *updates, abort <-chan struct{}, done chan<- error) {
-	for b, r := range d.buckets {
+	done <- d.reducePrefix(ctx, len(d.buckets), start, stats, upd, abort)
+}
+
+// reducePrefix communicates buckets [0, n) in order, each as soon as it is
+// complete, until abort is closed or a collective fails.
+func (d *DDP[T]) reducePrefix(ctx context.Context, n int, start time.Time, stats *StepStats, upd *updates, abort <-chan struct{}) error {
+	for b := range n {
 		select {
 		case <-d.ready[b]:
 		case <-abort:
-			done <- nil
-			return
+			return nil
 		case <-ctx.Done():
-			done <- fmt.Errorf("ddp: waiting for bucket %d: %w", b, ctx.Err())
-			return
+			return fmt.Errorf("ddp: waiting for bucket %d: %w", b, ctx.Err())
 		}
-		began := time.Now()
-		if b == 0 {
-			stats.FirstBucketStart = began.Sub(start)
+		if err := d.communicate(ctx, b, start, stats, upd); err != nil {
+			return err
 		}
-		var err error
-		fin := upd.rangesFor(b, r.lo, r.hi) // nil: no parts reported
-		if b == len(d.buckets)-1 {
-			err = d.reduceLast(ctx, r.lo, r.hi, fin)
-		} else {
-			err = d.reduceBucket(ctx, r.lo, r.hi, fin)
-		}
-		ended := time.Now()
-		stats.Comm += ended.Sub(began)
-		if o := d.cfg.observer; o != nil {
-			var z T
-			bytes := (r.hi - r.lo) * int(unsafe.Sizeof(z))
-			o.BucketReduced(b, bytes, d.collectiveName(bytes), began, ended, err)
-		}
-		if err != nil {
-			done <- fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
-			return
-		}
-		stats.Buckets++
-		stats.CommEnd = ended
-		if upd != nil {
-			d.hand(upd, b)
-		}
-		var z T
-		stats.BucketBytes += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
 	}
-	done <- nil
+	return nil
+}
+
+// reduceLastBucket is Run's communication of the last bucket, complete
+// once the backward pass has returned.
+func (d *DDP[T]) reduceLastBucket(ctx context.Context, start time.Time, stats *StepStats, upd *updates) error {
+	last := len(d.buckets) - 1
+	select {
+	case <-d.ready[last]:
+	default:
+		// The backward pass gave every parameter's gradient (settleUnused):
+		// a bucket still incomplete is a broken invariant, not a wait.
+		err := fmt.Errorf("ddp: bucket %d incomplete after the backward pass", last)
+		d.group.Abort(fmt.Errorf("rank %d: %w", d.group.Rank(), err))
+		return err
+	}
+	return d.communicate(ctx, last, start, stats, upd)
+}
+
+// communicate runs bucket b's collective, records it in stats and with
+// the observer, and hands it to upd (if any: in parts as they become
+// final, or whole once communicated; after the last bucket the caller
+// applies what is left, see hand).
+func (d *DDP[T]) communicate(ctx context.Context, b int, start time.Time, stats *StepStats, upd *updates) error {
+	r := d.buckets[b]
+	began := time.Now()
+	if b == 0 {
+		stats.FirstBucketStart = began.Sub(start)
+	}
+	var err error
+	fin := upd.rangesFor(b, r.lo, r.hi) // nil: no parts reported
+	if b == len(d.buckets)-1 {
+		err = d.reduceLast(ctx, r.lo, r.hi, fin)
+	} else {
+		err = d.reduceBucket(ctx, r.lo, r.hi, fin)
+	}
+	ended := time.Now()
+	stats.Comm += ended.Sub(began)
+	var z T
+	bytes := (r.hi - r.lo) * int(unsafe.Sizeof(z))
+	if o := d.cfg.observer; o != nil {
+		o.BucketReduced(b, bytes, d.collectiveName(bytes), began, ended, err)
+	}
+	if err != nil {
+		return fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
+	}
+	stats.Buckets++
+	stats.CommEnd = ended
+	if upd != nil {
+		d.hand(upd, b)
+	}
+	stats.BucketBytes += int64(bytes)
+	return nil
 }
 
 // Steps is the number of optimizer steps taken.
