@@ -3,6 +3,7 @@ package ddp
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -26,10 +27,13 @@ import (
 //     collective has returned.
 //
 // When the last bucket's collective has returned nothing is left to
-// overlap: the communication goroutine then takes spans from the queue
-// itself, beside the update goroutine, until it is empty, and waits for
-// the update goroutine's span in progress, so that Run need not wait for
-// that goroutine to wake and exit. Spans are
+// overlap: Run's goroutine, which runs that collective (see Run), then
+// takes spans from the queue itself, beside the update goroutine, until it
+// is empty, and waits for the update goroutine's span in progress by
+// spinning (it is one span, at most spanElems elements) rather than by
+// sleeping until that goroutine wakes it. The update goroutine exits by
+// itself once every element of the step has been handed over and the
+// queue is empty, so the end of a step wakes no goroutine. Spans are
 // disjoint and the optimizers element-wise (optim.Ranged), so which
 // goroutine updates which span, and in which order, changes no bit.
 
@@ -48,28 +52,39 @@ type worker struct {
 	end   time.Time     // when its last update ended
 }
 
+// spinFor is how long Run's goroutine spins, after the last bucket, for
+// the update goroutine's span in progress before it sleeps until that
+// goroutine wakes it: longer than the update of spanElems elements, so
+// sleeping is only for a BucketStepper's whole bucket.
+const spinFor = 200 * time.Microsecond
+
 // updates is one Run's queue of spans and its update goroutine.
 type updates struct {
 	ranged bool // spans are the parts the all-reduce reports final
 	mu     sync.Mutex
 	queue  []span // handed over, not yet taken
-	closed bool   // nothing more will be handed over
-	busy   bool   // the update goroutine is applying a span
-	// waiting: the communication goroutine waits on idle for the update
-	// goroutine's span to end.
+	// pending counts the step's elements not yet handed over: the spans
+	// of a step cover every bucket once, so it ends at 0, and the update
+	// goroutine exits when it is 0 and the queue empty.
+	pending int
+	closed  bool // nothing more will be handed over
+	busy    bool // the update goroutine is applying a span
+	parked  bool // the update goroutine sleeps until a send on wake
+	// waiting: Run's goroutine sleeps until a send on idle (the update
+	// goroutine's span ends).
 	waiting bool
-	// settled: every span was applied (set by the communication goroutine
-	// after the last bucket; the update goroutine may still be exiting).
+	// settled: every span was applied (set by Run's goroutine after the
+	// last bucket; the update goroutine may still be exiting).
 	settled bool
 	wake    chan struct{}
 	idle    chan struct{}
 	done    chan struct{} // closed when the update goroutine exits
 	worker  worker        // the update goroutine's
-	comm    worker        // the communication goroutine's, after the last bucket
+	comm    worker        // Run's goroutine's, after the last bucket
 	// The bucket being communicated and the arena range its reports are
 	// kept to (the last bucket's collective may carry the agreement's
-	// values after it): set by the communication goroutine, which alone
-	// reports.
+	// values after it): set by the goroutine that communicates it, which
+	// alone reports.
 	bucket, lo, hi int
 	report         allreduce.RangeDone
 }
@@ -86,6 +101,9 @@ func (d *DDP[T]) startUpdates() (*updates, error) {
 	_, arena := d.stepper.(arenaStepper[T])
 	u := &updates{ranged: arena && d.reduce == nil,
 		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), done: make(chan struct{})}
+	for _, r := range d.buckets {
+		u.pending += r.hi - r.lo
+	}
 	u.report = u.reported
 	go func() {
 		defer close(u.done)
@@ -132,13 +150,26 @@ func (u *updates) reported(a, b int) {
 func (u *updates) push(s span) {
 	u.mu.Lock()
 	u.queue = append(u.queue, s)
+	u.pending -= s.hi - s.lo
+	u.unlockWaking()
+}
+
+// unlockWaking unlocks u.mu, waking the update goroutine if it sleeps (it
+// then looks at the queue and the counts again).
+func (u *updates) unlockWaking() {
+	parked := u.parked
+	u.parked = false
 	u.mu.Unlock()
-	u.signal()
+	if parked {
+		u.wake <- struct{}{} // one send per sleep, into a buffer of one: never blocks
+	}
 }
 
 // take returns the next span. For the update goroutine (worker set) it
-// waits for one while the queue is open, and marks the goroutine busy; for
-// the communication goroutine it reports false when there is none.
+// sleeps until there is one while more may come, and marks the goroutine
+// busy; it reports false once the queue is closed, or empty with every
+// element of the step handed over. For Run's goroutine it reports false
+// when the queue is empty.
 func (u *updates) take(worker bool) (span, bool) {
 	for {
 		u.mu.Lock()
@@ -149,11 +180,12 @@ func (u *updates) take(worker bool) (span, bool) {
 			u.mu.Unlock()
 			return s, true
 		}
-		closed := u.closed
-		u.mu.Unlock()
-		if closed || !worker {
+		if u.closed || u.pending <= 0 || !worker {
+			u.mu.Unlock()
 			return span{}, false
 		}
+		u.parked = true
+		u.mu.Unlock()
 		<-u.wake
 	}
 }
@@ -162,16 +194,7 @@ func (u *updates) take(worker bool) (span, bool) {
 func (u *updates) close() {
 	u.mu.Lock()
 	u.closed = true
-	u.mu.Unlock()
-	u.signal()
-}
-
-// signal wakes the update goroutine if it waits.
-func (u *updates) signal() {
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
+	u.unlockWaking()
 }
 
 // apply updates span s, on w's account; after w's first failure it only
@@ -188,9 +211,11 @@ func (d *DDP[T]) apply(w *worker, s span) {
 	w.total += w.end.Sub(began)
 }
 
-// hand is called by the communication goroutine once bucket b's collective
-// has returned: a bucket not reported in parts is handed over whole, and
-// after the last bucket this goroutine updates spans until none is left.
+// hand is called once bucket b's collective has returned, by the
+// goroutine that ran it: a bucket not reported in parts is handed over
+// whole, and after the last bucket (on Run's goroutine) this goroutine
+// updates spans until none is left and the update goroutine's span in
+// progress has ended.
 func (d *DDP[T]) hand(u *updates, b int) {
 	if !u.ranged {
 		r := d.buckets[b]
@@ -200,42 +225,51 @@ func (d *DDP[T]) hand(u *updates, b int) {
 		return
 	}
 	for {
-		for {
-			s, ok := u.take(false)
-			if !ok {
-				break
-			}
-			d.apply(&u.comm, s)
+		s, ok := u.take(false)
+		if !ok {
+			break
 		}
-		// The queue is empty: once the update goroutine's span (if any)
-		// is done, every span is applied. It exits on its own.
+		d.apply(&u.comm, s)
+	}
+	// The queue is empty and nothing more comes: once the update
+	// goroutine's span (if any) is done, every span is applied.
+	deadline := time.Now().Add(spinFor)
+	for {
 		u.mu.Lock()
-		if !u.busy && len(u.queue) == 0 {
+		if !u.busy {
 			u.closed, u.settled = true, true
-			u.mu.Unlock()
-			u.signal()
+			u.unlockWaking() // it sleeps only if some element was never reported
 			return
 		}
-		u.waiting = true
+		if time.Now().After(deadline) {
+			u.waiting = true
+			u.mu.Unlock()
+			<-u.idle
+			continue
+		}
 		u.mu.Unlock()
-		<-u.idle
+		runtime.Gosched()
 	}
 }
 
-// finishUpdates waits for the updates handed to u (none after the
-// communication goroutine returned; when it got through the last bucket
-// it has waited for them itself) and, when every bucket was updated,
-// ends the step. It fills the stats' optimizer figures: Optimizer is the
+// finishUpdates ends the updates of u: when the last bucket was not
+// communicated (a failure) it closes the queue and waits for the update
+// goroutine; otherwise hand has already waited for every span. When every
+// bucket was updated it ends the step. It fills the stats' optimizer figures: Optimizer is the
 // update time after the last collective ended.
 func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
 	u.mu.Lock()
 	settled := u.settled
 	u.mu.Unlock()
-	if !settled { // the communication goroutine stopped early
+	if !settled { // the communication stopped early
 		u.close()
 		<-u.done
 	}
 	err := errors.Join(u.worker.err, u.comm.err)
+	if settled && u.pending != 0 && err == nil {
+		// A collective reported some element twice or never.
+		err = fmt.Errorf("ddp: optimizer in backward: the step's updates left %d of its elements over (negative: updated twice)", u.pending)
+	}
 	stats.OptimizerTotal = u.worker.total + u.comm.total
 	end := u.worker.end
 	if u.comm.end.After(end) {
