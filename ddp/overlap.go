@@ -129,7 +129,10 @@ func (d *DDP[T]) setupStepper() error {
 // already: opt must be that optimizer or nil, and Step only counts the
 // step.
 func (d *DDP[T]) Step(ctx context.Context, opt Optimizer[T]) error {
-	start := time.Now()
+	var start time.Time // of the update, when Step makes it
+	if d.stepper == nil {
+		start = time.Now()
+	}
 	if err := d.applyStep(opt); err != nil {
 		return err
 	}

@@ -10,10 +10,12 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 )
 
-// The updates of one Run with the optimizer in backward. The
-// communication goroutine hands spans of the arenas to a queue as their
-// gradients become final; the update goroutine takes them in order and
-// applies the stepper to each. How fine the spans are:
+// The updates of one Run with the optimizer in backward. The goroutine
+// that communicates a bucket (the communication goroutine for all but the
+// last, Run's own goroutine for the last: see Run) hands spans of the
+// arenas to a queue as their gradients become final; the update goroutine
+// takes them in order and applies the stepper to each. How fine the spans
+// are:
 //
 //   - with WithOptimizerInBackward and the default all-reduce, a span is
 //     a part of a bucket that the all-reduce reports final
@@ -24,18 +26,24 @@ import (
 //   - otherwise (a BucketStepper such as ZeRO-1's, a custom bucket
 //     collective or communication hook, which need not leave every rank
 //     every value), a span is a whole bucket, handed over once its
-//     collective has returned.
+//     collective has returned; the last bucket is not handed over but
+//     updated by Run's goroutine, which would otherwise wait for it.
 //
 // When the last bucket's collective has returned nothing is left to
-// overlap: Run's goroutine, which runs that collective (see Run), then
-// takes spans from the queue itself, beside the update goroutine, until it
-// is empty, and waits for the update goroutine's span in progress by
-// spinning (it is one span, at most spanElems elements) rather than by
-// sleeping until that goroutine wakes it. The update goroutine exits by
-// itself once every element of the step has been handed over and the
-// queue is empty, so the end of a step wakes no goroutine. Spans are
-// disjoint and the optimizers element-wise (optim.Ranged), so which
-// goroutine updates which span, and in which order, changes no bit.
+// overlap, and Run's goroutine finishes the step without sleeping:
+//
+//  1. it takes spans from the queue itself, beside the update goroutine,
+//     until the queue is empty;
+//  2. it waits for the update goroutine's span in progress, if any, by
+//     spinning (yielding its thread to other goroutines) for at most
+//     spinFor, and only past that sleeps until that goroutine wakes it;
+//  3. it marks the step settled. The update goroutine has exited by
+//     itself, or will: it exits once every element it can be handed (the
+//     count pending) has been handed over and the queue is empty, so no
+//     goroutine is woken at the end of a step either.
+//
+// Spans are disjoint and the optimizers element-wise (optim.Ranged), so
+// which goroutine updates which span, and in which order, changes no bit.
 
 // spanElems is the most elements of one span of a reported range, so that
 // the two goroutines share the tail of the last bucket evenly.
@@ -73,8 +81,9 @@ type updates struct {
 	// waiting: Run's goroutine sleeps until a send on idle (the update
 	// goroutine's span ends).
 	waiting bool
-	// settled: every span was applied (set by Run's goroutine after the
-	// last bucket; the update goroutine may still be exiting).
+	// settled: every span was applied (set and read by Run's goroutine
+	// alone, after the last bucket; the update goroutine may still be
+	// exiting).
 	settled bool
 	wake    chan struct{}
 	idle    chan struct{}
@@ -101,14 +110,20 @@ func (d *DDP[T]) startUpdates() (*updates, error) {
 	_, arena := d.stepper.(arenaStepper[T])
 	u := &updates{ranged: arena && d.reduce == nil,
 		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), done: make(chan struct{})}
-	for _, r := range d.buckets {
-		u.pending += r.hi - r.lo
+	for b, r := range d.buckets {
+		if u.ranged || b < len(d.buckets)-1 { // see hand
+			u.pending += r.hi - r.lo
+		}
 	}
 	u.report = u.reported
+	if u.pending == 0 { // nothing to hand over: one bucket, updated by hand
+		close(u.done)
+		return u, nil
+	}
 	go func() {
 		defer close(u.done)
 		for {
-			s, ok := u.take(true)
+			s, ok := u.take()
 			if !ok {
 				return
 			}
@@ -165,22 +180,21 @@ func (u *updates) unlockWaking() {
 	}
 }
 
-// take returns the next span. For the update goroutine (worker set) it
-// sleeps until there is one while more may come, and marks the goroutine
-// busy; it reports false once the queue is closed, or empty with every
-// element of the step handed over. For Run's goroutine it reports false
-// when the queue is empty.
-func (u *updates) take(worker bool) (span, bool) {
+// take returns the update goroutine's next span, sleeping until there is
+// one while more may come, and marks the goroutine busy; it reports false
+// once the queue is closed, or empty with every element of the step
+// handed over.
+func (u *updates) take() (span, bool) {
 	for {
 		u.mu.Lock()
 		if len(u.queue) > 0 {
 			s := u.queue[0]
 			u.queue = u.queue[1:]
-			u.busy = u.busy || worker
+			u.busy = true
 			u.mu.Unlock()
 			return s, true
 		}
-		if u.closed || u.pending <= 0 || !worker {
+		if u.closed || u.pending <= 0 {
 			u.mu.Unlock()
 			return span{}, false
 		}
@@ -212,43 +226,50 @@ func (d *DDP[T]) apply(w *worker, s span) {
 }
 
 // hand is called once bucket b's collective has returned, by the
-// goroutine that ran it: a bucket not reported in parts is handed over
-// whole, and after the last bucket (on Run's goroutine) this goroutine
-// updates spans until none is left and the update goroutine's span in
-// progress has ended.
+// goroutine that ran it. A bucket not reported in parts is handed over
+// whole, but for the last, which Run's goroutine updates itself (handing
+// it over would wake the update goroutine only for it to find the work
+// taken). After the last bucket Run's goroutine updates spans until none
+// is left and the update goroutine's span in progress has ended.
 func (d *DDP[T]) hand(u *updates, b int) {
+	last := b == len(d.buckets)-1
 	if !u.ranged {
 		r := d.buckets[b]
-		u.push(span{b, r.lo, r.hi})
+		if !last {
+			u.push(span{b, r.lo, r.hi})
+		} else {
+			d.apply(&u.comm, span{b, r.lo, r.hi})
+		}
 	}
-	if b < len(d.buckets)-1 {
+	if !last {
 		return
 	}
-	for {
-		s, ok := u.take(false)
-		if !ok {
-			break
-		}
-		d.apply(&u.comm, s)
-	}
-	// The queue is empty and nothing more comes: once the update
-	// goroutine's span (if any) is done, every span is applied.
-	deadline := time.Now().Add(spinFor)
+	var deadline time.Time // of the spin
 	for {
 		u.mu.Lock()
-		if !u.busy {
+		switch {
+		case len(u.queue) > 0:
+			s := u.queue[0]
+			u.queue = u.queue[1:]
+			u.mu.Unlock()
+			d.apply(&u.comm, s)
+		case !u.busy:
+			// The queue is empty, nothing more comes and the update
+			// goroutine's last span is done: every span is applied.
 			u.closed, u.settled = true, true
 			u.unlockWaking() // it sleeps only if some element was never reported
 			return
-		}
-		if time.Now().After(deadline) {
+		case deadline.IsZero() || time.Now().Before(deadline):
+			u.mu.Unlock()
+			if deadline.IsZero() {
+				deadline = time.Now().Add(spinFor)
+			}
+			runtime.Gosched()
+		default:
 			u.waiting = true
 			u.mu.Unlock()
 			<-u.idle
-			continue
 		}
-		u.mu.Unlock()
-		runtime.Gosched()
 	}
 }
 
@@ -258,10 +279,8 @@ func (d *DDP[T]) hand(u *updates, b int) {
 // bucket was updated it ends the step. It fills the stats' optimizer figures: Optimizer is the
 // update time after the last collective ended.
 func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
-	u.mu.Lock()
-	settled := u.settled
-	u.mu.Unlock()
-	if !settled { // the communication stopped early
+	settled := u.settled // set by this goroutine (hand)
+	if !settled {        // the communication stopped early
 		u.close()
 		<-u.done
 	}
