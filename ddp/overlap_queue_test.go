@@ -96,6 +96,11 @@ func TestUpdatesReportedWrongly(t *testing.T) {
 
 	d, f, u, report = oneBucketUpdates(t, n)
 	report(0, n-1)
+	require.Eventually(t, func() bool { // asleep, waiting for the last element
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return u.parked
+	}, 5*time.Second, time.Millisecond)
 	require.ErrorContains(t, finish(t, d, u), "left 1 of its elements over")
 	require.False(t, f.ended)
 }
