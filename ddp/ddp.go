@@ -375,9 +375,16 @@ type Machine interface {
 // all-reduced (Avg) as their gradients arrive; Run returns when all of them
 // are done, with GradArena holding the averaged gradient (and, with
 // WithAgreement, Agreed what the last bucket carried).
+//
+// The buckets but the last are communicated by a goroutine of their own
+// while the backward pass runs. The last bucket is complete only when the
+// backward pass is (it holds the first layers), so Run communicates it
+// itself once vm.RunAll has returned and the goroutine is done, and applies
+// the optimizer in backward's last spans there too: no goroutine has to be
+// woken between the last gradient and the collective, nor between the
+// collective's end and Run's return.
 func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	d.beginStep()
-	var done chan error
 	start := time.Now()
 	stats := StepStats{FirstBucketStart: -1}
 	abort := make(chan struct{})
@@ -386,9 +393,11 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 		d.group.Abort(fmt.Errorf("rank %d: %w", d.group.Rank(), err)) // the peers wait for this rank's buckets
 		return err
 	}
-	if d.syncing {
+	last := len(d.buckets) - 1
+	var done chan error
+	if d.syncing && last > 0 {
 		done = make(chan error, 1)
-		go d.reduceBuckets(ctx, start, &stats, upd, abort, done)
+		go func() { done <- d.reducePrefix(ctx, last, start, &stats, upd, abort) }()
 	}
 	d.rewindOrReset(vm)
 	runErr := vm.RunAll()
@@ -409,6 +418,9 @@ func (d *DDP[T]) Run(ctx context.Context, vm Machine) error {
 	var commErr error
 	if done != nil {
 		commErr = <-done
+	}
+	if d.syncing && last >= 0 && runErr == nil && commErr == nil {
+		commErr = d.reduceLastBucket(ctx, start, &stats, upd)
 	}
 	if upd != nil {
 		commErr = d.finishUpdates(upd, &stats, commErr)
@@ -511,53 +523,6 @@ func (d *DDP[T]) arrival(i int) error {
 		}
 	}
 	return nil
-}
-
-// reduceBuckets all-reduces the buckets in order, each as soon as it is
-// complete, hands each to upd (if any: in parts as they become final, or
-// whole once communicated), and reports on done.
-func (d *DDP[T]) reduceBuckets(ctx context.Context, start time.Time, stats *StepStats, upd *updates, abort <-chan struct{}, done chan<- error) {
-	for b, r := range d.buckets {
-		select {
-		case <-d.ready[b]:
-		case <-abort:
-			done <- nil
-			return
-		case <-ctx.Done():
-			done <- fmt.Errorf("ddp: waiting for bucket %d: %w", b, ctx.Err())
-			return
-		}
-		began := time.Now()
-		if b == 0 {
-			stats.FirstBucketStart = began.Sub(start)
-		}
-		var err error
-		fin := upd.rangesFor(b, r.lo, r.hi) // nil: no parts reported
-		if b == len(d.buckets)-1 {
-			err = d.reduceLast(ctx, r.lo, r.hi, fin)
-		} else {
-			err = d.reduceBucket(ctx, r.lo, r.hi, fin)
-		}
-		ended := time.Now()
-		stats.Comm += ended.Sub(began)
-		if o := d.cfg.observer; o != nil {
-			var z T
-			bytes := (r.hi - r.lo) * int(unsafe.Sizeof(z))
-			o.BucketReduced(b, bytes, d.collectiveName(bytes), began, ended, err)
-		}
-		if err != nil {
-			done <- fmt.Errorf("ddp: communicating bucket %d: %w", b, err)
-			return
-		}
-		stats.Buckets++
-		stats.CommEnd = ended
-		if upd != nil {
-			d.hand(upd, b)
-		}
-		var z T
-		stats.BucketBytes += int64(r.hi-r.lo) * int64(unsafe.Sizeof(z))
-	}
-	done <- nil
 }
 
 // Steps is the number of optimizer steps taken.

@@ -15,8 +15,9 @@ import (
 // computes (compressed hooks). Every rank's hook must call the same
 // collectives in the same order, as the buckets come in the same order.
 //
-// The hook runs on the DDP's communication goroutine, one bucket at a
-// time in bucket order, while the backward pass goes on: where PyTorch's
+// The hook runs on the DDP's communication goroutine (the last bucket on
+// Run's goroutine, after the backward pass), one bucket at a time in
+// bucket order, while the backward pass goes on: where PyTorch's
 // hook returns a future, this one returns when its bucket is done and the
 // next bucket waits for it. A hook holds per-bucket state (error
 // feedback, warm starts) keyed by GradBucket.Index, so a DDP needs a hook

@@ -8,7 +8,9 @@ import (
 // Observer is told when each bucket of a synchronised Run is complete and
 // when its collective ran (WithObserver), for timelines. BucketReady runs
 // on the machine's goroutine inside the gradient hook, the others on the
-// communication goroutine; all must return quickly.
+// goroutine that communicates the bucket (the communication goroutine, or
+// Run's for the last bucket; one call at a time, in bucket order); all
+// must return quickly.
 type Observer interface {
 	// BucketReady: bucket b (bytes of gradients) is complete at t and
 	// handed to communication.

@@ -17,14 +17,17 @@ import (
 //  1. before the forward pass, BeginStep fixes the step's constants (Adam's
 //     bias corrections for step t: the step count advances once per step,
 //     not once per bucket);
-//  2. the communication goroutine all-reduces each bucket with
-//     allreduce.AllReduceRanges and hands each part of it that the
-//     all-reduce reports final (this rank's chunk after the
-//     reduce-scatter, then each chunk the all-gather brings) to the update
-//     goroutine, which applies StepBucket to it; a bucket's update thus
-//     overlaps the rest of its own all-gather, the collectives of the
-//     later buckets and the rest of the backward pass (overlap_queue.go);
-//  3. when the last update is done, EndStep; Step then only counts the step
+//  2. each bucket is all-reduced with allreduce.AllReduceRanges (all but
+//     the last by the communication goroutine, the last by Run's own
+//     goroutine after the backward pass: communicate.go), and each part
+//     of it that the all-reduce reports final (this rank's chunk after
+//     the reduce-scatter, then each chunk the all-gather brings) goes to
+//     the update goroutine, which applies StepBucket to it; a bucket's
+//     update thus overlaps the rest of its own all-gather, the
+//     collectives of the later buckets and the rest of the backward pass;
+//  3. after the last collective Run's goroutine applies what is left of
+//     the queue beside the update goroutine, without sleeping
+//     (overlap_queue.go), then EndStep; Step then only counts the step
 //     (and runs the replica check).
 //
 // The optimizers are element-wise over the arena, so updating it range by
@@ -36,8 +39,8 @@ import (
 // does not implement RangedOptimizer).
 //
 // What stays exposed is the update of the last part of the last bucket to
-// become final, which can only start once it has arrived:
-// StepStats.OptimizerExposed measures it (see docs/ddp.md).
+// become final, which can only start once it has arrived, and the end of
+// Run and Step: StepStats.OptimizerExposed measures it (see docs/ddp.md).
 
 // RangedOptimizer is an optimizer whose step can be applied range by range
 // (optim's SGD, Adam and AdamW; optim.Ranged): BeginStep(n), StepRange for
@@ -129,7 +132,10 @@ func (d *DDP[T]) setupStepper() error {
 // already: opt must be that optimizer or nil, and Step only counts the
 // step.
 func (d *DDP[T]) Step(ctx context.Context, opt Optimizer[T]) error {
-	start := time.Now()
+	var start time.Time // of the update, when Step makes it
+	if d.stepper == nil {
+		start = time.Now()
+	}
 	if err := d.applyStep(opt); err != nil {
 		return err
 	}

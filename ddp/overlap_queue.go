@@ -3,16 +3,19 @@ package ddp
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
 )
 
-// The updates of one Run with the optimizer in backward. The
-// communication goroutine hands spans of the arenas to a queue as their
-// gradients become final; the update goroutine takes them in order and
-// applies the stepper to each. How fine the spans are:
+// The updates of one Run with the optimizer in backward. The goroutine
+// that communicates a bucket (the communication goroutine for all but the
+// last, Run's own goroutine for the last: see Run) hands spans of the
+// arenas to a queue as their gradients become final; the update goroutine
+// takes them in order and applies the stepper to each. How fine the spans
+// are:
 //
 //   - with WithOptimizerInBackward and the default all-reduce, a span is
 //     a part of a bucket that the all-reduce reports final
@@ -23,15 +26,24 @@ import (
 //   - otherwise (a BucketStepper such as ZeRO-1's, a custom bucket
 //     collective or communication hook, which need not leave every rank
 //     every value), a span is a whole bucket, handed over once its
-//     collective has returned.
+//     collective has returned; the last bucket is not handed over but
+//     updated by Run's goroutine, which would otherwise wait for it.
 //
 // When the last bucket's collective has returned nothing is left to
-// overlap: the communication goroutine then takes spans from the queue
-// itself, beside the update goroutine, until it is empty, and waits for
-// the update goroutine's span in progress, so that Run need not wait for
-// that goroutine to wake and exit. Spans are
-// disjoint and the optimizers element-wise (optim.Ranged), so which
-// goroutine updates which span, and in which order, changes no bit.
+// overlap, and Run's goroutine finishes the step without sleeping:
+//
+//  1. it takes spans from the queue itself, beside the update goroutine,
+//     until the queue is empty;
+//  2. it waits for the update goroutine's span in progress, if any, by
+//     spinning (yielding its thread to other goroutines) for at most
+//     spinFor, and only past that sleeps until that goroutine wakes it;
+//  3. it marks the step settled. The update goroutine has exited by
+//     itself, or will: it exits once every element it can be handed (the
+//     count pending) has been handed over and the queue is empty, so no
+//     goroutine is woken at the end of a step either.
+//
+// Spans are disjoint and the optimizers element-wise (optim.Ranged), so
+// which goroutine updates which span, and in which order, changes no bit.
 
 // spanElems is the most elements of one span of a reported range, so that
 // the two goroutines share the tail of the last bucket evenly.
@@ -48,28 +60,40 @@ type worker struct {
 	end   time.Time     // when its last update ended
 }
 
+// spinFor is how long Run's goroutine spins, after the last bucket, for
+// the update goroutine's span in progress before it sleeps until that
+// goroutine wakes it: longer than the update of spanElems elements, so
+// sleeping is only for a BucketStepper's whole bucket.
+const spinFor = 200 * time.Microsecond
+
 // updates is one Run's queue of spans and its update goroutine.
 type updates struct {
 	ranged bool // spans are the parts the all-reduce reports final
 	mu     sync.Mutex
 	queue  []span // handed over, not yet taken
-	closed bool   // nothing more will be handed over
-	busy   bool   // the update goroutine is applying a span
-	// waiting: the communication goroutine waits on idle for the update
-	// goroutine's span to end.
+	// pending counts the step's elements not yet handed over: the spans
+	// of a step cover every bucket once, so it ends at 0, and the update
+	// goroutine exits when it is 0 and the queue empty.
+	pending int
+	closed  bool // nothing more will be handed over
+	busy    bool // the update goroutine is applying a span
+	parked  bool // the update goroutine sleeps until a send on wake
+	// waiting: Run's goroutine sleeps until a send on idle (the update
+	// goroutine's span ends).
 	waiting bool
-	// settled: every span was applied (set by the communication goroutine
-	// after the last bucket; the update goroutine may still be exiting).
+	// settled: every span was applied (set and read by Run's goroutine
+	// alone, after the last bucket; the update goroutine may still be
+	// exiting).
 	settled bool
 	wake    chan struct{}
 	idle    chan struct{}
 	done    chan struct{} // closed when the update goroutine exits
 	worker  worker        // the update goroutine's
-	comm    worker        // the communication goroutine's, after the last bucket
+	comm    worker        // Run's goroutine's, after the last bucket
 	// The bucket being communicated and the arena range its reports are
 	// kept to (the last bucket's collective may carry the agreement's
-	// values after it): set by the communication goroutine, which alone
-	// reports.
+	// values after it): set by the goroutine that communicates it, which
+	// alone reports.
 	bucket, lo, hi int
 	report         allreduce.RangeDone
 }
@@ -86,11 +110,20 @@ func (d *DDP[T]) startUpdates() (*updates, error) {
 	_, arena := d.stepper.(arenaStepper[T])
 	u := &updates{ranged: arena && d.reduce == nil,
 		wake: make(chan struct{}, 1), idle: make(chan struct{}, 1), done: make(chan struct{})}
+	for b, r := range d.buckets {
+		if u.ranged || b < len(d.buckets)-1 { // see hand
+			u.pending += r.hi - r.lo
+		}
+	}
 	u.report = u.reported
+	if u.pending == 0 { // nothing to hand over: one bucket, updated by hand
+		close(u.done)
+		return u, nil
+	}
 	go func() {
 		defer close(u.done)
 		for {
-			s, ok := u.take(true)
+			s, ok := u.take()
 			if !ok {
 				return
 			}
@@ -132,28 +165,41 @@ func (u *updates) reported(a, b int) {
 func (u *updates) push(s span) {
 	u.mu.Lock()
 	u.queue = append(u.queue, s)
-	u.mu.Unlock()
-	u.signal()
+	u.pending -= s.hi - s.lo
+	u.unlockWaking()
 }
 
-// take returns the next span. For the update goroutine (worker set) it
-// waits for one while the queue is open, and marks the goroutine busy; for
-// the communication goroutine it reports false when there is none.
-func (u *updates) take(worker bool) (span, bool) {
+// unlockWaking unlocks u.mu, waking the update goroutine if it sleeps (it
+// then looks at the queue and the counts again).
+func (u *updates) unlockWaking() {
+	parked := u.parked
+	u.parked = false
+	u.mu.Unlock()
+	if parked {
+		u.wake <- struct{}{} // one send per sleep, into a buffer of one: never blocks
+	}
+}
+
+// take returns the update goroutine's next span, sleeping until there is
+// one while more may come, and marks the goroutine busy; it reports false
+// once the queue is closed, or empty with every element of the step
+// handed over.
+func (u *updates) take() (span, bool) {
 	for {
 		u.mu.Lock()
 		if len(u.queue) > 0 {
 			s := u.queue[0]
 			u.queue = u.queue[1:]
-			u.busy = u.busy || worker
+			u.busy = true
 			u.mu.Unlock()
 			return s, true
 		}
-		closed := u.closed
-		u.mu.Unlock()
-		if closed || !worker {
+		if u.closed || u.pending <= 0 {
+			u.mu.Unlock()
 			return span{}, false
 		}
+		u.parked = true
+		u.mu.Unlock()
 		<-u.wake
 	}
 }
@@ -162,16 +208,7 @@ func (u *updates) take(worker bool) (span, bool) {
 func (u *updates) close() {
 	u.mu.Lock()
 	u.closed = true
-	u.mu.Unlock()
-	u.signal()
-}
-
-// signal wakes the update goroutine if it waits.
-func (u *updates) signal() {
-	select {
-	case u.wake <- struct{}{}:
-	default:
-	}
+	u.unlockWaking()
 }
 
 // apply updates span s, on w's account; after w's first failure it only
@@ -188,54 +225,70 @@ func (d *DDP[T]) apply(w *worker, s span) {
 	w.total += w.end.Sub(began)
 }
 
-// hand is called by the communication goroutine once bucket b's collective
-// has returned: a bucket not reported in parts is handed over whole, and
-// after the last bucket this goroutine updates spans until none is left.
+// hand is called once bucket b's collective has returned, by the
+// goroutine that ran it. A bucket not reported in parts is handed over
+// whole, but for the last, which Run's goroutine updates itself (handing
+// it over would wake the update goroutine only for it to find the work
+// taken). After the last bucket Run's goroutine updates spans until none
+// is left and the update goroutine's span in progress has ended.
 func (d *DDP[T]) hand(u *updates, b int) {
+	last := b == len(d.buckets)-1
 	if !u.ranged {
 		r := d.buckets[b]
-		u.push(span{b, r.lo, r.hi})
+		if !last {
+			u.push(span{b, r.lo, r.hi})
+		} else {
+			d.apply(&u.comm, span{b, r.lo, r.hi})
+		}
 	}
-	if b < len(d.buckets)-1 {
+	if !last {
 		return
 	}
+	var deadline time.Time // of the spin
 	for {
-		for {
-			s, ok := u.take(false)
-			if !ok {
-				break
-			}
-			d.apply(&u.comm, s)
-		}
-		// The queue is empty: once the update goroutine's span (if any)
-		// is done, every span is applied. It exits on its own.
 		u.mu.Lock()
-		if !u.busy && len(u.queue) == 0 {
-			u.closed, u.settled = true, true
+		switch {
+		case len(u.queue) > 0:
+			s := u.queue[0]
+			u.queue = u.queue[1:]
 			u.mu.Unlock()
-			u.signal()
+			d.apply(&u.comm, s)
+		case !u.busy:
+			// The queue is empty, nothing more comes and the update
+			// goroutine's last span is done: every span is applied.
+			u.closed, u.settled = true, true
+			u.unlockWaking() // it sleeps only if some element was never reported
 			return
+		case deadline.IsZero() || time.Now().Before(deadline):
+			u.mu.Unlock()
+			if deadline.IsZero() {
+				deadline = time.Now().Add(spinFor)
+			}
+			runtime.Gosched()
+		default:
+			u.waiting = true
+			u.mu.Unlock()
+			<-u.idle
 		}
-		u.waiting = true
-		u.mu.Unlock()
-		<-u.idle
 	}
 }
 
-// finishUpdates waits for the updates handed to u (none after the
-// communication goroutine returned; when it got through the last bucket
-// it has waited for them itself) and, when every bucket was updated,
-// ends the step. It fills the stats' optimizer figures: Optimizer is the
+// finishUpdates ends the updates of u: when the last bucket was not
+// communicated (a failure) it closes the queue and waits for the update
+// goroutine; otherwise hand has already waited for every span. When every
+// bucket was updated it ends the step. It fills the stats' optimizer figures: Optimizer is the
 // update time after the last collective ended.
 func (d *DDP[T]) finishUpdates(u *updates, stats *StepStats, commErr error) error {
-	u.mu.Lock()
-	settled := u.settled
-	u.mu.Unlock()
-	if !settled { // the communication goroutine stopped early
+	settled := u.settled // set by this goroutine (hand)
+	if !settled {        // the communication stopped early
 		u.close()
 		<-u.done
 	}
 	err := errors.Join(u.worker.err, u.comm.err)
+	if settled && u.pending != 0 && err == nil {
+		// A collective reported some element twice or never.
+		err = fmt.Errorf("ddp: optimizer in backward: the step's updates left %d of its elements over (negative: updated twice)", u.pending)
+	}
 	stats.OptimizerTotal = u.worker.total + u.comm.total
 	end := u.worker.end
 	if u.comm.end.After(end) {

@@ -53,8 +53,9 @@ func trainOverlap(t *testing.T, kind, optName string, ranks, steps, bucketBytes 
 	return trainOverlapOn(t, inprocRanks(), kind, optName, ranks, steps, bucketBytes, inBackward)
 }
 
-// trainOverlapOn is trainOverlap on the ranks run gives.
-func trainOverlapOn(t *testing.T, run ranksRunner, kind, optName string, ranks, steps, bucketBytes int, inBackward bool) []trained {
+// trainOverlapOn is trainOverlap on the ranks run gives, with the DDP
+// options extra besides.
+func trainOverlapOn(t *testing.T, run ranksRunner, kind, optName string, ranks, steps, bucketBytes int, inBackward bool, extra ...ddp.Option) []trained {
 	const perRank = 3
 	out := make([]trained, ranks)
 	errs := run(ranks, func(g *allreduce.Group) error {
@@ -63,6 +64,7 @@ func trainOverlapOn(t *testing.T, run ranksRunner, kind, optName string, ranks, 
 			return err
 		}
 		opts := []ddp.Option{ddp.WithBucketBytes(bucketBytes, bucketBytes), ddp.WithAgreement(func() bool { return false })}
+		opts = append(opts, extra...)
 		if inBackward {
 			opts = append(opts, ddp.WithOptimizerInBackward[float32](opt.(optim.Ranged[float32])))
 		}

@@ -14,7 +14,8 @@
 // whether it is the step's last bucket, and the group. It must leave the
 // averaged gradient (or its approximation) in the buffer on every rank,
 // calling the same collectives in the same order on every rank. It runs
-// on the DDP's communication goroutine while the backward pass goes on.
+// on the DDP's communication goroutine while the backward pass goes on
+// (the last bucket on Run's goroutine, after it).
 package main
 
 import (
