@@ -115,3 +115,88 @@ func TestBuddyRecoverMidStep(t *testing.T) {
 		})
 	}
 }
+
+// A rank is lost after a step that every rank but its buddy completed
+// (the buddy's all-gather failed after its last receive): the buddy's
+// copy of the lost shard is a step behind the survivors' S = k+1, and
+// Recover replays the lost rank's gradient of step k, which the buddy had
+// received, on it. The survivors continue from S, bitwise equal to one
+// optimizer over the whole arena.
+func TestBuddyRecoverPendingGradient(t *testing.T) {
+	for _, c := range []lossCase{
+		{opt: "adam", n: 4, k: 2, m: 2, lost: []int{1}},
+		{opt: "sgd", n: 3, k: 1, m: 2, lost: []int{2}}, // its buddy is rank 0
+		{opt: "adamw", n: 2, k: 0, m: 2, lost: []int{0}},
+	} {
+		t.Run(fmt.Sprintf("%s/n=%d/k=%d/lost=%v", c.opt, c.n, c.k, c.lost), func(t *testing.T) {
+			conns, _, err := allreducetest.InprocConns(c.n, 10*time.Second)
+			require.NoError(t, err)
+			kept := make([]*zero.Kept[float64], c.n)
+			var start []float64
+			lost, buddy := c.lost[0], (c.lost[0]+1)%c.n
+			errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
+				ctx := context.Background()
+				z, err := wrapBuddy(t, g, c.opt, true)
+				if err != nil {
+					return err
+				}
+				r := g.Rank()
+				if r == 0 {
+					start = append([]float64(nil), z.DDP().ParamArena()...)
+				}
+				for s := range c.k {
+					if err := stepWith(ctx, z, s); err != nil {
+						return fmt.Errorf("step %d: %w", s, err)
+					}
+				}
+				if r != buddy {
+					if err := stepWith(ctx, z, c.k); err != nil {
+						return fmt.Errorf("step %d: %w", c.k, err)
+					}
+				} else {
+					g := globalGrad(c.k, len(z.DDP().ParamArena()))
+					for _, p := range z.Pieces() {
+						copy(z.GradShard()[p.Off:p.Off+p.Len()], g[p.Lo:p.Hi])
+					}
+					require.NoError(t, z.Optimizer().SetLR(lrAt(c.k)))
+					require.Error(t, zero.StepGatherLost(ctx, z))
+				}
+				if r == lost {
+					return nil
+				}
+				kept[r], err = z.Keep()
+				want := int64(c.k + 1)
+				if r == buddy {
+					want--
+				}
+				if err == nil && kept[r].Done() != want {
+					err = fmt.Errorf("rank %d: %d steps done, want %d", r, kept[r].Done(), want)
+				}
+				return err
+			})
+			require.NoError(t, allreducetest.FirstError(errs))
+			tr := zero.Transition{OldSize: c.n}
+			old := make([]*zero.ZeRO1[float64], c.n)
+			for s := range c.n {
+				if s != lost {
+					tr.Old = append(tr.Old, s)
+				}
+			}
+			old[tr.Old[0]] = kept[tr.Old[0]].Wrapper()
+			next := c
+			next.k++
+			arenas, states, err := newWorld(t, next, old, tr, func(ctx context.Context, _, to *zero.ZeRO1[float64]) error {
+				for i := range to.DDP().ParamArena() {
+					to.DDP().ParamArena()[i] = math.NaN()
+				}
+				return zero.Recover(ctx, kept[tr.Old[to.DDP().Group().Rank()]], to, tr, int64(next.k))
+			})
+			require.NoError(t, err)
+			wantParams, wantState := wholeArena(t, c.opt, start, next.k+c.m)
+			for r := range arenas {
+				require.Equal(t, wantParams, arenas[r], "survivor %d's parameters", r)
+				require.Equal(t, wantState, states[r], "survivor %d's optimizer state", r)
+			}
+		})
+	}
+}

@@ -214,15 +214,12 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 		}
 		z.lastOp = z.d.LastStats().Optimizer
 	} else {
-		z.buddy.begin(ctx, params, z.gradShard)
-		if z.buddy != nil {
-			z.saveOwn(params)
-		}
+		z.buddy.begin(ctx, params, z.opt.LR())
 		if err := z.stepShard(params); err != nil {
 			z.buddy.abandon(ctx)
 			return err
 		}
-		if err := z.buddy.replay(ctx, z.opt.LR()); err != nil {
+		if err := z.buddy.receive(ctx); err != nil {
 			return err
 		}
 	}
@@ -477,8 +474,9 @@ func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
 	if err := full.Validate(); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	if err := z.opt.LoadState(cutShard(full, z.pieces, z.shard)); err != nil {
+	own := cutShard(full, z.pieces, z.shard)
+	if err := z.opt.LoadState(own); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	return z.buddy.loadFull(full)
+	return z.buddy.loadFull(full, own)
 }
