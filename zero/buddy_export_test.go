@@ -14,12 +14,7 @@ import (
 // the simulated failure.
 func StepGatherLost[T ddp.Float](ctx context.Context, z *ZeRO1[T]) error {
 	params := z.d.ParamArena()
-	z.buddy.begin(ctx, params, z.opt.LR())
-	if err := z.stepShard(params); err != nil {
-		z.buddy.abandon(ctx)
-		return err
-	}
-	if err := z.buddy.receive(ctx); err != nil {
+	if err := z.updateShard(ctx, params); err != nil {
 		return err
 	}
 	for b, r := range z.buckets {

@@ -213,15 +213,8 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 			return err
 		}
 		z.lastOp = z.d.LastStats().Optimizer
-	} else {
-		z.buddy.begin(ctx, params, z.opt.LR())
-		if err := z.stepShard(params); err != nil {
-			z.buddy.abandon(ctx)
-			return err
-		}
-		if err := z.buddy.receive(ctx); err != nil {
-			return err
-		}
+	} else if err := z.updateShard(ctx, params); err != nil {
+		return err
 	}
 	if z.group.Size() == 1 {
 		return nil
@@ -240,6 +233,17 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 		}
 	}
 	return z.buddy.end(params, nil)
+}
+
+// updateShard is Step's update of the shard, with buddies' steps 1 and 2
+// around it (buddy.go).
+func (z *ZeRO1[T]) updateShard(ctx context.Context, params []T) error {
+	z.buddy.begin(ctx, params, z.opt.LR())
+	if err := z.stepShard(params); err != nil {
+		z.buddy.abandon(ctx)
+		return err
+	}
+	return z.buddy.receive(ctx)
 }
 
 // stepShard updates the shard with the optimizer's Step, the shard's
