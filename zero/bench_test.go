@@ -73,16 +73,32 @@ func benchSteps(b *testing.B, mode string, ranks, perRank, steps int) {
 	b.ReportMetric(float64(median(times).Microseconds())/1e3, "median-ms/step")
 }
 
-// benchRank builds rank g's part of the benchmark's model for mode (ddp,
-// zero1, zero1-buddy) and returns its training step, and what releases
-// it.
+// benchNet is a benchmark's MLP (layer widths, 784 in and 10 out) and
+// optimizer.
+type benchNet struct {
+	dims   []int
+	newOpt func() (optim.Optimizer[float32], error)
+}
+
+// stepNet is BenchmarkStep's: MLP 784-2048-2048-10, Adam.
+var stepNet = benchNet{dims: []int{784, 2048, 2048, 10}, newOpt: func() (optim.Optimizer[float32], error) {
+	return optim.NewAdam[float32](optim.DefaultAdamConfig())
+}}
+
+// benchRank builds rank g's part of stepNet for mode (ddp, zero1,
+// zero1-buddy) and returns its training step, and what releases it.
 func benchRank(ctx context.Context, g *allreduce.Group, mode string, perRank int) (step func() error, done func(), err error) {
-	opt, err := optim.NewAdam[float32](optim.DefaultAdamConfig())
+	return benchNetRank(ctx, g, stepNet, mode, perRank)
+}
+
+// benchNetRank is benchRank for net.
+func benchNetRank(ctx context.Context, g *allreduce.Group, net benchNet, mode string, perRank int) (step func() error, done func(), err error) {
+	opt, err := net.newOpt()
 	if err != nil {
 		return nil, nil, err
 	}
 	graph := G.NewGraph()
-	model, err := models.NewMLP(graph, tensor.Float32, 1, 784, 2048, 2048, 10)
+	model, err := models.NewMLP(graph, tensor.Float32, 1, net.dims...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -93,7 +109,7 @@ func benchRank(ctx context.Context, g *allreduce.Group, mode string, perRank int
 	case "zero1":
 		z, err = zero.Wrap[float32](ctx, g, model.Learnables(), opt, buckets)
 	case "zero1-buddy":
-		shadow, serr := optim.NewAdam[float32](optim.DefaultAdamConfig())
+		shadow, serr := net.newOpt()
 		if serr != nil {
 			return nil, nil, serr
 		}

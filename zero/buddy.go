@@ -31,17 +31,33 @@ import (
 //     optimizer is elementwise and deterministic, so the copy stays bitwise
 //     equal to the original; the buddy checks it every step against the
 //     parameters the all-gather brings (its replay computes them too).
+//   - self: a second optimizer over the rank's own shard, one step behind
+//     the shard's during a step and level with it after: the step's own
+//     update is replayed on it once the step has completed (the version a
+//     failure rolls back to, buddy_keep.go).
 //
 // A step with buddies, on rank r (Step's hooks):
 //
-//  1. before the update: copy the left shard's parameters out of the arena
-//     (they are about to change) and start sending GradShard to the buddy
-//     and receiving the left's (asynchronous broadcasts in pair groups,
-//     below), overlapping the shard's own update;
-//  2. after the update: wait for the left's gradient and replay the left's
-//     update on a goroutine of its own, overlapping the all-gather;
-//  3. after the all-gather: wait for the replay and compare its parameters
-//     with the gathered ones (a mismatch is an error: the copy diverged).
+//  1. before the update (begin): copy the own and the left shard's
+//     parameters out of the arena (they are about to change) and start
+//     sending GradShard to the buddy and receiving the left's
+//     (asynchronous broadcasts in pair groups, below), overlapping the
+//     shard's own update;
+//  2. after the update (receive): wait for the left's gradient, before
+//     the all-gather: a completed all-gather on any rank then proves that
+//     every buddy holds its left's gradient of the step;
+//  3. after the all-gather (end), the step complete on this rank: replay
+//     the left's update on the copy and the own update on self, and
+//     compare the copy's parameters with the gathered ones (a mismatch is
+//     an error: the copy diverged).
+//
+// The replays come after the all-gather, not during it, so that neither
+// the copy nor self is ever ahead of the steps this rank has completed:
+// self is the own shard's version at the last completed Step, the version
+// a failure in the next step may have to roll back to, kept by replaying
+// the update (no copy of the state, no allocation), and the copy is at
+// the same step, or one behind with the gradient that brings it level
+// (buddy_keep.go).
 //
 // The transfer r → r+1 is a Broadcast in a group of the two ranks, made once
 // by Split: the ring's N edges are coloured so that no rank is in two edges
@@ -52,15 +68,24 @@ import (
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
 	shadow     optim.Optimizer[T] // the left shard's optimizer (its copy)
+	self       optim.Optimizer[T] // the own shard's optimizer at the last completed Step
 	left       int                // the rank whose shard this rank holds
 	leftPieces []Piece            // the left rank's pieces
+	ownPieces  []Piece            // this rank's pieces (the wrapper's)
+	ownGrad    []T                // the wrapper's GradShard
 	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
 	sends      []bool             // per round: this rank sends (else it receives)
-	params     []T                // the left shard's parameters, in shard order
-	grad       []T                // the left shard's averaged gradient
+	params     []T                // the left shard's parameters at the copy's step, in shard order
+	selfParams []T                // the own shard's parameters at self's step, in shard order
+	grad       []T                // the left shard's averaged gradient of the step in flight
 	works      []*allreduce.Work  // the exchange in flight
-	replayed   chan error         // the replay in flight
-	hist       history[T]         // the versions before the last update (buddy_keep.go)
+	// received: grad holds the left's gradient of the step in flight (the
+	// exchange completed), to be replayed at learning rate lr.
+	received bool
+	lr       float64
+	// primed: params and selfParams were copied from the arena since the
+	// wrapper was made or its state loaded.
+	primed bool
 }
 
 // WrapWithBuddy is Wrap with buddies: shadow, a fresh optimizer of the same
@@ -86,7 +111,11 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	if z.ranged != nil {
 		return nil, fmt.Errorf("zero: buddies replay the shard's whole update after the reduce-scatter; they cannot follow an update made in backward (ddp.WithOptimizerInBackward): use one or the other")
 	}
-	b := &buddy[T]{shadow: shadow, left: (group.Rank() + n - 1) % n}
+	self, err := optim.NewFromState[T](opt.State())
+	if err != nil {
+		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
+	}
+	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err
 	}
@@ -94,7 +123,7 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	for _, p := range b.leftPieces {
 		size += p.Len()
 	}
-	b.params, b.grad = make([]T, size), make([]T, size)
+	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
 	if err := b.split(ctx, group); err != nil {
 		return nil, err
 	}
@@ -158,46 +187,48 @@ func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
 	return nil
 }
 
-// begin is step 1: keep the left shard's parameters before the update
-// changes the arena, and start the exchange of gradients.
-func (b *buddy[T]) begin(ctx context.Context, params, gradShard []T) {
+// begin is step 1: keep the own and the left shard's parameters before
+// the update changes the arena, and start the exchange of gradients; lr
+// is the step's learning rate (this rank's optimizer's: a schedule sets
+// it on the optimizer only). Nil-safe.
+func (b *buddy[T]) begin(ctx context.Context, params []T, lr float64) {
 	if b == nil {
 		return
 	}
-	for _, p := range b.leftPieces {
-		copy(b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi])
-	}
+	b.prime(params)
+	b.received, b.lr = false, lr
 	b.works = b.works[:0]
 	for i, pair := range b.rounds {
 		buf := b.grad
 		if b.sends[i] {
-			buf = gradShard
+			buf = b.ownGrad
 		}
 		b.works = append(b.works, allreduce.BroadcastAsync(ctx, pair, buf, 0))
 	}
 }
 
-// replay is step 2: wait for the left's gradient and start its update on
-// the copy, at the learning rate of this rank's optimizer (a schedule sets
-// it on the optimizer only).
-func (b *buddy[T]) replay(ctx context.Context, lr float64) error {
+// prime copies the own and the left shard's parameters out of the arena
+// params.
+func (b *buddy[T]) prime(params []T) {
+	for _, p := range b.leftPieces {
+		copy(b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi])
+	}
+	b.selfParams = b.selfParams[:0]
+	for _, p := range b.ownPieces {
+		b.selfParams = append(b.selfParams, params[p.Lo:p.Hi]...)
+	}
+	b.primed = true
+}
+
+// receive is step 2: wait for the left's gradient. Nil-safe.
+func (b *buddy[T]) receive(ctx context.Context) error {
 	if b == nil {
 		return nil
 	}
 	if err := allreduce.WaitAll(ctx, b.works...); err != nil {
 		return fmt.Errorf("zero: sending the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", b.left+1, b.left, err)
 	}
-	if b.replayed == nil {
-		b.replayed = make(chan error, 1)
-	}
-	go func() {
-		b.saveLeft()
-		if err := b.shadow.SetLR(lr); err != nil {
-			b.replayed <- err
-			return
-		}
-		b.replayed <- b.shadow.Step(b.params, b.grad)
-	}()
+	b.received = true
 	return nil
 }
 
@@ -209,21 +240,21 @@ func (b *buddy[T]) abandon(ctx context.Context) {
 	}
 }
 
-// end is step 3: wait for the replay and, when the all-gather succeeded
-// (gatherErr nil), check it against the gathered parameters. A replay that
-// was started is always waited for, so that the copy's buffers are not in
-// use after Step returns. Nil-safe: without buddies it returns gatherErr.
+// end is step 3: when the all-gather succeeded (gatherErr nil), replay the
+// step's updates on self and on the copy, and check the copy's parameters
+// against the gathered ones. Nil-safe: without buddies it returns
+// gatherErr.
 func (b *buddy[T]) end(params []T, gatherErr error) error {
-	if b == nil {
+	if b == nil || gatherErr != nil {
 		return gatherErr
 	}
-	if err := <-b.replayed; err != nil && gatherErr == nil {
+	if err := replay(b.self, b.lr, b.selfParams, b.ownGrad); err != nil {
+		return fmt.Errorf("zero: replaying this rank's update on its second version: %w", err)
+	}
+	if err := replay(b.shadow, b.lr, b.params, b.grad); err != nil {
 		return fmt.Errorf("zero: replaying rank %d's update on its copy: %w", b.left, err)
 	}
-	if gatherErr != nil {
-		return gatherErr
-	}
-	b.hist.updated = false
+	b.received = false
 	for _, p := range b.leftPieces {
 		got := b.params[p.Off : p.Off+p.Len()]
 		for i, v := range params[p.Lo:p.Hi] {
@@ -233,6 +264,14 @@ func (b *buddy[T]) end(params []T, gatherErr error) error {
 		}
 	}
 	return nil
+}
+
+// replay runs one update of opt at learning rate lr.
+func replay[T ddp.Float](opt optim.Optimizer[T], lr float64, params, grad []T) error {
+	if err := opt.SetLR(lr); err != nil {
+		return err
+	}
+	return opt.Step(params, grad)
 }
 
 // Buddied reports whether this rank holds a buddy copy (WrapWithBuddy).

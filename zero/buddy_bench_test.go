@@ -12,51 +12,69 @@ import (
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
 	"github.com/ringddp/ringddp/allreduce/transport"
+	"github.com/ringddp/ringddp/optim"
 )
 
-// BenchmarkBuddyOverhead is the cost of buddies on BenchmarkStep's step
-// (4 ranks, MLP 784-2048-2048-10, Adam, float32): two worlds, ZeRO-1 with
-// and without buddies, run in turns of 2 steps each (b.N turns), so that
-// the machine's load drifts over both alike. It reports each mode's median
-// step and the overhead, median(buddy)/median(plain) - 1, and the same for
-// the process's CPU time per step (all ranks), which a loaded machine's
+// BenchmarkBuddyOverhead is the cost of buddies on a step, 4 ranks,
+// float32, 64 rows per rank, on two models: BenchmarkStep's (net=step: MLP
+// 784-2048-2048-10, 5.8 M parameters, Adam) and cmd/train's default
+// (net=train: MLP 784-256-128-10, 235 k parameters, SGD with momentum
+// 0.9, global batch 256). Two worlds, ZeRO-1 with and without buddies, run
+// in turns of burst steps each (b.N turns), so that the machine's load
+// drifts over both alike. It reports each mode's median step and the
+// overhead, median(buddy)/median(plain) - 1, and the same for the
+// process's CPU time per step (all ranks), which a loaded machine's
 // scheduling does not inflate as it does wall time.
 func BenchmarkBuddyOverhead(b *testing.B) {
-	const ranks, perRank, burst = 4, 64, 2
-	for _, tr := range []string{"inproc", "tcp"} {
-		b.Run(fmt.Sprintf("transport=%s/ranks=%d", tr, ranks), func(b *testing.B) {
-			modes := []string{"zero1", "zero1-buddy"}
-			worlds := make([]*turnWorld, len(modes))
-			for i, mode := range modes {
-				worlds[i] = startTurns(b, benchConns(b, tr, ranks), mode, perRank, burst)
-			}
-			for _, w := range worlds { // warm-up turn, not timed
-				w.turn()
-			}
-			for _, w := range worlds {
-				w.times, w.cpu, w.steps = w.times[:0], 0, 0
-			}
-			b.ResetTimer()
-			for range b.N {
-				for _, w := range worlds {
-					w.turn()
-				}
-			}
-			b.StopTimer()
-			for _, w := range worlds {
-				require.NoError(b, w.stop())
-			}
-			plain, buddy := median(worlds[0].times), median(worlds[1].times)
-			b.ReportMetric(float64(plain.Microseconds())/1e3, "zero1-ms/step")
-			b.ReportMetric(float64(buddy.Microseconds())/1e3, "buddy-ms/step")
-			b.ReportMetric(100*(float64(buddy)/float64(plain)-1), "overhead-%")
-			cpuPlain := float64(worlds[0].cpu) / float64(worlds[0].steps)
-			cpuBuddy := float64(worlds[1].cpu) / float64(worlds[1].steps)
-			b.ReportMetric(cpuPlain/1e6, "zero1-cpu-ms/step")
-			b.ReportMetric(cpuBuddy/1e6, "buddy-cpu-ms/step")
-			b.ReportMetric(100*(cpuBuddy/cpuPlain-1), "cpu-overhead-%")
-		})
+	const ranks, perRank = 4, 64
+	trainNet := benchNet{dims: []int{784, 256, 128, 10}, newOpt: func() (optim.Optimizer[float32], error) {
+		return optim.NewSGD[float32](optim.SGDConfig{LR: 0.05, Momentum: 0.9})
+	}}
+	for _, net := range []struct {
+		name  string
+		net   benchNet
+		burst int
+	}{{"step", stepNet, 2}, {"train", trainNet, 20}} {
+		for _, tr := range []string{"inproc", "tcp"} {
+			b.Run(fmt.Sprintf("net=%s/transport=%s/ranks=%d", net.name, tr, ranks), func(b *testing.B) {
+				buddyOverhead(b, net.net, benchConns(b, tr, ranks), benchConns(b, tr, ranks), perRank, net.burst)
+			})
+		}
 	}
+}
+
+// buddyOverhead runs BenchmarkBuddyOverhead's two worlds of net, over
+// plain and buddy, and reports.
+func buddyOverhead(b *testing.B, net benchNet, plainConns, buddyConns []transport.Conn, perRank, burst int) {
+	worlds := []*turnWorld{
+		startTurns(b, plainConns, net, "zero1", perRank, burst),
+		startTurns(b, buddyConns, net, "zero1-buddy", perRank, burst),
+	}
+	for _, w := range worlds { // warm-up turn, not timed
+		w.turn()
+	}
+	for _, w := range worlds {
+		w.times, w.cpu, w.steps = w.times[:0], 0, 0
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, w := range worlds {
+			w.turn()
+		}
+	}
+	b.StopTimer()
+	for _, w := range worlds {
+		require.NoError(b, w.stop())
+	}
+	plain, buddy := median(worlds[0].times), median(worlds[1].times)
+	b.ReportMetric(float64(plain.Microseconds())/1e3, "zero1-ms/step")
+	b.ReportMetric(float64(buddy.Microseconds())/1e3, "buddy-ms/step")
+	b.ReportMetric(100*(float64(buddy)/float64(plain)-1), "overhead-%")
+	cpuPlain := float64(worlds[0].cpu) / float64(worlds[0].steps)
+	cpuBuddy := float64(worlds[1].cpu) / float64(worlds[1].steps)
+	b.ReportMetric(cpuPlain/1e6, "zero1-cpu-ms/step")
+	b.ReportMetric(cpuBuddy/1e6, "buddy-cpu-ms/step")
+	b.ReportMetric(100*(cpuBuddy/cpuPlain-1), "cpu-overhead-%")
 }
 
 // turnWorld is a world of ranks that train burst steps each time it is
@@ -81,7 +99,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func startTurns(b *testing.B, conns []transport.Conn, mode string, perRank, burst int) *turnWorld {
+func startTurns(b *testing.B, conns []transport.Conn, net benchNet, mode string, perRank, burst int) *turnWorld {
 	w := &turnWorld{done: make(chan struct{}, len(conns)), finished: make(chan struct{}), burst: burst}
 	for range conns {
 		w.tokens = append(w.tokens, make(chan bool))
@@ -90,7 +108,7 @@ func startTurns(b *testing.B, conns []transport.Conn, mode string, perRank, burs
 		defer close(w.finished)
 		w.errs = allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 			ctx := context.Background()
-			step, release, err := benchRank(ctx, g, mode, perRank)
+			step, release, err := benchNetRank(ctx, g, net, mode, perRank)
 			if err != nil {
 				return err
 			}

@@ -13,26 +13,34 @@ import (
 // Vocabulary:
 //   - version: a shard's optimizer state after some number of updates (the
 //     version's step) and the shard's parameters then, in shard order.
-//   - history: with buddies every rank keeps two versions of each shard it
-//     holds, its own and its copy of the left's: the current one and the
-//     one before the last update (saved just before each update and each
-//     replay). Step is then always one update ahead of, or level with, the
-//     last step the rank completed.
+//   - done: the optimizer steps of the last Step this rank completed.
+//   - with buddies every rank holds two versions of its own shard: the
+//     current one (the optimizer's, at done, or done+1 once it updated in
+//     the step in flight) and self's, at done (buddy.go: the update is
+//     replayed on self after the all-gather). Of its left's shard it holds
+//     the copy, at done too, and, once the exchange of the step in flight
+//     has completed, the left's gradient of that step: replaying it brings
+//     the copy to done+1.
+//
+// Nothing is copied per step for this: self and the copy are kept by
+// replaying updates, and the versions are taken only when a step fails.
 //
 // A failure can strike between one rank's update of its shard and
 // another's: in a ring reduce-scatter some ranks receive their last chunk
 // and update while others still wait for the lost rank, and an all-gather
 // that fails leaves the arenas half new. The survivors agree on a step S
-// (the trainer takes the most advanced member's position) and roll every
-// shard to version S. Steps, on every survivor (Recover):
+// (the trainer takes the most advanced member's position: S is the
+// greatest done) and roll every shard to version S. Steps, on every
+// survivor (Recover):
 //
-//  1. pick, of its own shard and of its left's copy, the version at S
-//     (the current one, or the one before the last update): every
-//     member's completed steps are S or S-1 and a member that updated in
-//     the failed step has the version before, so version S exists for
-//     every shard a survivor owns; a lost rank's shard comes from its
-//     buddy, whose copy is at S or S+1 (it replays before it all-gathers,
-//     and a completed all-gather needs the lost rank's update);
+//  1. pick, of its own shard and of its left's copy, the version at S.
+//     Every member's done is S or S-1, and a member at S-1 had updated its
+//     shard to S (the all-gather that completed S elsewhere needed its
+//     piece): the current version or self's is at S. A lost rank's shard
+//     comes from its buddy: the buddy's copy is at its done, S or S-1, and
+//     at S-1 the buddy holds the left's gradient of step S (it waits for
+//     it before the all-gather, which completed elsewhere, so the buddy
+//     had entered it) and replays it;
 //  2. move the optimizer state to the new world (Regroup), the lost
 //     ranks' shards rebuilt from their buddies' versions;
 //  3. assemble the parameter arena at S the same way, piece by piece from
@@ -40,36 +48,14 @@ import (
 //     per bucket into the new wrapper's arena.
 //
 // Every survivor then holds, bitwise, the parameters and shard states a
-// run without the failure holds after S steps: nothing is recomputed.
+// run without the failure holds after S steps: nothing is recomputed but
+// the one replay of step 1.
 
 // version is a shard's state and parameters at one step.
 type version[T ddp.Float] struct {
 	st     optim.State
 	params []T // shard order
 	ok     bool
-}
-
-// history is the versions before the last update of the own shard and
-// the left's copy.
-type history[T ddp.Float] struct {
-	own, left version[T]
-	// updated: the own shard was updated in the step in flight (Step has
-	// not completed since).
-	updated bool
-}
-
-// saveOwn keeps the own shard's version before its update.
-func (z *ZeRO1[T]) saveOwn(params []T) {
-	h := &z.buddy.hist
-	h.own.st, h.own.ok = z.opt.State(), true
-	h.own.params = z.packedCopy(params, z.pieces, h.own.params)
-	h.updated = true
-}
-
-// saveLeft keeps the left's copy before its replay.
-func (b *buddy[T]) saveLeft() {
-	b.hist.left.st, b.hist.left.ok = b.shadow.State(), true
-	b.hist.left.params = append(b.hist.left.params[:0], b.params...)
 }
 
 // packedCopy appends the pieces of a, in shard order, to dst[:0].
@@ -82,11 +68,17 @@ func (z *ZeRO1[T]) packedCopy(a []T, pieces []Piece, dst []T) []T {
 }
 
 // Kept is what a rank with buddies keeps of its wrapper after its group
-// failed: both versions of its shard and of its left's copy.
+// failed: both versions of its shard, its left's copy and the left's
+// gradient of the failed step when it had arrived.
 type Kept[T ddp.Float] struct {
-	from      *ZeRO1[T]
-	own, left [2]version[T] // [0] current, [1] before the last update
-	done      int64
+	from *ZeRO1[T]
+	own  [2]version[T] // [0] current, [1] self's (at done)
+	left version[T]    // the copy (at done)
+	// pending is the left's gradient of the failed step, nil when it had
+	// not arrived; lr that step's learning rate.
+	pending []T
+	lr      float64
+	done    int64
 }
 
 // Keep captures this rank's versions after a failed Step or Run (no
@@ -97,13 +89,16 @@ func (z *ZeRO1[T]) Keep() (*Kept[T], error) {
 	if b == nil {
 		return nil, fmt.Errorf("zero: no buddy copies (WrapWithBuddy): a lost rank's shard is gone; resume from the checkpoint")
 	}
-	k := &Kept[T]{from: z}
-	k.own[0] = version[T]{st: z.opt.State(), params: z.packedCopy(z.d.ParamArena(), z.pieces, nil), ok: true}
-	k.left[0] = version[T]{st: b.shadow.State(), params: append([]T(nil), b.params...), ok: true}
-	k.own[1], k.left[1] = b.hist.own, b.hist.left
-	k.done = k.own[0].st.Step
-	if b.hist.updated {
-		k.done--
+	arena := z.d.ParamArena()
+	if !b.primed {
+		b.prime(arena) // no step began since the state was set: the arena is whole
+	}
+	k := &Kept[T]{from: z, done: b.self.Steps()}
+	k.own[0] = version[T]{st: z.opt.State(), params: z.packedCopy(arena, z.pieces, nil), ok: true}
+	k.own[1] = version[T]{st: b.self.State(), params: append([]T(nil), b.selfParams...), ok: true}
+	k.left = version[T]{st: b.shadow.State(), params: append([]T(nil), b.params...), ok: true}
+	if b.received {
+		k.pending, k.lr = append([]T(nil), b.grad...), b.lr
 	}
 	return k, nil
 }
@@ -119,6 +114,27 @@ func at[T ddp.Float](vs [2]version[T], s int64) (version[T], bool) {
 		}
 	}
 	return version[T]{}, false
+}
+
+// leftAt is the left's copy at step s: the copy, or the copy with the
+// pending gradient replayed on it (in the old wrapper's shadow, which is
+// loaded from the kept copy first, so that k stays as it was).
+func (k *Kept[T]) leftAt(s int64) (version[T], bool, error) {
+	if k.left.st.Step == s {
+		return k.left, true, nil
+	}
+	if k.pending == nil || k.left.st.Step+1 != s {
+		return version[T]{}, false, nil
+	}
+	b := k.from.buddy
+	if err := b.shadow.LoadState(k.left.st); err != nil {
+		return version[T]{}, false, fmt.Errorf("zero: rolling the copy of rank %d's shard to step %d: %w", b.left, s, err)
+	}
+	params := append([]T(nil), k.left.params...)
+	if err := replay(b.shadow, k.lr, params, k.pending); err != nil {
+		return version[T]{}, false, fmt.Errorf("zero: replaying rank %d's update of step %d on its copy: %w", b.left, s, err)
+	}
+	return version[T]{st: b.shadow.State(), params: params, ok: true}, true, nil
 }
 
 // Recover rolls every shard to its version at step and moves state and
@@ -144,7 +160,10 @@ func recoverState[T ddp.Float](ctx context.Context, k *Kept[T], to *ZeRO1[T], tr
 	if err := from.opt.LoadState(own.st); err != nil {
 		return fmt.Errorf("zero: rolling the shard to step %d: %w", step, err)
 	}
-	left, leftOK := at(k.left, step)
+	left, leftOK, err := k.leftAt(step)
+	if err != nil {
+		return err
+	}
 	if leftOK {
 		if err := from.buddy.shadow.LoadState(left.st); err != nil {
 			return fmt.Errorf("zero: rolling the copy of rank %d's shard to step %d: %w", from.buddy.left, step, err)
@@ -155,7 +174,7 @@ func recoverState[T ddp.Float](ctx context.Context, k *Kept[T], to *ZeRO1[T], tr
 		return err
 	}
 	if p.lost[from.buddy.left] && !leftOK {
-		return fmt.Errorf("zero: the copy of lost rank %d's shard is at step %d, the survivors continue from step %d: no version of it at that step", from.buddy.left, k.left[0].st.Step, step)
+		return fmt.Errorf("zero: the copy of lost rank %d's shard is at step %d, the survivors continue from step %d: no version of it at that step", from.buddy.left, k.left.st.Step, step)
 	}
 	if err := p.run(ctx); err != nil {
 		return err

@@ -57,9 +57,13 @@ func (p *reshard[T]) run(ctx context.Context) error {
 		return fmt.Errorf("zero: loading the re-sharded state: %w", err)
 	}
 	if to.buddy != nil {
+		if err := to.buddy.self.LoadState(own); err != nil {
+			return fmt.Errorf("zero: loading the re-sharded state's second version: %w", err)
+		}
 		if err := to.buddy.shadow.LoadState(left); err != nil {
 			return fmt.Errorf("zero: loading the re-sharded buddy copy: %w", err)
 		}
+		to.buddy.primed = false
 	}
 	return nil
 }
@@ -156,11 +160,15 @@ func cutShard(full optim.State, pieces []Piece, size int) optim.State {
 	return shard
 }
 
-// loadFull loads the left shard's part of full into the copy (see
-// LoadFullOptimizerState). Nil-safe.
-func (b *buddy[T]) loadFull(full optim.State) error {
+// loadFull loads the left shard's part of full into the copy, and the own
+// shard's, own, into self (see LoadFullOptimizerState). Nil-safe.
+func (b *buddy[T]) loadFull(full, own optim.State) error {
 	if b == nil {
 		return nil
+	}
+	b.primed = false
+	if err := b.self.LoadState(own); err != nil {
+		return fmt.Errorf("zero: loading the shard's second version: %w", err)
 	}
 	if err := b.shadow.LoadState(cutShard(full, b.leftPieces, len(b.params))); err != nil {
 		return fmt.Errorf("zero: loading the buddy copy of rank %d's shard: %w", b.left, err)

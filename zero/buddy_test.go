@@ -67,14 +67,20 @@ func wrapBuddy(t *testing.T, g *allreduce.Group, opt string, buddy bool) (*zero.
 
 // stepWith runs step s of the arena with the global gradient.
 func stepWith(ctx context.Context, z *zero.ZeRO1[float64], s int) error {
+	if err := prepareStep(z, s); err != nil {
+		return err
+	}
+	return z.Step(ctx)
+}
+
+// prepareStep sets up step s: the shard's part of the global gradient in
+// GradShard, and the learning rate.
+func prepareStep(z *zero.ZeRO1[float64], s int) error {
 	g := globalGrad(s, len(z.DDP().ParamArena()))
 	for _, p := range z.Pieces() {
 		copy(z.GradShard()[p.Off:p.Off+p.Len()], g[p.Lo:p.Hi])
 	}
-	if err := z.Optimizer().SetLR(lrAt(s)); err != nil {
-		return err
-	}
-	return z.Step(ctx)
+	return z.Optimizer().SetLR(lrAt(s))
 }
 
 // wholeArena trains the arena start for steps steps with one optimizer.

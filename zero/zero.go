@@ -213,18 +213,8 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 			return err
 		}
 		z.lastOp = z.d.LastStats().Optimizer
-	} else {
-		z.buddy.begin(ctx, params, z.gradShard)
-		if z.buddy != nil {
-			z.saveOwn(params)
-		}
-		if err := z.stepShard(params); err != nil {
-			z.buddy.abandon(ctx)
-			return err
-		}
-		if err := z.buddy.replay(ctx, z.opt.LR()); err != nil {
-			return err
-		}
+	} else if err := z.updateShard(ctx, params); err != nil {
+		return err
 	}
 	if z.group.Size() == 1 {
 		return nil
@@ -243,6 +233,17 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 		}
 	}
 	return z.buddy.end(params, nil)
+}
+
+// updateShard is Step's update of the shard, with buddies' steps 1 and 2
+// around it (buddy.go).
+func (z *ZeRO1[T]) updateShard(ctx context.Context, params []T) error {
+	z.buddy.begin(ctx, params, z.opt.LR())
+	if err := z.stepShard(params); err != nil {
+		z.buddy.abandon(ctx)
+		return err
+	}
+	return z.buddy.receive(ctx)
 }
 
 // stepShard updates the shard with the optimizer's Step, the shard's
@@ -477,8 +478,9 @@ func (z *ZeRO1[T]) LoadFullOptimizerState(full optim.State) error {
 	if err := full.Validate(); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	if err := z.opt.LoadState(cutShard(full, z.pieces, z.shard)); err != nil {
+	own := cutShard(full, z.pieces, z.shard)
+	if err := z.opt.LoadState(own); err != nil {
 		return fmt.Errorf("zero: loading optimizer state: %w", err)
 	}
-	return z.buddy.loadFull(full)
+	return z.buddy.loadFull(full, own)
 }

@@ -13,8 +13,11 @@ import (
 
 // ZeRO-1 survivors (Config.ZeroBuddies; docs/elastic.md). A ZeRO-1 rank
 // holds only its shard of the optimizer state, and with buddies a copy of
-// its left neighbour's, each in two versions: now and before the last
-// update (zero.Keep; zero/buddy_keep.go). Over a failure (survive.go) a
+// its left neighbour's: its shard in two versions (now, and at the last
+// step it completed), the copy at that step with the left's gradient of
+// the step in flight once received (zero.Keep; zero/buddy_keep.go), so
+// that every shard can be brought to any member's steps done. Over a
+// failure (survive.go) a
 // rank keeps those and its group's job-start ranks instead of the whole
 // state, and agrees with the new generation's members as follows:
 //
