@@ -66,6 +66,7 @@ func TestHealCheckShardsCatchesDamage(t *testing.T) {
 			}
 			require.ErrorContains(t, err, fmt.Sprintf("rank %d's %s (bucket", victim, what))
 			require.ErrorContains(t, err, "failed its SHA-256 check")
+			t.Log(err)
 		})
 	}
 }

@@ -37,6 +37,10 @@ import (
 //
 // The step that was in flight when the launcher asked for the grow (just
 // after a step boundary) is dropped and redone, as after a failure.
+//
+// Under ZeRO-1 (with buddies) a member holds only its shards' versions and
+// the joiner's optimizer shard comes from a re-shard over the grown group:
+// survive_heal_zero.go.
 
 // healingSurvivor is a Survivor that grows the group back (launch.Survivor).
 type healingSurvivor interface {
