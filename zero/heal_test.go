@@ -17,9 +17,11 @@ import (
 // comes in, alone or in a lost rank's place. The members Recover, the
 // joiner RecoverJoin (its arena NaN: the parameters must arrive),
 // CheckShards verifies every moved segment, and every rank trains on
-// bitwise as one optimizer over the whole arena.
+// bitwise as one optimizer over the whole arena. Under -race (over 2 s
+// for all four) only the first and third run: a joiner last, and one in a
+// lost rank's place.
 func TestHealRecoverJoin(t *testing.T) {
-	for _, c := range []struct {
+	for i, c := range []struct {
 		failCase
 		old []int
 	}{
@@ -28,6 +30,9 @@ func TestHealRecoverJoin(t *testing.T) {
 		{failCase{lossCase{opt: "adamw", n: 4, k: 2, m: 2, lost: []int{2}}, []int{0, 3}}, []int{0, 1, -1, 3}},
 		{failCase{lossCase{opt: "adam", n: 2, k: 2, m: 2}, nil}, []int{0, -1, 1, -1}},
 	} {
+		if raceEnabled && i%2 == 1 {
+			continue
+		}
 		t.Run(fmt.Sprintf("%s/n=%d/new=%v", c.opt, c.n, c.old), func(t *testing.T) {
 			arenas, states, start, err := growWorld(t, c.failCase, zero.Transition{OldSize: c.n, Old: c.old}, nil)
 			require.NoError(t, err)
