@@ -22,6 +22,7 @@ import (
 const (
 	surviveTrialsVar = "RINGDDP_SURVIVE_TRIALS"
 	surviveHealVar   = "RINGDDP_SURVIVE_HEAL"
+	surviveZeroVar   = "RINGDDP_SURVIVE_ZERO1" // =1: the jobs run -zero1 (with buddies)
 )
 
 // TestSurviveGoal is issue 34's benchmark of survivors continuing, not a
@@ -63,6 +64,9 @@ func TestSurviveGoal(t *testing.T) {
 		args := []string{"-transport", "tcp", "-ranks", "4", "-epochs", "3", "-json", "-quiet", "-checkpoint", ck, "-on-failure", "continue", "-batch", "240"}
 		if healing {
 			args = append(args, "-heal")
+		}
+		if os.Getenv(surviveZeroVar) == "1" {
+			args = append(args, "-zero1")
 		}
 		var out bytes.Buffer
 		start := time.Now()
