@@ -62,10 +62,10 @@ func TestSurviveHealZeRO1(t *testing.T) {
 
 // The joiner killed during its heal under ZeRO-1, 30 ms after it
 // connected (on this machine while the shards move: the members' Recover
-// failed; at 2 ms it died before, at 60 ms in Heal's stripes, and those end
-// the same way): every member's heal ends, they go on without it from the
-// shard versions they kept, and the next replacement (rank 5) heals; no
-// step lost, no restart.
+// failed; killed at 2 ms it died before the move, at 60 ms after it, in
+// heal's transfer, and those ended the same way): every member's heal
+// ends, they go on without it from the shard versions they kept, and the
+// next replacement (rank 5) heals; no step lost, no restart.
 func TestHealZeRO1JoinerDies(t *testing.T) {
 	healBadCase(t, "joinkill:4:30000", 5, "-zero1")
 }
