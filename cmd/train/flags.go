@@ -280,7 +280,7 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if o.onFailure, err = onFailureFlag(o.tr, v.onFailure, v.zero1 && !o.zeroBuddies, given); err != nil {
 		return err
 	}
-	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1, v.heal, v.spares, given); err != nil {
+	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1 && !o.zeroBuddies && v.onFailure == launch.OnFailureContinue, v.heal, v.spares, given); err != nil {
 		return err
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {

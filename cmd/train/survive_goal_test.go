@@ -25,6 +25,7 @@ const (
 	surviveHealVar   = "RINGDDP_SURVIVE_HEAL"
 	// surviveTransportVar is the jobs' -transport (default tcp).
 	surviveTransportVar = "RINGDDP_SURVIVE_TRANSPORT"
+	surviveZeroVar      = "RINGDDP_SURVIVE_ZERO1" // =1: the jobs run -zero1 (with buddies)
 )
 
 // TestSurviveGoal is issue 34's benchmark of survivors continuing, not a
@@ -67,6 +68,9 @@ func TestSurviveGoal(t *testing.T) {
 		args := []string{"-transport", transport, "-ranks", "4", "-epochs", "3", "-json", "-quiet", "-checkpoint", ck, "-on-failure", "continue", "-batch", "240"}
 		if healing {
 			args = append(args, "-heal")
+		}
+		if os.Getenv(surviveZeroVar) == "1" {
+			args = append(args, "-zero1")
 		}
 		var out bytes.Buffer
 		start := time.Now()

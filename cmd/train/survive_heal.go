@@ -27,18 +27,22 @@ const healUsage = "with -on-failure continue: start a new rank for every rank lo
 const sparesUsage = "with -on-failure continue: start this many extra ranks with the job, which wait ready and replace a lost rank; " +
 	"a spare taken is followed by a new one, so this many stay ready (at most one new spare per rank lost; implies -heal; at most 16)"
 
-// healFlags checks -heal and -spares.
-func healFlags(tr *launch.Transport, onFailure string, zero1 bool, heal bool, spares int, given map[string]bool) (bool, int, error) {
+// healFlags checks -heal and -spares; zero1NoBuddies is -zero1 with
+// -zero-buddies=false (ZeRO-1 with buddies heals: survive_heal_zero.go in
+// the trainer).
+func healFlags(tr *launch.Transport, onFailure string, zero1NoBuddies bool, heal bool, spares int, given map[string]bool) (bool, int, error) {
 	asked := given["heal"] || given["spares"]
 	switch {
+	// First: without buddies -on-failure continue under -zero1 was made a
+	// restart (onFailureFlag), which the next case would name instead.
+	case asked && (heal || spares > 0) && zero1NoBuddies:
+		return false, 0, errors.New("-heal and -spares with -zero1 need -zero-buddies (without buddies a lost rank's optimizer shard is gone: the job restarts from its checkpoint, and no group is left to heal back)")
 	case asked && onFailure != launch.OnFailureContinue:
 		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
 	case asked && (heal || spares > 0) && tr.MP == nil:
 		return false, 0, errors.New("-heal and -spares need one rank per process (-transport tcp, shm or auto)")
 	case asked && (heal || spares > 0) && tr.MP.Nnodes > 1:
 		return false, 0, errors.New("-heal and -spares run on one host for now (healing across node launchers is not built)")
-	case asked && (heal || spares > 0) && zero1:
-		return false, 0, errors.New("-heal and -spares do not apply with -zero1 yet (healing a ZeRO-1 shard is not built; the survivors continue with -zero-buddies)")
 	case spares < 0 || spares > 16:
 		return false, 0, fmt.Errorf("-spares %d: want 0..16", spares)
 	}

@@ -145,10 +145,10 @@ func (k killOnGrow) Rejoin(ctx context.Context, cause error) (transport.Conn, re
 }
 
 // healBadCase runs a 4-rank job that loses rank 2 after step 7 with
-// -heal and fault extra, and checks that it finishes with every example
-// used once per epoch, no step lost, and the last heal's joiner named
-// want; it returns the launcher's stderr.
-func healBadCase(t *testing.T, extra string, want int) string {
+// -heal, fault extra and flags args, and checks that it finishes with
+// every example used once per epoch, no step lost, and the last heal's
+// joiner named want; it returns the launcher's stderr.
+func healBadCase(t *testing.T, extra string, want int, args ...string) string {
 	t.Helper()
 	if testing.Short() || raceEnabled {
 		t.Skip("a tcp job of several seconds")
@@ -160,7 +160,9 @@ func healBadCase(t *testing.T, extra string, want int) string {
 	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20;"+extra)
 	var out string
 	var err error
-	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-heal", "-epochs", "4")...) })
+	stderr := captureStderr(t, func() {
+		out, err = runTrain(t, survivorArgs(data, ck, append([]string{"-heal", "-epochs", "4"}, args...)...)...)
+	})
 	require.NoError(t, err, "%s\n%s", out, stderr)
 	epochs, restarts, survived := survivedOutput(t, out)
 	require.Len(t, epochs, 4, out)

@@ -39,12 +39,9 @@ func Heal[T Float](ctx context.Context, g *allreduce.Group, joiners []int, st *S
 		o(&cfg)
 	}
 	n, rank := g.Size(), g.Rank()
-	isJoiner := make([]bool, n)
-	for _, j := range joiners {
-		if j < 0 || j >= n || isJoiner[j] {
-			return Report{}, fmt.Errorf("heal: joiners %v: want distinct ranks of the group of %d", joiners, n)
-		}
-		isJoiner[j] = true
+	isJoiner, err := joinerSet(joiners, n)
+	if err != nil {
+		return Report{}, err
 	}
 	rep := Report{Joiners: slices.Sorted(slices.Values(joiners))}
 	for r := range n {
@@ -61,6 +58,60 @@ func Heal[T Float](ctx context.Context, g *allreduce.Group, joiners []int, st *S
 	rep.StateBytes = int64(h.streamLen())
 	rep.Duration = time.Since(start)
 	return rep, nil
+}
+
+// joinerSet is joiners as a set over a group of n, checked.
+func joinerSet(joiners []int, n int) ([]bool, error) {
+	isJoiner := make([]bool, n)
+	for _, j := range joiners {
+		if j < 0 || j >= n || isJoiner[j] {
+			return nil, fmt.Errorf("heal: joiners %v: want distinct ranks of the group of %d", joiners, n)
+		}
+		isJoiner[j] = true
+	}
+	return isJoiner, nil
+}
+
+// Identify is Heal's step 1 alone, for a caller that moves part of the
+// state itself before Heal (ZeRO-1's optimizer shards): every rank of g
+// calls it with the same joiners and its State, and a joiner of another
+// job or attempt, or of another model, is refused on every rank, with
+// Heal's errors, before any state moves. (Heal checks it again.)
+func Identify[T Float](ctx context.Context, g *allreduce.Group, joiners []int, st *State[T]) error {
+	isJoiner, err := joinerSet(joiners, g.Size())
+	if err != nil {
+		return err
+	}
+	h := &healer[T]{g: g, st: st, joiner: isJoiner[g.Rank()]}
+	_, _, err = h.identify(ctx, isJoiner)
+	return err
+}
+
+// identify is step 1: the descriptors all-gathered and judged. A sender
+// encodes its header (h.hdr) for its digest; it returns the encoding and
+// the descriptors.
+func (h *healer[T]) identify(ctx context.Context, isJoiner []bool) ([]byte, [][]int64, error) {
+	var hb []byte
+	var hd [4]int64
+	if !h.joiner {
+		var err error
+		h.hdr = headerOf(h.st)
+		if hb, err = encodeHeader(h.hdr); err != nil {
+			h.g.Abort(err)
+			return nil, nil, err
+		}
+		hd = digestOf(hb)
+	}
+	n := h.g.Size()
+	all := make([]int64, n*descWords)
+	if err := allreduce.AllGather(ctx, h.g, all, descriptor(h.st, h.joiner, hd)); err != nil {
+		return nil, nil, fmt.Errorf("heal: exchanging identities: %w", err)
+	}
+	desc := make([][]int64, n)
+	for r := range desc {
+		desc[r] = all[r*descWords : (r+1)*descWords]
+	}
+	return hb, desc, judge(desc, isJoiner)
 }
 
 // healer is one rank's part in Heal.
@@ -80,28 +131,9 @@ type healer[T Float] struct {
 }
 
 func (h *healer[T]) run(ctx context.Context, isJoiner []bool) ([]int64, error) {
-	var hb []byte
-	var hd [4]int64
-	if !h.joiner {
-		var err error
-		h.hdr = headerOf(h.st)
-		if hb, err = encodeHeader(h.hdr); err != nil {
-			h.g.Abort(err)
-			return nil, err
-		}
-		hd = digestOf(hb)
-	}
 	// Step 1: identity.
-	n := h.g.Size()
-	all := make([]int64, n*descWords)
-	if err := allreduce.AllGather(ctx, h.g, all, descriptor(h.st, h.joiner, hd)); err != nil {
-		return nil, fmt.Errorf("heal: exchanging identities: %w", err)
-	}
-	desc := make([][]int64, n)
-	for r := range desc {
-		desc[r] = all[r*descWords : (r+1)*descWords]
-	}
-	if err := judge(desc, isJoiner); err != nil {
+	hb, desc, err := h.identify(ctx, isJoiner)
+	if err != nil {
 		return nil, err
 	}
 	// Step 2: the header, checked against the first sender's digest.

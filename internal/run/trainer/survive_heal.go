@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
 	"github.com/ringddp/ringddp/internal/run/heal"
 	"github.com/ringddp/ringddp/internal/trace"
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Healing (docs/elastic.md): a generation the launcher grew — ranks that
@@ -37,6 +37,10 @@ import (
 //
 // The step that was in flight when the launcher asked for the grow (just
 // after a step boundary) is dropped and redone, as after a failure.
+//
+// Under ZeRO-1 (with buddies) a member holds only its shards' versions and
+// the joiner's optimizer shard comes from a re-shard over the grown group:
+// survive_heal_zero.go.
 
 // healingSurvivor is a Survivor that grows the group back (launch.Survivor).
 type healingSurvivor interface {
@@ -81,13 +85,12 @@ func (l *rankLoop[T]) agree(w *worker[T], mine snapshot[T], gen rendezvous.Gener
 	if len(joiners) == 0 {
 		return agreeState(w, mine, gen) // loads it too
 	}
+	var got snapshot[T]
+	var rep heal.Report
+	var err error
 	if mine.zero != nil {
-		err := errors.New("trainer: a rank joined a ZeRO-1 job: healing a ZeRO-1 shard is not built (run -zero1 without -heal and -spares)")
-		w.g.Abort(err)
-		return mine, err
-	}
-	got, rep, err := l.healGroup(w, mine, joiners, false)
-	if err == nil {
+		got, rep, err = l.healShards(w, mine, joiners) // survive_heal_zero.go
+	} else if got, rep, err = l.healGroup(w, mine, joiners, false); err == nil {
 		err = w.load(got)
 	}
 	if err != nil {
@@ -103,6 +106,9 @@ func (l *rankLoop[T]) agree(w *worker[T], mine snapshot[T], gen rendezvous.Gener
 func (l *rankLoop[T]) joinHeal() error {
 	began := time.Now()
 	w := l.w
+	if _, ok := w.rep.(*zero.ZeRO1[T]); ok {
+		return l.healZeroJoin(w, began) // survive_heal_zero.go
+	}
 	st, err := w.rep.GatherOptimizerState(w.comm, w.g.Rank()) // a fresh optimizer: its kind, no state
 	if err != nil {
 		return fmt.Errorf("trainer: joining: %w", err)

@@ -1,0 +1,6 @@
+//go:build !race
+
+package zero_test
+
+// raceEnabled: the race detector is on (long tests run fewer cases).
+const raceEnabled = false
