@@ -26,19 +26,31 @@ import (
 // away (measured), so the bound tells a healed shard from a lost one.
 // (The unit test, zero's TestHealRecoverJoin, is bitwise.)
 //
-// Two tcp jobs of several seconds: skipped under -race and -short.
+// Run over tcp and over shm (each generation dials the transport again).
+// Four jobs of several seconds: skipped under -race and -short.
 func TestSurviveHealZeRO1(t *testing.T) {
 	skipSlow(t)
 	data := writeMNISTDir(t)
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) { surviveHealZeRO1Over(t, data, tr) })
+	}
+}
+
+// surviveHealZeRO1Over is TestSurviveHealZeRO1's job over transport tr.
+func surviveHealZeRO1Over(t *testing.T, data, tr string) {
 	ref := filepath.Join(t.TempDir(), "ref.safetensors")
-	refOut, err := runTrain(t, survivorArgs(data, ref, "-zero1", "-epochs", "3")...)
+	refArgs := survivorArgs(data, ref, "-zero1", "-epochs", "3")
+	refArgs[1] = tr // "-transport", tr
+	refOut, err := runTrain(t, refArgs...)
 	require.NoError(t, err, refOut)
 
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
 	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20") // 48 steps of 20 ms or more: time for the replacement to start
+	args := survivorArgs(data, ck, "-zero1", "-heal", "-epochs", "3")
+	args[1] = tr
 	var out string
 	stderr := captureStderr(t, func() {
-		out, err = runTrain(t, survivorArgs(data, ck, "-zero1", "-heal", "-epochs", "3")...)
+		out, err = runTrain(t, args...)
 	})
 	require.NoError(t, err, "%s\n%s", out, stderr)
 	epochs, restarts, survived := survivedOutput(t, out)
