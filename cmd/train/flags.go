@@ -45,6 +45,7 @@ type options struct {
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
 
 	jobID                string   // the job's id (job.go)
+	jobIDMade            bool     // jobID is a new random id, not given
 	checkpointFromResume bool     // -checkpoint defaulted to the -resume file's series
 	notes                []string // what the run took from its -resume checkpoint, printed before training
 	finished             string   // the -resume checkpoint is at -epochs already: this says so, and nothing runs

@@ -14,7 +14,9 @@ import (
 )
 
 // Healing: with -on-failure continue, -heal makes the launcher start a
-// replacement for every rank lost, and -spares K starts K ranks with the
+// replacement for every rank lost (across node launchers: node 0's own
+// ranks; a lost node's come back with its launcher, restarted, which
+// rejoins the running job), and -spares K starts K ranks with the
 // job that wait to be taken; the group grows back at a step boundary and
 // the new rank is healed from the others (docs/elastic.md). Each heal is
 // reported by the grown generation's rank 0 as a text line or, with
@@ -33,8 +35,10 @@ func healFlags(tr *launch.Transport, onFailure string, zero1 bool, heal bool, sp
 	switch {
 	case asked && onFailure != launch.OnFailureContinue:
 		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
-	case asked && (heal || spares > 0) && (tr.MP == nil || tr.Name != launch.TCP || tr.MP.Nnodes > 1):
-		return false, 0, errors.New("-heal and -spares run on one host over -transport tcp for now (healing over shm, auto or across node launchers is not built)")
+	case asked && (heal || spares > 0) && (tr.MP == nil || tr.Name != launch.TCP):
+		return false, 0, errors.New("-heal and -spares run over -transport tcp for now (healing over shm or auto is not built)")
+	case asked && spares > 0 && tr.MP.Nnodes > 1:
+		return false, 0, errors.New("-spares applies on one host (-nnodes 1): across node launchers a lost node's ranks come back with its launcher (-heal)")
 	case asked && (heal || spares > 0) && zero1:
 		return false, 0, errors.New("-heal and -spares do not apply with -zero1 yet (healing a ZeRO-1 shard is not built; the survivors continue with -zero-buddies)")
 	case spares < 0 || spares > 16:

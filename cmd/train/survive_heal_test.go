@@ -291,7 +291,10 @@ func TestHealFlags(t *testing.T) {
 	require.ErrorContains(t, err, "-transport tcp")
 	nodes := &launch.Transport{Name: launch.TCP, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
 	_, _, err = healFlags(nodes, launch.OnFailureContinue, false, false, 1, map[string]bool{"spares": true})
-	require.ErrorContains(t, err, "one host")
+	require.ErrorContains(t, err, "-spares applies on one host")
+	heal, _, err = healFlags(nodes, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
+	require.NoError(t, err, "-heal across node launchers over tcp")
+	require.True(t, heal)
 }
 
 // The text report of a heal names the joiner, why, its rank, the step,

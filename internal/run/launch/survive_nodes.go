@@ -74,22 +74,77 @@ type remoteExit struct {
 }
 
 // nodePlace places the attempt's ranks on its nodes: rank r runs on
-// Members[r/PerNode] (by -node-rank at the start).
+// Members[r/PerNode] (by -node-rank at the start), and a rank started to
+// join on the node whose launcher started it (the ranks of a node that
+// rejoined, nodes_rejoin.go), which setNames records.
 type nodePlace struct {
 	members []int
 	perNode int
 	addrs   map[int]string // node 0: the nodes' addresses from their join reports
 	gone    func(node int, reason string)
+	// back, on node 0, is told that node's ranks named names were taken
+	// into the job (a node rejoining).
+	back func(node int, names []int)
+
+	mu    sync.Mutex
+	names map[int][]int // a node's ranks, when it rejoined: their names
+	of    map[int]int   // a joining rank's node, by its name
 }
 
-func (p *nodePlace) nodeOf(rank int) int { return p.members[rank/p.perNode] }
+// nodeOf is the node rank runs on (-1: unknown).
+func (p *nodePlace) nodeOf(rank int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.of[rank]; ok {
+		return n
+	}
+	if rank < 0 || rank >= len(p.members)*p.perNode {
+		return -1
+	}
+	return p.members[rank/p.perNode]
+}
 
-// ranksOf is node's ranks in the attempt.
+// ranksOf is node's ranks in the attempt: those it started with, or since
+// it rejoined those it rejoined with.
 func (p *nodePlace) ranksOf(node int) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if names, ok := p.names[node]; ok {
+		return slices.Clone(names)
+	}
 	idx := slices.Index(p.members, node)
+	if idx < 0 {
+		return nil
+	}
 	out := make([]int, p.perNode)
 	for k := range out {
 		out[k] = idx*p.perNode + k
+	}
+	return out
+}
+
+// setNames records that node's ranks are now the joining ranks names.
+func (p *nodePlace) setNames(node int, names []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.names == nil {
+		p.names, p.of = map[int][]int{}, map[int]int{}
+	}
+	p.names[node] = slices.Clone(names)
+	for _, n := range names {
+		p.of[n] = node
+	}
+}
+
+// nodes are the attempt's nodes: its members, then any that joined it.
+func (p *nodePlace) nodes() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := slices.Clone(p.members)
+	for n := range p.names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
 	}
 	return out
 }
@@ -103,6 +158,9 @@ func (s *survival) placeLost(lost []LostRank) {
 	}
 	for i, l := range lost {
 		node := p.nodeOf(l.Rank)
+		if node < 0 {
+			continue
+		}
 		where := " on node " + strconv.Itoa(node)
 		if a := p.addrs[node]; a != "" {
 			where += " (" + a + ")"
@@ -125,9 +183,10 @@ func (s *survival) nodesGone(lost []LostRank) {
 	for _, l := range lost {
 		out[l.Rank] = true
 	}
-	for _, node := range p.members {
+	for _, node := range p.nodes() {
 		ranks := p.ranksOf(node)
-		if node != 0 && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
+		hit := slices.ContainsFunc(lost, func(l LostRank) bool { return slices.Contains(ranks, l.Rank) })
+		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
 			p.gone(node, "every rank of it was removed: "+ranksText(ranks))
 		}
 	}
@@ -147,13 +206,16 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		place.gone = func(node int, reason string) {
 			r.noteGone(node, reason)
 		}
+		place.back = func(node int, names []int) { r.noteBack(node, names) }
 		start = func() {
 			// serve ran in startAttempt: the store and run id are set.
 			for rank := range len(plan.Members) * plan.RanksPerNode {
 				if place.nodeOf(rank) != 0 {
-					wg.Go(func() { s.watchRemoteExit(sctx, rank) })
-					wg.Go(func() { s.watchRemotePid(sctx, rank) })
+					s.watchRemote(sctx, &wg, rank)
 				}
+			}
+			if r.e.Heal {
+				wg.Go(func() { r.serveRejoins(sctx, s, plan, &wg) })
 			}
 		}
 		return start, func() { cancel(); wg.Wait() }, nil
@@ -176,6 +238,9 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		return nil, nil, fmt.Errorf("launch: node %d: the job's store on node 0: %w", r.node, err)
 	}
 	s.store, s.runID, s.world = store, plan.RunID, world
+	if r.rj.names != nil { // rejoining: its ranks are joiners (nodes_rejoin.go)
+		place.setNames(r.node, r.rj.names)
+	}
 	s.members = place.ranksOf(r.node)
 	s.revoked, s.pids = map[int]bool{}, map[int]int{}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
@@ -188,7 +253,8 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 			_ = store.Set(sctx, pidKey(s.runID, rank), []byte(strconv.Itoa(pid)))
 		}
 		wg.Go(func() { s.forwardExits(sctx) })
-		wg.Go(func() { s.followPlans(sctx, r.node) })
+		joining := r.rj.names != nil
+		wg.Go(func() { s.followPlans(sctx, r.node, joining) })
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
 }
@@ -211,6 +277,13 @@ func (s *survival) hostStore(storeLn **os.File, vars *[]string, cfg Config) (*at
 	}
 	*vars = append(*vars, EnvOnFailure+"="+OnFailureContinue)
 	return &s.lead, nil
+}
+
+// watchRemote, on node 0, watches another node's rank: its exit report
+// and its pid (watchRemoteExit, watchRemotePid), under wg.
+func (s *survival) watchRemote(ctx context.Context, wg *sync.WaitGroup, rank int) {
+	wg.Go(func() { s.watchRemoteExit(ctx, rank) })
+	wg.Go(func() { s.watchRemotePid(ctx, rank) })
 }
 
 // watchRemoteExit, on node 0, waits for rank's exit report from its
@@ -272,9 +345,12 @@ func (s *survival) forwardExits(ctx context.Context) {
 
 // followPlans, on member node, reads each generation's plan: its members
 // become the plan's ranks of this node, its lost ranks are revoked, and a
-// plan that falls back to a restart fails the attempt.
-func (s *survival) followPlans(ctx context.Context, node int) {
+// plan that falls back to a restart fails the attempt. A node joining
+// (its ranks started to join) keeps its ranks as members until a plan
+// takes one in.
+func (s *survival) followPlans(ctx context.Context, node int, joining bool) {
 	mine := s.place.ranksOf(node)
+	in := func(p genPlan) bool { return slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 }) }
 	for gen := 1; ctx.Err() == nil; {
 		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
 		if errors.Is(err, rendezvous.ErrTimeout) {
@@ -299,8 +375,11 @@ func (s *survival) followPlans(ctx context.Context, node int) {
 			s.fallback <- first
 			return
 		}
+		joining = joining && !in(p)
 		s.mu.Lock()
-		s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
+		if !joining {
+			s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
+		}
 		for _, l := range p.Lost {
 			s.revoked[l.Rank] = true
 		}
@@ -343,10 +422,10 @@ func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
 	c, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	b, err := r.store.Get(c, goneKey(r.node))
-	if err != nil {
+	if err != nil || len(b) == 0 { // never gone, or back (noteBack)
 		return ""
 	}
-	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing, which this build has on one host only: restart the whole job to bring the node back",
+	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing: run the job with -heal, or restart the whole job to bring the node back",
 		r.node, r.node, untrusted.Text(string(b), maxShownText))
 }
 
