@@ -82,6 +82,8 @@ func TestSurviveHeal(t *testing.T) {
 //	secret:RANK          the rank starts with a wrong secret (the store refuses it)
 //	jobid:RANK           the rank claims another job's id (heal's identity check refuses it)
 //	joinkill:RANK:US     a joining rank kills itself US µs after it connected (during its heal)
+//	nodekill:RANK:US     a joining rank kills its launcher — its node's ranks die with it —
+//	                     US µs after it connected (a node lost during its heal)
 //	healerkill:RANK:US   member RANK kills itself US µs after it rejoined a generation with
 //	                     joiners (during the heal)
 
@@ -117,6 +119,15 @@ func healFault(p []string, rank int, cfg *trainer.Config) bool {
 		cfg.Connect = func(ctx context.Context, ranks int) ([]transport.Conn, error) {
 			c, err := connect(ctx, ranks)
 			k()
+			return c, err
+		}
+	case p[0] == "nodekill" && len(p) == 3:
+		d, _ := strconv.Atoi(p[2])
+		connect := cfg.Connect
+		cfg.Connect = func(ctx context.Context, ranks int) ([]transport.Conn, error) {
+			c, err := connect(ctx, ranks)
+			launcher := os.Getppid()
+			time.AfterFunc(time.Duration(d)*time.Microsecond, func() { _ = syscall.Kill(launcher, syscall.SIGKILL) })
 			return c, err
 		}
 	case p[0] == "healerkill" && len(p) == 3:

@@ -317,11 +317,48 @@ func TestSurviveNodeRejoinWrongSecret(t *testing.T) {
 	}
 	nodes, _ := startKillNode(t, "tcp", 1, "-heal")
 	waitGone(t, nodes)
-	back := restartLauncher(t, nodes[1], launch.EnvSecret+"=another secret")
+	back := restartLauncher(t, nodes[1], launch.EnvSecret+"=another secret of this test, 42")
 	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
 	t.Logf("the restarted launcher:\n%s", back.stderr.String())
 	require.Error(t, back.err)
 	require.Contains(t, back.stderr.String(), "every node needs the same RINGDDP_SECRET")
 	waitNodes(t, nodes[:1], 30*time.Second)
 	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+}
+
+// Node 1's launcher restarted, then lost again while its ranks heal (one
+// of them kills the launcher as it connects; the ranks die with it): node
+// 0's ranks abort the heal and continue on their own — no restart — and a
+// third launcher for node 1 rejoins and heals, the job ending on 4 ranks.
+func TestSurviveNodeDiesMidHeal(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks, run three times over: not under -race or -short")
+	}
+	nodes, _ := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "10")
+	waitGone(t, nodes)
+	second := restartLauncher(t, nodes[1], faultsVar+"=slow:0:40;nodekill:4:1000")
+	waitNodes(t, []*nodeLauncher{second}, 30*time.Second)
+	require.Error(t, second.err, "killed")
+	for strings.Count(nodes[0].stderr.String(), "the job continues without node 1") < 2 {
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0 ended before it dropped node 1 again: %v\n%s", nodes[0].err, nodes[0].stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	third := restartLauncher(t, nodes[1])
+	waitNodes(t, []*nodeLauncher{nodes[0], third}, 60*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's second launcher:\n%s\nits third:\n%s", errOut, second.stderr.String(), third.stderr.String())
+	require.NoError(t, nodes[0].err, out)
+	require.NoError(t, third.err, third.stderr.String())
+	epochs, restarts, _ := survivedOutput(t, out)
+	require.Len(t, epochs, 10, out)
+	require.Empty(t, restarts, out)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.NotEmpty(t, hs, out)
+	last := hs[len(hs)-1]
+	require.Equal(t, []int{6, 7}, []int{last.Joined[0].Name, last.Joined[1].Name}, out)
+	require.Equal(t, 4.0, epochs[9]["ranks"], out)
 }

@@ -98,6 +98,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
 			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
 		}
+		if r.rj.left != "" && rep.Signal == "" {
+			return r.leftError() // node 0 does not wait for it (noteGone)
+		}
 		if rep.Fatal != "" {
 			r.post(ctx, n+1, rep)
 			return runErr

@@ -63,6 +63,20 @@ type rejoinState struct {
 	rejoin bool
 	names  []int
 	next   int
+	// left, on a node other than 0, says why the last attempt's plans
+	// removed every rank of this node ("": they did not).
+	left string
+}
+
+// leftError is this launcher's end once its node's ranks were all
+// removed while the job continues without them.
+func (r *nodeRdzv) leftError() error {
+	hint := "run the job with -heal to let a restarted launcher rejoin it"
+	if r.e.Heal {
+		hint = "start this launcher again to rejoin it"
+	}
+	return fmt.Errorf("launch: node %d: every rank of this node was removed from the job, which continues without it (%s): %s",
+		r.node, untrusted.Text(r.rj.left, maxShownText), hint)
 }
 
 // Keys of rejoining, in node 0's launcher store.

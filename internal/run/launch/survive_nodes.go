@@ -85,6 +85,11 @@ type nodePlace struct {
 	// back, on node 0, is told that node's ranks named names were taken
 	// into the job (a node rejoining).
 	back func(node int, names []int)
+	// left, on another node, is told once a plan has removed every rank
+	// of this node (the job continues without it), with why.
+	left func(reason string)
+	// joining, on a node rejoining, holds until a plan takes its ranks in.
+	joining atomic.Bool
 
 	mu    sync.Mutex
 	names map[int][]int // a node's ranks, when it rejoined: their names
@@ -241,6 +246,9 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 	if r.rj.names != nil { // rejoining: its ranks are joiners (nodes_rejoin.go)
 		place.setNames(r.node, r.rj.names)
 	}
+	r.rj.left = ""
+	var leftOnce sync.Once
+	place.left = func(reason string) { leftOnce.Do(func() { r.rj.left = reason }) }
 	s.members = place.ranksOf(r.node)
 	s.revoked, s.pids = map[int]bool{}, map[int]int{}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
@@ -253,8 +261,8 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 			_ = store.Set(sctx, pidKey(s.runID, rank), []byte(strconv.Itoa(pid)))
 		}
 		wg.Go(func() { s.forwardExits(sctx) })
-		joining := r.rj.names != nil
-		wg.Go(func() { s.followPlans(sctx, r.node, joining) })
+		place.joining.Store(r.rj.names != nil)
+		wg.Go(func() { s.followPlans(sctx, r.node) })
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
 }
@@ -333,6 +341,7 @@ func (s *survival) forwardExits(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-s.exits:
+			s.joinerGone(e)
 			b, _ := json.Marshal(remoteExit{Pid: e.Pid, Reason: e.Reason()})
 			c, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := s.store.Set(c, exitKey(s.runID, e.Rank), b); err != nil && ctx.Err() == nil {
@@ -343,13 +352,31 @@ func (s *survival) forwardExits(ctx context.Context) {
 	}
 }
 
+// joinerGone, on a node rejoining, drops its rank e, which exited before
+// a plan took it in (node 0 forgets it too): once none is left, the node
+// has left the job again.
+func (s *survival) joinerGone(e *ExitError) {
+	if !s.place.joining.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.revoked[e.Rank] = true
+	s.members = slices.DeleteFunc(s.members, func(m int) bool { return m == e.Rank })
+	none := len(s.members) == 0
+	s.mu.Unlock()
+	if none && s.place.left != nil {
+		s.place.left(fmt.Sprintf("its ranks ended before the job took them in; rank %d %s", e.Rank, e.Reason()))
+	}
+}
+
 // followPlans, on member node, reads each generation's plan: its members
 // become the plan's ranks of this node, its lost ranks are revoked, and a
 // plan that falls back to a restart fails the attempt. A node joining
 // (its ranks started to join) keeps its ranks as members until a plan
 // takes one in.
-func (s *survival) followPlans(ctx context.Context, node int, joining bool) {
+func (s *survival) followPlans(ctx context.Context, node int) {
 	mine := s.place.ranksOf(node)
+	joining := s.place.joining.Load()
 	in := func(p genPlan) bool { return slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 }) }
 	for gen := 1; ctx.Err() == nil; {
 		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
@@ -376,6 +403,7 @@ func (s *survival) followPlans(ctx context.Context, node int, joining bool) {
 			return
 		}
 		joining = joining && !in(p)
+		s.place.joining.Store(joining)
 		s.mu.Lock()
 		if !joining {
 			s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
@@ -383,7 +411,11 @@ func (s *survival) followPlans(ctx context.Context, node int, joining bool) {
 		for _, l := range p.Lost {
 			s.revoked[l.Rank] = true
 		}
+		none := !joining && len(s.members) == 0
 		s.mu.Unlock()
+		if none && s.place.left != nil {
+			s.place.left(p.lostReason(mine[0]))
+		}
 		gen++
 	}
 }
