@@ -67,7 +67,11 @@ type joinRecord struct {
 	Name int    `json:"name"` // job-wide
 	Pid  int    `json:"pid,omitempty"`
 	Why  string `json:"why"`
-	// BackSeconds is from the launcher starting its process to its state
+	// Node, across node launchers, is the node it runs on (absent on one
+	// host): a rejoining node's ranks name it.
+	Node *int `json:"node,omitempty"`
+	// BackSeconds is from the launcher starting its process (a rejoining
+	// node's: node 0 admitting its launcher) to its state
 	// healed, ReadySeconds from the launcher seeing it ready (data loaded,
 	// store reached) to its state healed (null when unknown).
 	BackSeconds  *float64 `json:"back_seconds"`
@@ -86,6 +90,9 @@ func printHealed(ctx context.Context, w io.Writer, surv *launch.Survivor, h trai
 		for _, j := range joined {
 			if j.Rank == r {
 				jr.Name, jr.Pid, jr.Why = j.Name, j.Pid, j.Why
+				if j.Node >= 0 {
+					jr.Node = &j.Node
+				}
 				jr.BackSeconds, jr.ReadySeconds = secondsSince(j.Started), secondsSince(j.Ready)
 			}
 		}
@@ -112,6 +119,9 @@ func healText(rec healRecord) string {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "rank %d (pid %d, %s) joined as rank %d", j.Name, j.Pid, j.Why, j.Rank)
+		if j.Node != nil {
+			fmt.Fprintf(&b, " on node %d", *j.Node)
+		}
 		if j.BackSeconds != nil && j.ReadySeconds != nil {
 			fmt.Fprintf(&b, ", back %.2fs after its start (%.2fs after it was ready)", *j.BackSeconds, *j.ReadySeconds)
 		}

@@ -280,14 +280,17 @@ func TestSurviveNodeRejoins(t *testing.T) {
 		require.Equal(t, 2+i, j.Rank)
 		require.Equal(t, 4+i, j.Name)
 		require.Contains(t, j.Why, "node 1 rejoins")
+		require.NotNil(t, j.Node)
+		require.Equal(t, 1, *j.Node)
 	}
 	require.Len(t, h.SentBytes, 4)
 	require.Greater(t, h.SentBytes[0], int64(0))
 	require.Greater(t, h.SentBytes[1], int64(0))
 	require.Equal(t, 4.0, epochs[5]["ranks"], out)
 	require.Contains(t, errOut, "launch: node 0: node 1 is back in the job with ranks 4, 5")
-	t.Logf("node 1 killed, then restarted %.2f s later; heal %.3f s, paused %.3f s",
-		restarted.Sub(killed).Seconds(), h.HealSecs, h.Paused)
+	require.NotNil(t, h.Joined[0].BackSeconds)
+	t.Logf("node 1 killed, then restarted %.2f s later; back %.3f s after node 0 admitted it; heal %.3f s (%d bytes of state), members paused %.3f s",
+		restarted.Sub(killed).Seconds(), *h.Joined[0].BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
 }
 
 // Node 1's launcher restarted with another run id: node 0 refuses it by

@@ -253,7 +253,11 @@ func (s *survival) takeIn(p *genPlan, f fault) {
 		}
 		p.Members = append(p.Members, name)
 		p.Joined = append(p.Joined, name)
-		p.Joins = append(p.Joins, joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Ready: j.readyAt.UnixNano(), Why: j.why})
+		info := joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Ready: j.readyAt.UnixNano(), Why: j.why}
+		if s.place != nil {
+			info.Node = &j.node
+		}
+		p.Joins = append(p.Joins, info)
 	}
 }
 

@@ -41,9 +41,10 @@ import (
 //     nodes' restart policy takes over together;
 //  4. after the attempt, node 0 no longer waits for a node whose ranks
 //     were all removed (withoutGone); and it notes the node at goneKey in
-//     its launcher's store, so that a launcher restarted for that node is
-//     told why it cannot come back (claimNode): rejoining a running job
-//     needs healing (a grow step), which this build has on one host only.
+//     its launcher's store. With -heal a launcher restarted for that node
+//     rejoins the running job (nodes_rejoin.go); without, it is told why
+//     it cannot come back (claimNode). A member launcher whose ranks were
+//     all removed while it lives ends, naming why (leftError).
 //
 // Node 0's launcher stays a single point of failure: it hosts both stores
 // and decides every plan. When it dies, a member launcher's plan watch
