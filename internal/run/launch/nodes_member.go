@@ -155,12 +155,7 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 		master:  net.JoinHostPort(r.host, strconv.Itoa(plan.StorePort)),
 		storeLn: storeLn, onFail: onFail, stopReq: stopCh,
 	}
-	if r.e.MaxRestarts > 0 || r.e.Continue {
-		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
-	}
-	if plan.JobID != "" {
-		a.env = append(a.env, EnvJobID+"="+plan.JobID)
-	}
+	a.env = r.attemptEnv(plan)
 	startSurvive, endSurvive := func() {}, func() {}
 	if r.e.Continue {
 		var err error

@@ -56,6 +56,20 @@ import (
 // get from node 0's plan (Elastic.JobID).
 const EnvJobID = "RINGDDP_JOB_ID"
 
+// attemptEnv is what the ranks of plan's attempt get besides the job's
+// variables: the attempt's number (EnvRestart), with restarts or
+// survivors continuing, and node 0's job id (EnvJobID).
+func (r *nodeRdzv) attemptEnv(plan nodePlan) []string {
+	var env []string
+	if r.e.MaxRestarts > 0 || r.e.Continue {
+		env = append(env, EnvRestart+"="+strconv.Itoa(plan.Attempt))
+	}
+	if plan.JobID != "" {
+		env = append(env, EnvJobID+"="+plan.JobID)
+	}
+	return env
+}
+
 // rejoinState is a node launcher's part in rejoining: on the launcher
 // that rejoins, that it does and, for the attempt it rejoins, its ranks'
 // names; on node 0, the next request to read.
