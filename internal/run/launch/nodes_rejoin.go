@@ -227,7 +227,9 @@ func (r *nodeRdzv) admitRejoin(ctx context.Context, s *survival, plan nodePlan, 
 	r.goneMu.Unlock()
 	var why string
 	switch {
-	case !slices.Contains(plan.Members, node) || node == 0:
+	case node == 0:
+		why = "node 0's launcher leads the job: it cannot rejoin it"
+	case !slices.Contains(plan.Members, node):
 		why = fmt.Sprintf("node %d is not a node of this job's attempt (nodes %s)", node, intsText(plan.Members))
 	case req.Ranks != plan.RanksPerNode:
 		why = fmt.Sprintf("it runs -ranks %d; the job's nodes run %d", req.Ranks, plan.RanksPerNode)
