@@ -3,11 +3,9 @@ package hoststest
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,27 +90,6 @@ func TestSurviveHostKilled(t *testing.T) {
 	require.Contains(t, nodes[0].stderr.String(), "the job continues without node 1")
 }
 
-// restartNode starts host i's launcher again, as startJob started it.
-func restartNode(t *testing.T, bed *testbed.Bed, i int, bin string, args ...string) *node {
-	t.Helper()
-	hosts := bed.Hosts()
-	master := hosts[0].Addr() + ":" + masterPort
-	a := append(append([]string(nil), args...), "-nnodes", strconv.Itoa(len(hosts)), "-node-rank", strconv.Itoa(i), "-master", master)
-	n := &node{cmd: hosts[i].Command(context.Background(), bin, a...), done: make(chan struct{})}
-	n.cmd.Env = append(os.Environ(), "RINGDDP_SECRET="+secret)
-	n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
-	require.NoError(t, n.cmd.Start())
-	go func() {
-		n.err = n.cmd.Wait()
-		close(n.done)
-	}()
-	t.Cleanup(func() {
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	})
-	return n
-}
-
 // Host 1 killed whole mid-training with -heal (tcp): the job continues on
 // host 0's two ranks; host 1's launcher, started again on host 1, rejoins
 // the running job — its two ranks join as ranks 4 and 5, grow the group
@@ -136,7 +113,7 @@ func TestSurviveHostRejoins(t *testing.T) {
 		return strings.Contains(nodes[0].stderr.String(), "the job continues without node 1")
 	})
 	restarted := time.Now()
-	back := restartNode(t, bed, 1, trainBin, args...)
+	back := startNode(t, bed, 1, trainBin, args...)
 	waitJob(t, []*node{nodes[0], back}, 2*time.Minute)
 	all := []*node{nodes[0], back}
 	require.NoError(t, nodes[0].err, output(all))
