@@ -22,7 +22,11 @@ import (
 //
 //  1. it joins node 0's launcher store as any node does; its claim of the
 //     -node-rank (claimNode) finds the node claimed before, and with
-//     -heal it asks node 0 to take it back instead of failing: it takes a
+//     -heal, once node 0 has marked that it takes launchers back
+//     (takesBackKey, set when it runs an attempt with -heal), it asks node
+//     0 to take it back instead of failing (else the claim fails at once,
+//     naming why: the job continues without the node, or a second
+//     launcher of one -node-rank): it takes a
 //     request number (elastic/rejoin/seq) and posts, sealed, its request
 //     at elastic/rejoin/<i> (its node, -ranks, run id, address);
 //  2. node 0's launcher reads the requests in order while an attempt runs
@@ -93,8 +97,22 @@ func (r *nodeRdzv) leftError() error {
 		r.node, untrusted.Text(r.rj.left, maxShownText), hint)
 }
 
-// Keys of rejoining, in node 0's launcher store.
-const rejoinSeqKey = "elastic/rejoin/seq"
+// Keys of rejoining, in node 0's launcher store: the request counter, and
+// the mark node 0 sets once it runs an attempt that takes launchers back.
+const (
+	rejoinSeqKey = "elastic/rejoin/seq"
+	takesBackKey = "elastic/rejoin/open"
+)
+
+// takesBack reports whether node 0 runs, or ran, an attempt that takes
+// launchers back (-heal): else a launcher claiming a node claimed before
+// is refused at once (claimNode).
+func (r *nodeRdzv) takesBack(ctx context.Context) bool {
+	c, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := r.store.Get(c, takesBackKey)
+	return err == nil
+}
 
 func rejoinKey(i int64) string { return "elastic/rejoin/" + strconv.FormatInt(i, 10) }
 
@@ -187,6 +205,9 @@ func (r *nodeRdzv) checkAnswer(ans *rejoinAnswer) error {
 // serveRejoins, on node 0 while attempt plan runs with -heal, reads the
 // requests to rejoin in order and answers each (admitRejoin).
 func (r *nodeRdzv) serveRejoins(ctx context.Context, s *survival, plan nodePlan, wg *sync.WaitGroup) {
+	if err := r.store.Set(ctx, takesBackKey, []byte("1")); err != nil {
+		return
+	}
 	for ctx.Err() == nil {
 		i := int64(r.rj.next + 1)
 		b, err := r.store.Get(ctx, rejoinKey(i))
@@ -236,7 +257,7 @@ func (r *nodeRdzv) admitRejoin(ctx context.Context, s *survival, plan nodePlan, 
 	case req.RunID != "" && req.RunID != baseID:
 		why = fmt.Sprintf("its %s is %q, but this job runs as %q: another job's launcher?", EnvRunID, untrusted.Text(req.RunID, maxRunIDLen), baseID)
 	case left == "":
-		why = fmt.Sprintf("node %d is in the job: its launcher is running (were two launchers given -node-rank %d?)", node, node)
+		why = fmt.Sprintf("node %d is in the job: node 0 has not seen it leave (were two launchers given -node-rank %d? if its launcher was lost only just now, start it again once node 0 says the job continues without it)", node, node)
 	}
 	if why == "" {
 		names, err := s.addRemote(ctx, wg, node, req.Ranks, fmt.Sprintf("node %d rejoins (it had left: %s)", node, left))
