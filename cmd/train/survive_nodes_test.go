@@ -339,7 +339,7 @@ func TestSurviveNodeDiesMidHeal(t *testing.T) {
 	}
 	nodes, _ := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "10")
 	waitGone(t, nodes)
-	second := restartLauncher(t, nodes[1], faultsVar+"=slow:0:40;nodekill:4:1000")
+	second := restartLauncher(t, nodes[1], faultsVar+"=slow:0:40;nodekill:4:0")
 	waitNodes(t, []*nodeLauncher{second}, 30*time.Second)
 	require.Error(t, second.err, "killed")
 	for strings.Count(nodes[0].stderr.String(), "the job continues without node 1") < 2 {
