@@ -45,6 +45,7 @@ type options struct {
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
 
 	jobID                string   // the job's id (job.go)
+	jobIDMade            bool     // jobID is a new random id, not given
 	checkpointFromResume bool     // -checkpoint defaulted to the -resume file's series
 	notes                []string // what the run took from its -resume checkpoint, printed before training
 	finished             string   // the -resume checkpoint is at -epochs already: this says so, and nothing runs
@@ -282,6 +283,9 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	}
 	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1 && !o.zeroBuddies && v.onFailure == launch.OnFailureContinue, v.heal, v.spares, given); err != nil {
 		return err
+	}
+	if o.heal && v.zero1 && o.tr.MP != nil && o.tr.MP.Nnodes > 1 {
+		return errors.New("-heal with -zero1 runs on one host for now (a ZeRO-1 group growing back across node launchers is not built)")
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {
 		return err

@@ -133,7 +133,7 @@ func (o *options) prepareCheckpoints(given map[string]bool, getenv func(string) 
 		if err != nil {
 			return err
 		}
-		o.jobID = id
+		o.jobID, o.jobIDMade = id, true
 	}
 	o.cfg.JobID = o.jobID
 	if o.resumed != nil {

@@ -60,7 +60,10 @@ func runWith(ctx context.Context, args []string, stdout io.Writer, env runEnv) e
 		return nil
 	}
 	if o.tr.Launcher() { // -transport tcp, not under a launcher: be one
-		return launchJob(ctx, o, withJobID(args, o.jobID), stdout, env)
+		if !o.jobIDMade || !o.heal || o.tr.MP.NodeRank == 0 {
+			args = withJobID(args, o.jobID)
+		} // else: this node's ranks take node 0's job id, which heal checks (launch.EnvJobID)
+		return launchJob(ctx, o, args, stdout, env)
 	}
 	return train(ctx, o, stdout, env)
 }

@@ -64,6 +64,7 @@ func (o *options) survives() bool { return o.onFailure == launch.OnFailureContin
 func (o *options) continueOn(e *launch.Elastic) {
 	e.Continue = true
 	e.Heal, e.Spares = o.heal || o.spares > 0, o.spares
+	e.JobID = o.jobID // node 0's, carried to the other nodes' ranks
 	batch := o.cfg.GlobalBatch
 	e.Fits = func(n int) error {
 		if batch < n {

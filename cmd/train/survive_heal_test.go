@@ -82,6 +82,8 @@ func TestSurviveHeal(t *testing.T) {
 //	secret:RANK          the rank starts with a wrong secret (the store refuses it)
 //	jobid:RANK           the rank claims another job's id (heal's identity check refuses it)
 //	joinkill:RANK:US     a joining rank kills itself US µs after it connected (during its heal)
+//	nodekill:RANK:US     a joining rank kills its launcher — its node's ranks die with it —
+//	                     US µs after it connected (a node lost during its heal)
 //	healerkill:RANK:US   member RANK kills itself US µs after it rejoined a generation with
 //	                     joiners (during the heal)
 
@@ -117,6 +119,15 @@ func healFault(p []string, rank int, cfg *trainer.Config) bool {
 		cfg.Connect = func(ctx context.Context, ranks int) ([]transport.Conn, error) {
 			c, err := connect(ctx, ranks)
 			k()
+			return c, err
+		}
+	case p[0] == "nodekill" && len(p) == 3:
+		d, _ := strconv.Atoi(p[2])
+		connect := cfg.Connect
+		cfg.Connect = func(ctx context.Context, ranks int) ([]transport.Conn, error) {
+			c, err := connect(ctx, ranks)
+			launcher := os.Getppid()
+			time.AfterFunc(time.Duration(d)*time.Microsecond, func() { _ = syscall.Kill(launcher, syscall.SIGKILL) })
 			return c, err
 		}
 	case p[0] == "healerkill" && len(p) == 3:
@@ -299,7 +310,13 @@ func TestHealFlags(t *testing.T) {
 	require.ErrorContains(t, err, "one rank per process")
 	nodes := &launch.Transport{Name: launch.TCP, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
 	_, _, err = healFlags(nodes, launch.OnFailureContinue, false, false, 1, map[string]bool{"spares": true})
-	require.ErrorContains(t, err, "one host")
+	require.ErrorContains(t, err, "-spares applies on one host")
+	heal, _, err = healFlags(nodes, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
+	require.NoError(t, err, "-heal across node launchers over tcp")
+	require.True(t, heal)
+	nodesAuto := &launch.Transport{Name: launch.Auto, MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
+	_, _, err = healFlags(nodesAuto, launch.OnFailureContinue, false, true, 0, map[string]bool{"heal": true})
+	require.ErrorContains(t, err, "across node launchers runs over -transport tcp")
 }
 
 // The text report of a heal names the joiner, why, its rank, the step,

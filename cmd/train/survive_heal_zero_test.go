@@ -117,4 +117,7 @@ func TestHealFlagsZeRO1(t *testing.T) {
 	require.ErrorContains(t, err, "need -zero-buddies")
 	_, err = parseFlags([]string{"-transport", "tcp", "-ranks", "4", "-zero1", "-heal"}, nil)
 	require.ErrorContains(t, err, "with -on-failure continue only")
+	_, err = parseFlags([]string{"-transport", "tcp", "-ranks", "2", "-nnodes", "2", "-master", "127.0.0.1:1", "-insecure",
+		"-on-failure", "continue", "-zero1", "-heal"}, nil)
+	require.ErrorContains(t, err, "-heal with -zero1 runs on one host")
 }

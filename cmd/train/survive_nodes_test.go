@@ -4,12 +4,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // Survivors continue across node launchers: 2 nodes × 2 ranks on
@@ -74,10 +78,15 @@ func TestSurviveNodesRankKilled(t *testing.T) {
 // node's launcher (its ranks die with it: the launcher's death signal)
 // and returns the nodes and when it killed.
 func startKillNode(t *testing.T, tr string, node int, extra ...string) ([]*nodeLauncher, time.Time) {
+	return startKillNodeSlow(t, tr, node, 30, extra...)
+}
+
+// startKillNodeSlow is startKillNode with every step at least slowMs ms.
+func startKillNodeSlow(t *testing.T, tr string, node, slowMs int, extra ...string) ([]*nodeLauncher, time.Time) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck.safetensors")
-	t.Setenv(faultsVar, "slow:0:30")
+	t.Setenv(faultsVar, "slow:0:"+strconv.Itoa(slowMs))
 	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
 	nodes := startNodes(t, 2, append(args, extra...)...)
 	t.Cleanup(func() {
@@ -132,9 +141,9 @@ func TestSurviveNodeLost(t *testing.T) {
 	require.Contains(t, errOut, "launch: node 0: node 1 left the job: every rank of it was removed: ranks 2, 3; the job continues without node 1")
 }
 
-// A launcher restarted for node 1 after the job went on without it asks
-// to rejoin: it is refused at once with why (the job continues without
-// node 1; rejoining needs healing), and node 0 finishes undisturbed.
+// A launcher restarted for node 1 after the job went on without it, in a
+// job without -heal: it is refused at once with why (the job continues
+// without node 1; rejoining needs -heal), and node 0 finishes undisturbed.
 func TestSurviveNodeRejoinRefused(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
@@ -203,4 +212,156 @@ func TestSurviveNodeLostBelowMinRanks(t *testing.T) {
 	require.Error(t, nodes[0].err)
 	require.Contains(t, errOut, "2 ranks left, fewer than the minimum of 4 (-min-ranks): falling back to a restart")
 	require.NotContains(t, errOut, "the job continues without node 1")
+}
+
+// waitGone waits until node 0 has dropped node 1 (the job continues
+// without it).
+func waitGone(t *testing.T, nodes []*nodeLauncher) {
+	t.Helper()
+	for !strings.Contains(nodes[0].stderr.String(), "the job continues without node 1") {
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0 ended before it dropped node 1: %v", nodes[0].err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// restartLauncher starts node's launcher again, as it was started.
+func restartLauncher(t *testing.T, n *nodeLauncher, env ...string) *nodeLauncher {
+	t.Helper()
+	old := n.cmd
+	again := &nodeLauncher{cmd: exec.Command(old.Path, old.Args[1:]...), done: make(chan struct{})}
+	again.cmd.Env = append(slices.Clone(old.Env), env...)
+	again.cmd.Stdout, again.cmd.Stderr = &again.stdout, &again.stderr
+	require.NoError(t, again.cmd.Start())
+	go func() {
+		again.err = again.cmd.Wait()
+		close(again.done)
+	}()
+	t.Cleanup(func() {
+		_ = again.cmd.Process.Kill()
+		<-again.done
+	})
+	return again
+}
+
+// Node 1's launcher killed with its ranks, with -heal: the job continues
+// on node 0's two ranks; node 1's launcher, restarted, rejoins — its two
+// ranks start as joining ranks 4 and 5, the group grows back to 4 at a
+// step boundary and they heal from node 0's ranks — and the job finishes
+// on 4 ranks with no completed step lost and every example used once per
+// epoch. The rejoined launcher ends cleanly with the job.
+func TestSurviveNodeRejoins(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks, run twice over: not under -race or -short")
+	}
+	nodes, killed := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "6")
+	waitGone(t, nodes)
+	back := restartLauncher(t, nodes[1])
+	restarted := time.Now()
+	waitNodes(t, []*nodeLauncher{nodes[0], back}, 60*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's restarted launcher:\n%s", errOut, back.stderr.String())
+	require.NoError(t, nodes[0].err, out)
+	require.NoError(t, back.err, back.stderr.String())
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 6, out)
+	require.Empty(t, restarts, out)
+	require.Len(t, survived, 1, out)
+	require.Equal(t, int64(0), survived[0].StepsLost)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, out)
+	h := hs[0]
+	require.Equal(t, int64(0), h.StepsLost)
+	require.Len(t, h.Joined, 2, out)
+	for i, j := range h.Joined {
+		require.Equal(t, 2+i, j.Rank)
+		require.Equal(t, 4+i, j.Name)
+		require.Contains(t, j.Why, "node 1 rejoins")
+		require.NotNil(t, j.Node)
+		require.Equal(t, 1, *j.Node)
+	}
+	require.Len(t, h.SentBytes, 4)
+	require.Greater(t, h.SentBytes[0], int64(0))
+	require.Greater(t, h.SentBytes[1], int64(0))
+	require.Equal(t, 4.0, epochs[5]["ranks"], out)
+	require.Contains(t, errOut, "launch: node 0: node 1 is back in the job with ranks 4, 5")
+	require.NotNil(t, h.Joined[0].BackSeconds)
+	t.Logf("node 1 killed, then restarted %.2f s later; back %.3f s after node 0 admitted it; heal %.3f s (%d bytes of state), members paused %.3f s",
+		restarted.Sub(killed).Seconds(), *h.Joined[0].BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
+}
+
+// Node 1's launcher restarted with another run id: node 0 refuses it by
+// name within seconds, and finishes on its own two ranks.
+func TestSurviveNodeRejoinAnotherJob(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, _ := startKillNode(t, "tcp", 1, "-heal")
+	waitGone(t, nodes)
+	began := time.Now()
+	back := restartLauncher(t, nodes[1], "RINGDDP_RUN_ID=another-job")
+	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
+	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), back.stderr.String())
+	require.Error(t, back.err)
+	require.Contains(t, back.stderr.String(), `launch: node 1: rejoining the running job: node 0 refused: its RINGDDP_RUN_ID is "another-job", but this job runs as "nodes-`)
+	waitNodes(t, nodes[:1], 30*time.Second)
+	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+	require.Contains(t, nodes[0].stderr.String(), "launch: node 0: refused node 1's launcher (pid")
+}
+
+// Node 1's launcher restarted with another secret: node 0's store refuses
+// its handshake, and it ends at once saying so; node 0 finishes.
+func TestSurviveNodeRejoinWrongSecret(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	nodes, _ := startKillNode(t, "tcp", 1, "-heal")
+	waitGone(t, nodes)
+	back := restartLauncher(t, nodes[1], launch.EnvSecret+"=another secret of this test, 42")
+	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
+	t.Logf("the restarted launcher:\n%s", back.stderr.String())
+	require.Error(t, back.err)
+	require.Contains(t, back.stderr.String(), "every node needs the same RINGDDP_SECRET")
+	waitNodes(t, nodes[:1], 30*time.Second)
+	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+}
+
+// Node 1's launcher restarted, then lost again while its ranks heal (one
+// of them kills the launcher as it connects; the ranks die with it): node
+// 0's ranks abort the heal and continue on their own — no restart — and a
+// third launcher for node 1 rejoins and heals, the job ending on 4 ranks.
+func TestSurviveNodeDiesMidHeal(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks, run three times over: not under -race or -short")
+	}
+	nodes, _ := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "10")
+	waitGone(t, nodes)
+	second := restartLauncher(t, nodes[1], faultsVar+"=slow:0:40;nodekill:4:0")
+	waitNodes(t, []*nodeLauncher{second}, 30*time.Second)
+	require.Error(t, second.err, "killed")
+	for strings.Count(nodes[0].stderr.String(), "the job continues without node 1") < 2 {
+		select {
+		case <-nodes[0].done:
+			t.Fatalf("node 0 ended before it dropped node 1 again: %v\n%s", nodes[0].err, nodes[0].stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	third := restartLauncher(t, nodes[1])
+	waitNodes(t, []*nodeLauncher{nodes[0], third}, 60*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's second launcher:\n%s\nits third:\n%s", errOut, second.stderr.String(), third.stderr.String())
+	require.NoError(t, nodes[0].err, out)
+	require.NoError(t, third.err, third.stderr.String())
+	epochs, restarts, _ := survivedOutput(t, out)
+	require.Len(t, epochs, 10, out)
+	require.Empty(t, restarts, out)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.NotEmpty(t, hs, out)
+	last := hs[len(hs)-1]
+	require.Equal(t, []int{6, 7}, []int{last.Joined[0].Name, last.Joined[1].Name}, out)
+	require.Equal(t, 4.0, epochs[9]["ranks"], out)
 }

@@ -94,6 +94,11 @@ type Elastic struct {
 	// ranks to start with the job that wait, ready, to be taken.
 	Heal   bool
 	Spares int
+	// JobID, with several nodes, is the job's id as node 0's launcher
+	// names it (cmd/train's -job-id): node 0's plans carry it, and the
+	// ranks of the other nodes get it as EnvJobID, so that every rank —
+	// a rejoining node's too — names the same job (heal checks it).
+	JobID string
 	// JoinTimeout, with several nodes, is how long node 0's launcher waits
 	// for every node's launcher to join before the first attempt, and the
 	// others for node 0's. Default Config.JoinTimeout, else

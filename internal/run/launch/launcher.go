@@ -228,6 +228,9 @@ type attempt struct {
 	// survive, with -on-failure continue, hosts the store on the socket
 	// bound for it (rank 0 does not) and coordinates the generations.
 	survive *survival
+	// joinNames, for a node rejoining a running job (nodes_rejoin.go):
+	// its ranks are started to join, named so (EnvJoinName).
+	joinNames []int
 }
 
 // startAttempt starts a's ranks, their output forwarded to w; the job's
@@ -287,6 +290,10 @@ func startAttempt(cfg Config, w outputs, a attempt) (*job, error) {
 		rank := cfg.NodeRank*cfg.Ranks + local
 		cmd := exec.Command(cfg.Path, a.args...)
 		cmd.Env = rankEnv(cfg, base, vars, a.env, local)
+		if a.joinNames != nil {
+			rank = a.joinNames[local]
+			cmd.Env = append(cmd.Env, EnvJoinName+"="+strconv.Itoa(rank))
+		}
 		p := &proc{rank: rank, cmd: cmd}
 		flush := w.forward(cmd, cfg, rank, p.lastLine, lead)
 		if rank == 0 && storeLn != nil {

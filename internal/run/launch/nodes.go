@@ -105,6 +105,7 @@ type nodePlan struct {
 	Notes        []string      `json:"notes,omitempty"`
 	Failure      *planFailure  `json:"failure,omitempty"`
 	Dropped      []DroppedNode `json:"dropped,omitempty"`
+	JobID        string        `json:"job_id,omitempty"` // Elastic.JobID of node 0 (nodes_rejoin.go)
 }
 
 // planFailure is the failure a restart's plan follows.
@@ -144,6 +145,8 @@ type nodeRdzv struct {
 	// lost, on a node other than 0, ends its launcher with node 0's loss
 	// (the heartbeat's, and the survivors' sooner: survive_nodes.go).
 	lost context.CancelCauseFunc
+	// rj: rejoining a running job (nodes_rejoin.go).
+	rj rejoinState
 }
 
 // key is attempt n's key k.

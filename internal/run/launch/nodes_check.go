@@ -66,6 +66,8 @@ func checkPlan(p *nodePlan, n, nnodes, ranks int) error {
 		return fmt.Errorf("store_port %d: want %d..65535 (node 0 binds a free unprivileged port)", p.StorePort, minStorePort)
 	case p.RunID == "" || len(p.RunID) > maxRunIDLen || !printable(p.RunID):
 		return fmt.Errorf("run_id %q: want 1..%d printable bytes", untrusted.Text(p.RunID, 80), maxRunIDLen)
+	case len(p.JobID) > maxRunIDLen || !printable(p.JobID):
+		return fmt.Errorf("job_id %q: want at most %d printable bytes", untrusted.Text(p.JobID, 80), maxRunIDLen)
 	case p.Step < 0:
 		return fmt.Errorf("step %d: must not be negative", p.Step)
 	case len(p.From) > maxPathLen || !printable(p.From):

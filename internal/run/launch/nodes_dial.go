@@ -90,6 +90,10 @@ func (r *nodeRdzv) claimNode(ctx context.Context) error {
 		r.store.Close()
 		return fmt.Errorf("launch: node %d: joining node 0's launcher at %s: %w", r.node, r.cfg.Master, err)
 	}
+	if n != 1 && r.e.Heal && r.takesBack(ctx) {
+		r.rj.rejoin = true // node 0 decides (nodes_rejoin.go)
+		return nil
+	}
 	if n != 1 {
 		if why := r.goneRefusal(ctx); why != "" {
 			r.store.Close()

@@ -24,7 +24,7 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 	policy := newRestartPolicy(e, cfg.Nnodes*perNode, perNode)
 	rep := &restartReport{onRestart: e.OnRestart, w: r.w.out}
 	for n := 0; ; n++ {
-		plan.Attempt = n
+		plan.Attempt, plan.JobID = n, e.JobID
 		if n > 0 {
 			plan.RunID = baseID + "-restart" + strconv.Itoa(n)
 		}

@@ -22,12 +22,26 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	cfg, e := r.cfg, r.e
 	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host),
 		Addr: nodeAddr(cfg.Master)}
-	var runErr error // the last attempt's, on this node
+	var runErr error       // the last attempt's, on this node
+	var admitted *nodePlan // rejoining a running job: the attempt node 0 takes it into
+	if r.rj.rejoin {
+		p, err := r.askRejoin(ctx)
+		if err != nil {
+			return err
+		}
+		admitted = &p
+	}
 	for n := 0; ; n++ {
-		sctx, stopSig := signalContext(ctx, sigs)
-		plan, err := r.rendezvous(sctx, n, rep)
-		if serr := stopSig(); serr != nil {
-			return fmt.Errorf("launch: node %d: %w", r.node, serr)
+		var plan nodePlan
+		var err error
+		if admitted != nil {
+			n, plan, admitted = admitted.Attempt, *admitted, nil
+		} else {
+			sctx, stopSig := signalContext(ctx, sigs)
+			plan, err = r.rendezvous(sctx, n, rep)
+			if serr := stopSig(); serr != nil {
+				return fmt.Errorf("launch: node %d: %w", r.node, serr)
+			}
 		}
 		if err != nil {
 			return err
@@ -54,7 +68,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 		if own := cfg.Getenv(EnvRunID); n == 0 && own != "" && own != plan.RunID {
 			fmt.Fprintf(r.w.errOut, "launch: node %d: %s=%s here; the job runs under node 0's run id %s\n", r.node, EnvRunID, untrusted.Text(own, maxRunIDLen), plan.RunID)
 		}
-		if n > 0 {
+		if n > 0 && r.rj.names == nil { // (a rejoining node's ranks heal their state)
 			leader := &Resume{Ranks: len(plan.Members) * plan.RanksPerNode, Step: plan.Step, From: plan.From, Found: plan.Found, Notes: plan.Notes}
 			f := Failure{Attempt: n - 1, Exit: &ExitError{Rank: -1, Err: errors.New("unknown")}}
 			if pf := plan.Failure; pf != nil {
@@ -80,8 +94,12 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
+		r.rj.names = nil      // later attempts start the node's ranks anew
 		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
 			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
+		}
+		if r.rj.left != "" && rep.Signal == "" {
+			return r.leftError() // node 0 does not wait for it (noteGone)
 		}
 		if rep.Fatal != "" {
 			r.post(ctx, n+1, rep)
@@ -133,13 +151,11 @@ func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nod
 	a := attempt{
 		ranks: plan.RanksPerNode, args: args,
 		getenv: runIDGetenv(r.cfg.Getenv, plan.RunID),
-		nnodes: len(plan.Members), nodeRank: idx,
+		nnodes: len(plan.Members), nodeRank: idx, joinNames: r.rj.names,
 		master:  net.JoinHostPort(r.host, strconv.Itoa(plan.StorePort)),
 		storeLn: storeLn, onFail: onFail, stopReq: stopCh,
 	}
-	if r.e.MaxRestarts > 0 || r.e.Continue {
-		a.env = []string{EnvRestart + "=" + strconv.Itoa(n)}
-	}
+	a.env = r.attemptEnv(plan)
 	startSurvive, endSurvive := func() {}, func() {}
 	if r.e.Continue {
 		var err error

@@ -222,7 +222,9 @@ func (s *Survivor) Watch(abort func(error)) (stop func()) {
 // reports cause as the generation's fault (unless one was), checks in,
 // waits for the launcher's plan and dials the new generation's mesh. A
 // fault of the new generation while its mesh forms (a member lost
-// meanwhile) goes on to the generation after.
+// meanwhile: its fault key set, or the dial failed) goes on to the
+// generation after; generations that fail with every rank checking in
+// fall back to a restart (maxIdleGenerations).
 func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, rendezvous.Generation, error) {
 	for {
 		p, err := s.nextPlan(ctx, cause)
@@ -240,10 +242,16 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 			return c, rendezvous.Generation{Number: p.Gen, Rank: rank, Size: len(p.Members), StartRank: s.name, Lost: p.lostRanks()}, nil
 		}
 		var fe *FaultError
-		if !errors.As(context.Cause(dctx), &fe) {
+		switch {
+		case errors.As(context.Cause(dctx), &fe):
+			cause = fe
+		case ctx.Err() != nil:
 			return nil, rendezvous.Generation{}, err
+		default:
+			// A member died while the mesh formed (before anyone set the
+			// fault key): that is the new generation's fault.
+			cause = err
 		}
-		cause = fe
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
@@ -39,6 +41,7 @@ import (
 // joiner is a rank started to join, not yet taken in.
 type joiner struct {
 	name, pid int
+	node      int // the node whose launcher started it (0: this launcher's own)
 	started   time.Time
 	readyAt   time.Time // when its join key was seen
 	why       string
@@ -98,18 +101,24 @@ func (s *survival) startJoiner(ctx context.Context, local int, why string) {
 	s.pids[name] = pid
 	s.mu.Unlock()
 	fmt.Fprintf(s.errOut, "launch: started rank %d (pid %d) to join the job (%s)\n", name, pid, why)
-	go func() {
-		for ctx.Err() == nil {
-			_, err := s.store.Get(ctx, s.key(0, joinKeyName(name)))
-			if err == nil {
-				s.ready <- name
-				return
+	go s.watchJoinKey(ctx, name)
+}
+
+// watchJoinKey waits for joiner name's join key: it is ready.
+func (s *survival) watchJoinKey(ctx context.Context, name int) {
+	for ctx.Err() == nil {
+		_, err := s.store.Get(ctx, s.key(0, joinKeyName(name)))
+		if err == nil {
+			select {
+			case s.ready <- name:
+			case <-ctx.Done():
 			}
-			if !errors.Is(err, rendezvous.ErrTimeout) {
-				return
-			}
+			return
 		}
-	}()
+		if !errors.Is(err, rendezvous.ErrTimeout) {
+			return
+		}
+	}
 }
 
 // refill starts a joiner for each place the group lacks that no joiner
@@ -118,8 +127,16 @@ func (s *survival) refill(ctx context.Context, lost []LostRank) {
 	if !s.e.Heal {
 		return
 	}
+	if s.place != nil {
+		// Several nodes: node 0 replaces its own ranks; another node's
+		// come back with its launcher (nodes_rejoin.go).
+		lost = slices.DeleteFunc(slices.Clone(lost), func(l LostRank) bool { return s.place.nodeOf(l.Rank) != 0 })
+	}
 	s.mu.Lock()
 	need := s.world - len(s.members) - len(s.joiners)
+	if s.place != nil {
+		need = min(need, len(lost))
+	}
 	s.mu.Unlock()
 	for i := range need {
 		local, why := 0, "replacement"
@@ -157,6 +174,9 @@ func (s *survival) joinerExited(ctx context.Context, e *ExitError) {
 		return
 	}
 	fmt.Fprintf(s.errOut, "launch: rank %d (pid %d), started to join, %s before it was taken in\n", e.Rank, e.Pid, removedWords(e.Reason()))
+	if j.node != 0 {
+		return // its node's launcher started it: the node may rejoin again
+	}
 	s.mu.Lock()
 	need := s.world - len(s.members) - len(s.joiners)
 	s.mu.Unlock()
@@ -176,7 +196,7 @@ func (s *survival) growFault(ctx context.Context, gen, name int) (fault, bool) {
 	}
 	var ready []int
 	for n, j := range s.joiners {
-		if j.ready {
+		if j.ready && s.nodeReady(j.node) {
 			ready = append(ready, n)
 		}
 	}
@@ -228,20 +248,36 @@ func (s *survival) takeIn(p *genPlan, f fault) {
 		if j == nil {
 			continue // exited meanwhile
 		}
+		if j.pid == 0 {
+			j.pid = s.pids[name] // another node's: as its launcher published it
+		}
 		p.Members = append(p.Members, name)
 		p.Joined = append(p.Joined, name)
-		p.Joins = append(p.Joins, joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Ready: j.readyAt.UnixNano(), Why: j.why})
+		info := joinInfo{Name: name, Pid: j.pid, Started: j.started.UnixNano(), Ready: j.readyAt.UnixNano(), Why: j.why}
+		if s.place != nil {
+			info.Node = &j.node
+		}
+		p.Joins = append(p.Joins, info)
 	}
 }
 
 // admit tells the joiners of p, just published, which generation takes
 // them in.
 func (s *survival) admit(ctx context.Context, p genPlan) {
+	back := map[int][]int{} // other nodes' joiners, by node
 	s.mu.Lock()
 	for _, name := range p.Joined {
+		if j := s.joiners[name]; j != nil && j.node != 0 {
+			back[j.node] = append(back[j.node], name)
+		}
 		delete(s.joiners, name)
 	}
 	s.mu.Unlock()
+	for node, names := range back {
+		if s.place != nil && s.place.back != nil {
+			s.place.back(node, names)
+		}
+	}
 	for i, name := range p.Joined {
 		_ = s.store.Set(ctx, s.key(0, joinKeyName(name)+"/gen"), []byte(strconv.Itoa(p.Gen)))
 		fmt.Fprintf(s.errOut, "launch: rank %d (pid %d) joins as rank %d of generation %d (%d ranks; %s)\n",
@@ -266,4 +302,42 @@ func joinInts(v []int) string {
 		out += strconv.Itoa(x)
 	}
 	return out
+}
+
+// nodeReady reports whether every joiner node's launcher started is ready
+// (node 0's own: always): a node's ranks join together, in one grow.
+func (s *survival) nodeReady(node int) bool {
+	return node == 0 || !slices.ContainsFunc(slices.Collect(maps.Values(s.joiners)), func(j *joiner) bool { return j.node == node && !j.ready })
+}
+
+// addRemote takes count ranks that node's launcher starts to join (a node
+// rejoining, nodes_rejoin.go): it gives them names, places them on node,
+// watches their exits and pids (under wg) and their join keys. why says
+// why they join.
+func (s *survival) addRemote(ctx context.Context, wg *sync.WaitGroup, node, count int, why string) ([]int, error) {
+	s.mu.Lock()
+	switch {
+	case s.names+count > maxJoiners:
+		s.mu.Unlock()
+		return nil, fmt.Errorf("this attempt started %d joining ranks already, and takes at most %d", s.names, maxJoiners)
+	case len(s.members)+len(s.joiners)+count > s.world:
+		room := s.world - len(s.members) - len(s.joiners)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("the job has room for %s (it runs %s of at most %d, %d more waiting to join), not %d",
+			Count(max(room, 0), "rank"), Count(len(s.members), "rank"), s.world, len(s.joiners), count)
+	}
+	names := make([]int, count)
+	now := time.Now()
+	for i := range names {
+		names[i] = s.world + s.names
+		s.names++
+		s.joiners[names[i]] = &joiner{name: names[i], node: node, started: now, why: why}
+	}
+	s.mu.Unlock()
+	s.place.setNames(node, names)
+	for _, name := range names {
+		s.watchRemote(ctx, wg, name)
+		wg.Go(func() { s.watchJoinKey(ctx, name) })
+	}
+	return names, nil
 }

@@ -31,11 +31,23 @@ func (j *job) awaitFallback(ctx context.Context) {
 	}
 	t := time.NewTimer(2*j.survive.e.CheckIn + time.Second)
 	defer t.Stop()
-	select {
-	case ee := <-j.failReq:
-		j.fail(ee)
-	case <-t.C:
-		j.fail(&ExitError{Rank: -1, Err: errors.New("the job's ranks ended without finishing and without a plan to go on")})
+	// Another node's launcher: the plan that removes its failed ranks
+	// (the job goes on without them) may come meanwhile.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case ee := <-j.failReq:
+			j.fail(ee)
+			return
+		case <-tick.C:
+			if j.survive.allMembers(clean) {
+				return
+			}
+		case <-t.C:
+			j.fail(&ExitError{Rank: -1, Err: errors.New("the job's ranks ended without finishing and without a plan to go on")})
+			return
+		}
 	}
 }
 

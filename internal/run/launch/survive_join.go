@@ -45,6 +45,9 @@ type joinInfo struct {
 	Started int64  `json:"started_unix_nano"` // when the launcher started its process
 	Ready   int64  `json:"ready_unix_nano"`   // when the launcher saw it ready (its join key)
 	Why     string `json:"why"`
+	// Node, with several nodes, is the node whose launcher started it
+	// (nil on one host).
+	Node *int `json:"node,omitempty"`
 }
 
 // Joined is a rank that joined the current generation at its start.
@@ -52,6 +55,7 @@ type Joined struct {
 	Rank, Name, Pid int       // its rank in the generation, its job-wide name, its process
 	Started, Ready  time.Time // its process started; the launcher saw it ready
 	Why             string    // "replaces rank 2 (...)", "spare"
+	Node            int       // with several nodes, the node it runs on; -1 on one host
 }
 
 // joinName reads EnvJoinName: a joining rank's name.
@@ -143,10 +147,13 @@ func (s *Survivor) JoinedInfo(ctx context.Context) (int, []Joined, error) {
 	}
 	out := make([]Joined, len(p.Joined))
 	for i, name := range p.Joined {
-		out[i] = Joined{Rank: p.index(name), Name: name}
+		out[i] = Joined{Rank: p.index(name), Name: name, Node: -1}
 		if i < len(p.Joins) {
 			j := p.Joins[i]
 			out[i].Pid, out[i].Started, out[i].Ready, out[i].Why = j.Pid, time.Unix(0, j.Started), time.Unix(0, j.Ready), j.Why
+			if j.Node != nil && *j.Node >= 0 && *j.Node < maxNodeRanks {
+				out[i].Node = *j.Node
+			}
 		}
 	}
 	return s.gen, out, nil

@@ -41,9 +41,10 @@ import (
 //     nodes' restart policy takes over together;
 //  4. after the attempt, node 0 no longer waits for a node whose ranks
 //     were all removed (withoutGone); and it notes the node at goneKey in
-//     its launcher's store, so that a launcher restarted for that node is
-//     told why it cannot come back (claimNode): rejoining a running job
-//     needs healing (a grow step), which this build has on one host only.
+//     its launcher's store. With -heal a launcher restarted for that node
+//     rejoins the running job (nodes_rejoin.go); without, it is told why
+//     it cannot come back (claimNode). A member launcher whose ranks were
+//     all removed while it lives ends, naming why (leftError).
 //
 // Node 0's launcher stays a single point of failure: it hosts both stores
 // and decides every plan. When it dies, a member launcher's plan watch
@@ -74,22 +75,82 @@ type remoteExit struct {
 }
 
 // nodePlace places the attempt's ranks on its nodes: rank r runs on
-// Members[r/PerNode] (by -node-rank at the start).
+// Members[r/PerNode] (by -node-rank at the start), and a rank started to
+// join on the node whose launcher started it (the ranks of a node that
+// rejoined, nodes_rejoin.go), which setNames records.
 type nodePlace struct {
 	members []int
 	perNode int
 	addrs   map[int]string // node 0: the nodes' addresses from their join reports
 	gone    func(node int, reason string)
+	// back, on node 0, is told that node's ranks named names were taken
+	// into the job (a node rejoining).
+	back func(node int, names []int)
+	// left, on another node, is told once a plan has removed every rank
+	// of this node (the job continues without it), with why.
+	left func(reason string)
+	// joining, on a node rejoining, holds until a plan takes its ranks in.
+	joining atomic.Bool
+
+	mu    sync.Mutex
+	names map[int][]int // a node's ranks, when it rejoined: their names
+	of    map[int]int   // a joining rank's node, by its name
 }
 
-func (p *nodePlace) nodeOf(rank int) int { return p.members[rank/p.perNode] }
+// nodeOf is the node rank runs on (-1: unknown).
+func (p *nodePlace) nodeOf(rank int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.of[rank]; ok {
+		return n
+	}
+	if rank < 0 || rank >= len(p.members)*p.perNode {
+		return -1
+	}
+	return p.members[rank/p.perNode]
+}
 
-// ranksOf is node's ranks in the attempt.
+// ranksOf is node's ranks in the attempt: those it started with, or since
+// it rejoined those it rejoined with.
 func (p *nodePlace) ranksOf(node int) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if names, ok := p.names[node]; ok {
+		return slices.Clone(names)
+	}
 	idx := slices.Index(p.members, node)
+	if idx < 0 {
+		return nil
+	}
 	out := make([]int, p.perNode)
 	for k := range out {
 		out[k] = idx*p.perNode + k
+	}
+	return out
+}
+
+// setNames records that node's ranks are now the joining ranks names.
+func (p *nodePlace) setNames(node int, names []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.names == nil {
+		p.names, p.of = map[int][]int{}, map[int]int{}
+	}
+	p.names[node] = slices.Clone(names)
+	for _, n := range names {
+		p.of[n] = node
+	}
+}
+
+// nodes are the attempt's nodes: its members, then any that joined it.
+func (p *nodePlace) nodes() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := slices.Clone(p.members)
+	for n := range p.names {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
 	}
 	return out
 }
@@ -103,6 +164,9 @@ func (s *survival) placeLost(lost []LostRank) {
 	}
 	for i, l := range lost {
 		node := p.nodeOf(l.Rank)
+		if node < 0 {
+			continue
+		}
 		where := " on node " + strconv.Itoa(node)
 		if a := p.addrs[node]; a != "" {
 			where += " (" + a + ")"
@@ -125,9 +189,10 @@ func (s *survival) nodesGone(lost []LostRank) {
 	for _, l := range lost {
 		out[l.Rank] = true
 	}
-	for _, node := range p.members {
+	for _, node := range p.nodes() {
 		ranks := p.ranksOf(node)
-		if node != 0 && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
+		hit := slices.ContainsFunc(lost, func(l LostRank) bool { return slices.Contains(ranks, l.Rank) })
+		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
 			p.gone(node, "every rank of it was removed: "+ranksText(ranks))
 		}
 	}
@@ -147,13 +212,16 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		place.gone = func(node int, reason string) {
 			r.noteGone(node, reason)
 		}
+		place.back = func(node int, names []int) { r.noteBack(node, names) }
 		start = func() {
 			// serve ran in startAttempt: the store and run id are set.
 			for rank := range len(plan.Members) * plan.RanksPerNode {
 				if place.nodeOf(rank) != 0 {
-					wg.Go(func() { s.watchRemoteExit(sctx, rank) })
-					wg.Go(func() { s.watchRemotePid(sctx, rank) })
+					s.watchRemote(sctx, &wg, rank)
 				}
+			}
+			if r.e.Heal {
+				wg.Go(func() { r.serveRejoins(sctx, s, plan, &wg) })
 			}
 		}
 		return start, func() { cancel(); wg.Wait() }, nil
@@ -176,6 +244,12 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		return nil, nil, fmt.Errorf("launch: node %d: the job's store on node 0: %w", r.node, err)
 	}
 	s.store, s.runID, s.world = store, plan.RunID, world
+	if r.rj.names != nil { // rejoining: its ranks are joiners (nodes_rejoin.go)
+		place.setNames(r.node, r.rj.names)
+	}
+	r.rj.left = ""
+	var leftOnce sync.Once
+	place.left = func(reason string) { leftOnce.Do(func() { r.rj.left = reason }) }
 	s.members = place.ranksOf(r.node)
 	s.revoked, s.pids = map[int]bool{}, map[int]int{}
 	s.exits, s.fallback = make(chan *ExitError, world), make(chan *ExitError, 1)
@@ -188,6 +262,7 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 			_ = store.Set(sctx, pidKey(s.runID, rank), []byte(strconv.Itoa(pid)))
 		}
 		wg.Go(func() { s.forwardExits(sctx) })
+		place.joining.Store(r.rj.names != nil)
 		wg.Go(func() { s.followPlans(sctx, r.node) })
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
@@ -211,6 +286,13 @@ func (s *survival) hostStore(storeLn **os.File, vars *[]string, cfg Config) (*at
 	}
 	*vars = append(*vars, EnvOnFailure+"="+OnFailureContinue)
 	return &s.lead, nil
+}
+
+// watchRemote, on node 0, watches another node's rank: its exit report
+// and its pid (watchRemoteExit, watchRemotePid), under wg.
+func (s *survival) watchRemote(ctx context.Context, wg *sync.WaitGroup, rank int) {
+	wg.Go(func() { s.watchRemoteExit(ctx, rank) })
+	wg.Go(func() { s.watchRemotePid(ctx, rank) })
 }
 
 // watchRemoteExit, on node 0, waits for rank's exit report from its
@@ -260,6 +342,7 @@ func (s *survival) forwardExits(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case e := <-s.exits:
+			s.joinerGone(e)
 			b, _ := json.Marshal(remoteExit{Pid: e.Pid, Reason: e.Reason()})
 			c, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := s.store.Set(c, exitKey(s.runID, e.Rank), b); err != nil && ctx.Err() == nil {
@@ -270,11 +353,32 @@ func (s *survival) forwardExits(ctx context.Context) {
 	}
 }
 
+// joinerGone, on a node rejoining, drops its rank e, which exited before
+// a plan took it in (node 0 forgets it too): once none is left, the node
+// has left the job again.
+func (s *survival) joinerGone(e *ExitError) {
+	if !s.place.joining.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.revoked[e.Rank] = true
+	s.members = slices.DeleteFunc(s.members, func(m int) bool { return m == e.Rank })
+	none := len(s.members) == 0
+	s.mu.Unlock()
+	if none && s.place.left != nil {
+		s.place.left(fmt.Sprintf("its ranks ended before the job took them in; rank %d %s", e.Rank, e.Reason()))
+	}
+}
+
 // followPlans, on member node, reads each generation's plan: its members
 // become the plan's ranks of this node, its lost ranks are revoked, and a
-// plan that falls back to a restart fails the attempt.
+// plan that falls back to a restart fails the attempt. A node joining
+// (its ranks started to join) keeps its ranks as members until a plan
+// takes one in.
 func (s *survival) followPlans(ctx context.Context, node int) {
 	mine := s.place.ranksOf(node)
+	joining := s.place.joining.Load()
+	in := func(p genPlan) bool { return slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 }) }
 	for gen := 1; ctx.Err() == nil; {
 		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
 		if errors.Is(err, rendezvous.ErrTimeout) {
@@ -299,12 +403,20 @@ func (s *survival) followPlans(ctx context.Context, node int) {
 			s.fallback <- first
 			return
 		}
+		joining = joining && !in(p)
+		s.place.joining.Store(joining)
 		s.mu.Lock()
-		s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
+		if !joining {
+			s.members = slices.DeleteFunc(slices.Clone(p.Members), func(m int) bool { return !slices.Contains(mine, m) })
+		}
 		for _, l := range p.Lost {
 			s.revoked[l.Rank] = true
 		}
+		none := !joining && len(s.members) == 0
 		s.mu.Unlock()
+		if none && s.place.left != nil {
+			s.place.left(p.lostReason(mine[0]))
+		}
 		gen++
 	}
 }
@@ -343,10 +455,10 @@ func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
 	c, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	b, err := r.store.Get(c, goneKey(r.node))
-	if err != nil {
+	if err != nil || len(b) == 0 { // never gone, or back (noteBack)
 		return ""
 	}
-	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing, which this build has on one host only: restart the whole job to bring the node back",
+	return fmt.Sprintf("launch: node %d: the job continues without node %d (%s); rejoining a running job needs healing: run the job with -heal, or restart the whole job to bring the node back",
 		r.node, r.node, untrusted.Text(string(b), maxShownText))
 }
 

@@ -134,28 +134,35 @@ type node struct {
 // secret in the environment.
 func startJob(t *testing.T, bed *testbed.Bed, bin string, args ...string) []*node {
 	t.Helper()
-	hosts := bed.Hosts()
-	nodes := make([]*node, len(hosts))
-	master := hosts[0].Addr() + ":" + masterPort
-	for i, h := range hosts {
-		a := append(append([]string(nil), args...), "-nnodes", strconv.Itoa(len(hosts)), "-node-rank", strconv.Itoa(i), "-master", master)
-		n := &node{cmd: h.Command(context.Background(), bin, a...), done: make(chan struct{})}
-		n.cmd.Env = append(os.Environ(), "RINGDDP_SECRET="+secret)
-		n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
-		t0 := time.Now()
-		require.NoError(t, n.cmd.Start())
-		go func() {
-			n.err = n.cmd.Wait()
-			n.took = time.Since(t0)
-			close(n.done)
-		}()
-		t.Cleanup(func() {
-			_ = n.cmd.Process.Kill()
-			<-n.done
-		})
-		nodes[i] = n
+	nodes := make([]*node, len(bed.Hosts()))
+	for i := range nodes {
+		nodes[i] = startNode(t, bed, i, bin, args...)
 	}
 	return nodes
+}
+
+// startNode starts bin on host i of bed as node i of a job, as startJob
+// does (also to start a node's launcher again).
+func startNode(t *testing.T, bed *testbed.Bed, i int, bin string, args ...string) *node {
+	t.Helper()
+	hosts := bed.Hosts()
+	master := hosts[0].Addr() + ":" + masterPort
+	a := append(append([]string(nil), args...), "-nnodes", strconv.Itoa(len(hosts)), "-node-rank", strconv.Itoa(i), "-master", master)
+	n := &node{cmd: hosts[i].Command(context.Background(), bin, a...), done: make(chan struct{})}
+	n.cmd.Env = append(os.Environ(), "RINGDDP_SECRET="+secret)
+	n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
+	t0 := time.Now()
+	require.NoError(t, n.cmd.Start())
+	go func() {
+		n.err = n.cmd.Wait()
+		n.took = time.Since(t0)
+		close(n.done)
+	}()
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	})
+	return n
 }
 
 // waitJob waits for every launcher to exit, at most d in all, and fails

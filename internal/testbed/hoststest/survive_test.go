@@ -89,3 +89,61 @@ func TestSurviveHostKilled(t *testing.T) {
 	require.Equal(t, 60.0, epochs[2]["global_step"])
 	require.Contains(t, nodes[0].stderr.String(), "the job continues without node 1")
 }
+
+// Host 1 killed whole mid-training with -heal (tcp): the job continues on
+// host 0's two ranks; host 1's launcher, started again on host 1, rejoins
+// the running job — its two ranks join as ranks 4 and 5, grow the group
+// back to 4 at a step boundary and heal from host 0's ranks across the
+// link — and the job ends on 4 ranks, no step lost, every example once per
+// epoch.
+func TestSurviveHostRejoins(t *testing.T) {
+	bed := newBed(t, testbed.Config{Hosts: 2, Rate: "10mbit"})
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck.safetensors")
+	args := trainArgs("-transport", "tcp", "-ranks", "2", "-algo", "ring", "-epochs", "6", "-json",
+		"-checkpoint", ck, "-checkpoint-every", "5", "-checkpoint-keep", "100", "-timeout", "10s",
+		"-on-failure", "continue", "-min-ranks", "2", "-heal")
+	nodes := startJob(t, bed, trainBin, args...)
+	waitFor(t, nodes, time.Minute, "checkpoint at step 10", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ck.step10.safetensors"))
+		return err == nil
+	})
+	require.NoError(t, bed.KillHost(1))
+	waitFor(t, nodes[:1], time.Minute, "node 1 dropped", func() bool {
+		return strings.Contains(nodes[0].stderr.String(), "the job continues without node 1")
+	})
+	restarted := time.Now()
+	back := startNode(t, bed, 1, trainBin, args...)
+	waitJob(t, []*node{nodes[0], back}, 2*time.Minute)
+	all := []*node{nodes[0], back}
+	require.NoError(t, nodes[0].err, output(all))
+	require.NoError(t, back.err, output(all))
+	var heals []map[string]any
+	var epochs []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(nodes[0].stdout.String()))
+	for sc.Scan() {
+		var e map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &e), sc.Text())
+		switch {
+		case e["healed"] != nil:
+			heals = append(heals, e)
+		case e["epoch"] != nil:
+			epochs = append(epochs, e)
+		}
+	}
+	require.Len(t, heals, 1, output(all))
+	joined := heals[0]["joined"].([]any)
+	require.Len(t, joined, 2)
+	for _, j := range joined {
+		require.Equal(t, 1.0, j.(map[string]any)["node"])
+	}
+	t.Logf("host 1's launcher restarted; the job ended %.3f s later (heal %v s, %v bytes of state)\n%s",
+		time.Since(restarted).Seconds(), heals[0]["heal_seconds"], heals[0]["state_bytes"], nodes[0].stderr.String())
+	require.Len(t, epochs, 6)
+	for _, e := range epochs {
+		require.Equal(t, e["samples_used"], e["samples_distinct"], "an epoch used an example twice")
+		require.Equal(t, 400.0, e["samples_used"])
+	}
+	require.Equal(t, 4.0, epochs[5]["ranks"])
+	require.Contains(t, nodes[0].stderr.String(), "node 1 is back in the job with ranks 4, 5")
+}
