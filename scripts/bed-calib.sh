@@ -14,6 +14,7 @@
 # hierarchical,torus), RINGDDP_BED_CALIB_ITERS (3), RINGDDP_BED_CALIB_ROUNDS (2: the
 # 4-64 MiB sweep's rounds, each cell the fastest), RINGDDP_BED_CALIB_SMALL_ROUNDS (5: the
 # 64 KiB-1 MiB sweep's, back to back, each cell the median).
+# RINGDDP_BED_CALIB_BURST (5ms: the links' token bucket as a time; a real link saves up nothing).
 set -eu
 cd "$(dirname "$0")/.."
 trap 'exit 1' INT TERM

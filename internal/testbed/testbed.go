@@ -72,6 +72,12 @@ type Config struct {
 	// Rate shapes every host's link, both ways, to this rate, in tc's
 	// syntax ("1gbit", "100mbit", "500kbit"); "" leaves it unshaped.
 	Rate string
+	// Burst is the token bucket's size as a time at Rate: how long an
+	// idle link saves up to send at once afterwards; 0 is 5 ms (at least
+	// 16 KiB either way). A real link saves nothing: a smaller bucket
+	// brings the bed closer to one, down to what the kernel's timer
+	// allows the rate to be kept at.
+	Burst time.Duration
 }
 
 // Bed is one test's hosts, bridge and links.
@@ -103,7 +109,7 @@ func New(tb testing.TB, c Config) *Bed {
 		if err != nil {
 			tb.Fatalf("testbed: Config.Rate: %v", err)
 		}
-		burst = burstBytes(bits)
+		burst = burstBytes(bits, c.Burst)
 	}
 	if reason := Unavailable(); reason != "" {
 		tb.Skip("testbed: " + reason)
@@ -280,10 +286,13 @@ func ParseRate(s string) (float64, error) {
 	return 0, fmt.Errorf("rate %q: want a number and bit, kbit, mbit or gbit (\"1gbit\")", s)
 }
 
-// burstBytes is the token bucket's size for a rate: 5 ms of it, at least
-// 16 KiB (more than a 1500-byte frame and a few segments), so that the
-// bucket refills between timer ticks without letting more than a few
-// milliseconds through at once.
-func burstBytes(bitsPerSec float64) int {
-	return max(int(bitsPerSec/8*0.005), 16<<10)
+// burstBytes is the token bucket's size for a rate: d of it (0: 5 ms),
+// at least 16 KiB (more than a 1500-byte frame and a few segments), so
+// that the bucket refills between timer ticks without letting more than a
+// few milliseconds through at once.
+func burstBytes(bitsPerSec float64, d time.Duration) int {
+	if d <= 0 {
+		d = 5 * time.Millisecond
+	}
+	return max(int(bitsPerSec/8*d.Seconds()), 16<<10)
 }

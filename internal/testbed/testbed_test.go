@@ -125,6 +125,15 @@ func TestParseRate(t *testing.T) {
 // Hosts reach each other by address, each under its own host name, and
 // host 0 cannot reach the machine's own loopback services (its own
 // namespace).
+// The token bucket holds Config.Burst of the rate (5 ms by default), never
+// less than 16 KiB.
+func TestBurstBytes(t *testing.T) {
+	require.Equal(t, 625000, burstBytes(1e9, 0))
+	require.Equal(t, 125000, burstBytes(1e9, time.Millisecond))
+	require.Equal(t, 1250000, burstBytes(1e9, 10*time.Millisecond))
+	require.Equal(t, 16<<10, burstBytes(1e6, 0), "5 ms of 1 Mbit/s is 625 bytes: the floor")
+}
+
 func TestHostsTalk(t *testing.T) {
 	b := New(t, Config{Hosts: 3})
 	start(t, b.Host(2), "serve "+b.Host(2).Addr()+":7000 10")

@@ -34,6 +34,7 @@ const (
 	CalibItersEnv       = "RINGDDP_BED_CALIB_ITERS"
 	CalibRoundsEnv      = "RINGDDP_BED_CALIB_ROUNDS"
 	CalibSmallRoundsEnv = "RINGDDP_BED_CALIB_SMALL_ROUNDS"
+	CalibBurstEnv       = "RINGDDP_BED_CALIB_BURST" // the links' token bucket as a time (testbed.Config.Burst; default 5ms)
 )
 
 // The calibration's command line, kept short (calibArgs): the links'
@@ -122,12 +123,15 @@ func TestBedCalib(t *testing.T) {
 	smallRounds, err := strconv.Atoi(envOr(CalibSmallRoundsEnv, "5"))
 	require.NoError(t, err, "$%s", CalibSmallRoundsEnv)
 	sweeps := calibSweeps(envOr(CalibItersEnv, "3"), max(rounds, 1), max(smallRounds, 1))
+	burst, err := time.ParseDuration(envOr(CalibBurstEnv, "5ms"))
+	require.NoError(t, err, "$%s", CalibBurstEnv)
 	for _, l := range strings.Split(layouts, ",") {
 		var hosts, ranks int
 		_, err := fmt.Sscanf(l, "%dx%d", &hosts, &ranks)
 		require.NoError(t, err, "$%s: layout %q: want HOSTSxRANKS", CalibEnv, l)
 		t.Run(l, func(t *testing.T) {
-			bed := newBed(t, testbed.Config{Hosts: hosts, Rate: "1gbit"})
+			bed := newBed(t, testbed.Config{Hosts: hosts, Rate: "1gbit", Burst: burst})
+			t.Logf("%d hosts × %d ranks, links shaped to 1gbit with a token bucket of %v", hosts, ranks, burst)
 			profile := filepath.Join(t.TempDir(), "bed-"+l+".json")
 			t0 := time.Now()
 			args := append([]string{"-transport", "auto", "-ranks", strconv.Itoa(ranks), "-calibrate", profile}, calibArgs...)
