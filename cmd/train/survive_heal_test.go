@@ -37,6 +37,27 @@ func healedOutput(t *testing.T, out string) []healRecord {
 	return hs
 }
 
+// requireHealedOnce checks the -json output out of a job in which one
+// failure was survived and healed: n epoch lines, no restart, one
+// survival that lost no step, every example once per epoch (24 a step:
+// survivorArgs's batch) and one heal, which it returns with the epochs.
+func requireHealedOnce(t *testing.T, out string, n int, msgs ...any) ([]map[string]any, healRecord) {
+	t.Helper()
+	msg := append([]any{"%s"}, out)
+	if len(msgs) > 0 {
+		msg = msgs
+	}
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, n, msg...)
+	require.Empty(t, restarts, msg...)
+	require.Len(t, survived, 1, msg...)
+	require.Equal(t, int64(0), survived[0].StepsLost)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, msg...)
+	return epochs, hs[0]
+}
+
 // A rank killed with SIGKILL after step 7, with -heal: the other three go
 // on as generation 1, the launcher starts rank 4 to replace it, and once it
 // is ready the group grows back to 4 at a step boundary; rank 4 is healed
@@ -52,15 +73,7 @@ func TestSurviveHeal(t *testing.T) {
 	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20") // 48 steps of 20 ms or more: time for the replacement to start
 	out, err := runTrain(t, survivorArgs(data, ck, "-heal", "-epochs", "3")...)
 	require.NoError(t, err, out)
-	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 3, out)
-	require.Empty(t, restarts, out)
-	require.Len(t, survived, 1, out)
-	require.Equal(t, int64(0), survived[0].StepsLost)
-	requireEachSampleOnce(t, epochs, 24)
-	hs := healedOutput(t, out)
-	require.Len(t, hs, 1, out)
-	h := hs[0]
+	epochs, h := requireHealedOnce(t, out, 3)
 	require.Equal(t, 2, h.Healed)
 	require.Len(t, h.Joined, 1)
 	require.Equal(t, 3, h.Joined[0].Rank)

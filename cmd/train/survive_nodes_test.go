@@ -265,15 +265,7 @@ func TestSurviveNodeRejoins(t *testing.T) {
 	t.Logf("node 0's stderr:\n%s\nnode 1's restarted launcher:\n%s", errOut, back.stderr.String())
 	require.NoError(t, nodes[0].err, out)
 	require.NoError(t, back.err, back.stderr.String())
-	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 6, out)
-	require.Empty(t, restarts, out)
-	require.Len(t, survived, 1, out)
-	require.Equal(t, int64(0), survived[0].StepsLost)
-	requireEachSampleOnce(t, epochs, 24)
-	hs := healedOutput(t, out)
-	require.Len(t, hs, 1, out)
-	h := hs[0]
+	epochs, h := requireHealedOnce(t, out, 6)
 	require.Equal(t, int64(0), h.StepsLost)
 	require.Len(t, h.Joined, 2, out)
 	for i, j := range h.Joined {
