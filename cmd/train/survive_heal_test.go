@@ -168,26 +168,33 @@ func (k killOnGrow) Rejoin(ctx context.Context, cause error) (transport.Conn, re
 	return c, g, err
 }
 
-// healBadCase runs a 4-rank job that loses rank 2 after step 7 with
-// -heal, fault extra and flags args, and checks that it finishes with
-// every example used once per epoch, no step lost, and the last heal's
-// joiner named want; it returns the launcher's stderr.
-func healBadCase(t *testing.T, extra string, want int, args ...string) string {
+// runHealJob runs survivorArgs's 4-rank tcp job on fresh data with
+// $RINGDDP_FAULTS set to faults and the flags args, skipped under -short
+// and -race (a tcp job of several seconds); it requires the job to
+// succeed and returns its stdout and stderr.
+func runHealJob(t *testing.T, faults string, args ...string) (out, stderr string) {
 	t.Helper()
 	if testing.Short() || raceEnabled {
 		t.Skip("a tcp job of several seconds")
 	}
 	data := writeMNISTDir(t)
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, faults)
+	var err error
+	stderr = captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, args...)...) })
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	return out, stderr
+}
+
+// healBadCase runs a 4-rank job that loses rank 2 after step 7 with
+// -heal, fault extra and flags args, and checks that it finishes with
+// every example used once per epoch, no step lost, and the last heal's
+// joiner named want; it returns the launcher's stderr.
+func healBadCase(t *testing.T, extra string, want int, args ...string) string {
+	t.Helper()
 	// 4 epochs of 16 steps, rank 0 20 ms slower each: time for two joiners
 	// to start.
-	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20;"+extra)
-	var out string
-	var err error
-	stderr := captureStderr(t, func() {
-		out, err = runTrain(t, survivorArgs(data, ck, append([]string{"-heal", "-epochs", "4"}, args...)...)...)
-	})
-	require.NoError(t, err, "%s\n%s", out, stderr)
+	out, stderr := runHealJob(t, "kill:2:7:0;slow:0:20;"+extra, append([]string{"-heal", "-epochs", "4"}, args...)...)
 	epochs, restarts, survived := survivedOutput(t, out)
 	require.Len(t, epochs, 4, out)
 	require.Empty(t, restarts, out)
@@ -252,16 +259,7 @@ func grepLines(s, sub string) string {
 // rank 2 is killed the launcher takes it (no process starts then), and it
 // heals as rank 3 of generation 2.
 func TestHealSpare(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("a tcp job of several seconds")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:2:7:0;slow:0:20")
-	var out string
-	var err error
-	stderr := captureStderr(t, func() { out, err = runTrain(t, survivorArgs(data, ck, "-spares", "1", "-epochs", "3")...) })
-	require.NoError(t, err, "%s\n%s", out, stderr)
+	out, stderr := runHealJob(t, "kill:2:7:0;slow:0:20", "-spares", "1", "-epochs", "3")
 	epochs, _, _ := survivedOutput(t, out)
 	requireEachSampleOnce(t, epochs, 24)
 	hs := healedOutput(t, out)
@@ -277,18 +275,7 @@ func TestHealSpare(t *testing.T) {
 // replaced; continued later, it is refused (a removed rank cannot come
 // back without healing), while its replacement, a new identity, healed.
 func TestHealStoppedRank(t *testing.T) {
-	if testing.Short() || raceEnabled {
-		t.Skip("a tcp job of several seconds")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "stop:2:5:2500;slow:0:40")
-	var out string
-	var err error
-	stderr := captureStderr(t, func() {
-		out, err = runTrain(t, survivorArgs(data, ck, "-timeout", "1s", "-epochs", "4", "-heal")...)
-	})
-	require.NoError(t, err, out+stderr)
+	out, stderr := runHealJob(t, "stop:2:5:2500;slow:0:40", "-timeout", "1s", "-epochs", "4", "-heal")
 	epochs, _, survived := survivedOutput(t, out)
 	require.Len(t, epochs, 4, out)
 	require.Len(t, survived, 1, out)
