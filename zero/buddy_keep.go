@@ -176,7 +176,7 @@ func recoverState[T ddp.Float](ctx context.Context, k *Kept[T], to *ZeRO1[T], tr
 	if p.lost[from.buddy.left] && !leftOK {
 		return fmt.Errorf("zero: the copy of lost rank %d's shard is at step %d, the survivors continue from step %d: no version of it at that step", from.buddy.left, k.left.st.Step, step)
 	}
-	if err := p.run(ctx); err != nil {
+	if err := p.move(ctx); err != nil {
 		return err
 	}
 	arena := to.d.ParamArena()

@@ -82,7 +82,7 @@ type Transition struct {
 func Regroup[T ddp.Float](ctx context.Context, from, to *ZeRO1[T], tr Transition) error {
 	p, err := planRegroup(from, to, tr)
 	if err == nil {
-		err = p.run(ctx)
+		err = p.move(ctx)
 	}
 	if err != nil {
 		to.group.Abort(err)

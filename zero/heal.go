@@ -55,7 +55,7 @@ func recoverJoin[T ddp.Float](ctx context.Context, to *ZeRO1[T], tr Transition) 
 	if err != nil {
 		return err
 	}
-	if err := p.run(ctx); err != nil {
+	if err := p.move(ctx); err != nil {
 		return err
 	}
 	arena := to.d.ParamArena()

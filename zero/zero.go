@@ -86,6 +86,7 @@ type ZeRO1[T ddp.Float] struct {
 	gradShard []T
 	lastOp    time.Duration
 	buddy     *buddy[T] // the copy of the left rank's shard (WrapWithBuddy), or nil
+	reshard   Moved     // what the last re-shard into this wrapper sent (reshard_move.go)
 	// ranged is opt as a ranged optimizer when the shard is updated in
 	// backward (ddp.WithOptimizerInBackward given to Wrap); nil otherwise.
 	ranged optim.Ranged[T]

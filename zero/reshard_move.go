@@ -1,0 +1,244 @@
+package zero
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ringddp/ringddp/allreduce"
+	"github.com/ringddp/ringddp/optim"
+)
+
+// Running a re-shard's plan (reshard_plan.go) on one rank. Steps:
+//
+//  1. the optimizer state's header (shareHeader) from the first old rank
+//     that stays: a joiner has none;
+//  2. one AllGather of whether each rank's old copy of its left's shard is
+//     at the header's step (copyOK: a holder of its left's segments);
+//  3. the plan, the same on every rank;
+//  4. the local moves: copies in memory from this rank's old state;
+//  5. round by round, one Split into the round's pairs, and in each pair
+//     one Broadcast per direction that has moves: the sender packs its
+//     moves' segments, every state buffer in turn, into one message, and
+//     the receiver unpacks them into its new state;
+//  6. the new state loaded into to's optimizer (and, with buddies, into
+//     self, and the copy into the shadow).
+//
+// A moved segment is checked end to end by CheckShards (heal.go).
+
+// Moved is what the last re-shard into a wrapper sent: the optimizer
+// state's bytes, by rank of the new world (the same on every rank).
+type Moved struct {
+	Sent []int64
+}
+
+// Bytes is the optimizer state's bytes the re-shard sent, over all ranks.
+func (m Moved) Bytes() int64 {
+	var b int64
+	for _, s := range m.Sent {
+		b += s
+	}
+	return b
+}
+
+// LastReshard is what the last Regroup, Reshard, Recover or RecoverJoin
+// into z sent (zero before any).
+func (z *ZeRO1[T]) LastReshard() Moved {
+	return Moved{Sent: append([]int64(nil), z.reshard.Sent...)}
+}
+
+// move moves the state (steps 1-6) and loads it into to.
+func (p *reshard[T]) move(ctx context.Context) error {
+	if err := p.shareHeader(ctx); err != nil {
+		return err
+	}
+	to := p.to
+	own, left := p.newStates()
+	nbuf := len(own.Buffers)
+	p.to.reshard = Moved{Sent: make([]int64, to.group.Size())}
+	if nbuf > 0 {
+		copyOK, err := p.shareCopies(ctx)
+		if err != nil {
+			return err
+		}
+		plan, err := planMoves(to.buckets, p.n, p.oldOf, copyOK, to.buddy != nil)
+		if err != nil {
+			return err
+		}
+		for _, mv := range plan.local {
+			if mv.to != to.group.Rank() {
+				continue
+			}
+			for k := range nbuf {
+				copy(p.dst(own, left, mv, k), p.src(mv, k))
+			}
+		}
+		if err := p.exchange(ctx, plan, own, left); err != nil {
+			return err
+		}
+		for r, e := range plan.sent {
+			p.to.reshard.Sent[r] = int64(8 * nbuf * e)
+		}
+	}
+	return p.load(own, left)
+}
+
+// newStates are the new own state and copy, the header's, with buffers
+// sized to to's shard and its left's (step 1's header in p.own).
+func (p *reshard[T]) newStates() (own, left optim.State) {
+	to := p.to
+	own = p.own
+	own.Hyper = append([]optim.Hyper(nil), p.own.Hyper...)
+	own.Buffers = make([]optim.Buffer, len(p.own.Buffers))
+	if to.buddy != nil {
+		left = own
+		left.Hyper = append([]optim.Hyper(nil), p.own.Hyper...)
+		left.Buffers = make([]optim.Buffer, len(p.own.Buffers))
+	}
+	for k, b := range p.own.Buffers {
+		own.Buffers[k] = optim.Buffer{Name: b.Name, Data: make([]float64, to.shard)}
+		if to.buddy != nil {
+			left.Buffers[k] = optim.Buffer{Name: b.Name, Data: make([]float64, len(to.buddy.params))}
+		}
+	}
+	if own.Step > 0 {
+		own.Len, left.Len = to.shard, 0
+		if to.buddy != nil {
+			left.Len = len(to.buddy.params)
+		}
+	}
+	return own, left
+}
+
+// load is step 6.
+func (p *reshard[T]) load(own, left optim.State) error {
+	to := p.to
+	if err := to.opt.LoadState(own); err != nil {
+		return fmt.Errorf("zero: loading the re-sharded state: %w", err)
+	}
+	if to.buddy != nil {
+		if err := to.buddy.self.LoadState(own); err != nil {
+			return fmt.Errorf("zero: loading the re-sharded state's second version: %w", err)
+		}
+		if err := to.buddy.shadow.LoadState(left); err != nil {
+			return fmt.Errorf("zero: loading the re-sharded buddy copy: %w", err)
+		}
+		to.buddy.primed = false
+	}
+	return nil
+}
+
+// shareCopies is step 2: by old rank, whether its copy of its left's
+// shard is at the state's step (p.own.Step, the header's).
+func (p *reshard[T]) shareCopies(ctx context.Context) ([]bool, error) {
+	m := p.to.group.Size()
+	mine := []int64{0}
+	if p.from != nil && p.from.buddy != nil && p.left.Step == p.own.Step && len(p.left.Buffers) == len(p.own.Buffers) {
+		mine[0] = 1
+	}
+	all := make([]int64, m)
+	if err := allreduce.AllGather(ctx, p.to.group, all, mine); err != nil {
+		return nil, fmt.Errorf("zero: sharing which buddy copies are current: %w", err)
+	}
+	copyOK := make([]bool, p.n)
+	for w, o := range p.oldOf {
+		if o >= 0 {
+			copyOK[o] = all[w] == 1
+		}
+	}
+	return copyOK, nil
+}
+
+// src is segment mv.seg of state buffer k in this rank's old state: its
+// own shard's or its copy's.
+func (p *reshard[T]) src(mv move, k int) []float64 {
+	if mv.fromCopy {
+		return segmentOf(p.left.Buffers[k].Data, p.from.buddy.leftPieces, mv.seg)
+	}
+	return segmentOf(p.own.Buffers[k].Data, p.from.pieces, mv.seg)
+}
+
+// dst is segment mv.seg of state buffer k in this rank's new state: own
+// or its copy, left.
+func (p *reshard[T]) dst(own, left optim.State, mv move, k int) []float64 {
+	if mv.toCopy {
+		return segmentOf(left.Buffers[k].Data, p.to.buddy.leftPieces, mv.seg)
+	}
+	return segmentOf(own.Buffers[k].Data, p.to.pieces, mv.seg)
+}
+
+// segmentOf is segment s of data, a state buffer laid out as pieces.
+func segmentOf(data []float64, pieces []Piece, s segment) []float64 {
+	pc := pieces[s.bucket]
+	return data[pc.Off+s.lo-pc.Lo : pc.Off+s.hi-pc.Lo]
+}
+
+// exchange is step 5.
+func (p *reshard[T]) exchange(ctx context.Context, plan movePlan, own, left optim.State) error {
+	g, me := p.to.group, p.to.group.Rank()
+	var scratch []float64
+	for c, round := range plan.rounds {
+		colour, partner := -1, -1
+		for i, pr := range round {
+			if pr[0] == me || pr[1] == me {
+				colour, partner = i, pr[0]+pr[1]-me
+			}
+		}
+		pair, err := g.Split(ctx, colour, me)
+		if err != nil {
+			return fmt.Errorf("zero: making the re-shard's pair groups (round %d): %w", c, err)
+		}
+		if pair == nil {
+			continue
+		}
+		lo, hi := min(me, partner), max(me, partner)
+		for root, dir := range [2][2]int{{lo, hi}, {hi, lo}} {
+			if scratch, err = p.pairMove(ctx, pair, root, dir, plan.moves, own, left, scratch); err != nil {
+				break
+			}
+		}
+		_ = pair.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pairMove sends the moves from dir[0] to dir[1] in pair, where dir[0] is
+// rank root: one message, every state buffer's segments in turn.
+func (p *reshard[T]) pairMove(ctx context.Context, pair *allreduce.Group, root int, dir [2]int, moves []move, own, left optim.State, scratch []float64) ([]float64, error) {
+	var mine []move
+	size := 0
+	for _, mv := range moves {
+		if mv.from == dir[0] && mv.to == dir[1] {
+			mine = append(mine, mv)
+			size += mv.seg.hi - mv.seg.lo
+		}
+	}
+	if size == 0 {
+		return scratch, nil
+	}
+	nbuf := len(own.Buffers)
+	scratch = append(scratch[:0], make([]float64, size*nbuf)...)
+	sending := p.to.group.Rank() == dir[0]
+	if sending {
+		off := 0
+		for k := range nbuf {
+			for _, mv := range mine {
+				off += copy(scratch[off:], p.src(mv, k))
+			}
+		}
+	}
+	if err := allreduce.Broadcast(ctx, pair, scratch, root); err != nil {
+		return scratch, fmt.Errorf("zero: moving %d elements of optimizer state from rank %d to rank %d: %w", size*nbuf, dir[0], dir[1], err)
+	}
+	if !sending {
+		off := 0
+		for k := range nbuf {
+			for _, mv := range mine {
+				off += copy(p.dst(own, left, mv, k), scratch[off:])
+			}
+		}
+	}
+	return scratch, nil
+}
