@@ -66,6 +66,11 @@ type healRecord struct {
 	// generation (0 for a joiner).
 	SentBytes     []int64 `json:"sent_bytes"`
 	SamplesRedone int     `json:"samples_redone"` // the step in flight, dropped and trained again
+	// ReshardBytes is, under ZeRO-1, the optimizer state's bytes sent to
+	// re-shard it over the grown group, beside heal's stream (0 under
+	// DDP), ReshardSentBytes each rank's part (absent under DDP).
+	ReshardBytes     int64   `json:"reshard_bytes"`
+	ReshardSentBytes []int64 `json:"reshard_sent_bytes,omitempty"`
 }
 
 type joinRecord struct {
@@ -90,7 +95,11 @@ func printHealed(ctx context.Context, w io.Writer, surv *launch.Survivor, h trai
 	defer cancel()
 	gen, joined, _ := surv.JoinedInfo(ictx)
 	rec := healRecord{Healed: gen, AtStep: h.GlobalStep, Paused: h.Paused.Seconds(), HealSecs: h.Heal.Seconds(),
-		StateBytes: h.Report.StateBytes, SentBytes: h.Report.Sent, SamplesRedone: o.cfg.GlobalBatch}
+		StateBytes: h.Report.StateBytes, SentBytes: h.Report.Sent, SamplesRedone: o.cfg.GlobalBatch,
+		ReshardSentBytes: h.ReshardSent}
+	for _, n := range h.ReshardSent {
+		rec.ReshardBytes += n
+	}
 	for _, r := range h.Joined {
 		jr := joinRecord{Rank: r, Name: -1}
 		for _, j := range joined {
@@ -140,6 +149,15 @@ func healText(rec healRecord) string {
 	}
 	fmt.Fprintf(&b, "; training goes on from step %d, %s lost, %d samples redone, paused %.2fs (heal %.2fs: %d bytes of state; bytes sent: %s)",
 		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, strings.Join(senders, ", "))
+	if rec.ReshardSentBytes != nil {
+		var movers []string
+		for r, n := range rec.ReshardSentBytes {
+			if n > 0 {
+				movers = append(movers, fmt.Sprintf("rank %d %d", r, n))
+			}
+		}
+		fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes (%s)", rec.ReshardBytes, strings.Join(movers, ", "))
+	}
 	return b.String()
 }
 

@@ -329,6 +329,9 @@ func TestHealText(t *testing.T) {
 	require.Equal(t, "heal at generation 2: rank 4 (pid 77, replaces rank 2, which was killed by signal killed) joined as rank 3, "+
 		"back 0.61s after its start (0.20s after it was ready); training goes on from step 12, 0 steps lost, 24 samples redone, "+
 		"paused 0.35s (heal 0.02s: 300 bytes of state; bytes sent: rank 0 100, rank 1 100, rank 2 100)", healText(rec))
+	// Under ZeRO-1 the re-shard's bytes follow, by rank.
+	rec.ReshardSentBytes, rec.ReshardBytes = []int64{0, 40, 0, 16}, 56
+	require.True(t, strings.HasSuffix(healText(rec), "rank 2 100); optimizer state re-sharded: 56 bytes (rank 1 40, rank 3 16)"), healText(rec))
 }
 
 // Rank 0 killed with -heal and -checkpoint: its replacement (with rank 0's

@@ -57,11 +57,15 @@ func surviveHealZeRO1Over(t *testing.T, data, tr string) {
 	require.Equal(t, 4, h.Joined[0].Name)
 	require.Equal(t, 3, h.Joined[0].Rank)
 	require.Zero(t, h.SentBytes[3])
+	// The re-shard's bytes: the joiner held nothing to send.
+	require.Len(t, h.ReshardSentBytes, 4)
+	require.Zero(t, h.ReshardSentBytes[3])
+	require.Positive(t, h.ReshardBytes)
 	require.Equal(t, 4.0, epochs[2]["ranks"], out)
 	require.Equal(t, 48.0, epochs[2]["global_step"])
 	diff := paramDiff(t, ref, ck)
-	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v); largest parameter difference from the failure-free run: %g",
-		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, diff)
+	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v), %d of the re-shard (sent %v); largest parameter difference from the failure-free run: %g",
+		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ReshardBytes, h.ReshardSentBytes, diff)
 	require.Less(t, diff, 1e-3)
 }
 

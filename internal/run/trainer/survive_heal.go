@@ -60,6 +60,10 @@ type Healed struct {
 	// state agreed; Heal is heal.Heal's part of it.
 	Paused, Heal time.Duration
 	Report       heal.Report // the bytes each rank sent, the state's size
+	// ReshardSent is, under ZeRO-1, the optimizer state's bytes each rank
+	// sent to re-shard it over the grown group (zero.Moved; by rank in
+	// the generation), beside heal's stream; nil under DDP.
+	ReshardSent []int64
 }
 
 // joiningSurvivor reports whether cfg's Survivor was started to join.
@@ -214,6 +218,10 @@ func (l *rankLoop[T]) reportHeal(w *worker[T], joiners []int, got snapshot[T], r
 	if w.g.Rank() != 0 || l.cfg.OnHeal == nil {
 		return
 	}
-	l.cfg.OnHeal(Healed{Joined: joiners, GlobalStep: got.pos.global,
-		Paused: time.Since(began), Heal: rep.Duration, Report: rep})
+	h := Healed{Joined: joiners, GlobalStep: got.pos.global,
+		Paused: time.Since(began), Heal: rep.Duration, Report: rep}
+	if z, ok := w.rep.(*zero.ZeRO1[T]); ok {
+		h.ReshardSent = z.LastReshard().Sent
+	}
+	l.cfg.OnHeal(h)
 }

@@ -27,7 +27,10 @@ import (
 //     rank before any state moves;
 //  4. the members roll every shard to the source's step and re-shard the
 //     state over the new world (zero.Recover), while the joiner receives
-//     its shard, its buddy copy and the parameters (zero.RecoverJoin);
+//     its shard, its buddy copy and the parameters (zero.RecoverJoin):
+//     each segment that changes owner moves once, from a rank that holds
+//     it to the one that lacks it (a span "re-shard" with this rank's
+//     bytes sent, and Healed.ReshardSent);
 //  5. heal.Heal sends the parameters, the position and the usage to the
 //     joiner striped over the members, each stripe checked by its SHA-256,
 //     and checks that every rank's parameters are bitwise equal;
@@ -83,12 +86,14 @@ func (l *rankLoop[T]) healShards(w *worker[T], mine snapshot[T], joiners []int) 
 		return mine, heal.Report{}, err
 	}
 	var from *zero.ZeRO1[T]
+	moving := l.env.rec.Begin(trace.Comm, "elastic", "re-shard")
 	if joiner {
 		err = zero.RecoverJoin(ctx, z, tr)
 	} else {
 		from = mine.zero.kept.Wrapper()
 		err = zero.Recover(ctx, mine.zero.kept, z, tr, all[zeroHealWords*src+3])
 	}
+	moving.Int("bytes_sent", sentOf(z.LastReshard(), g.Rank())).End()
 	if err != nil {
 		return mine, heal.Report{}, fmt.Errorf("trainer: moving the optimizer shards to the grown group: %w", err)
 	}
@@ -111,6 +116,15 @@ func (l *rankLoop[T]) healShards(w *worker[T], mine snapshot[T], joiners []int) 
 	w.members = names
 	got.arena, got.opt = nil, mine.opt
 	return got, rep, nil
+}
+
+// sentOf is what rank sent in the re-shard m (0 when m is empty: a move
+// that failed before its plan).
+func sentOf(m zero.Moved, rank int) int64 {
+	if rank < len(m.Sent) {
+		return m.Sent[rank]
+	}
+	return 0
 }
 
 // zeroHealWords is this rank's step-1 words: position (global step,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/rendezvous"
+	"github.com/ringddp/ringddp/internal/trace"
 	"github.com/ringddp/ringddp/optim"
 	"github.com/ringddp/ringddp/zero"
 )
@@ -121,7 +122,10 @@ func recoverShards[T Float](w *worker[T], mine snapshot[T], gen rendezvous.Gener
 	if !ok {
 		return mine, fmt.Errorf("trainer: the new generation's replica is not ZeRO-1")
 	}
-	if err := zero.Recover(ctx, mine.zero.kept, z, tr, all[5*src+3]); err != nil {
+	moving := w.rec.Begin(trace.Comm, "elastic", "re-shard")
+	err = zero.Recover(ctx, mine.zero.kept, z, tr, all[5*src+3])
+	moving.Int("bytes_sent", sentOf(z.LastReshard(), g.Rank())).End()
+	if err != nil {
 		return mine, fmt.Errorf("trainer: rebuilding the optimizer shards: %w", err)
 	}
 	w.members = members
