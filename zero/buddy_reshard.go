@@ -11,26 +11,14 @@ import (
 
 // Re-sharding after a loss. The old world of N ranks loses the ranks in
 // lost; the survivors, numbered 0..N'-1 in their old order, form a new group
-// and a new wrapper over it. Every element of the optimizer state moves from
-// the rank that holds it (its old owner, or for a lost owner the owner's
-// buddy) to its owner in the new layout (Pieces over N' ranks).
-//
-// Steps, for each bucket of the (unchanged) arena and each state buffer:
-//
-//  1. every survivor s contributes its old piece of the bucket, preceded by
-//     its left's piece when the left (s-1) was lost: since no lost rank's
-//     buddy is lost, the contributions tile the bucket in rank order,
-//     except the last piece when rank N-1 was lost (its buddy is rank 0);
-//  2. an AllGatherV over the survivors assembles the bucket's state on
-//     every survivor, and a Broadcast from rank 0 adds rank N-1's piece
-//     when it was lost;
-//  3. each survivor keeps its new piece, and its new left's piece for its
-//     new buddy copy.
-//
-// Bytes: every survivor receives the whole state once ((N'-1)/N' of it over
-// the wire per rank, as FullOptimizerState), with one bucket of scratch per
-// buffer at a time. The state each survivor then holds is bitwise what a
-// run without the loss holds for the same elements: nothing is recomputed.
+// and a new wrapper over it. Every element of the optimizer state must end
+// on its owner in the new layout (Pieces over N' ranks) and on that owner's
+// buddy: it is there already, or it moves once from a rank that holds it
+// (its old owner, or the owner's buddy from its copy). The plan is
+// reshard_plan.go's, its run reshard_move.go's: only what changes owner
+// moves, point to point. The state each survivor then holds is bitwise
+// what a run without the loss holds for the same elements: nothing is
+// recomputed.
 
 // Reshard rebuilds the shards of the lost ranks from their buddies' copies
 // and re-shards the whole optimizer state over the survivors. from is this

@@ -20,7 +20,10 @@ import (
 //
 // Vocabulary:
 //   - holder: the old rank that holds an element's state before the move:
-//     its old owner, or for a lost owner the owner's buddy (its copy).
+//     its old owner, or for a lost owner the owner's buddy (its copy). (The
+//     re-shard may send a segment of an owner that stays from the owner's
+//     buddy's copy, reshard_plan.go: it is checked against the owner's
+//     state all the same.)
 //   - segment: a range of a bucket on which both layouts agree, a piece of
 //     one old rank and of one new rank: the cuts of the old layout and of
 //     the new one together cut each bucket into segments.
