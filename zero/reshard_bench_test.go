@@ -14,7 +14,6 @@ import (
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/allreduce/allreducetest"
-	"github.com/ringddp/ringddp/allreduce/transport"
 	"github.com/ringddp/ringddp/models"
 	"github.com/ringddp/ringddp/optim"
 	"github.com/ringddp/ringddp/zero"
@@ -47,13 +46,13 @@ func BenchmarkReshardMLP(b *testing.B) {
 					if o := c.tr.Old[g.Rank()]; o >= 0 {
 						from = old[o]
 					}
-					before := g.Conn().(*sendCounter).sent.Load()
+					before := g.Conn().(*countingConn).sent.Load()
 					began := time.Now()
 					err := zero.Regroup(context.Background(), from, to, c.tr)
 					if g.Rank() == 0 {
 						took += time.Since(began)
 					}
-					sent[g.Rank()].Store(g.Conn().(*sendCounter).sent.Load() - before)
+					sent[g.Rank()].Store(g.Conn().(*countingConn).sent.Load() - before)
 					return err
 				})
 				total, most = 0, 0
@@ -69,19 +68,6 @@ func BenchmarkReshardMLP(b *testing.B) {
 	}
 }
 
-// sendCounter counts the payload bytes a rank sends.
-type sendCounter struct {
-	transport.Conn
-	sent atomic.Int64
-}
-
-func (c *sendCounter) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
-	c.sent.Add(int64(len(p)))
-	return c.Conn.Send(ctx, to, h, p)
-}
-
-func (c *sendCounter) Abort(cause error) { c.Conn.(transport.Aborter).Abort(cause) }
-
 // mlpWorld wraps the MLP with buddies on n counted in-process ranks; with
 // then nil, each loads an Adam state of 5 steps (random) and the
 // wrappers are returned, else then runs on every rank.
@@ -89,7 +75,7 @@ func mlpWorld(b *testing.B, n int, then func(g *allreduce.Group, z *zero.ZeRO1[f
 	conns, _, err := allreducetest.InprocConns(n, 30*time.Second)
 	require.NoError(b, err)
 	for i, c := range conns {
-		conns[i] = &sendCounter{Conn: c}
+		conns[i] = &countingConn{Conn: c}
 	}
 	zs := make([]*zero.ZeRO1[float32], n)
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {

@@ -156,7 +156,7 @@ func healFigures(t *testing.T, trial int, heals []healRecord, backs, readies, pa
 		ready = *h.Joined[0].ReadySeconds
 	}
 	*backs, *readies, *pauses = append(*backs, *h.Joined[0].BackSeconds), append(*readies, ready), append(*pauses, h.Paused)
-	t.Logf("trial %d: healed rank %d at step %d: back %.3fs after its start, %.3fs after it was ready; the members paused %.3fs (heal %.3fs), %d bytes of state, sent %v",
-		trial+1, h.Joined[0].Name, h.AtStep, *h.Joined[0].BackSeconds, ready, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes)
+	t.Logf("trial %d: healed rank %d at step %d: back %.3fs after its start, %.3fs after it was ready; the members paused %.3fs (heal %.3fs), %d bytes of state, sent %v; re-shard %d bytes, sent %v",
+		trial+1, h.Joined[0].Name, h.AtStep, *h.Joined[0].BackSeconds, ready, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ReshardBytes, h.ReshardSentBytes)
 	return 0
 }
