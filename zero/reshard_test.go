@@ -109,10 +109,15 @@ func oldWorld(t *testing.T, n int, buckets [][2]int, total int, full optim.State
 	return old
 }
 
-// countConn counts the payload bytes a rank sends.
+// countConn counts the payload bytes a rank sends and receives.
 type countConn struct {
 	transport.Conn
-	sent atomic.Int64
+	sent, received atomic.Int64
+}
+
+func (c *countConn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
+	c.received.Add(int64(n))
+	return c.Conn.Recv(ctx, from, h, n, sink)
 }
 
 func (c *countConn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
@@ -124,8 +129,8 @@ func (c *countConn) Abort(cause error) { c.Conn.(transport.Aborter).Abort(cause)
 
 // regroupHand runs Regroup (and CheckShards) from old to the world of tr
 // over counted in-process conns; it returns the new wrappers and the
-// bytes each rank sent on the wire in Regroup.
-func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][2]int, total int) ([]*ZeRO1[float64], []int64) {
+// bytes each rank sent and received on the wire in Regroup.
+func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][2]int, total int) ([]*ZeRO1[float64], []int64, []int64) {
 	conns, _, err := allreducetest.InprocConns(len(tr.Old), 10*time.Second)
 	require.NoError(t, err)
 	counted := make([]transport.Conn, len(conns))
@@ -133,7 +138,7 @@ func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][
 		counted[i] = &countConn{Conn: c}
 	}
 	news := make([]*ZeRO1[float64], len(tr.Old))
-	sent := make([]int64, len(counted))
+	sent, received := make([]int64, len(counted)), make([]int64, len(counted))
 	errs := allreducetest.RunRanks(counted, func(g *allreduce.Group) error {
 		var from *ZeRO1[float64]
 		if o := tr.Old[g.Rank()]; o >= 0 {
@@ -144,11 +149,12 @@ func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][
 		if err := Regroup(context.Background(), from, to, tr); err != nil {
 			return err
 		}
-		sent[g.Rank()] = counted[g.Rank()].(*countConn).sent.Load()
+		c := counted[g.Rank()].(*countConn)
+		sent[g.Rank()], received[g.Rank()] = c.sent.Load(), c.received.Load()
 		return CheckShards(context.Background(), from, to, tr)
 	})
 	require.NoError(t, allreducetest.FirstError(errs))
-	return news, sent
+	return news, sent, received
 }
 
 // cut is the elements of full's buffer k in rank r's pieces of n.
@@ -247,7 +253,7 @@ func TestReshardMovesOnlyWhatChangesOwner(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d→%v", name, tr.OldSize, tr.Old), func(t *testing.T) {
 				full := specialState(t, total, uint64(ci))
 				old := oldWorld(t, tr.OldSize, buckets, total, full)
-				news, wire := regroupHand(t, old, tr, buckets, total)
+				news, wire, wireIn := regroupHand(t, old, tr, buckets, total)
 				m := len(tr.Old)
 				for w, z := range news {
 					st := z.opt.State()
@@ -264,11 +270,14 @@ func TestReshardMovesOnlyWhatChangesOwner(t *testing.T) {
 				lacked := lackedBytes(buckets, tr, m, len(full.Buffers))
 				var want, wireAll, most int64
 				for w := range m {
+					// Each rank receives what it lacked, and a few small
+					// collectives (under 1 KiB).
+					require.GreaterOrEqual(t, wireIn[w], lacked[w], "rank %d received", w)
+					require.LessOrEqual(t, wireIn[w], lacked[w]+1024, "rank %d received", w)
 					want += lacked[w]
 					wireAll += wire[w]
 					most = max(most, moved.Sent[w])
 				}
-				t.Logf("sent %v (wire %v), lacked %v", moved.Sent, wire, lacked)
 				require.Equal(t, want, moved.Bytes(), "the state's bytes the ranks lacked")
 				// The wire carries the moves and a few small collectives
 				// (header, copy flags, splits, checksums: under 2 KiB a rank).
@@ -311,7 +320,7 @@ func TestReshardSkipsStaleCopy(t *testing.T) {
 		require.NoError(t, old[r].buddy.loadFull(stale, old[r].opt.State()))
 	}
 	tr := Transition{OldSize: 4, Old: []int{0, 1, 2, 3, -1}}
-	news, _ := regroupHand(t, old, tr, buckets, total)
+	news, _, _ := regroupHand(t, old, tr, buckets, total)
 	for w, z := range news {
 		require.Equal(t, cut(full, 0, buckets, 5, w), bitsOf(z.opt.State().Buffers[0].Data), "rank %d", w)
 		require.Equal(t, cut(full, 1, buckets, 5, (w+4)%5), bitsOf(z.buddy.shadow.State().Buffers[1].Data), "rank %d's copy", w)
