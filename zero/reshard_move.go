@@ -219,7 +219,10 @@ func (p *reshard[T]) pairMove(ctx context.Context, pair *allreduce.Group, root i
 		return scratch, nil
 	}
 	nbuf := len(own.Buffers)
-	scratch = append(scratch[:0], make([]float64, size*nbuf)...)
+	if cap(scratch) < size*nbuf {
+		scratch = make([]float64, size*nbuf)
+	}
+	scratch = scratch[:size*nbuf]
 	sending := p.to.group.Rank() == dir[0]
 	if sending {
 		off := 0

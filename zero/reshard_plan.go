@@ -31,9 +31,8 @@ import (
 //  2. for every segment and receiver: a local move when the receiver is a
 //     holder, else a move to be given a sender;
 //  3. senders, largest segment first: the holder that has been given the
-//     fewest elements so far (ties: the owner, then the lower rank), so
-//     that where a segment has two holders the work is balanced between
-//     them;
+//     fewest elements so far (ties: the owner), so that where a segment
+//     has two holders the work is balanced between them;
 //  4. the pairs of ranks that exchange moves are edge-coloured greedily,
 //     in rank order (each rank in at most one pair per colour): a colour
 //     is a round, and a round's pairs run at once (reshard_move.go).
