@@ -43,8 +43,6 @@ func healFlags(tr *launch.Transport, onFailure string, zero1NoBuddies bool, heal
 		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
 	case asked && (heal || spares > 0) && tr.MP == nil:
 		return false, 0, errors.New("-heal and -spares need one rank per process (-transport tcp, shm or auto)")
-	case asked && (heal || spares > 0) && tr.MP.Nnodes > 1 && tr.Name != launch.TCP:
-		return false, 0, errors.New("-heal across node launchers runs over -transport tcp for now (rejoining over auto is not built: the plan would need each member's host)")
 	case asked && spares > 0 && tr.MP.Nnodes > 1:
 		return false, 0, errors.New("-spares applies on one host (-nnodes 1): across node launchers a lost node's ranks come back with its launcher (-heal)")
 	case spares < 0 || spares > 16:

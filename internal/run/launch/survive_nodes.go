@@ -466,11 +466,26 @@ func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
 // the job started) in a generation of members (by
 // their rank at the job's start, which the launchers number node by node:
 // LocalWorldSize ranks a node): its rank among them, and its local rank
-// and local world among the members of its own node.
-func generationEnv(start rendezvous.Env, name int, members []int) rendezvous.Env {
+// and local world among the members of its own node. nodes, when the plan
+// gives them (across node launchers), is each member's node, which a
+// joiner's name does not tell.
+func generationEnv(start rendezvous.Env, name int, members, nodes []int) rendezvous.Env {
 	env := start
 	per := max(start.LocalWorldSize, 1)
 	env.Rank, env.WorldSize = slices.Index(members, name), len(members)
+	if len(nodes) == len(members) && env.Rank >= 0 {
+		env.LocalRank, env.LocalWorldSize = 0, 0
+		for i, n := range nodes {
+			if n != nodes[env.Rank] {
+				continue
+			}
+			if i < env.Rank {
+				env.LocalRank++
+			}
+			env.LocalWorldSize++
+		}
+		return env
+	}
 	if per >= start.WorldSize { // one host: every member is local (joiners' names included)
 		env.LocalRank, env.LocalWorldSize = env.Rank, env.WorldSize
 		return env
