@@ -31,7 +31,7 @@ func TestSurviveNodeRejoinsAuto(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node job of 4 ranks, run twice over: not under -race or -short")
 	}
-	nodes, _ := startKillNodeEnv(t, "auto", 1, 40, twoHosts(40, 96), "-heal", "-epochs", "6")
+	nodes, _ := startKillNodeEnv(t, 2, "auto", 1, 40, twoHosts(40, 96), "-heal", "-epochs", "6")
 	waitGone(t, nodes)
 	back := restartLauncher(t, nodes[1])
 	waitNodes(t, []*nodeLauncher{nodes[0], back}, 60*time.Second)

@@ -83,18 +83,18 @@ func startKillNode(t *testing.T, tr string, node int, extra ...string) ([]*nodeL
 
 // startKillNodeSlow is startKillNode with every step at least slowMs ms.
 func startKillNodeSlow(t *testing.T, tr string, node, slowMs int, extra ...string) ([]*nodeLauncher, time.Time) {
-	return startKillNodeEnv(t, tr, node, slowMs, nil, extra...)
+	return startKillNodeEnv(t, 2, tr, node, slowMs, nil, extra...)
 }
 
-// startKillNodeEnv is startKillNodeSlow with nodeEnv(i) (nil: none) added
-// to node i's environment.
-func startKillNodeEnv(t *testing.T, tr string, node, slowMs int, nodeEnv func(int) []string, extra ...string) ([]*nodeLauncher, time.Time) {
+// startKillNodeEnv is startKillNodeSlow with nnodes launchers and
+// nodeEnv(i) (nil: none) added to node i's environment.
+func startKillNodeEnv(t *testing.T, nnodes int, tr string, node, slowMs int, nodeEnv func(int) []string, extra ...string) ([]*nodeLauncher, time.Time) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck.safetensors")
 	t.Setenv(faultsVar, "slow:0:"+strconv.Itoa(slowMs))
 	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
-	nodes := startNodesEnv(t, 2, nodeEnv, append(args, extra...)...)
+	nodes := startNodesEnv(t, nnodes, nodeEnv, append(args, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
