@@ -128,8 +128,12 @@ func (s *survival) refill(ctx context.Context, lost []LostRank) {
 		return
 	}
 	if s.place != nil {
-		// Several nodes: node 0 replaces its own ranks; another node's
-		// come back with its launcher (nodes_rejoin.go).
+		// Several nodes: node 0 replaces its own ranks; a live node's
+		// launcher another node's (nodes_replace.go); a node that left
+		// comes back with its launcher (nodes_rejoin.go).
+		if s.place.replace != nil {
+			s.place.replace(lost)
+		}
 		lost = slices.DeleteFunc(slices.Clone(lost), func(l LostRank) bool { return s.place.nodeOf(l.Rank) != 0 })
 	}
 	s.mu.Lock()

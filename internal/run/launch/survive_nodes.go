@@ -91,6 +91,9 @@ type nodePlace struct {
 	left func(reason string)
 	// joining, on a node rejoining, holds until a plan takes its ranks in.
 	joining atomic.Bool
+	// replace, on node 0 with healing, asks the launchers of the nodes of
+	// lost ranks still in the job to replace them (nodes_replace.go).
+	replace func(lost []LostRank)
 
 	mu    sync.Mutex
 	names map[int][]int // a node's ranks, when it rejoined: their names
@@ -184,15 +187,14 @@ func (s *survival) nodesGone(lost []LostRank) {
 		return
 	}
 	s.mu.Lock()
-	out := maps.Clone(s.revoked)
+	members := slices.Clone(s.members) // the new generation's
 	s.mu.Unlock()
-	for _, l := range lost {
-		out[l.Rank] = true
-	}
 	for _, node := range p.nodes() {
 		ranks := p.ranksOf(node)
 		hit := slices.ContainsFunc(lost, func(l LostRank) bool { return slices.Contains(ranks, l.Rank) })
-		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
+		// A replacement still waiting to join (nodes_replace.go) does not
+		// keep its node in the job.
+		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return slices.Contains(members, r) }) {
 			p.gone(node, "every rank of it was removed: "+ranksText(ranks))
 		}
 	}
@@ -209,8 +211,14 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if r.node == 0 {
+		var rp *replacements
 		place.gone = func(node int, reason string) {
 			r.noteGone(node, reason)
+			s.forgetJoinersOf(node)
+		}
+		if r.e.Heal {
+			rp = newReplacements(sctx, &wg)
+			place.replace = func(lost []LostRank) { r.replaceRemote(s, rp, lost) }
 		}
 		place.back = func(node int, names []int) { r.noteBack(node, names) }
 		start = func() {
@@ -224,7 +232,7 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 				wg.Go(func() { r.serveRejoins(sctx, s, plan, &wg) })
 			}
 		}
-		return start, func() { cancel(); wg.Wait() }, nil
+		return start, func() { cancel(); rp.close(); wg.Wait() }, nil
 	}
 	// A member: its ranks' exits go to node 0's store; its members follow
 	// node 0's plans.
@@ -264,6 +272,9 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		wg.Go(func() { s.forwardExits(sctx) })
 		place.joining.Store(r.rj.names != nil)
 		wg.Go(func() { s.followPlans(sctx, r.node) })
+		if r.e.Heal {
+			wg.Go(func() { s.serveReplace(sctx, r.node) })
+		}
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
 }
@@ -376,9 +387,7 @@ func (s *survival) joinerGone(e *ExitError) {
 // (its ranks started to join) keeps its ranks as members until a plan
 // takes one in.
 func (s *survival) followPlans(ctx context.Context, node int) {
-	mine := s.place.ranksOf(node)
 	joining := s.place.joining.Load()
-	in := func(p genPlan) bool { return slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 }) }
 	for gen := 1; ctx.Err() == nil; {
 		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
 		if errors.Is(err, rendezvous.ErrTimeout) {
@@ -403,7 +412,8 @@ func (s *survival) followPlans(ctx context.Context, node int) {
 			s.fallback <- first
 			return
 		}
-		joining = joining && !in(p)
+		mine := s.place.ranksOf(node) // a replacement (nodes_replace.go) adds one
+		joining = joining && !slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 })
 		s.place.joining.Store(joining)
 		s.mu.Lock()
 		if !joining {
