@@ -15,8 +15,9 @@ import (
 
 // Healing: with -on-failure continue, -heal makes the launcher start a
 // replacement for every rank lost (across node launchers: node 0's own
-// ranks; a lost node's come back with its launcher, restarted, which
-// rejoins the running job), and -spares K starts K ranks with the
+// ranks, and a live node's lost rank its launcher's, at node 0's request;
+// a lost node's come back with its launcher, restarted, which rejoins the
+// running job), and -spares K starts K ranks with the
 // job that wait to be taken; the group grows back at a step boundary and
 // the new rank is healed from the others (docs/elastic.md). Each heal is
 // reported by the grown generation's rank 0 as a text line or, with
