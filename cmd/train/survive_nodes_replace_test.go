@@ -89,3 +89,32 @@ func TestSurviveNodeReplacementDiesMidHeal(t *testing.T) {
 	require.Equal(t, 5, h.Joined[0].Name)
 	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 5 in place of rank 4")
 }
+
+// Node 1's launcher killed by the replacement it started, as that
+// connects (its rank 2 and the replacement die with it): node 0 drops
+// node 1 whole — its remaining member and the joiner — and finishes on its
+// own two ranks, no step lost: nothing waits for the launcher that is
+// gone.
+func TestSurviveNodeLostWhileReplacing(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:3:7:0;slow:0:30;nodekill:4:0")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", "4")...)
+	waitNodes(t, nodes[:1], 60*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", errOut, nodes[1].stderr.String())
+	require.NoError(t, nodes[0].err, out)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 4, out)
+	require.Empty(t, restarts, out)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost, out)
+	}
+	requireEachSampleOnce(t, epochs, 24)
+	require.Equal(t, 2.0, epochs[3]["ranks"], out)
+	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 4 in place of rank 3")
+	require.Contains(t, errOut, "the job continues without node 1")
+}

@@ -105,8 +105,8 @@ func (r *nodeRdzv) replaceRemote(s *survival, rp *replacements, lost []LostRank)
 		rp.mu.Lock()
 		local, ok := rp.locals[l.Rank]
 		rp.mu.Unlock()
-		if !ok {
-			local = l.Rank % s.place.perNode
+		if !ok { // a rank the node started with, or rejoined with: its place among them
+			local = max(slices.Index(s.place.ranksOf(node), l.Rank), 0) % s.place.perNode
 		}
 		why := fmt.Sprintf("replaces rank %d, which %s", l.Rank, removedWords(l.Reason))
 		name, err := s.addReplacement(node, why)
