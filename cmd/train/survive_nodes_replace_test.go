@@ -32,13 +32,7 @@ func replaceJob(t *testing.T, extra string) (h healRecord, errOut, errOut1 strin
 	for i, n := range nodes {
 		require.NoError(t, n.err, "node %d", i)
 	}
-	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 4, out)
-	require.Empty(t, restarts, out)
-	for _, c := range survived {
-		require.Equal(t, int64(0), c.StepsLost, out)
-	}
-	requireEachSampleOnce(t, epochs, 24)
+	epochs := requireNoStepLost(t, out, 4)
 	require.Equal(t, 4.0, epochs[3]["ranks"], out)
 	hs := healedOutput(t, out)
 	require.NotEmpty(t, hs, out)
@@ -50,6 +44,21 @@ func replaceJob(t *testing.T, extra string) (h healRecord, errOut, errOut1 strin
 	require.Equal(t, 1, *h.Joined[0].Node)
 	require.NotContains(t, errOut, "left the job")
 	return h, errOut, errOut1
+}
+
+// requireNoStepLost checks the stdout of a job of n epochs of batch 24
+// that survived its failures: no restart, no completed step lost, every
+// example once per epoch; it returns the epochs.
+func requireNoStepLost(t *testing.T, out string, n int) []map[string]any {
+	t.Helper()
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, n, out)
+	require.Empty(t, restarts, out)
+	for _, c := range survived {
+		require.Equal(t, int64(0), c.StepsLost, out)
+	}
+	requireEachSampleOnce(t, epochs, 24)
+	return epochs
 }
 
 // Rank 3 (node 1) killed: the other three continue as generation 1; node
@@ -70,24 +79,23 @@ func TestSurviveNodeRankReplaced(t *testing.T) {
 	require.Contains(t, errOut1, "launch: node 1: started rank 4 (pid ")
 }
 
-// The replacement started with a wrong secret: the ranks' store refuses
-// it at the handshake, it exits before it is taken in, node 0 asks node
-// 1's launcher for another (rank 5), which heals.
-func TestSurviveNodeReplacementWrongSecret(t *testing.T) {
-	h, errOut, _ := replaceJob(t, ";secret:4")
-	require.Equal(t, 5, h.Joined[0].Name)
-	require.Contains(t, errOut, "launch: rank 4 (pid")
-	require.Contains(t, errOut, "started to join")
-	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 5 in place of rank 4")
-}
-
-// The replacement killed during its heal, 30 ms after it connected: the
-// members abort the heal and go on without it (no restart), and node 1's
-// launcher starts another (rank 5), which heals.
-func TestSurviveNodeReplacementDiesMidHeal(t *testing.T) {
-	h, errOut, _ := replaceJob(t, ";joinkill:4:30000")
-	require.Equal(t, 5, h.Joined[0].Name)
-	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 5 in place of rank 4")
+// A replacement that never heals: started with a wrong secret (the ranks'
+// store refuses it at the handshake, it exits before it is taken in), or
+// killed during its heal, 30 ms after it connected (the members abort the
+// heal and go on without it, no restart). Either way node 0 asks node 1's
+// launcher for another (rank 5), which heals.
+func TestSurviveNodeReplacementBadCases(t *testing.T) {
+	for _, c := range []struct{ name, fault, want string }{
+		{"wrong secret", ";secret:4", "started to join, exited with status 1 before it was taken in"},
+		{"dies mid-heal", ";joinkill:4:30000", "rank 4 (pid"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, errOut, _ := replaceJob(t, c.fault)
+			require.Equal(t, 5, h.Joined[0].Name)
+			require.Contains(t, errOut, c.want)
+			require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 5 in place of rank 4")
+		})
+	}
 }
 
 // Node 1's launcher killed by the replacement it started, as that
@@ -107,13 +115,7 @@ func TestSurviveNodeLostWhileReplacing(t *testing.T) {
 	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
 	t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", errOut, nodes[1].stderr.String())
 	require.NoError(t, nodes[0].err, out)
-	epochs, restarts, survived := survivedOutput(t, out)
-	require.Len(t, epochs, 4, out)
-	require.Empty(t, restarts, out)
-	for _, c := range survived {
-		require.Equal(t, int64(0), c.StepsLost, out)
-	}
-	requireEachSampleOnce(t, epochs, 24)
+	epochs := requireNoStepLost(t, out, 4)
 	require.Equal(t, 2.0, epochs[3]["ranks"], out)
 	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 4 in place of rank 3")
 	require.Contains(t, errOut, "the job continues without node 1")

@@ -23,30 +23,17 @@ import (
 // copy together (the buddy is the ring neighbour, on the same node), and
 // the job falls back to its checkpoint (TestSurviveNodeLostZeRO1).
 func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node ZeRO-1 job, run twice over: not under -race or -short")
-	}
-	nodes, _ := startKillNodeEnv(t, 3, "tcp", 1, 40, nil, "-heal", "-zero1", "-epochs", "6", "-ranks", "1")
-	waitGone(t, nodes)
-	back := restartLauncher(t, nodes[1])
-	waitNodes(t, []*nodeLauncher{nodes[0], back}, 60*time.Second)
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
-	t.Logf("node 0's stderr:\n%s\nnode 1's restarted launcher:\n%s", errOut, back.stderr.String())
-	require.NoError(t, nodes[0].err, out)
-	require.NoError(t, back.err, back.stderr.String())
-	epochs, h := requireHealedOnce(t, out, 6)
-	require.Equal(t, int64(0), h.StepsLost)
-	require.Len(t, h.Joined, 1, out)
+	r := rejoinJob(t, 3, "tcp", nil, "-zero1", "-ranks", "1")
+	h := r.h
+	require.Len(t, h.Joined, 1, r.out)
 	require.Equal(t, 2, h.Joined[0].Rank)
 	require.Equal(t, 3, h.Joined[0].Name)
-	require.NotNil(t, h.Joined[0].Node)
-	require.Equal(t, 1, *h.Joined[0].Node)
 	require.Len(t, h.SentBytes, 3)
 	require.Greater(t, h.SentBytes[0], int64(0))
 	require.Greater(t, h.SentBytes[1], int64(0))
 	require.Zero(t, h.SentBytes[2])
-	require.Equal(t, 3.0, epochs[5]["ranks"], out)
-	require.Contains(t, errOut, "launch: node 0: node 1 is back in the job with rank 3")
+	require.Equal(t, 3.0, r.epochs[5]["ranks"], r.out)
+	require.Contains(t, r.errOut, "launch: node 0: node 1 is back in the job with rank 3")
 }
 
 // Two ranks a node under -zero1 -heal, node 1 lost whole: ranks 2 and 3
