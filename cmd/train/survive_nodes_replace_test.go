@@ -77,6 +77,9 @@ func TestSurviveNodeRankReplaced(t *testing.T) {
 	}
 	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 4 in place of rank 3")
 	require.Contains(t, errOut1, "launch: node 1: started rank 4 (pid ")
+	require.NotNil(t, j.BackSeconds)
+	t.Logf("rank 4 back %.3f s after node 0 asked for it; heal %.3f s (%d bytes of state), members paused %.3f s",
+		*j.BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
 }
 
 // A replacement that never heals: started with a wrong secret (the ranks'
