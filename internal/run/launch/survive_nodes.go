@@ -77,7 +77,8 @@ type remoteExit struct {
 // nodePlace places the attempt's ranks on its nodes: rank r runs on
 // Members[r/PerNode] (by -node-rank at the start), and a rank started to
 // join on the node whose launcher started it (the ranks of a node that
-// rejoined, nodes_rejoin.go), which setNames records.
+// rejoined, nodes_rejoin.go, which setNames records; a replacement beside
+// a live node's ranks, nodes_replace.go, which addNames adds).
 type nodePlace struct {
 	members []int
 	perNode int
