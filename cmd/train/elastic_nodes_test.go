@@ -35,6 +35,13 @@ type nodeLauncher struct {
 // a shared -master and secret.
 func startNodes(t *testing.T, nnodes int, args ...string) []*nodeLauncher {
 	t.Helper()
+	return startNodesEnv(t, nnodes, nil, args...)
+}
+
+// startNodesEnv is startNodes with nodeEnv(i) (nil: none) added to node
+// i's environment.
+func startNodesEnv(t *testing.T, nnodes int, nodeEnv func(int) []string, args ...string) []*nodeLauncher {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	master := l.Addr().String()
@@ -47,6 +54,9 @@ func startNodes(t *testing.T, nnodes int, args ...string) []*nodeLauncher {
 		n := &nodeLauncher{cmd: exec.Command(path, argv...), done: make(chan struct{})}
 		n.cmd.Env = append(os.Environ(), launch.EnvSecret+"=elastic nodes test secret")
 		n.cmd.Env = append(n.cmd.Env, env...)
+		if nodeEnv != nil {
+			n.cmd.Env = append(n.cmd.Env, nodeEnv(i)...)
+		}
 		n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
 		require.NoError(t, n.cmd.Start())
 		go func() {

@@ -284,9 +284,6 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1 && !o.zeroBuddies && v.onFailure == launch.OnFailureContinue, v.heal, v.spares, given); err != nil {
 		return err
 	}
-	if o.heal && v.zero1 && o.tr.MP != nil && o.tr.MP.Nnodes > 1 {
-		return errors.New("-heal with -zero1 runs on one host for now (a ZeRO-1 group growing back across node launchers is not built)")
-	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {
 		return err
 	}

@@ -15,8 +15,9 @@ import (
 
 // Healing: with -on-failure continue, -heal makes the launcher start a
 // replacement for every rank lost (across node launchers: node 0's own
-// ranks; a lost node's come back with its launcher, restarted, which
-// rejoins the running job), and -spares K starts K ranks with the
+// ranks, and a live node's lost rank its launcher's, at node 0's request;
+// a lost node's come back with its launcher, restarted, which rejoins the
+// running job), and -spares K starts K ranks with the
 // job that wait to be taken; the group grows back at a step boundary and
 // the new rank is healed from the others (docs/elastic.md). Each heal is
 // reported by the grown generation's rank 0 as a text line or, with
@@ -43,8 +44,6 @@ func healFlags(tr *launch.Transport, onFailure string, zero1NoBuddies bool, heal
 		return false, 0, errors.New("-heal and -spares apply with -on-failure continue only (a restart starts every rank anew)")
 	case asked && (heal || spares > 0) && tr.MP == nil:
 		return false, 0, errors.New("-heal and -spares need one rank per process (-transport tcp, shm or auto)")
-	case asked && (heal || spares > 0) && tr.MP.Nnodes > 1 && tr.Name != launch.TCP:
-		return false, 0, errors.New("-heal across node launchers runs over -transport tcp for now (rejoining over auto is not built: the plan would need each member's host)")
 	case asked && spares > 0 && tr.MP.Nnodes > 1:
 		return false, 0, errors.New("-spares applies on one host (-nnodes 1): across node launchers a lost node's ranks come back with its launcher (-heal)")
 	case spares < 0 || spares > 16:

@@ -83,12 +83,18 @@ func startKillNode(t *testing.T, tr string, node int, extra ...string) ([]*nodeL
 
 // startKillNodeSlow is startKillNode with every step at least slowMs ms.
 func startKillNodeSlow(t *testing.T, tr string, node, slowMs int, extra ...string) ([]*nodeLauncher, time.Time) {
+	return startKillNodeEnv(t, 2, tr, node, slowMs, nil, extra...)
+}
+
+// startKillNodeEnv is startKillNodeSlow with nnodes launchers and
+// nodeEnv(i) (nil: none) added to node i's environment.
+func startKillNodeEnv(t *testing.T, nnodes int, tr string, node, slowMs int, nodeEnv func(int) []string, extra ...string) ([]*nodeLauncher, time.Time) {
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "ck.safetensors")
 	t.Setenv(faultsVar, "slow:0:"+strconv.Itoa(slowMs))
 	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
-	nodes := startNodes(t, 2, append(args, extra...)...)
+	nodes := startNodesEnv(t, nnodes, nodeEnv, append(args, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
@@ -253,27 +259,13 @@ func restartLauncher(t *testing.T, n *nodeLauncher, env ...string) *nodeLauncher
 // on 4 ranks with no completed step lost and every example used once per
 // epoch. The rejoined launcher ends cleanly with the job.
 func TestSurviveNodeRejoins(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks, run twice over: not under -race or -short")
-	}
-	nodes, killed := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "6")
-	waitGone(t, nodes)
-	back := restartLauncher(t, nodes[1])
-	restarted := time.Now()
-	waitNodes(t, []*nodeLauncher{nodes[0], back}, 60*time.Second)
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
-	t.Logf("node 0's stderr:\n%s\nnode 1's restarted launcher:\n%s", errOut, back.stderr.String())
-	require.NoError(t, nodes[0].err, out)
-	require.NoError(t, back.err, back.stderr.String())
-	epochs, h := requireHealedOnce(t, out, 6)
-	require.Equal(t, int64(0), h.StepsLost)
+	r := rejoinJob(t, 2, "tcp", nil)
+	h, epochs, out, errOut := r.h, r.epochs, r.out, r.errOut
 	require.Len(t, h.Joined, 2, out)
 	for i, j := range h.Joined {
 		require.Equal(t, 2+i, j.Rank)
 		require.Equal(t, 4+i, j.Name)
 		require.Contains(t, j.Why, "node 1 rejoins")
-		require.NotNil(t, j.Node)
-		require.Equal(t, 1, *j.Node)
 	}
 	require.Len(t, h.SentBytes, 4)
 	require.Greater(t, h.SentBytes[0], int64(0))
@@ -282,7 +274,49 @@ func TestSurviveNodeRejoins(t *testing.T) {
 	require.Contains(t, errOut, "launch: node 0: node 1 is back in the job with ranks 4, 5")
 	require.NotNil(t, h.Joined[0].BackSeconds)
 	t.Logf("node 1 killed, then restarted %.2f s later; back %.3f s after node 0 admitted it; heal %.3f s (%d bytes of state), members paused %.3f s",
-		restarted.Sub(killed).Seconds(), *h.Joined[0].BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
+		r.restarted.Sub(r.killed).Seconds(), *h.Joined[0].BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
+}
+
+// rejoinRun is a job run by rejoinJob.
+type rejoinRun struct {
+	out, errOut       string // node 0's
+	back              *nodeLauncher
+	epochs            []map[string]any
+	h                 healRecord
+	killed, restarted time.Time
+}
+
+// rejoinJob runs a 6-epoch job of nnodes node launchers with -heal (as
+// startKillNodeEnv: every step at least 40 ms, nodeEnv, extra) whose node
+// 1 is killed after step 5 and started again once node 0 has dropped it;
+// it requires both launchers to end cleanly, one heal, no step lost, and
+// every joined rank on node 1. Not under -race or -short.
+func rejoinJob(t *testing.T, nnodes int, tr string, nodeEnv func(int) []string, extra ...string) rejoinRun {
+	t.Helper()
+	if raceEnabled || testing.Short() {
+		t.Skip("a node launchers' job, run twice over: not under -race or -short")
+	}
+	var r rejoinRun
+	var nodes []*nodeLauncher
+	nodes, r.killed = startKillNodeEnv(t, nnodes, tr, 1, 40, nodeEnv, append([]string{"-heal", "-epochs", "6"}, extra...)...)
+	waitGone(t, nodes)
+	r.back = restartLauncher(t, nodes[1])
+	r.restarted = time.Now()
+	waitNodes(t, append(slices.Delete(slices.Clone(nodes), 1, 2), r.back), 60*time.Second)
+	r.out, r.errOut = nodes[0].stdout.String(), nodes[0].stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's restarted launcher:\n%s", r.errOut, r.back.stderr.String())
+	require.NoError(t, nodes[0].err, r.out)
+	for i, n := range nodes[2:] {
+		require.NoError(t, n.err, "node %d: %s", 2+i, n.stderr.String())
+	}
+	require.NoError(t, r.back.err, r.back.stderr.String())
+	r.epochs, r.h = requireHealedOnce(t, r.out, 6)
+	require.Equal(t, int64(0), r.h.StepsLost)
+	for _, j := range r.h.Joined {
+		require.NotNil(t, j.Node)
+		require.Equal(t, 1, *j.Node)
+	}
+	return r
 }
 
 // Node 1's launcher restarted with another run id: node 0 refuses it by

@@ -293,11 +293,15 @@ func (r *nodeRdzv) watchRejoined(ctx context.Context, s *survival, node int) {
 }
 
 // noteBack, on node 0, counts node back in the job: its ranks names were
-// taken in.
+// taken in (nothing, when it had not left).
 func (r *nodeRdzv) noteBack(node int, names []int) {
 	r.goneMu.Lock()
+	_, was := r.gone[node]
 	delete(r.gone, node)
 	r.goneMu.Unlock()
+	if !was {
+		return // a replacement on a node in the job (nodes_replace.go)
+	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = r.store.Set(c, goneKey(node), nil)

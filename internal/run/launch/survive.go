@@ -145,7 +145,7 @@ func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, er
 	if s.joining {
 		return s.join(ctx)
 	}
-	c, err := s.dial(ctx, 0, nil)
+	c, err := s.dial(ctx, 0, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -154,13 +154,13 @@ func (s *Survivor) Connect(ctx context.Context, ranks int) ([]transport.Conn, er
 
 // dial connects generation gen's endpoint — members by their rank at the
 // job's start, nil for the start's — over the job's transport: tcp, shm or auto's choice for the generation's
-// members. Everything it names is keyed by the generation's run id — the
+// members, on nodes as the plan places them (nil: as named). Everything it names is keyed by the generation's run id — the
 // store keys, tcp's handshake, shm's sockets and segments, auto's host
 // table — so that an old generation's traffic cannot mix with the new.
-func (s *Survivor) dial(ctx context.Context, gen int, members []int) (transport.Conn, error) {
+func (s *Survivor) dial(ctx context.Context, gen int, members, nodes []int) (transport.Conn, error) {
 	env := s.start
 	if members != nil {
-		env = generationEnv(s.start, s.name, members)
+		env = generationEnv(s.start, s.name, members, nodes)
 	}
 	runID := rendezvous.GenerationRunID(s.rs.runID, gen)
 	cfg := s.rs.tcpConfig(env, s.store, runID, s.warnings)
@@ -235,7 +235,7 @@ func (s *Survivor) Rejoin(ctx context.Context, cause error) (transport.Conn, ren
 		s.gen, s.joined = p.Gen, p.joinedRanks()
 		dctx, cancel := context.WithCancelCause(ctx)
 		stop := s.Watch(cancel)
-		c, err := s.dial(dctx, p.Gen, p.Members)
+		c, err := s.dial(dctx, p.Gen, p.Members, p.Nodes)
 		stop()
 		cancel(nil)
 		if err == nil {

@@ -128,8 +128,12 @@ func (s *survival) refill(ctx context.Context, lost []LostRank) {
 		return
 	}
 	if s.place != nil {
-		// Several nodes: node 0 replaces its own ranks; another node's
-		// come back with its launcher (nodes_rejoin.go).
+		// Several nodes: node 0 replaces its own ranks; a live node's
+		// launcher another node's (nodes_replace.go); a node that left
+		// comes back with its launcher (nodes_rejoin.go).
+		if s.place.replace != nil {
+			s.place.replace(lost)
+		}
 		lost = slices.DeleteFunc(slices.Clone(lost), func(l LostRank) bool { return s.place.nodeOf(l.Rank) != 0 })
 	}
 	s.mu.Lock()
@@ -175,7 +179,12 @@ func (s *survival) joinerExited(ctx context.Context, e *ExitError) {
 	}
 	fmt.Fprintf(s.errOut, "launch: rank %d (pid %d), started to join, %s before it was taken in\n", e.Rank, e.Pid, removedWords(e.Reason()))
 	if j.node != 0 {
-		return // its node's launcher started it: the node may rejoin again
+		// Its node's launcher started it: a live node's is asked for
+		// another (nodes_replace.go); a node that left may rejoin again.
+		if s.place != nil && s.place.replace != nil {
+			s.place.replace([]LostRank{{Rank: e.Rank, Pid: e.Pid, Reason: e.Reason() + " before it was taken in"}})
+		}
+		return
 	}
 	s.mu.Lock()
 	need := s.world - len(s.members) - len(s.joiners)

@@ -127,7 +127,7 @@ func (s *Survivor) join(ctx context.Context) ([]transport.Conn, error) {
 		return nil, fmt.Errorf("launch: rank %d: the plan of generation %d does not take it in", s.name, gen)
 	}
 	s.gen, s.joined = gen, p.joinedRanks()
-	c, err := s.dial(ctx, gen, p.Members)
+	c, err := s.dial(ctx, gen, p.Members, p.Nodes)
 	if err != nil {
 		return nil, err
 	}

@@ -406,6 +406,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	case s.e.Survives != nil && s.e.Survives(s.currentMembers(), lostRanks(lost)) != nil:
 		p.Restart = s.e.Survives(s.currentMembers(), lostRanks(lost)).Error()
 	}
+	s.placeMembers(&p)
 	s.mu.Lock()
 	prev := len(s.members)
 	for _, l := range lost {

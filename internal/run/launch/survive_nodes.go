@@ -77,7 +77,8 @@ type remoteExit struct {
 // nodePlace places the attempt's ranks on its nodes: rank r runs on
 // Members[r/PerNode] (by -node-rank at the start), and a rank started to
 // join on the node whose launcher started it (the ranks of a node that
-// rejoined, nodes_rejoin.go), which setNames records.
+// rejoined, nodes_rejoin.go, which setNames records; a replacement beside
+// a live node's ranks, nodes_replace.go, which addNames adds).
 type nodePlace struct {
 	members []int
 	perNode int
@@ -91,6 +92,9 @@ type nodePlace struct {
 	left func(reason string)
 	// joining, on a node rejoining, holds until a plan takes its ranks in.
 	joining atomic.Bool
+	// replace, on node 0 with healing, asks the launchers of the nodes of
+	// lost ranks still in the job to replace them (nodes_replace.go).
+	replace func(lost []LostRank)
 
 	mu    sync.Mutex
 	names map[int][]int // a node's ranks, when it rejoined: their names
@@ -184,15 +188,14 @@ func (s *survival) nodesGone(lost []LostRank) {
 		return
 	}
 	s.mu.Lock()
-	out := maps.Clone(s.revoked)
+	members := slices.Clone(s.members) // the new generation's
 	s.mu.Unlock()
-	for _, l := range lost {
-		out[l.Rank] = true
-	}
 	for _, node := range p.nodes() {
 		ranks := p.ranksOf(node)
 		hit := slices.ContainsFunc(lost, func(l LostRank) bool { return slices.Contains(ranks, l.Rank) })
-		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return !out[r] }) {
+		// A replacement still waiting to join (nodes_replace.go) does not
+		// keep its node in the job.
+		if node != 0 && hit && !slices.ContainsFunc(ranks, func(r int) bool { return slices.Contains(members, r) }) {
 			p.gone(node, "every rank of it was removed: "+ranksText(ranks))
 		}
 	}
@@ -209,8 +212,14 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if r.node == 0 {
+		var rp *replacements
 		place.gone = func(node int, reason string) {
 			r.noteGone(node, reason)
+			s.forgetJoinersOf(node)
+		}
+		if r.e.Heal {
+			rp = newReplacements(sctx, &wg)
+			place.replace = func(lost []LostRank) { r.replaceRemote(s, rp, lost) }
 		}
 		place.back = func(node int, names []int) { r.noteBack(node, names) }
 		start = func() {
@@ -224,7 +233,7 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 				wg.Go(func() { r.serveRejoins(sctx, s, plan, &wg) })
 			}
 		}
-		return start, func() { cancel(); wg.Wait() }, nil
+		return start, func() { cancel(); rp.close(); wg.Wait() }, nil
 	}
 	// A member: its ranks' exits go to node 0's store; its members follow
 	// node 0's plans.
@@ -264,6 +273,9 @@ func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, 
 		wg.Go(func() { s.forwardExits(sctx) })
 		place.joining.Store(r.rj.names != nil)
 		wg.Go(func() { s.followPlans(sctx, r.node) })
+		if r.e.Heal {
+			wg.Go(func() { s.serveReplace(sctx, r.node) })
+		}
 	}
 	return start, func() { cancel(); wg.Wait(); _ = store.Close() }, nil
 }
@@ -376,9 +388,7 @@ func (s *survival) joinerGone(e *ExitError) {
 // (its ranks started to join) keeps its ranks as members until a plan
 // takes one in.
 func (s *survival) followPlans(ctx context.Context, node int) {
-	mine := s.place.ranksOf(node)
 	joining := s.place.joining.Load()
-	in := func(p genPlan) bool { return slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 }) }
 	for gen := 1; ctx.Err() == nil; {
 		b, err := s.store.Get(ctx, rendezvous.GenerationKey(s.runID, gen, "plan"))
 		if errors.Is(err, rendezvous.ErrTimeout) {
@@ -403,7 +413,8 @@ func (s *survival) followPlans(ctx context.Context, node int) {
 			s.fallback <- first
 			return
 		}
-		joining = joining && !in(p)
+		mine := s.place.ranksOf(node) // a replacement (nodes_replace.go) adds one
+		joining = joining && !slices.ContainsFunc(mine, func(m int) bool { return p.index(m) >= 0 })
 		s.place.joining.Store(joining)
 		s.mu.Lock()
 		if !joining {
@@ -466,11 +477,26 @@ func (r *nodeRdzv) goneRefusal(ctx context.Context) string {
 // the job started) in a generation of members (by
 // their rank at the job's start, which the launchers number node by node:
 // LocalWorldSize ranks a node): its rank among them, and its local rank
-// and local world among the members of its own node.
-func generationEnv(start rendezvous.Env, name int, members []int) rendezvous.Env {
+// and local world among the members of its own node. nodes, when the plan
+// gives them (across node launchers), is each member's node, which a
+// joiner's name does not tell.
+func generationEnv(start rendezvous.Env, name int, members, nodes []int) rendezvous.Env {
 	env := start
 	per := max(start.LocalWorldSize, 1)
 	env.Rank, env.WorldSize = slices.Index(members, name), len(members)
+	if len(nodes) == len(members) && env.Rank >= 0 {
+		env.LocalRank, env.LocalWorldSize = 0, 0
+		for i, n := range nodes {
+			if n != nodes[env.Rank] {
+				continue
+			}
+			if i < env.Rank {
+				env.LocalRank++
+			}
+			env.LocalWorldSize++
+		}
+		return env
+	}
 	if per >= start.WorldSize { // one host: every member is local (joiners' names included)
 		env.LocalRank, env.LocalWorldSize = env.Rank, env.WorldSize
 		return env

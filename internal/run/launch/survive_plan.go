@@ -21,10 +21,15 @@ type genPlan struct {
 	Gen int `json:"gen"`
 	// Members are the generation's ranks by their rank at the job's
 	// start; the new rank of Members[i] is i.
-	Members []int      `json:"members"`
-	Lost    []lostRank `json:"lost,omitempty"`
-	Joined  []int      `json:"joined,omitempty"`
-	Joins   []joinInfo `json:"joins,omitempty"`
+	Members []int `json:"members"`
+	// Nodes, across node launchers, is the node each member runs on
+	// (Nodes[i] is Members[i]'s), so that every rank of the generation
+	// places the others on their hosts (generationEnv): a joiner's name
+	// says nothing of its node. Absent on one host.
+	Nodes  []int      `json:"nodes,omitempty"`
+	Lost   []lostRank `json:"lost,omitempty"`
+	Joined []int      `json:"joined,omitempty"`
+	Joins  []joinInfo `json:"joins,omitempty"`
 	// Restart, when not empty, says why the job does not continue: every
 	// rank stops and the launcher restarts the job from its checkpoint
 	// (or ends it, without restarts).
@@ -67,6 +72,10 @@ func decodeGenPlan(b []byte, gen, world int) (genPlan, error) {
 		return p, fmt.Errorf("the plan of generation %d names %d lost and %d joined ranks of a job of %d", gen, len(p.Lost), len(p.Joined), world)
 	case len(p.Joins) != 0 && len(p.Joins) != len(p.Joined):
 		return p, fmt.Errorf("the plan of generation %d describes %d of its %d joined ranks", gen, len(p.Joins), len(p.Joined))
+	case len(p.Nodes) != 0 && len(p.Nodes) != len(p.Members):
+		return p, fmt.Errorf("the plan of generation %d places %d of its %d members on nodes", gen, len(p.Nodes), len(p.Members))
+	case slices.ContainsFunc(p.Nodes, func(n int) bool { return n < 0 || n >= maxNodeRanks }):
+		return p, fmt.Errorf("the plan of generation %d places a member on a node out of range 0..%d", gen, maxNodeRanks-1)
 	}
 	names := world + maxJoiners
 	seen := make([]bool, names)
@@ -122,4 +131,16 @@ func (p genPlan) lostRanks() []int {
 		out[i] = l.Rank
 	}
 	return out
+}
+
+// placeMembers, across node launchers, gives plan p each member's node
+// (genPlan.Nodes); on one host nothing.
+func (s *survival) placeMembers(p *genPlan) {
+	if s.place == nil || p.Restart != "" {
+		return
+	}
+	p.Nodes = make([]int, len(p.Members))
+	for i, m := range p.Members {
+		p.Nodes[i] = max(s.place.nodeOf(m), 0)
+	}
 }

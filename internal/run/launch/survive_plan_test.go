@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
 
 func TestGenPlanRoundTrip(t *testing.T) {
@@ -28,6 +30,29 @@ func TestGenPlanJoined(t *testing.T) {
 	require.Equal(t, []int{3}, got.joinedRanks())
 }
 
+// A plan across node launchers places each member on its node: a rank of
+// a rejoined node (names 4 and 5, started as ranks 2 and 3 of node 1)
+// finds its node-mates by the plan's nodes, not by its name, and so does a
+// replacement (name 6) beside rank 2 on node 1.
+func TestGenerationEnvNodes(t *testing.T) {
+	p := genPlan{Gen: 2, Members: []int{0, 1, 4, 5}, Nodes: []int{0, 0, 1, 1}, Joined: []int{4, 5}}
+	got, err := decodeGenPlan(p.encode(), 2, 4)
+	require.NoError(t, err)
+	require.Equal(t, p, got)
+	start := rendezvous.Env{Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2}
+	env := generationEnv(start, 5, got.Members, got.Nodes)
+	require.Equal(t, [4]int{3, 4, 1, 2}, [4]int{env.Rank, env.WorldSize, env.LocalRank, env.LocalWorldSize})
+	start = rendezvous.Env{Rank: 0, WorldSize: 4, LocalRank: 0, LocalWorldSize: 2}
+	env = generationEnv(start, 1, []int{0, 1, 2, 6}, []int{0, 0, 1, 1})
+	require.Equal(t, [4]int{1, 4, 1, 2}, [4]int{env.Rank, env.WorldSize, env.LocalRank, env.LocalWorldSize})
+	start = rendezvous.Env{Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2}
+	env = generationEnv(start, 6, []int{0, 1, 2, 6}, []int{0, 0, 1, 1})
+	require.Equal(t, [4]int{3, 4, 1, 2}, [4]int{env.Rank, env.WorldSize, env.LocalRank, env.LocalWorldSize})
+	// Without nodes (a plan of an older launcher, or one host): by name.
+	env = generationEnv(start, 3, []int{0, 2, 3}, nil)
+	require.Equal(t, [4]int{2, 3, 1, 2}, [4]int{env.Rank, env.WorldSize, env.LocalRank, env.LocalWorldSize})
+}
+
 // Every bad plan is an error naming what is wrong, never a panic.
 func TestGenPlanRejected(t *testing.T) {
 	for _, c := range []struct {
@@ -45,6 +70,8 @@ func TestGenPlanRejected(t *testing.T) {
 		{"twice", `{"gen":1,"members":[1,1]}`, "member 1"},
 		{"negative", `{"gen":1,"members":[-1]}`, "member -1"},
 		{"lost member", `{"gen":1,"members":[0,1],"lost":[{"rank":1,"reason":"x"}]}`, "lost rank 1"},
+		{"nodes not matching", `{"gen":1,"members":[0,1],"nodes":[0]}`, "places 1 of its 2 members"},
+		{"node out of range", `{"gen":1,"members":[0,1],"nodes":[0,-1]}`, "node out of range"},
 		{"huge", `{"gen":1,"members":[0],"lost":[{"rank":2,"reason":"` + strings.Repeat("x", maxPlanBytes) + `"}]}`, "more than"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
