@@ -1,0 +1,179 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Scaling up (-nnodes MIN:MAX; launch's nodes_scaleup.go): a job started
+// on node 0 alone (2 ranks, -nnodes 1:2) that node 1 joins while it
+// runs. Real tcp jobs of several seconds: skipped under -race and
+// -short, as the other node launcher tests are.
+
+// scaleUpJob starts node 0 of a 1:2 job of 2 ranks a node (global batch
+// 24, every step of rank 0 at least 40 ms, a checkpoint every 5 steps)
+// and waits until it has checkpointed step 5; it returns node 0, the
+// master address and the arguments every node of the job gets (without
+// -nnodes, -node-rank and -master).
+func scaleUpJob(t *testing.T, epochs string) (*nodeLauncher, string, []string) {
+	t.Helper()
+	data := writeMNISTDir(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck.safetensors")
+	t.Setenv(faultsVar, "slow:0:40")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	master := l.Addr().String()
+	require.NoError(t, l.Close())
+	args := nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100")
+	node0 := startScaleNode(t, args, master, "1:2", 0)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node 0's stderr:\n%s", node0.stderr.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ck.step5.safetensors")); err == nil {
+			break
+		}
+		select {
+		case <-node0.done:
+			t.Fatalf("node 0's launcher ended before step 5: %v", node0.err)
+		default:
+		}
+		require.True(t, time.Now().Before(deadline), "no checkpoint at step 5 after 30 s")
+		time.Sleep(5 * time.Millisecond)
+	}
+	return node0, master, args
+}
+
+// startScaleNode starts the launcher of node (-node-rank) with args,
+// -nnodes nnodes and -master master, env added.
+func startScaleNode(t *testing.T, args []string, master, nnodes string, node int, env ...string) *nodeLauncher {
+	t.Helper()
+	a := append(append([]string(nil), args...), "-nnodes", nnodes, "-node-rank", strconv.Itoa(node), "-master", master)
+	return startNodeLauncher(t, a, env...)
+}
+
+// waitStderr waits until n's stderr holds line, failing if n ends first.
+func waitStderr(t *testing.T, n *nodeLauncher, line string) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for strings.Count(n.stderr.String(), line) == 0 {
+		select {
+		case <-n.done:
+			t.Fatalf("the launcher ended before it said %q: %v\n%s", line, n.err, n.stderr.String())
+		case <-deadline:
+			t.Fatalf("the launcher did not say %q within 60 s:\n%s", line, n.stderr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// refusedWithin starts a launcher that node 0 must refuse and checks that
+// it ends within 10 s, its last line holding want.
+func refusedWithin(t *testing.T, args []string, master, nnodes string, node int, want string) {
+	t.Helper()
+	began := time.Now()
+	n := startScaleNode(t, args, master, nnodes, node)
+	waitNodes(t, []*nodeLauncher{n}, 10*time.Second)
+	took := time.Since(began)
+	t.Logf("-nnodes %s -node-rank %d, refused after %v:\n%s", nnodes, node, took, n.stderr.String())
+	require.Error(t, n.err)
+	require.Contains(t, n.stderr.String(), want)
+	require.Less(t, took, 10*time.Second)
+}
+
+// Node 1 started while the job trains on node 0 alone (-nnodes 1:2): node
+// 0 admits it, its two ranks join as ranks 2 and 3 (names 2, 3: no
+// member's), heal from node 0's ranks and the group grows past its
+// starting world to 4 at a step boundary; the job ends on 4 ranks with no
+// completed step lost and every example used once per epoch (the global
+// batch of 24 kept, split 6 a rank). Meanwhile a second launcher given
+// -node-rank 1 and one given -node-rank 2 (beyond MAX) are refused by
+// name within seconds, and the job goes on undisturbed.
+func TestScaleUpNodeJoins(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
+	}
+	node0, master, args := scaleUpJob(t, "8")
+	joined := time.Now()
+	node1 := startScaleNode(t, args, master, "1:2", 1)
+	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
+	in := time.Since(joined)
+	refusedWithin(t, args, master, "1:2", 1,
+		"joining the running job: node 0 refused: node 1 is in the job already (its launcher joined it while the job ran): were two launchers given -node-rank 1?")
+	refusedWithin(t, args, master, "1:3", 2,
+		"node 0 refused: node 2 is beyond this job's -nnodes 1:2: it takes at most 2 nodes, -node-rank 0..1")
+	waitNodes(t, []*nodeLauncher{node0, node1}, 60*time.Second)
+	out, errOut := node0.stdout.String(), node0.stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's:\n%s", errOut, node1.stderr.String())
+	require.NoError(t, node0.err, out)
+	require.NoError(t, node1.err, node1.stderr.String())
+	epochs, restarts, _ := survivedOutput(t, out)
+	require.Len(t, epochs, 8, out)
+	require.Empty(t, restarts, out)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.Len(t, hs, 1, out)
+	h := hs[0]
+	require.Equal(t, int64(0), h.StepsLost)
+	require.Len(t, h.Joined, 2, out)
+	for i, j := range h.Joined {
+		require.Equal(t, 2+i, j.Rank)
+		require.Equal(t, 2+i, j.Name)
+		require.Contains(t, j.Why, "node 1 joins the running job (scale up, -nnodes 1:2)")
+		require.NotNil(t, j.Node)
+		require.Equal(t, 1, *j.Node)
+	}
+	require.Len(t, h.SentBytes, 4)
+	require.Greater(t, h.SentBytes[0], int64(0))
+	require.Greater(t, h.SentBytes[1], int64(0))
+	require.Equal(t, int64(0), h.SentBytes[2]+h.SentBytes[3])
+	require.Greater(t, h.AtStep, int64(5), "node 1 started after step 5") // the group grew mid-run
+	require.Equal(t, 4.0, epochs[7]["ranks"], out)
+	require.Contains(t, errOut, "joins the running job (scale up): its ranks join as ranks 2, 3")
+	t.Logf("node 1 in the job %.2f s after its launcher started; heal %.3f s (%d bytes of state, sent %v), members paused %.3f s",
+		in.Seconds(), h.HealSecs, h.StateBytes, h.SentBytes, h.Paused)
+}
+
+// Node 1 joins, and its launcher is killed as its ranks heal (rank 2
+// kills it once connected; the ranks die with it): node 0's ranks abort
+// the heal and go on by themselves, with no restart; a launcher started
+// for node 1 again is admitted (the first never was taken in) and the job
+// ends on 4 ranks, every example once per epoch.
+func TestScaleUpNodeDiesMidHeal(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
+	}
+	node0, master, args := scaleUpJob(t, "10")
+	first := startScaleNode(t, args, master, "1:2", 1, faultsVar+"=slow:0:40;nodekill:2:0")
+	waitNodes(t, []*nodeLauncher{first}, 30*time.Second)
+	t.Logf("node 1's first launcher:\n%s", first.stderr.String())
+	require.Error(t, first.err, "killed")
+	waitStderr(t, node0, "the job continues without node 1")
+	second := startScaleNode(t, args, master, "1:2", 1)
+	waitNodes(t, []*nodeLauncher{node0, second}, 60*time.Second)
+	out, errOut := node0.stdout.String(), node0.stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's second launcher:\n%s", errOut, second.stderr.String())
+	require.NoError(t, node0.err, out)
+	require.NoError(t, second.err, second.stderr.String())
+	epochs, restarts, _ := survivedOutput(t, out)
+	require.Len(t, epochs, 10, out)
+	require.Empty(t, restarts, out)
+	requireEachSampleOnce(t, epochs, 24)
+	hs := healedOutput(t, out)
+	require.NotEmpty(t, hs, out)
+	last := hs[len(hs)-1]
+	require.Equal(t, int64(0), last.StepsLost)
+	require.Equal(t, []int{4, 5}, []int{last.Joined[0].Name, last.Joined[1].Name}, out)
+	require.Equal(t, 4.0, epochs[9]["ranks"], out)
+}
