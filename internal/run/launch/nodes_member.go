@@ -95,7 +95,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
 		r.rj.names, r.rj.grow = nil, false // later attempts start the node's ranks anew, as a member
-		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
+		if ctx.Err() != nil {              // the caller ended this launcher, or node 0 is lost: it leaves without a report
 			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
 		}
 		if r.rj.left != "" && rep.Signal == "" {

@@ -83,7 +83,7 @@ type rejoinState struct {
 	// (nodes_scaleup.go).
 	grow  bool
 	names []int
-	next   int
+	next  int
 	// left, on a node other than 0, says why the last attempt's plans
 	// removed every rank of this node ("": they did not).
 	left string
