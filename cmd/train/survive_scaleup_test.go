@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,4 +177,27 @@ func TestScaleUpNodeDiesMidHeal(t *testing.T) {
 	require.Equal(t, int64(0), last.StepsLost)
 	require.Equal(t, []int{4, 5}, []int{last.Joined[0].Name, last.Joined[1].Name}, out)
 	require.Equal(t, 4.0, epochs[9]["ranks"], out)
+}
+
+// -nnodes MIN:MAX misused: each refused at once, naming what is wrong.
+func TestScaleUpFlagErrors(t *testing.T) {
+	tcp := []string{"-transport", "tcp", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-nnodes", "3:2"}, "3:2: MIN (the nodes the job starts with) is more than MAX"},
+		{[]string{"-nnodes", "1:x"}, `MAX "x": want a number of nodes`},
+		{[]string{"-nnodes", "0:2"}, `MIN "0": want a number of nodes`},
+		{[]string{"-nnodes", "1:2", "-node-rank", "2"}, "-node-rank 2: out of range for -nnodes 1:2 (valid: 0..1)"},
+		{[]string{"-nnodes", "1:2"}, "-nnodes 1:2 lets nodes join the running job, which needs -on-failure continue -heal"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue"}, "needs -on-failure continue -heal"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 is not built"},
+	} {
+		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
+		require.ErrorContains(t, err, c.want, "args %q", c.args)
+	}
+	_, err := runTrain(t, "-transport", "auto", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure", "-nnodes", "1:2", "-on-failure", "continue", "-heal")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "tcp")
 }

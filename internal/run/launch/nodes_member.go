@@ -94,8 +94,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
-		r.rj.names, r.rj.grow = nil, false // later attempts start the node's ranks anew, as a member
-		if ctx.Err() != nil {              // the caller ended this launcher, or node 0 is lost: it leaves without a report
+		// Later attempts start the node's ranks anew, as a member's.
+		r.rj.names, r.rj.grow = nil, false
+		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
 			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
 		}
 		if r.rj.left != "" && rep.Signal == "" {

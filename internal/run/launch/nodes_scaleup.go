@@ -82,11 +82,9 @@ func ParseNodes(s string) (lo, hi int, err error) {
 		}
 		return n, nil
 	}
-	if lo, err = num(a, "the node count"); err != nil {
-		return 0, 0, err
-	}
 	if !pair {
-		return lo, lo, nil
+		lo, err = num(a, "the node count")
+		return lo, lo, err
 	}
 	if lo, err = num(a, "MIN"); err != nil {
 		return 0, 0, err
