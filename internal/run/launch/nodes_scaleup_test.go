@@ -96,7 +96,9 @@ func TestGrowRefusal(t *testing.T) {
 		}
 		return nil
 	}}, members: []int{0, 1}, joiners: map[int]*joiner{}}
-	req := func(node, lo, hi int) rejoinRequest { return rejoinRequest{Node: node, Ranks: 2, Nnodes: lo, MaxNodes: hi} }
+	req := func(node, lo, hi int) rejoinRequest {
+		return rejoinRequest{Node: node, Ranks: 2, Nnodes: lo, MaxNodes: hi}
+	}
 	for _, c := range []struct {
 		req  rejoinRequest
 		want string
@@ -122,4 +124,14 @@ func TestGrowRefusal(t *testing.T) {
 		t.Fatalf("members after the attempt: %v, want [0 1]", got)
 	}
 	r.notPending(2) // nothing pending: a no-op
+}
+
+// A grown generation's plan — 4 members of a job that started with 2, the
+// two joined under names of 2.. — reads back as written.
+func TestGenPlanGrown(t *testing.T) {
+	p := genPlan{Gen: 1, Members: []int{0, 1, 2, 3}, Joined: []int{2, 3}}
+	got, err := decodeGenPlan(p.encode(), 1, 2)
+	if err != nil || fmt.Sprint(got.joinedRanks()) != "[2 3]" || len(got.Members) != 4 {
+		t.Fatalf("%+v, %v", got, err)
+	}
 }
