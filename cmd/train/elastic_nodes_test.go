@@ -53,9 +53,17 @@ func startNodeLauncher(t *testing.T, args []string, env ...string) *nodeLauncher
 	t.Helper()
 	path, argv, renv, err := selftest.RankCommand(args)
 	require.NoError(t, err)
-	n := &nodeLauncher{cmd: exec.Command(path, argv...), done: make(chan struct{})}
-	n.cmd.Env = append(os.Environ(), launch.EnvSecret+"=elastic nodes test secret")
-	n.cmd.Env = append(append(n.cmd.Env, renv...), env...)
+	cmd := exec.Command(path, argv...)
+	cmd.Env = append(os.Environ(), launch.EnvSecret+"=elastic nodes test secret")
+	cmd.Env = append(append(cmd.Env, renv...), env...)
+	return startLauncherCmd(t, cmd)
+}
+
+// startLauncherCmd starts cmd, a node's launcher, its output kept; the
+// test's cleanup kills it.
+func startLauncherCmd(t *testing.T, cmd *exec.Cmd) *nodeLauncher {
+	t.Helper()
+	n := &nodeLauncher{cmd: cmd, done: make(chan struct{})}
 	n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
 	require.NoError(t, n.cmd.Start())
 	go func() {

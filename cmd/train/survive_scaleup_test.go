@@ -93,6 +93,18 @@ func refusedWithin(t *testing.T, args []string, master, nnodes string, node int,
 	require.Less(t, took, 10*time.Second)
 }
 
+// grownOutput checks node 0's -json output out of a job that grew: n
+// epochs, no restart, every example used once per epoch (batch 24); it
+// returns the epochs and the heals.
+func grownOutput(t *testing.T, out string, n int) ([]map[string]any, []healRecord) {
+	t.Helper()
+	epochs, restarts, _ := survivedOutput(t, out)
+	require.Len(t, epochs, n, out)
+	require.Empty(t, restarts, out)
+	requireEachSampleOnce(t, epochs, 24)
+	return epochs, healedOutput(t, out)
+}
+
 // Node 1 started while the job trains on node 0 alone (-nnodes 1:2): node
 // 0 admits it, its two ranks join as ranks 2 and 3 (names 2, 3: no
 // member's), heal from node 0's ranks and the group grows past its
@@ -114,30 +126,11 @@ func TestScaleUpNodeJoins(t *testing.T) {
 		"joining the running job: node 0 refused: node 1 is in the job already (its launcher joined it while the job ran): were two launchers given -node-rank 1?")
 	refusedWithin(t, args, master, "1:3", 2,
 		"node 0 refused: node 2 is beyond this job's -nnodes 1:2: it takes at most 2 nodes, -node-rank 0..1")
-	waitNodes(t, []*nodeLauncher{node0, node1}, 60*time.Second)
-	out, errOut := node0.stdout.String(), node0.stderr.String()
-	t.Logf("node 0's stderr:\n%s\nnode 1's:\n%s", errOut, node1.stderr.String())
-	require.NoError(t, node0.err, out)
-	require.NoError(t, node1.err, node1.stderr.String())
-	epochs, restarts, _ := survivedOutput(t, out)
-	require.Len(t, epochs, 8, out)
-	require.Empty(t, restarts, out)
-	requireEachSampleOnce(t, epochs, 24)
-	hs := healedOutput(t, out)
+	out, errOut := nodesEnded(t, node0, node1)
+	epochs, hs := grownOutput(t, out, 8)
 	require.Len(t, hs, 1, out)
 	h := hs[0]
-	require.Equal(t, int64(0), h.StepsLost)
-	require.Len(t, h.Joined, 2, out)
-	for i, j := range h.Joined {
-		require.Equal(t, 2+i, j.Rank)
-		require.Equal(t, 2+i, j.Name)
-		require.Contains(t, j.Why, "node 1 joins the running job (scale up, -nnodes 1:2)")
-		require.NotNil(t, j.Node)
-		require.Equal(t, 1, *j.Node)
-	}
-	require.Len(t, h.SentBytes, 4)
-	require.Greater(t, h.SentBytes[0], int64(0))
-	require.Greater(t, h.SentBytes[1], int64(0))
+	requireNodeJoined(t, h, 2, "node 1 joins the running job (scale up, -nnodes 1:2)", out)
 	require.Equal(t, int64(0), h.SentBytes[2]+h.SentBytes[3])
 	require.Greater(t, h.AtStep, int64(5), "node 1 started after step 5") // the group grew mid-run
 	require.Equal(t, 4.0, epochs[7]["ranks"], out)
@@ -162,20 +155,10 @@ func TestScaleUpNodeDiesMidHeal(t *testing.T) {
 	require.Error(t, first.err, "killed")
 	waitStderr(t, node0, "the job continues without node 1")
 	second := startScaleNode(t, args, master, "1:2", 1)
-	waitNodes(t, []*nodeLauncher{node0, second}, 60*time.Second)
-	out, errOut := node0.stdout.String(), node0.stderr.String()
-	t.Logf("node 0's stderr:\n%s\nnode 1's second launcher:\n%s", errOut, second.stderr.String())
-	require.NoError(t, node0.err, out)
-	require.NoError(t, second.err, second.stderr.String())
-	epochs, restarts, _ := survivedOutput(t, out)
-	require.Len(t, epochs, 10, out)
-	require.Empty(t, restarts, out)
-	requireEachSampleOnce(t, epochs, 24)
-	hs := healedOutput(t, out)
+	out, _ := nodesEnded(t, node0, second)
+	epochs, hs := grownOutput(t, out, 10)
 	require.NotEmpty(t, hs, out)
-	last := hs[len(hs)-1]
-	require.Equal(t, int64(0), last.StepsLost)
-	require.Equal(t, []int{4, 5}, []int{last.Joined[0].Name, last.Joined[1].Name}, out)
+	requireNodeJoined(t, hs[len(hs)-1], 4, "node 1 joins the running job", out)
 	require.Equal(t, 4.0, epochs[9]["ranks"], out)
 }
 
