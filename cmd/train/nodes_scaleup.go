@@ -10,8 +10,9 @@ import (
 // scaleUpFlags checks -nnodes MIN:MAX (MIN < MAX: nodes may join the
 // running job; launch's nodes_scaleup.go): a new node's ranks join as
 // healed joiners, which needs -on-failure continue -heal, over tcp, with
-// DDP.
-func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool) error {
+// DDP, without spares (they would run on node 0 and take the new nodes'
+// places).
+func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool, spares int) error {
 	if tr.MP == nil || tr.MP.MaxNodes <= tr.MP.Nnodes {
 		return nil
 	}
@@ -23,6 +24,8 @@ func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool) erro
 		return errors.New(n + " lets nodes join the running job, which needs -on-failure continue -heal (a new node's ranks heal from the others)")
 	case zero1:
 		return errors.New(n + " with -zero1 is not built (a ZeRO-1 group growing across node launchers); use DDP")
+	case spares > 0:
+		return errors.New(n + " with -spares: a spare would run on node 0 and take a new node's place; across node launchers a node's ranks come with its launcher")
 	}
 	return nil
 }

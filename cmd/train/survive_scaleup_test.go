@@ -176,6 +176,7 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		{[]string{"-nnodes", "1:2"}, "-nnodes 1:2 lets nodes join the running job, which needs -on-failure continue -heal"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue"}, "needs -on-failure continue -heal"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 is not built"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-spares", "1"}, "-nnodes 1:2 with -spares: a spare would run on node 0"},
 	} {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
 		require.ErrorContains(t, err, c.want, "args %q", c.args)

@@ -124,10 +124,15 @@ func (cfg Config) mostNodes() int { return max(cfg.Nnodes, cfg.MaxNodes) }
 // checkScaleUp checks that a job that may grow can: new nodes join as
 // healed joiners.
 func (e *Elastic) checkScaleUp(cfg Config) error {
-	if cfg.MaxNodes <= cfg.Nnodes || (e.Continue && e.Heal) {
+	switch {
+	case cfg.MaxNodes <= cfg.Nnodes:
 		return nil
+	case !e.Continue || !e.Heal:
+		return fmt.Errorf("launch: -nnodes %d:%d: nodes joining a running job need survivors continuing and healing (-on-failure continue -heal)", cfg.Nnodes, cfg.MaxNodes)
+	case e.Spares > 0:
+		return fmt.Errorf("launch: -nnodes %d:%d with spares: a spare would run on node 0 and take a new node's place", cfg.Nnodes, cfg.MaxNodes)
 	}
-	return fmt.Errorf("launch: -nnodes %d:%d: nodes joining a running job need survivors continuing and healing (-on-failure continue -heal)", cfg.Nnodes, cfg.MaxNodes)
+	return nil
 }
 
 // capacity is the most ranks the group may grow to: with several nodes,
