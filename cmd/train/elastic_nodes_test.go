@@ -48,28 +48,44 @@ func startNodesEnv(t *testing.T, nnodes int, nodeEnv func(int) []string, args ..
 	require.NoError(t, l.Close())
 	nodes := make([]*nodeLauncher, nnodes)
 	for i := range nodes {
-		a := append(append([]string(nil), args...), "-nnodes", strconv.Itoa(nnodes), "-node-rank", strconv.Itoa(i), "-master", master)
-		path, argv, env, err := selftest.RankCommand(a)
-		require.NoError(t, err)
-		n := &nodeLauncher{cmd: exec.Command(path, argv...), done: make(chan struct{})}
-		n.cmd.Env = append(os.Environ(), launch.EnvSecret+"=elastic nodes test secret")
-		n.cmd.Env = append(n.cmd.Env, env...)
+		var env []string
 		if nodeEnv != nil {
-			n.cmd.Env = append(n.cmd.Env, nodeEnv(i)...)
+			env = nodeEnv(i)
 		}
-		n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
-		require.NoError(t, n.cmd.Start())
-		go func() {
-			n.err = n.cmd.Wait()
-			close(n.done)
-		}()
-		t.Cleanup(func() {
-			_ = n.cmd.Process.Kill()
-			<-n.done
-		})
-		nodes[i] = n
+		nodes[i] = startNodeLauncher(t, append(append([]string(nil), args...), "-nnodes", strconv.Itoa(nnodes), "-node-rank", strconv.Itoa(i), "-master", master), env...)
 	}
 	return nodes
+}
+
+// startNodeLauncher starts one node's launcher with args (its -nnodes,
+// -node-rank and -master among them), the tests' secret and env added
+// to this process's environment.
+func startNodeLauncher(t *testing.T, args []string, env ...string) *nodeLauncher {
+	t.Helper()
+	path, argv, renv, err := selftest.RankCommand(args)
+	require.NoError(t, err)
+	cmd := exec.Command(path, argv...)
+	cmd.Env = append(os.Environ(), launch.EnvSecret+"=elastic nodes test secret")
+	cmd.Env = append(append(cmd.Env, renv...), env...)
+	return startLauncherCmd(t, cmd)
+}
+
+// startLauncherCmd starts cmd, a node's launcher, its output kept; the
+// test's cleanup kills it.
+func startLauncherCmd(t *testing.T, cmd *exec.Cmd) *nodeLauncher {
+	t.Helper()
+	n := &nodeLauncher{cmd: cmd, done: make(chan struct{})}
+	n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
+	require.NoError(t, n.cmd.Start())
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.done)
+	}()
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	})
+	return n
 }
 
 // wait waits for every launcher to exit, at most d.

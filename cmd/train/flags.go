@@ -284,11 +284,14 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1 && !o.zeroBuddies && v.onFailure == launch.OnFailureContinue, v.heal, v.spares, given); err != nil {
 		return err
 	}
+	if err := scaleUpFlags(o.tr, o.onFailure, o.heal, v.zero1, o.spares); err != nil {
+		return err
+	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {
 		return err
 	}
 	switch {
-	case given["rejoin-timeout"] && (o.maxRestarts == 0 || o.tr.MP == nil || (o.tr.Launcher() && o.tr.MP.Nnodes < 2)):
+	case given["rejoin-timeout"] && (o.maxRestarts == 0 || o.tr.MP == nil || (o.tr.Launcher() && o.tr.MP.MostNodes() < 2)):
 		return errors.New("-rejoin-timeout applies with -max-restarts and -nnodes > 1 only")
 	case v.rejoinTimeout <= 0:
 		return fmt.Errorf("-rejoin-timeout %v: must be positive", v.rejoinTimeout)
@@ -480,7 +483,7 @@ func gemmThreads(tr *launch.Transport) int {
 // perNode is the unit a multi-host job's world grows and shrinks by: the
 // ranks per node; 1 on one host.
 func perNode(tr *launch.Transport) int {
-	if tr.MP == nil || tr.MP.Nnodes < 2 {
+	if tr.MP == nil || tr.MP.MostNodes() < 2 {
 		return 1
 	}
 	return tr.MP.LocalRanks

@@ -237,19 +237,9 @@ func waitGone(t *testing.T, nodes []*nodeLauncher) {
 func restartLauncher(t *testing.T, n *nodeLauncher, env ...string) *nodeLauncher {
 	t.Helper()
 	old := n.cmd
-	again := &nodeLauncher{cmd: exec.Command(old.Path, old.Args[1:]...), done: make(chan struct{})}
-	again.cmd.Env = append(slices.Clone(old.Env), env...)
-	again.cmd.Stdout, again.cmd.Stderr = &again.stdout, &again.stderr
-	require.NoError(t, again.cmd.Start())
-	go func() {
-		again.err = again.cmd.Wait()
-		close(again.done)
-	}()
-	t.Cleanup(func() {
-		_ = again.cmd.Process.Kill()
-		<-again.done
-	})
-	return again
+	cmd := exec.Command(old.Path, old.Args[1:]...)
+	cmd.Env = append(slices.Clone(old.Env), env...)
+	return startLauncherCmd(t, cmd)
 }
 
 // Node 1's launcher killed with its ranks, with -heal: the job continues
@@ -261,20 +251,44 @@ func restartLauncher(t *testing.T, n *nodeLauncher, env ...string) *nodeLauncher
 func TestSurviveNodeRejoins(t *testing.T) {
 	r := rejoinJob(t, 2, "tcp", nil)
 	h, epochs, out, errOut := r.h, r.epochs, r.out, r.errOut
-	require.Len(t, h.Joined, 2, out)
-	for i, j := range h.Joined {
-		require.Equal(t, 2+i, j.Rank)
-		require.Equal(t, 4+i, j.Name)
-		require.Contains(t, j.Why, "node 1 rejoins")
-	}
-	require.Len(t, h.SentBytes, 4)
-	require.Greater(t, h.SentBytes[0], int64(0))
-	require.Greater(t, h.SentBytes[1], int64(0))
+	requireNodeJoined(t, h, 4, "node 1 rejoins", out)
 	require.Equal(t, 4.0, epochs[5]["ranks"], out)
 	require.Contains(t, errOut, "launch: node 0: node 1 is back in the job with ranks 4, 5")
 	require.NotNil(t, h.Joined[0].BackSeconds)
 	t.Logf("node 1 killed, then restarted %.2f s later; back %.3f s after node 0 admitted it; heal %.3f s (%d bytes of state), members paused %.3f s",
 		r.restarted.Sub(r.killed).Seconds(), *h.Joined[0].BackSeconds, h.HealSecs, h.StateBytes, h.Paused)
+}
+
+// nodesEnded waits for node 0's launcher and node 1's (1 minute at
+// most), logs their stderr, checks that both ended cleanly and returns
+// node 0's stdout and stderr.
+func nodesEnded(t *testing.T, node0, node1 *nodeLauncher) (string, string) {
+	t.Helper()
+	waitNodes(t, []*nodeLauncher{node0, node1}, 60*time.Second)
+	out, errOut := node0.stdout.String(), node0.stderr.String()
+	t.Logf("node 0's stderr:\n%s\nnode 1's launcher:\n%s", errOut, node1.stderr.String())
+	require.NoError(t, node0.err, out)
+	require.NoError(t, node1.err, node1.stderr.String())
+	return out, errOut
+}
+
+// requireNodeJoined checks a heal of node 1's two ranks into a job of 4
+// ranks, none lost: they joined as ranks 2 and 3 under the names name and
+// name+1, why saying so, and the members sent the state.
+func requireNodeJoined(t *testing.T, h healRecord, name int, why, out string) {
+	t.Helper()
+	require.Equal(t, int64(0), h.StepsLost)
+	require.Len(t, h.Joined, 2, out)
+	for i, j := range h.Joined {
+		require.Equal(t, 2+i, j.Rank)
+		require.Equal(t, name+i, j.Name)
+		require.Contains(t, j.Why, why)
+		require.NotNil(t, j.Node)
+		require.Equal(t, 1, *j.Node)
+	}
+	require.Len(t, h.SentBytes, 4)
+	require.Greater(t, h.SentBytes[0], int64(0))
+	require.Greater(t, h.SentBytes[1], int64(0))
 }
 
 // rejoinRun is a job run by rejoinJob.

@@ -123,6 +123,9 @@ func (e *Elastic) check(cfg Config) error {
 	if err := e.checkHeal(); err != nil {
 		return err
 	}
+	if err := e.checkScaleUp(cfg); err != nil {
+		return err
+	}
 	switch {
 	case e.MaxRestarts < 0:
 		return fmt.Errorf("launch: max restarts %d: must not be negative", e.MaxRestarts)
@@ -132,7 +135,7 @@ func (e *Elastic) check(cfg Config) error {
 		return fmt.Errorf("launch: min ranks %d: want 1..%d (the ranks the job starts with)", e.MinRanks, cfg.Nnodes*cfg.Ranks)
 	case e.Prepare == nil && e.MaxRestarts > 0:
 		return errors.New("launch: restarts need Elastic.Prepare")
-	case cfg.Nnodes > 1 && cfg.Master == "":
+	case cfg.mostNodes() > 1 && cfg.Master == "":
 		return fmt.Errorf("launch: %d nodes restarting together need the master's host:port, where node 0's launcher hosts their rendezvous", cfg.Nnodes)
 	}
 	if e.MinRanks == 0 {

@@ -80,15 +80,18 @@ func sizeVar(launcher string) string {
 // them to a flag set; Setup resolves them against -ranks and the
 // environment.
 type Flags struct {
-	Nnodes   int    // -nnodes: number of hosts (one launcher each)
-	NodeRank int    // -node-rank: this host's index, 0..Nnodes-1
+	Nnodes   int    // -nnodes: number of hosts (one launcher each); with -nnodes MIN:MAX, MIN: the hosts the job starts with
+	MaxNodes int    // -nnodes MIN:MAX: the most hosts the job may grow to (0 or Nnodes: it does not grow; nodes_scaleup.go)
+	NodeRank int    // -node-rank: this host's index, 0..MostNodes()-1
 	Master   string // -master: host:port of rank 0's store (required with -nnodes > 1)
 	Insecure bool   // -insecure: run without a secret
 }
 
 // Register adds -nnodes, -node-rank, -master and -insecure to fs.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	fs.IntVar(&f.Nnodes, "nnodes", 1, "with -transport tcp: number of hosts, each running one launcher with -ranks ranks (world size = nnodes × ranks)")
+	f.Nnodes = 1
+	fs.Var(nodesValue{f}, "nnodes", "with -transport tcp: number of hosts, each running one launcher with -ranks ranks (world size = nnodes × ranks); "+
+		"MIN:MAX starts the job on nodes 0..MIN-1 and lets nodes MIN..MAX-1 join it while it runs (scale up; needs -on-failure continue -heal)")
 	fs.IntVar(&f.NodeRank, "node-rank", 0, "with -transport tcp and -nnodes > 1: this host's index, 0..nnodes-1 (node k runs global ranks k·ranks … k·ranks+ranks-1)")
 	fs.StringVar(&f.Master, "master", "", "with -transport tcp: host:port of rank 0's rendezvous store (node 0 hosts it; required with -nnodes > 1; default 127.0.0.1 and a free port)")
 	fs.BoolVar(&f.Insecure, "insecure", false, "with -transport tcp: run without the shared secret (RINGDDP_SECRET): anyone who can reach the ports can join; trusted networks only")
@@ -130,7 +133,7 @@ func (f Flags) Setup(ranks int, ranksGiven bool, getenv func(string) string) (Se
 		return s, err
 	}
 	if isRank {
-		if ranksGiven && f.Nnodes*ranks != env.WorldSize {
+		if ranksGiven && !f.worldFits(ranks, env.WorldSize) {
 			what := fmt.Sprintf("-ranks %d", ranks)
 			if f.Nnodes > 1 {
 				what = fmt.Sprintf("-nnodes %d × -ranks %d = %d", f.Nnodes, ranks, f.Nnodes*ranks)
@@ -142,17 +145,17 @@ func (f Flags) Setup(ranks int, ranksGiven bool, getenv func(string) string) (Se
 		return s, nil
 	}
 	s.Launcher, s.WorldSize, s.LocalRanks = true, f.Nnodes*ranks, ranks
-	if f.NodeRank < 0 || f.NodeRank >= f.Nnodes {
-		return s, fmt.Errorf("-node-rank %d: out of range for -nnodes %d (valid: 0..%d)", f.NodeRank, f.Nnodes, f.Nnodes-1)
+	if f.NodeRank < 0 || f.NodeRank >= f.MostNodes() {
+		return s, fmt.Errorf("-node-rank %d: out of range for -nnodes %s (valid: 0..%d)", f.NodeRank, f.nodesText(), f.MostNodes()-1)
 	}
 	if f.Master != "" {
 		if _, _, err := splitMaster(f.Master); err != nil {
 			return s, err
 		}
-	} else if f.Nnodes > 1 {
-		return s, fmt.Errorf("-nnodes %d needs -master host:port: the address of node 0, where rank 0 hosts the rendezvous store", f.Nnodes)
+	} else if f.MostNodes() > 1 {
+		return s, fmt.Errorf("-nnodes %s needs -master host:port: the address of node 0, where rank 0 hosts the rendezvous store", f.nodesText())
 	}
-	if f.Nnodes > 1 && !f.Insecure && getenv(EnvSecret) == "" {
+	if f.MostNodes() > 1 && !f.Insecure && getenv(EnvSecret) == "" {
 		return s, errNoSharedSecret
 	}
 	if f.Insecure && getenv(EnvSecret) != "" {

@@ -18,7 +18,7 @@ func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os
 		if host, port, err = splitMaster(cfg.Master); err != nil {
 			return nil, nil, fmt.Errorf("launch: %w", err)
 		}
-	} else if cfg.Nnodes > 1 {
+	} else if cfg.mostNodes() > 1 {
 		return nil, nil, fmt.Errorf("launch: %d nodes need the master's host:port", cfg.Nnodes)
 	} else {
 		if port, storeLn, err = bindStorePort(host); err != nil {
@@ -40,7 +40,7 @@ func jobVars(cfg Config, getenv func(string) string) (vars []string, storeLn *os
 			return nil, nil, fmt.Errorf("launch: insecure run requested but %s is set: drop one", EnvSecret)
 		}
 		vars = append(vars, EnvInsecure+"=1")
-	case cfg.Nnodes > 1:
+	case cfg.mostNodes() > 1:
 		secret := getenv(EnvSecret)
 		if secret == "" {
 			return nil, nil, fmt.Errorf("launch: %w", errNoSharedSecret)

@@ -21,7 +21,8 @@ const DefaultGrace = 5 * time.Second
 // Config describes the ranks a launcher starts on this host.
 type Config struct {
 	Ranks    int    // ranks on this host (-ranks); at least 1
-	Nnodes   int    // hosts in the job (-nnodes); default 1
+	Nnodes   int    // hosts in the job (-nnodes); default 1; with -nnodes MIN:MAX, MIN
+	MaxNodes int    // MAX of -nnodes MIN:MAX: the most hosts the job may grow to (0: Nnodes; nodes_scaleup.go)
 	NodeRank int    // this host's index (-node-rank)
 	Master   string // host:port of rank 0's store (-master); "" on one host: 127.0.0.1 and a free port
 	Insecure bool   // run without a secret (-insecure)
@@ -143,7 +144,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer signal.Stop(sigs)
 	}
 	w := newOutputs(cfg)
-	if cfg.Nnodes > 1 { // the launchers meet first, restarts or not (nodes.go)
+	if cfg.mostNodes() > 1 { // the launchers meet first, restarts or not (nodes.go)
 		return runNodes(ctx, cfg, w, sigs)
 	}
 	if cfg.Elastic != nil && (cfg.Elastic.MaxRestarts > 0 || cfg.Elastic.Continue) {
@@ -164,8 +165,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Nnodes < 1 {
 		cfg.Nnodes = 1
 	}
-	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.Nnodes {
-		return cfg, fmt.Errorf("launch: node rank %d out of range for %s", cfg.NodeRank, Count(cfg.Nnodes, "node"))
+	if cfg.MaxNodes != 0 && (cfg.MaxNodes < cfg.Nnodes || cfg.MaxNodes > maxNodes) {
+		return cfg, fmt.Errorf("launch: -nnodes %d:%d: want MIN ≤ MAX ≤ %d", cfg.Nnodes, cfg.MaxNodes, maxNodes)
+	}
+	if cfg.NodeRank < 0 || cfg.NodeRank >= cfg.mostNodes() {
+		return cfg, fmt.Errorf("launch: node rank %d out of range for %s", cfg.NodeRank, Count(cfg.mostNodes(), "node"))
 	}
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
@@ -196,7 +200,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.rejectedGrace = cmp.Or(cfg.rejectedGrace, defaultRejectedGrace)
 	cfg.heartbeat = cmp.Or(cfg.heartbeat, defaultHeartbeat)
 	cfg.heartbeatLost = cmp.Or(cfg.heartbeatLost, defaultHeartbeatLost)
-	if cfg.Elastic == nil && cfg.Nnodes > 1 {
+	if cfg.Elastic == nil && cfg.mostNodes() > 1 {
 		cfg.Elastic = &Elastic{} // no restarts: the nodes' rendezvous only
 	}
 	if cfg.Elastic != nil {

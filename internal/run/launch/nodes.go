@@ -66,6 +66,7 @@ type nodeReport struct {
 	// Joining: its -nnodes and -master, and whether -master names a
 	// loopback address on this node, which node 0 checks against its own.
 	Nnodes         int    `json:"nnodes,omitempty"`
+	MaxNodes       int    `json:"max_nodes,omitempty"` // MAX of -nnodes MIN:MAX (nodes_scaleup.go)
 	Master         string `json:"master,omitempty"`
 	MasterLoopback bool   `json:"master_loopback,omitempty"`
 	// Addr, joining: the node's host name and the address it reaches
@@ -145,8 +146,10 @@ type nodeRdzv struct {
 	// lost, on a node other than 0, ends its launcher with node 0's loss
 	// (the heartbeat's, and the survivors' sooner: survive_nodes.go).
 	lost context.CancelCauseFunc
-	// rj: rejoining a running job (nodes_rejoin.go).
+	// rj: rejoining a running job (nodes_rejoin.go); sc, node 0: new
+	// nodes joining it (nodes_scaleup.go).
 	rj rejoinState
+	sc scaleState
 }
 
 // key is attempt n's key k.
@@ -329,7 +332,7 @@ func (r *nodeRdzv) rendezvous(ctx context.Context, n int, rep nodeReport) (nodeP
 		b, err := r.store.Get(c, k)
 		cancel()
 		if err == nil {
-			p, err := decodePlan(r.seal, k, b, n, r.cfg.Nnodes, r.cfg.Ranks)
+			p, err := decodePlan(r.seal, k, b, n, r.cfg.mostNodes(), r.cfg.Ranks)
 			if err != nil {
 				return p, fmt.Errorf("launch: node %d: refusing node 0's plan for attempt %d (%s): %w", r.node, n+1, k, err)
 			}

@@ -92,8 +92,8 @@ func checkPlan(p *nodePlan, n, nnodes, ranks int) error {
 		switch {
 		case f.Node < 0 || f.Node >= nnodes:
 			return fmt.Errorf("failure.node %d: want 0..%d", f.Node, nnodes-1)
-		case f.Rank < -1 || f.Rank >= nnodes*ranks:
-			return fmt.Errorf("failure.rank %d: want -1..%d", f.Rank, nnodes*ranks-1)
+		case f.Rank < -1 || f.Rank >= nnodes*ranks+maxJoiners: // a joining rank's name included
+			return fmt.Errorf("failure.rank %d: want -1..%d", f.Rank, nnodes*ranks+maxJoiners-1)
 		case f.Pid < 0:
 			return fmt.Errorf("failure.pid %d: must not be negative", f.Pid)
 		case f.Step < -1:

@@ -90,6 +90,10 @@ func (r *nodeRdzv) claimNode(ctx context.Context) error {
 		r.store.Close()
 		return fmt.Errorf("launch: node %d: joining node 0's launcher at %s: %w", r.node, r.cfg.Master, err)
 	}
+	if r.node >= r.cfg.Nnodes { // a new node: node 0 decides (nodes_scaleup.go)
+		r.rj.rejoin, r.rj.grow = true, true
+		return nil
+	}
 	if n != 1 && r.e.Heal && r.takesBack(ctx) {
 		r.rj.rejoin = true // node 0 decides (nodes_rejoin.go)
 		return nil
@@ -101,7 +105,7 @@ func (r *nodeRdzv) claimNode(ctx context.Context) error {
 		}
 		r.store.Close()
 		return fmt.Errorf("launch: node %d: another launcher joined the job as node %d already: were two launchers given -node-rank %d? (give each node its own, 0..%d)",
-			r.node, r.node, r.node, r.cfg.Nnodes-1)
+			r.node, r.node, r.node, r.cfg.mostNodes()-1)
 	}
 	fmt.Fprintf(r.w.errOut, "launch: node %d: joined node 0's launcher at %s\n", r.node, r.cfg.Master)
 	return nil

@@ -201,7 +201,9 @@ func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, err
 	for i := range members {
 		members[i] = i
 	}
-	fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for the launchers of %s at %s (at most %v)\n", listText("node", members[1:]), cfg.Master, e.JoinTimeout)
+	if len(members) > 1 {
+		fmt.Fprintf(r.w.errOut, "launch: node 0: waiting for the launchers of %s at %s (at most %v)\n", listText("node", members[1:]), cfg.Master, e.JoinTimeout)
+	}
 	sctx, stopSig := signalContext(ctx, sigs)
 	reps, err := r.awaitNodes(sctx, members[1:], time.Now().Add(e.JoinTimeout))
 	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: cfg.Ranks}
@@ -274,7 +276,7 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 	switch {
 	case a.dup != nil:
 		return fmt.Errorf("launch: node 0: %s also runs as node 0 of this job at -master %s: were two launchers given -node-rank 0? (give each node its own -node-rank, 0..%d)",
-			a.dup, r.cfg.Master, r.cfg.Nnodes-1)
+			a.dup, r.cfg.Master, r.cfg.mostNodes()-1)
 	case a.err != nil && errors.Is(a.err, rendezvous.ErrTimeout):
 		return nil // the deadline: awaitNodes reports
 	case a.err != nil:
@@ -285,8 +287,9 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 	switch {
 	case rep.Ranks != cfg.Ranks:
 		return fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: node %d has -ranks %d", cfg.Ranks, a.node, rep.Ranks)
-	case rep.Nnodes != 0 && rep.Nnodes != cfg.Nnodes:
-		return fmt.Errorf("launch: node 0: every node must be given the same -nnodes as node 0's %d: node %d has -nnodes %d", cfg.Nnodes, a.node, rep.Nnodes)
+	case rep.Nnodes != 0 && (rep.Nnodes != cfg.Nnodes || max(rep.MaxNodes, rep.Nnodes) != cfg.mostNodes()):
+		return fmt.Errorf("launch: node 0: every node must be given the same -nnodes as node 0's %s: node %d has -nnodes %s",
+			nodesWords(cfg.Nnodes, cfg.MaxNodes), a.node, nodesWords(rep.Nnodes, rep.MaxNodes))
 	case rep.Master != "" && !rep.MasterLoopback && loopbackHost(r.host):
 		return fmt.Errorf("launch: node 0: node %d dials node 0 at -master %s, but node 0 was given -master %s, a loopback address here: "+
 			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach "+

@@ -49,7 +49,7 @@ func (r *nodeRdzv) lead(ctx context.Context, sigs chan os.Signal) error {
 		}
 		_, _, at := prog.snapshot()
 		rep.report(at)
-		plan = r.withoutGone(plan) // survivors continued without them
+		plan = r.withoutGone(r.withAdded(plan)) // nodes taken in (scale up); survivors continued without the gone
 
 		// Who came back, and how did the attempt end on each node?
 		sctx, stopSig := signalContext(ctx, sigs)

@@ -20,7 +20,7 @@ import (
 // follow is the launcher of a node other than 0.
 func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	cfg, e := r.cfg, r.e
-	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host),
+	rep := nodeReport{Node: r.node, Ranks: cfg.Ranks, Attempt: -1, Nnodes: cfg.Nnodes, MaxNodes: cfg.MaxNodes, Master: cfg.Master, MasterLoopback: loopbackHost(r.host),
 		Addr: nodeAddr(cfg.Master)}
 	var runErr error       // the last attempt's, on this node
 	var admitted *nodePlan // rejoining a running job: the attempt node 0 takes it into
@@ -55,7 +55,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 			return fmt.Errorf("launch: node 0 ended the job: %s", strings.TrimPrefix(strings.TrimPrefix(plan.Err, "launch: "), "node 0: "))
 		}
 		idx := slices.Index(plan.Members, r.node)
-		if idx < 0 {
+		if idx < 0 && !r.rj.grow {
 			why := "node 0 left it out"
 			for _, d := range plan.Dropped {
 				if d.Node == r.node {
@@ -94,7 +94,8 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 				r.node, n, from, Count(leader.Ranks, "rank"), Count(len(plan.Members), "node"), idx)
 		}
 		rep, _, _, runErr = r.runAttempt(ctx, sigs, plan, args, nil, func(*progress) {})
-		r.rj.names = nil      // later attempts start the node's ranks anew
+		// Later attempts start the node's ranks anew, as a member's.
+		r.rj.names, r.rj.grow = nil, false
 		if ctx.Err() != nil { // the caller ended this launcher, or node 0 is lost: it leaves without a report
 			return fmt.Errorf("launch: node %d: %w", r.node, context.Cause(ctx))
 		}
@@ -114,7 +115,9 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 // progress, with onProgress called whenever a rank reports progress.
 func (r *nodeRdzv) runAttempt(ctx context.Context, sigs chan os.Signal, plan nodePlan, args []string, storeLn *os.File, onProgress func(*progress)) (nodeReport, *job, *progress, error) {
 	n := plan.Attempt
-	idx := slices.Index(plan.Members, r.node)
+	// A new node joining (nodes_scaleup.go) is no member of plan: its
+	// joining ranks get RANK as node 0's would, which they do not use.
+	idx := max(slices.Index(plan.Members, r.node), 0)
 	stopCh := make(chan string, 1)
 	wctx, cancelWatch := context.WithCancel(ctx)
 	defer cancelWatch()
@@ -239,7 +242,7 @@ func (r *nodeRdzv) watchStop(ctx context.Context, n int, stop chan<- string) {
 			}
 			continue
 		}
-		m, err := decodeStop(r.seal, k, b, r.cfg.Nnodes)
+		m, err := decodeStop(r.seal, k, b, r.cfg.mostNodes())
 		if err != nil {
 			fmt.Fprintf(r.w.errOut, "launch: node %d: ignoring a stop request that does not check (%s): %v\n", r.node, k, err)
 			return

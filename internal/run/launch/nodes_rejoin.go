@@ -79,8 +79,11 @@ func (r *nodeRdzv) attemptEnv(plan nodePlan) []string {
 // names; on node 0, the next request to read.
 type rejoinState struct {
 	rejoin bool
-	names  []int
-	next   int
+	// grow: this node is a new one, joining beyond the start's nodes
+	// (nodes_scaleup.go).
+	grow  bool
+	names []int
+	next  int
 	// left, on a node other than 0, says why the last attempt's plans
 	// removed every rank of this node ("": they did not).
 	left string
@@ -123,6 +126,9 @@ type rejoinRequest struct {
 	RunID string `json:"run_id,omitempty"` // its RINGDDP_RUN_ID, if set
 	Addr  string `json:"addr,omitempty"`
 	Pid   int    `json:"pid"`
+	// Its -nnodes MIN:MAX (nodes_scaleup.go; 0: not sent).
+	Nnodes   int `json:"nnodes,omitempty"`
+	MaxNodes int `json:"max_nodes,omitempty"`
 }
 
 // rejoinAnswer is node 0's answer: Refused says why not; else the
@@ -138,6 +144,9 @@ type rejoinAnswer struct {
 // joins, its ranks' names kept in r.rj.names.
 func (r *nodeRdzv) askRejoin(ctx context.Context) (nodePlan, error) {
 	fail := func(err error) (nodePlan, error) {
+		if r.rj.grow {
+			return nodePlan{}, fmt.Errorf("launch: node %d: joining the running job: %w", r.node, err)
+		}
 		return nodePlan{}, fmt.Errorf("launch: node %d: rejoining the running job: %w", r.node, err)
 	}
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -146,11 +155,16 @@ func (r *nodeRdzv) askRejoin(ctx context.Context) (nodePlan, error) {
 	if err != nil {
 		return fail(err)
 	}
-	req := rejoinRequest{Node: r.node, Ranks: r.cfg.Ranks, RunID: r.cfg.Getenv(EnvRunID), Addr: nodeAddr(r.cfg.Master), Pid: os.Getpid()}
+	req := rejoinRequest{Node: r.node, Ranks: r.cfg.Ranks, RunID: r.cfg.Getenv(EnvRunID), Addr: nodeAddr(r.cfg.Master), Pid: os.Getpid(),
+		Nnodes: r.cfg.Nnodes, MaxNodes: r.cfg.mostNodes()}
 	if err := r.setSealed(ctx, rejoinKey(i), req); err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(r.w.errOut, "launch: node %d: node %d was in the job before: asking node 0 to take it back (request %d)\n", r.node, r.node, i)
+	if r.rj.grow {
+		fmt.Fprintf(r.w.errOut, "launch: node %d: asking node 0 to take node %d into the running job (-nnodes %s; request %d)\n", r.node, r.node, nodesWords(r.cfg.Nnodes, r.cfg.MaxNodes), i)
+	} else {
+		fmt.Fprintf(r.w.errOut, "launch: node %d: node %d was in the job before: asking node 0 to take it back (request %d)\n", r.node, r.node, i)
+	}
 	wait, cancel := context.WithTimeout(ctx, r.e.JoinTimeout)
 	defer cancel()
 	var ans rejoinAnswer
@@ -172,8 +186,12 @@ func (r *nodeRdzv) askRejoin(ctx context.Context) (nodePlan, error) {
 		return fail(fmt.Errorf("node 0's answer does not check: %w", err))
 	}
 	r.rj.names = ans.Names
-	fmt.Fprintf(r.w.errOut, "launch: node %d: node 0 takes it back into attempt %d: its ranks join as %s and heal from the others at a step boundary\n",
-		r.node, ans.Plan.Attempt+1, ranksText(ans.Names))
+	verb := "takes it back"
+	if r.rj.grow {
+		verb = "takes it"
+	}
+	fmt.Fprintf(r.w.errOut, "launch: node %d: node 0 %s into attempt %d: its ranks join as %s and heal from the others at a step boundary\n",
+		r.node, verb, ans.Plan.Attempt+1, ranksText(ans.Names))
 	return ans.Plan, nil
 }
 
@@ -184,12 +202,12 @@ func (r *nodeRdzv) checkAnswer(ans *rejoinAnswer) error {
 	if p.Attempt < 0 || p.Done || p.Err != "" {
 		return fmt.Errorf("attempt %d (done %v, err %q): not a running attempt", p.Attempt, p.Done, untrusted.Text(p.Err, 80))
 	}
-	if err := checkPlan(p, p.Attempt, r.cfg.Nnodes, r.cfg.Ranks); err != nil {
+	if err := checkPlan(p, p.Attempt, r.cfg.mostNodes(), r.cfg.Ranks); err != nil {
 		return err
 	}
 	world := len(p.Members) * p.RanksPerNode
 	switch {
-	case !slices.Contains(p.Members, r.node):
+	case !r.rj.grow && !slices.Contains(p.Members, r.node):
 		return fmt.Errorf("its plan's nodes %v do not include node %d", p.Members, r.node)
 	case len(ans.Names) != r.cfg.Ranks:
 		return fmt.Errorf("%d names for %d ranks", len(ans.Names), r.cfg.Ranks)
@@ -247,28 +265,37 @@ func (r *nodeRdzv) admitRejoin(ctx context.Context, s *survival, plan nodePlan, 
 	left := r.gone[node]
 	r.goneMu.Unlock()
 	var why string
+	grow := !slices.Contains(plan.Members, node) // a new node (nodes_scaleup.go)
 	switch {
 	case node == 0:
 		why = "node 0's launcher leads the job: it cannot rejoin it"
-	case !slices.Contains(plan.Members, node):
-		why = fmt.Sprintf("node %d is not a node of this job's attempt (nodes %s)", node, intsText(plan.Members))
 	case req.Ranks != plan.RanksPerNode:
 		why = fmt.Sprintf("it runs -ranks %d; the job's nodes run %d", req.Ranks, plan.RanksPerNode)
 	case req.RunID != "" && req.RunID != baseID:
 		why = fmt.Sprintf("its %s is %q, but this job runs as %q: another job's launcher?", EnvRunID, untrusted.Text(req.RunID, maxRunIDLen), baseID)
+	case grow:
+		why = r.growRefusal(s, req)
 	case left == "":
 		why = fmt.Sprintf("node %d is in the job: node 0 has not seen it leave (were two launchers given -node-rank %d? if its launcher was lost only just now, start it again once node 0 says the job continues without it)", node, node)
 	}
 	if why == "" {
-		names, err := s.addRemote(ctx, wg, node, req.Ranks, fmt.Sprintf("node %d rejoins (it had left: %s)", node, left))
+		reason, verb := fmt.Sprintf("node %d rejoins (it had left: %s)", node, left), "rejoins"
+		if grow {
+			reason, verb = r.growWhy(node), "joins the running job (scale up)"
+		}
+		names, err := s.addRemote(ctx, wg, node, req.Ranks, reason)
 		if err == nil {
-			fmt.Fprintf(r.w.errOut, "launch: node 0: %s rejoins: its ranks join as %s at the next step boundary once all are ready\n", who, ranksText(names))
-			wg.Go(func() { r.watchRejoined(ctx, s, node) })
+			fmt.Fprintf(r.w.errOut, "launch: node 0: %s %s: its ranks join as %s at the next step boundary once all are ready\n", who, verb, ranksText(names))
+			wg.Go(func() {
+				r.watchRejoined(ctx, s, node)
+				r.notPending(node) // lost before it was taken in (else a no-op)
+			})
 			return rejoinAnswer{Plan: plan, Names: names}
 		}
+		r.notPending(node)
 		why = err.Error()
 	}
-	fmt.Fprintf(r.w.errOut, "launch: node 0: refused %s rejoining: %s\n", who, why)
+	fmt.Fprintf(r.w.errOut, "launch: node 0: refused %s %s: %s\n", who, map[bool]string{false: "rejoining", true: "joining the running job"}[grow], why)
 	return rejoinAnswer{Refused: why}
 }
 
@@ -299,11 +326,16 @@ func (r *nodeRdzv) noteBack(node int, names []int) {
 	_, was := r.gone[node]
 	delete(r.gone, node)
 	r.goneMu.Unlock()
-	if !was {
+	added := r.takenIn(node)
+	if !was && !added {
 		return // a replacement on a node in the job (nodes_replace.go)
 	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = r.store.Set(c, goneKey(node), nil)
+	if added {
+		fmt.Fprintf(r.w.errOut, "launch: node 0: node %d is in the job now with %s (scale up)\n", node, ranksText(names))
+		return
+	}
 	fmt.Fprintf(r.w.errOut, "launch: node 0: node %d is back in the job with %s\n", node, ranksText(names))
 }

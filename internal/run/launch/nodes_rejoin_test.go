@@ -64,7 +64,7 @@ func TestAdmitRejoinRefuses(t *testing.T) {
 		want string
 	}{
 		{"node 0", rejoinRequest{Node: 0, Ranks: 2}, true, "node 0's launcher leads the job: it cannot rejoin it"},
-		{"a node past the job's", rejoinRequest{Node: 2, Ranks: 2}, true, "node 2 is not a node of this job's attempt (nodes 0, 1)"},
+		{"a node past the job's", rejoinRequest{Node: 2, Ranks: 2}, true, "node 2 is not a node of this job (-nnodes 2): a job that nodes may join runs with -nnodes MIN:MAX"},
 		{"another -ranks", rejoinRequest{Node: 1, Ranks: 3}, true, "it runs -ranks 3; the job's nodes run 2"},
 		{"another job", rejoinRequest{Node: 1, Ranks: 2, RunID: "other"}, true, `its RINGDDP_RUN_ID is "other", but this job runs as "nodes-abc": another job's launcher?`},
 		{"a node still in the job", rejoinRequest{Node: 1, Ranks: 2, RunID: "nodes-abc"}, false, "node 1 is in the job: node 0 has not seen it leave (were two launchers given -node-rank 1? if its launcher was lost only just now, start it again once node 0 says the job continues without it)"},

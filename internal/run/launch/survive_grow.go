@@ -139,7 +139,7 @@ func (s *survival) refill(ctx context.Context, lost []LostRank) {
 	s.mu.Lock()
 	need := s.world - len(s.members) - len(s.joiners)
 	if s.place != nil {
-		need = min(need, len(lost))
+		need = min(s.capacity()-len(s.members)-len(s.joiners), len(lost))
 	}
 	s.mu.Unlock()
 	for i := range need {
@@ -195,8 +195,9 @@ func (s *survival) joinerExited(ctx context.Context, e *ExitError) {
 }
 
 // growFault, on joiner name ready, decides whether the group grows now:
-// the joiners ready that fit (the world size at the start at most, and a
-// size Elastic.Fits allows), then, at the next step boundary, generation
+// the joiners ready that fit (the group's capacity at most — the world
+// size at the start, or with -nnodes MIN:MAX, MAX × -ranks — and a size
+// Elastic.Fits allows), then, at the next step boundary, generation
 // gen's fault key set to "grow". Not ok: no grow now.
 func (s *survival) growFault(ctx context.Context, gen, name int) (fault, bool) {
 	s.mu.Lock()
@@ -210,7 +211,7 @@ func (s *survival) growFault(ctx context.Context, gen, name int) (fault, bool) {
 		}
 	}
 	slices.Sort(ready)
-	room := s.world - len(s.members)
+	room := s.capacity() - len(s.members)
 	members := len(s.members)
 	s.mu.Unlock()
 	k := min(room, len(ready))
@@ -329,11 +330,11 @@ func (s *survival) addRemote(ctx context.Context, wg *sync.WaitGroup, node, coun
 	case s.names+count > maxJoiners:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("this attempt started %d joining ranks already, and takes at most %d", s.names, maxJoiners)
-	case len(s.members)+len(s.joiners)+count > s.world:
-		room := s.world - len(s.members) - len(s.joiners)
+	case len(s.members)+len(s.joiners)+count > s.capacity():
+		room := s.capacity() - len(s.members) - len(s.joiners)
 		s.mu.Unlock()
 		return nil, fmt.Errorf("the job has room for %s (it runs %s of at most %d, %d more waiting to join), not %d",
-			Count(max(room, 0), "rank"), Count(len(s.members), "rank"), s.world, len(s.joiners), count)
+			Count(max(room, 0), "rank"), Count(len(s.members), "rank"), s.capacity(), len(s.joiners), count)
 	}
 	names := make([]int, count)
 	now := time.Now()

@@ -82,6 +82,7 @@ type remoteExit struct {
 type nodePlace struct {
 	members []int
 	perNode int
+	most    int            // the most nodes the job may run on (-nnodes MIN:MAX's MAX; nodes_scaleup.go)
 	addrs   map[int]string // node 0: the nodes' addresses from their join reports
 	gone    func(node int, reason string)
 	// back, on node 0, is told that node's ranks named names were taken
@@ -206,7 +207,7 @@ func (s *survival) nodesGone(lost []LostRank) {
 // returned start begins, once the ranks have started, what the node does
 // during the attempt; end stops it (after the job's wait).
 func (r *nodeRdzv) nodeSurvival(ctx context.Context, a *attempt, plan nodePlan, idx int) (start func(), end func(), err error) {
-	place := &nodePlace{members: plan.Members, perNode: plan.RanksPerNode, addrs: r.addrs}
+	place := &nodePlace{members: plan.Members, perNode: plan.RanksPerNode, most: r.cfg.mostNodes(), addrs: r.addrs}
 	s := &survival{e: r.e, w: r.w.out, errOut: r.w.errOut, counted: &r.survived, place: place}
 	a.survive = s
 	sctx, cancel := context.WithCancel(ctx)

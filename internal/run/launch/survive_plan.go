@@ -66,10 +66,12 @@ func decodeGenPlan(b []byte, gen, world int) (genPlan, error) {
 	case p.Restart != "":
 		p.Restart = untrusted.Text(p.Restart, maxShownText)
 		return p, nil
-	case len(p.Members) == 0 || len(p.Members) > world:
-		return p, fmt.Errorf("the plan of generation %d has %d members: want 1..%d", gen, len(p.Members), world)
-	case len(p.Lost) > world || len(p.Joined) > world:
-		return p, fmt.Errorf("the plan of generation %d names %d lost and %d joined ranks of a job of %d", gen, len(p.Lost), len(p.Joined), world)
+	case len(p.Members) == 0 || len(p.Members) > world+maxJoiners:
+		// A job may grow beyond its start's world (-nnodes MIN:MAX), up
+		// to the names it may give.
+		return p, fmt.Errorf("the plan of generation %d has %d members: want 1..%d", gen, len(p.Members), world+maxJoiners)
+	case len(p.Lost) > world+maxJoiners || len(p.Joined) > maxJoiners:
+		return p, fmt.Errorf("the plan of generation %d names %d lost and %d joined ranks of a job of %d and %d joining", gen, len(p.Lost), len(p.Joined), world, maxJoiners)
 	case len(p.Joins) != 0 && len(p.Joins) != len(p.Joined):
 		return p, fmt.Errorf("the plan of generation %d describes %d of its %d joined ranks", gen, len(p.Joins), len(p.Joined))
 	case len(p.Nodes) != 0 && len(p.Nodes) != len(p.Members):

@@ -61,7 +61,10 @@ func TestGenPlanRejected(t *testing.T) {
 		{"not json", `{"gen":`, "the plan of generation 1"},
 		{"stale", `{"gen":0,"members":[0]}`, "says generation 0"},
 		{"no members", `{"gen":1,"members":[]}`, "0 members"},
-		{"too many", `{"gen":1,"members":[0,1,2,3,4]}`, "5 members"},
+		// A grown job's plan (-nnodes MIN:MAX) may name more members than
+		// the start's world, but no more than the names it may give.
+		{"too many", `{"gen":1,"members":[0` + strings.Repeat(",1", 4+maxJoiners) + `]}`, "69 members: want 1..68"},
+		{"grown, a name twice", `{"gen":1,"members":[0,1,2,3,4,5,4]}`, "member 4"},
 		{"out of range", `{"gen":1,"members":[0,68]}`, "member 68"},
 		{"joined not a member", `{"gen":1,"members":[0,1],"joined":[4]}`, "joined rank 4"},
 		{"joined an old name", `{"gen":1,"members":[0,1],"joined":[1]}`, "joined rank 1"},

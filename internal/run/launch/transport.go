@@ -106,7 +106,7 @@ func (f *TransportFlags) Resolve(ranks int, given map[string]bool, getenv func(s
 		return nil, fmt.Errorf("-join-timeout %v: must not be negative", f.JoinTimeout)
 	}
 	t := &Transport{Name: f.Name, Timeout: f.Timeout, JoinTimeout: f.JoinTimeout, Ranks: ranks}
-	if f.Name == Shm && (given["wire-protection"] || f.Nnodes > 1) {
+	if f.Name == Shm && (given["wire-protection"] || f.MostNodes() > 1) {
 		return nil, errors.New("-transport shm runs every rank on this host, without a wire: no -wire-protection, -nnodes 1 (use -transport tcp or auto across hosts)")
 	}
 	if !multiProcess(f.Name) {
@@ -260,7 +260,7 @@ func (t *Transport) Launch(ctx context.Context, args []string, ranks RankCommand
 		return fmt.Errorf("-transport tcp: %w", err)
 	}
 	return Run(context.WithoutCancel(ctx), Config{
-		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, NodeRank: t.MP.NodeRank,
+		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, MaxNodes: t.MP.MaxNodes, NodeRank: t.MP.NodeRank,
 		Master: t.MP.Master, Insecure: t.MP.Insecure, JoinTimeout: t.JoinTimeout,
 		Path: path, Args: argv, Env: env,
 		Stdout: stdout, Stderr: os.Stderr,

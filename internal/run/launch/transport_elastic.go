@@ -43,7 +43,7 @@ func (t *Transport) LaunchElastic(ctx context.Context, args []string, ranks Rank
 		el = &c
 	}
 	return Run(context.WithoutCancel(ctx), Config{
-		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, NodeRank: t.MP.NodeRank,
+		Ranks: t.MP.LocalRanks, Nnodes: t.MP.Nnodes, MaxNodes: t.MP.MaxNodes, NodeRank: t.MP.NodeRank,
 		Master: t.MP.Master, Insecure: t.MP.Insecure, JoinTimeout: t.JoinTimeout,
 		Path: path, Args: argv, Env: env,
 		Stdout: stdout, Stderr: os.Stderr,
