@@ -37,12 +37,18 @@ import (
 // lane can release it. Messages between nodes leave through the NIC
 // lane's clock (nicLane), the one the shared NICs read.
 
+// overlapConn is a rank's endpoint in a world with Config.Overlap, as
+// World.Endpoints hands it out: a *Conn that also says which ranks its
+// local endpoint carries, as package mixed's endpoints do (package
+// allreduce's localEndpoint, whose presence alone tells a group that its
+// transport overlaps, the same on every rank). ConnOf finds the *Conn.
+type overlapConn struct{ *Conn }
+
 // LocalEndpointMembers lists the world ranks whose messages go through
-// this rank's local endpoint, apart from the others' (package allreduce's
-// localEndpoint): with Config.Overlap, the ranks of its node; nil without
-// it, or when the rank is alone on its node (as package mixed).
-func (c *Conn) LocalEndpointMembers() []int {
-	if !c.world.cfg.Overlap || c.LocalSize() < 2 {
+// this rank's local endpoint, apart from the others': the ranks of its
+// node; nil when the rank is alone on its node (as package mixed).
+func (c overlapConn) LocalEndpointMembers() []int {
+	if c.LocalSize() < 2 {
 		return nil
 	}
 	lo := c.node * c.world.localSize
@@ -51,6 +57,18 @@ func (c *Conn) LocalEndpointMembers() []int {
 		members[i] = lo + i
 	}
 	return members
+}
+
+// ConnOf is the simulated endpoint c is, or that World.Endpoints wrapped
+// in c (Config.Overlap); false if c is neither.
+func ConnOf(c transport.Conn) (*Conn, bool) {
+	switch c := c.(type) {
+	case *Conn:
+		return c, true
+	case overlapConn:
+		return c.Conn, true
+	}
+	return nil, false
 }
 
 // SplitClock gives each of the rank's endpoints a clock of its own, both

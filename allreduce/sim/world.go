@@ -127,11 +127,15 @@ func (w *World) Conn(rank int) *Conn {
 
 // Endpoints returns every rank's endpoint, by rank, as the transport.Conn
 // that code written for any transport takes (allreducetest.RunRanks, the
-// collective matrix).
+// collective matrix): its *Conn, or with Config.Overlap the *Conn with
+// the local endpoint's members (endpoints.go; ConnOf unwraps it).
 func (w *World) Endpoints() []transport.Conn {
 	out := make([]transport.Conn, len(w.conns))
 	for r, c := range w.conns {
 		out[r] = c
+		if w.cfg.Overlap {
+			out[r] = overlapConn{c} // two endpoints, as package mixed (ConnOf)
+		}
 	}
 	return out
 }
