@@ -181,27 +181,24 @@ func (c *Conn) AwaitClock(ctx context.Context, local bool) error {
 		c.setClock(ln, max(ln.load(), t))
 		return nil
 	}
-	zero := c.blockLocked(ln, waitClock, transport.Header{}, 0)
-	c.mu.Unlock()
-	if zero {
-		w.checkDeadlock()
-	}
-	ln.timer.Reset(w.timeout)
+	c.park(ln, waitClock, transport.Header{}, 0)
 	defer ln.timer.Stop()
 	for {
 		select {
 		case <-ln.wake:
 			c.mu.Lock()
-			err := ln.deadlock
-			if t, ok := take(); err == nil && ok { // (a deadlock leaves no mark to take)
-				c.unblockLocked(ln)
+			if err := ln.deadlock; err != nil { // (a deadlock leaves no mark to take)
 				c.mu.Unlock()
-				c.setClock(ln, max(ln.load(), t))
-				return nil
+				return c.leave(ln, err)
+			}
+			t, ok := take()
+			if ok {
+				c.unblockLocked(ln)
 			}
 			c.mu.Unlock()
-			if err != nil {
-				return c.leave(ln, err)
+			if ok {
+				c.setClock(ln, max(ln.load(), t))
+				return nil
 			}
 		case <-ctx.Done():
 			return c.leave(ln, ctx.Err())

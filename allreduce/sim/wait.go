@@ -31,6 +31,18 @@ func (c *Conn) unblockLocked(ln *lane) {
 	}
 }
 
+// park marks lane ln blocked in a wait (blockLocked), unlocks mu, which
+// the caller holds, checks for a deadlock if ln was the last running
+// lane, and arms ln's real-time timeout, which the caller stops.
+func (c *Conn) park(ln *lane, from int, h transport.Header, n int) {
+	zero := c.blockLocked(ln, from, h, n)
+	c.mu.Unlock()
+	if zero {
+		c.world.checkDeadlock()
+	}
+	ln.timer.Reset(c.world.timeout)
+}
+
 // leave ends a wait of lane ln that failed with err and returns err.
 func (c *Conn) leave(ln *lane, err error) error {
 	c.mu.Lock()
@@ -56,12 +68,7 @@ func (c *Conn) next(ctx context.Context, ln *lane, from int, h transport.Header,
 		return m, nil
 	}
 	peer := w.conns[from]
-	zero := c.blockLocked(ln, from, h, n)
-	c.mu.Unlock()
-	if zero {
-		w.checkDeadlock()
-	}
-	ln.timer.Reset(w.timeout)
+	c.park(ln, from, h, n)
 	defer ln.timer.Stop()
 	for {
 		select {
