@@ -142,7 +142,8 @@ func (c *Conn) Advance(d float64) {
 	if !(d > 0) || math.IsInf(d, 1) {
 		return
 	}
-	for _, ln := range c.activeLanes() {
+	for i := range c.lanesInUse() {
+		ln := &c.lanes[i]
 		ln.tmu.Lock()
 		c.storeClockLocked(ln, ln.clock+d)
 		ln.tmu.Unlock()
@@ -152,13 +153,13 @@ func (c *Conn) Advance(d float64) {
 // load is the lane's clock, read without tmu.
 func (ln *lane) load() float64 { return math.Float64frombits(ln.now.Load()) }
 
-// activeLanes are the lanes in use: lanes[0], and lanes[1] while the
-// clock is split.
-func (c *Conn) activeLanes() []*lane {
+// lanesInUse is how many lanes are in use: lanes[0], and lanes[1] while
+// the clock is split.
+func (c *Conn) lanesInUse() int {
 	if c.split.Load() {
-		return []*lane{&c.lanes[0], &c.lanes[1]}
+		return 2
 	}
-	return []*lane{&c.lanes[0]}
+	return 1
 }
 
 // laneFor is the lane of a call with rank peer: lanes[1] for a rank of
@@ -256,7 +257,8 @@ func (c *Conn) kill(cause error) {
 	c.end.Finish(cause, func() {
 		c.mu.Lock()
 		c.closed = true
-		for _, ln := range c.activeLanes() {
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
 			if !ln.blocked {
 				zero = w.running.Add(-1) == 0
 			}

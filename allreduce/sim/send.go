@@ -171,7 +171,8 @@ func (c *Conn) deliver(from int, m message) error {
 		c.in[from] = q
 	}
 	q.push(m)
-	for _, ln := range c.activeLanes() {
+	for i := range c.lanesInUse() {
+		ln := &c.lanes[i]
 		if ln.blocked && ln.waitFrom == from {
 			c.unblockLocked(ln)
 			poke(ln.wake)

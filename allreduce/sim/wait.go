@@ -139,7 +139,8 @@ func (c *Conn) report(err error) {
 	if c.verdict == nil {
 		c.verdict = err
 	}
-	for _, ln := range c.activeLanes() {
+	for i := range c.lanesInUse() {
+		ln := &c.lanes[i]
 		if ln.blocked && ln.waitFrom >= 0 {
 			c.unblockLocked(ln)
 			poke(ln.wake)

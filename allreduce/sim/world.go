@@ -311,7 +311,8 @@ func (w *World) checkDeadlock() {
 		if c.closed {
 			continue
 		}
-		for _, ln := range c.activeLanes() {
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
 			if !ln.blocked {
 				continue
 			}
@@ -336,7 +337,8 @@ func (w *World) checkDeadlock() {
 	}
 	dl := &DeadlockError{Waits: waits}
 	for _, c := range w.conns {
-		for _, ln := range c.activeLanes() {
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
 			if ln.blocked && !c.closed && ln.waitFrom != waitNIC {
 				ln.deadlock = fmt.Errorf("sim rank %d: %w", c.rank, dl)
 				c.unblockLocked(ln)
