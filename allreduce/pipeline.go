@@ -32,7 +32,11 @@ import (
 // between); elsewhere (and on a rank alone on its node) the blocks run one
 // after the other, each stage after the other, on the caller's goroutine.
 // How many blocks (pipelineBlocks) depends on the buffer's size only, so
-// every rank cuts it alike whatever its transport.
+// every rank cuts it alike whatever its transport (the simulator's
+// virtual buffers included). On a simulated transport whose ranks keep a
+// clock per endpoint (endpointClocks: package sim with Config.Overlap)
+// each goroutine hands its endpoint's time to the other where the other
+// waits for it, so the simulated time follows this schedule.
 // No cycle of waits: across(b) on a node needs in(b) on every node,
 // which comes after out(b-2) there, which needs across(b-2) only.
 //
@@ -62,11 +66,24 @@ const (
 	maxPipelineBlocks = 8
 )
 
+// endpointClocks is the optional capability of a transport whose time
+// is virtual and kept per endpoint while a rank overlaps its two
+// (package sim with Config.Overlap): SplitClock and JoinClock bracket
+// the overlap, and PostClock(local) hands the time of the local endpoint
+// (or of the other) to the other endpoint's next AwaitClock, which
+// waits for it as a blocked receive does.
+type endpointClocks interface {
+	SplitClock()
+	JoinClock()
+	PostClock(local bool)
+	AwaitClock(ctx context.Context, local bool) error
+}
+
 // pipelineBlocks is how many blocks a composition cuts bytes into, the
 // same on every rank (it depends on nothing else): 1 on one node, where
-// there is nothing to overlap, and on the simulator's virtual buffers.
+// there is nothing to overlap.
 func (g *Group) pipelineBlocks(hy *hierarchy, bytes int) int {
-	if g.virtualCall || hy.nodes() == 1 {
+	if hy.nodes() == 1 {
 		return 1
 	}
 	return max(1, min(maxPipelineBlocks, bytes/minPipelineBlock))
@@ -104,6 +121,50 @@ type stages struct {
 	in, across, out func(ctx context.Context, b int) error
 }
 
+// handoff is one direction of the signals between runBlocks's two
+// goroutines: per block, a channel closed when its stage is done there
+// and, on a transport that keeps a clock per endpoint, that endpoint's
+// time handed to the other's.
+type handoff struct {
+	done  []chan struct{}
+	clock endpointClocks // nil: a real transport
+	local bool           // the signalling goroutine runs the intra-node stages
+}
+
+func newHandoff(blocks int, clock endpointClocks, local bool) handoff {
+	h := handoff{done: make([]chan struct{}, blocks), clock: clock, local: local}
+	for b := range h.done {
+		h.done[b] = make(chan struct{})
+	}
+	return h
+}
+
+// signal says block b's stage is done.
+func (h handoff) signal(b int) {
+	if h.clock != nil {
+		h.clock.PostClock(h.local)
+	}
+	close(h.done[b])
+}
+
+// wait waits, on the other goroutine, until block b's stage is done.
+func (h handoff) wait(ctx context.Context, b int) error {
+	if h.clock != nil {
+		if err := h.clock.AwaitClock(ctx, !h.local); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err() // cut short by the other goroutine's failure
+			}
+			return err
+		}
+	}
+	select {
+	case <-h.done[b]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // runBlocks runs st over blocks blocks: pipelined on two goroutines
 // where this rank overlaps them, else in(b), across(b), out(b) for each
 // block in turn.
@@ -120,11 +181,17 @@ func (g *Group) runBlocks(ctx context.Context, hy *hierarchy, blocks int, st sta
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	inDone := make([]chan struct{}, blocks)
-	acrossDone := make([]chan struct{}, blocks)
-	for b := range blocks {
-		inDone[b], acrossDone[b] = make(chan struct{}), make(chan struct{})
+	clock, _ := g.rootConn().(endpointClocks)
+	if clock != nil {
+		clock.SplitClock()
+		defer clock.JoinClock() // after both goroutines are done: see below
 	}
+	// inDone has a last signal, the intra-node goroutine's end, which the
+	// across goroutine waits for before it ends: on a simulated transport
+	// an endpoint that makes no more calls must wait where the simulator
+	// sees it (endpointClocks), or the other ranks of its shared NIC would
+	// wait for its clock to move.
+	inDone, acrossDone := newHandoff(blocks+1, clock, true), newHandoff(blocks, clock, false)
 	acrossErr := make(chan error, 1)
 	// fail ends the other goroutine's pending call: a failed
 	// composition fails the whole family anyway (Group).
@@ -137,18 +204,19 @@ func (g *Group) runBlocks(ctx context.Context, hy *hierarchy, blocks int, st sta
 	go func() {
 		acrossErr <- func() error {
 			for b := range blocks {
-				select {
-				case <-inDone[b]:
-				case <-ctx.Done():
-					return ctx.Err()
+				if err := inDone.wait(ctx, b); err != nil {
+					if ctx.Err() == nil {
+						fail(err) // the simulator's wait failed (endpointClocks)
+					}
+					return err
 				}
 				if err := st.across(ctx, b); err != nil {
 					fail(err)
 					return err
 				}
-				close(acrossDone[b])
+				acrossDone.signal(b)
 			}
-			return nil
+			return inDone.wait(ctx, blocks)
 		}()
 	}()
 	err := g.intraBlocks(ctx, blocks, st, inDone, acrossDone)
@@ -166,27 +234,26 @@ func (g *Group) runBlocks(ctx context.Context, hy *hierarchy, blocks int, st sta
 }
 
 // intraBlocks is runBlocks's intra-node goroutine: in(0), then in(b+1)
-// and out(b) for each block.
-func (g *Group) intraBlocks(ctx context.Context, blocks int, st stages, inDone, acrossDone []chan struct{}) error {
+// and out(b) for each block, then the signal that it is done.
+func (g *Group) intraBlocks(ctx context.Context, blocks int, st stages, inDone, acrossDone handoff) error {
 	if err := st.in(ctx, 0); err != nil {
 		return err
 	}
-	close(inDone[0])
+	inDone.signal(0)
 	for b := range blocks {
 		if b+1 < blocks {
 			if err := st.in(ctx, b+1); err != nil {
 				return err
 			}
-			close(inDone[b+1])
+			inDone.signal(b + 1)
 		}
-		select {
-		case <-acrossDone[b]:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := acrossDone.wait(ctx, b); err != nil {
+			return err
 		}
 		if err := st.out(ctx, b); err != nil {
 			return err
 		}
 	}
+	inDone.signal(blocks)
 	return nil
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -18,6 +19,10 @@ func (c *Conn) AlignClocks(ctx context.Context) error {
 		return err
 	}
 	w := c.world
+	if c.split.Load() {
+		return fmt.Errorf("sim rank %d: AlignClocks while the rank's clock is split (between SplitClock and JoinClock): %w", c.rank, transport.ErrInvalid)
+	}
+	ln := &c.lanes[0]
 	if r := w.failedRank.Load(); r >= 0 {
 		return w.peerErr(int(r))
 	}
@@ -35,23 +40,23 @@ func (c *Conn) AlignClocks(ctx context.Context) error {
 		a.mu.Unlock()
 		for _, p := range w.conns {
 			p.mu.Lock()
-			if p.blocked && p.waitFrom == waitAlign {
-				p.unblockLocked()
+			if pl := &p.lanes[0]; pl.blocked && pl.waitFrom == waitAlign {
+				p.unblockLocked(pl)
 			}
 			p.mu.Unlock()
 		}
 		close(g.done)
-		c.setClock(g.max)
+		c.setClock(ln, g.max)
 		return nil
 	}
 	c.mu.Lock()
-	zero := c.blockLocked(waitAlign, transport.Header{}, 0)
+	zero := c.blockLocked(ln, waitAlign, transport.Header{}, 0)
 	c.mu.Unlock()
 	a.mu.Unlock()
 	if zero {
 		w.checkDeadlock()
 	}
-	err := c.awaitAlign(ctx, g)
+	err := c.awaitAlign(ctx, ln, g)
 	if err != nil {
 		a.mu.Lock()
 		if a.gen == g {
@@ -60,45 +65,39 @@ func (c *Conn) AlignClocks(ctx context.Context) error {
 		a.mu.Unlock()
 		return err
 	}
-	c.setClock(g.max)
+	c.setClock(ln, g.max)
 	return nil
 }
 
-func (c *Conn) awaitAlign(ctx context.Context, g *alignGen) error {
+func (c *Conn) awaitAlign(ctx context.Context, ln *lane, g *alignGen) error {
 	w := c.world
-	c.timer.Reset(w.timeout)
-	defer c.timer.Stop()
+	ln.timer.Reset(w.timeout)
+	defer ln.timer.Stop()
 	for {
 		select {
 		case <-g.done:
-			return c.leave(nil)
-		case <-c.wake:
+			return c.leave(ln, nil)
+		case <-ln.wake:
 			c.mu.Lock()
-			err := c.deadlock
-			c.deadlock = nil
+			err := ln.deadlock
+			ln.deadlock = nil
 			c.mu.Unlock()
 			if err != nil {
-				return c.leave(err)
+				return c.leave(ln, err)
 			}
 		case <-ctx.Done():
-			return c.leave(ctx.Err())
+			return c.leave(ln, ctx.Err())
 		case <-c.end.Dead():
-			return c.leave(c.end.Err())
+			return c.leave(ln, c.end.Err())
 		case <-w.failed:
 			select {
 			case <-g.done:
-				return c.leave(nil)
+				return c.leave(ln, nil)
 			default:
 			}
-			return c.leave(w.peerErr(int(w.failedRank.Load())))
-		case <-c.timer.C:
-			return c.leave(&transport.TimeoutError{Peer: -1, What: "AlignClocks", After: w.timeout.String()})
+			return c.leave(ln, w.peerErr(int(w.failedRank.Load())))
+		case <-ln.timer.C:
+			return c.leave(ln, &transport.TimeoutError{Peer: -1, What: "AlignClocks", After: w.timeout.String()})
 		}
 	}
-}
-
-func (c *Conn) setClock(t float64) {
-	c.tmu.Lock()
-	c.storeClockLocked(t)
-	c.tmu.Unlock()
 }

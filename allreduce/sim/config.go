@@ -89,6 +89,14 @@ type Config struct {
 	// SlowLinks are directed links with their own factors; a link listed
 	// twice gets the product. They multiply with SlowFactor.
 	SlowLinks []SlowLink
+	// Overlap gives each rank two endpoints, as package mixed does
+	// (shared memory within a host, tcp between): one for the messages
+	// with its node's ranks, one for the others (World.Endpoints says
+	// which ranks the local one carries), so that package allreduce pipelines its topology-aware
+	// compositions' blocks over them, from two goroutines of the rank,
+	// and the simulator times each endpoint by a clock of its own while
+	// it does (endpoints.go; the cost model's cost.Shape.Overlap).
+	Overlap bool
 	// TimingOnly accounts payload bytes without moving them where they
 	// lie in the world's virtual arena (World.Buffer): see the package
 	// documentation.

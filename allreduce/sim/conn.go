@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -22,24 +21,23 @@ type Conn struct {
 	rank  int
 	node  int
 
-	// The virtual clock and the time the egress port is free again;
-	// with Config.Ports ≥ 1, the times each port and each link (by
-	// destination, made on the first send) are free again instead.
-	tmu        sync.Mutex
-	clock      float64
-	egressFree float64
-	portFree   []float64
-	linkFree   []float64
+	// lanes are the rank's clocks: lanes[0] alone, except while the clock
+	// is split (split, SplitClock: endpoints.go), when lanes[0] times the
+	// calls with this node's ranks and lanes[1] those with other nodes'.
+	lanes [2]lane
+	split atomic.Bool // changed under mu, read without it
+
 	// work is the seconds of a core this rank's sends (n·β at the link's
 	// large-message rate) and reductions (n·γ) took since the last
-	// AlignClocks (Config.Cores).
-	work float64
-	// collective is the largest collective (bytes per rank,
-	// Config.CollectiveBytes) this rank sent a message of since the last
-	// AlignClocks (Config.CacheWork).
+	// AlignClocks (Config.Cores); collective is the largest collective
+	// (bytes per rank, Config.CollectiveBytes) this rank sent a message
+	// of since then (Config.CacheWork). Guarded by wmu.
+	wmu        sync.Mutex
+	work       float64
 	collective int
-	// published is clock, for the shared NICs to read without tmu (a
-	// lower bound of this rank's next NIC request).
+	// published is the clock of the lane that sends between nodes
+	// (nicLane), for the shared NICs to read without a lock (a lower
+	// bound of this rank's next NIC request).
 	published atomic.Uint64
 
 	// nic is the shared NIC this rank sends inter-node messages through
@@ -48,19 +46,38 @@ type Conn struct {
 	nic    int
 	nicReq nicRequest
 
-	// The inbox and the rank's wait state, guarded by mu.
-	mu       sync.Mutex
-	in       map[int]*fifo // pending messages by sender
-	waitFrom int           // waitNone, waitAlign, waitNIC or the rank a receive waits for
-	waitH    transport.Header
-	waitN    int
-	blocked  bool  // a receive or AlignClocks is blocked (not counted in running)
-	closed   bool  // closed or aborted (not counted in running)
-	verdict  error // a mismatch a receiver found in this rank's message, for its next call
-	deadlock error // set with the rank unblocked when the world deadlocked
-	wake     chan struct{}
+	// The inbox and the rank's state, guarded by mu (with each lane's
+	// wait state).
+	mu      sync.Mutex
+	in      map[int]*fifo // pending messages by sender
+	closed  bool          // closed or aborted (no lane counted in running)
+	verdict error         // a mismatch a receiver found in this rank's message, for its next call
 
 	end *lifecycle.End // Close or Abort
+}
+
+// lane is one clock of a rank, with the egress it sends by and the wait
+// state of the calls that go by it.
+type lane struct {
+	// The virtual clock and the time the egress port is free again;
+	// with Config.Ports ≥ 1, the times each port and each link (by
+	// destination, made on the first send) are free again instead.
+	// Guarded by tmu; now is clock, readable without it.
+	tmu        sync.Mutex
+	clock      float64
+	egressFree float64
+	portFree   []float64
+	linkFree   []float64
+	now        atomic.Uint64
+
+	// The wait state, guarded by the Conn's mu.
+	waitFrom int // waitNone, waitAlign, waitNIC, waitClock or the rank a receive waits for
+	waitH    transport.Header
+	waitN    int
+	blocked  bool      // a call is blocked (the lane not counted in running)
+	deadlock error     // set with the lane unblocked when the world deadlocked
+	marks    []float64 // the other lane's times, posted and not yet awaited (PostClock)
+	wake     chan struct{}
 
 	timer *time.Timer // the real-time timeout of a blocking call
 }
@@ -69,6 +86,7 @@ const (
 	waitNone  = -1
 	waitAlign = -2
 	waitNIC   = -3
+	waitClock = -4
 )
 
 var (
@@ -76,6 +94,17 @@ var (
 	_ transport.Exchanger = (*Conn)(nil)
 	_ transport.Aborter   = (*Conn)(nil)
 )
+
+// newConn is rank r's endpoint in w.
+func newConn(w *World, r int) *Conn {
+	c := &Conn{world: w, rank: r, node: r / w.localSize, in: map[int]*fifo{}, end: lifecycle.New("sim", r)}
+	for i := range c.lanes {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		c.lanes[i].waitFrom, c.lanes[i].wake, c.lanes[i].timer = waitNone, make(chan struct{}, 1), t
+	}
+	return c
+}
 
 // Rank is this endpoint's rank.
 func (c *Conn) Rank() int { return c.rank }
@@ -96,28 +125,75 @@ func (c *Conn) LocalSize() int {
 	return min(k, c.world.size-c.node*k)
 }
 
-// Now is this rank's virtual clock in seconds.
+// Now is this rank's virtual clock in seconds: while the clock is split
+// (SplitClock), the later of its two.
 func (c *Conn) Now() float64 {
-	c.tmu.Lock()
-	defer c.tmu.Unlock()
-	return c.clock
+	t := c.lanes[0].load()
+	if c.split.Load() {
+		t = max(t, c.lanes[1].load())
+	}
+	return t
 }
 
 // Advance adds d seconds of modelled local work (compute) to this rank's
-// clock. A d that is not a finite positive number is ignored.
+// clock (to both while it is split). A d that is not a finite positive
+// number is ignored.
 func (c *Conn) Advance(d float64) {
 	if !(d > 0) || math.IsInf(d, 1) {
 		return
 	}
-	c.tmu.Lock()
-	c.storeClockLocked(c.clock + d)
-	c.tmu.Unlock()
+	for i := range c.lanesInUse() {
+		ln := &c.lanes[i]
+		ln.tmu.Lock()
+		c.storeClockLocked(ln, ln.clock+d)
+		ln.tmu.Unlock()
+	}
 }
 
-// storeClockLocked sets the clock and publishes it; the caller holds tmu.
-func (c *Conn) storeClockLocked(t float64) {
-	c.clock = t
-	c.published.Store(math.Float64bits(t))
+// load is the lane's clock, read without tmu.
+func (ln *lane) load() float64 { return math.Float64frombits(ln.now.Load()) }
+
+// lanesInUse is how many lanes are in use: lanes[0], and lanes[1] while
+// the clock is split.
+func (c *Conn) lanesInUse() int {
+	if c.split.Load() {
+		return 2
+	}
+	return 1
+}
+
+// laneFor is the lane of a call with rank peer: lanes[1] for a rank of
+// another node while the clock is split, else lanes[0].
+func (c *Conn) laneFor(peer int) *lane {
+	if c.split.Load() && c.world.node(peer) != c.node {
+		return &c.lanes[1]
+	}
+	return &c.lanes[0]
+}
+
+// nicLane is the lane that sends between nodes (a NIC's requests).
+func (c *Conn) nicLane() *lane {
+	if c.split.Load() {
+		return &c.lanes[1]
+	}
+	return &c.lanes[0]
+}
+
+// storeClockLocked sets ln's clock, and publishes it if ln sends between
+// nodes; the caller holds ln.tmu.
+func (c *Conn) storeClockLocked(ln *lane, t float64) {
+	ln.clock = t
+	ln.now.Store(math.Float64bits(t))
+	if ln == c.nicLane() {
+		c.published.Store(math.Float64bits(t))
+	}
+}
+
+// setClock sets ln's clock.
+func (c *Conn) setClock(ln *lane, t float64) {
+	ln.tmu.Lock()
+	c.storeClockLocked(ln, t)
+	ln.tmu.Unlock()
 }
 
 // publish raises the published clock to t, a time the clock is known to
@@ -134,6 +210,15 @@ func (c *Conn) publish(t float64) {
 // publishedClock is the clock as last stored: a lower bound of the
 // clock, readable without tmu.
 func (c *Conn) publishedClock() float64 { return math.Float64frombits(c.published.Load()) }
+
+// addWork counts work seconds of a core (Config.Cores) and the
+// collective of a message sent (collective > 0).
+func (c *Conn) addWork(work float64, collective int) {
+	c.wmu.Lock()
+	c.work += work
+	c.collective = max(c.collective, collective)
+	c.wmu.Unlock()
+}
 
 // SharedMemo is the memo every rank of the world shares (transport.Memo):
 // package allreduce makes Auto's choices once for all of them.
@@ -172,8 +257,11 @@ func (c *Conn) kill(cause error) {
 	c.end.Finish(cause, func() {
 		c.mu.Lock()
 		c.closed = true
-		if !c.blocked {
-			zero = w.running.Add(-1) == 0
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
+			if !ln.blocked {
+				zero = w.running.Add(-1) == 0
+			}
 		}
 		for from, q := range c.in {
 			q.drop()
@@ -219,325 +307,4 @@ func (c *Conn) enter(peers ...int) error {
 	c.verdict = nil
 	c.mu.Unlock()
 	return err
-}
-
-// Send posts p to rank to: eagerly, so it returns at once (the payload is
-// copied unless it is virtual). The clock advances by the time p occupies
-// this rank's egress port; with Config.Ports ≥ 1, to the time a port
-// takes p.
-func (c *Conn) Send(ctx context.Context, to int, h transport.Header, p []byte) error {
-	if err := c.enter(to); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.tmu.Lock()
-	defer c.tmu.Unlock()
-	alpha := 1.0
-	if c.world.cfg.LoneAlpha > 0 {
-		alpha = c.world.cfg.LoneAlpha // a lone send: Config.LoneAlpha
-	}
-	done, err := c.post(ctx, to, h, p, c.clock, 1, alpha)
-	if err != nil {
-		return err
-	}
-	c.storeClockLocked(done)
-	return nil
-}
-
-// Recv receives the next message from rank from into sink. The clock
-// becomes the later of itself and the message's arrival, plus n·Gamma if
-// sink reduces (is not a transport.Placer).
-func (c *Conn) Recv(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink) error {
-	if err := c.enter(from); err != nil {
-		return err
-	}
-	if err := checkRecv(n, sink); err != nil {
-		return err
-	}
-	t := c.Now()
-	done, err := c.receive(ctx, from, h, n, sink, t)
-	if err != nil {
-		return err
-	}
-	c.tmu.Lock()
-	c.storeClockLocked(done)
-	c.tmu.Unlock()
-	return nil
-}
-
-// Exchange sends sp to rank to and receives n bytes from rank from, both
-// starting at the current clock; the clock becomes the later of the two
-// ends.
-func (c *Conn) Exchange(ctx context.Context, to int, sh transport.Header, sp []byte, from int, rh transport.Header, n int, sink transport.Sink) error {
-	if err := c.enter(to, from); err != nil {
-		return err
-	}
-	if err := checkRecv(n, sink); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.tmu.Lock()
-	t := c.clock
-	work := 1.0
-	if to == from && c.world.cfg.ExchangeWork > 0 {
-		work = c.world.cfg.ExchangeWork // a pairwise exchange: Config.ExchangeWork
-	}
-	sent, err := c.post(ctx, to, sh, sp, t, work, 1)
-	c.tmu.Unlock()
-	if err != nil {
-		return err
-	}
-	recvd, err := c.receive(ctx, from, rh, n, sink, t)
-	if err != nil {
-		return err
-	}
-	c.tmu.Lock()
-	c.storeClockLocked(max(sent, recvd))
-	c.tmu.Unlock()
-	return nil
-}
-
-func checkRecv(n int, sink transport.Sink) error {
-	if n < 0 {
-		return fmt.Errorf("sim: receive of %d bytes: %w", n, transport.ErrInvalid)
-	}
-	if sink == nil && n > 0 {
-		return fmt.Errorf("sim: receive of %d bytes into a nil sink: %w", n, transport.ErrInvalid)
-	}
-	return nil
-}
-
-// post queues a copy of p (or, if p is virtual, its length) for rank to,
-// sent at clock t, and returns when the sender may go on: when the egress
-// port is done with it, or with Config.Ports ≥ 1 when a port took it. A
-// message between nodes with Config.NICs set first waits for its NIC
-// (nic.go), which may delay its start. It arrives α·f·alpha after its
-// transfer (alpha: Config.LoneAlpha for a lone send, else 1). Its work
-// (Config.Cores) is n·β·f times work. The caller holds tmu.
-func (c *Conn) post(ctx context.Context, to int, h transport.Header, p []byte, t, work, alpha float64) (float64, error) {
-	w := c.world
-	l, f := w.cost(c.rank, to)
-	tx := transfer(l, len(p), f)
-	start, port := max(t, c.egressFree), -1
-	if k := w.cfg.Ports; k > 0 {
-		if c.portFree == nil {
-			c.portFree, c.linkFree = make([]float64, k), make([]float64, w.size)
-		}
-		port = 0 // the port free first, the lowest on a tie
-		for i, x := range c.portFree {
-			if x < c.portFree[port] {
-				port = i
-			}
-		}
-		start = max(t, c.portFree[port], c.linkFree[to])
-	}
-	ready := start
-	if w.nics.crosses(c, to) {
-		var err error
-		if start, err = w.nics.acquire(ctx, c, ready, tx); err != nil {
-			return 0, err
-		}
-	}
-	m := message{h: h, n: len(p), arrival: start + l.Alpha*f*alpha + tx}
-	if w.arena.contains(p) {
-		m.virtual = true
-	} else if len(p) > 0 {
-		m.buf = getBuf(len(p))
-		copy(*m.buf, p)
-	}
-	d := w.conns[to]
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		m.release()
-		return 0, w.peerErr(to)
-	}
-	q := d.in[c.rank]
-	if q == nil {
-		q = &fifo{}
-		d.in[c.rank] = q
-	}
-	q.push(m)
-	if d.blocked && d.waitFrom == c.rank {
-		d.unblockLocked()
-		poke(d.wake)
-	}
-	d.mu.Unlock()
-	c.work += float64(len(p)) * l.Beta * f * work // at the large-message rate: Config.Cores
-	if w.cfg.CollectiveBytes != nil {
-		c.collective = max(c.collective, w.cfg.CollectiveBytes(h))
-	}
-	if port >= 0 {
-		c.portFree[port], c.linkFree[to] = start+tx, start+tx
-		return ready, nil
-	}
-	c.egressFree = start + tx
-	return c.egressFree, nil
-}
-
-// blockLocked marks a blocked wait; the caller holds mu and must call
-// checkDeadlock after unlocking if it returns true.
-func (c *Conn) blockLocked(from int, h transport.Header, n int) bool {
-	c.blocked, c.waitFrom, c.waitH, c.waitN = true, from, h, n
-	c.deadlock = nil
-	if c.closed {
-		return false
-	}
-	return c.world.running.Add(-1) == 0
-}
-
-// unblockLocked ends a blocked wait; the caller holds mu.
-func (c *Conn) unblockLocked() {
-	if !c.blocked {
-		return
-	}
-	c.blocked, c.waitFrom = false, waitNone
-	if !c.closed {
-		c.world.running.Add(1)
-	}
-}
-
-// leave ends a wait that failed with err and returns err.
-func (c *Conn) leave(err error) error {
-	c.mu.Lock()
-	c.unblockLocked()
-	c.deadlock = nil
-	c.mu.Unlock()
-	return err
-}
-
-// receive takes the next message from rank from, started at clock t, and
-// returns the clock at which it is done.
-func (c *Conn) receive(ctx context.Context, from int, h transport.Header, n int, sink transport.Sink, t float64) (float64, error) {
-	m, err := c.next(ctx, from, h, n)
-	if err != nil {
-		return 0, err
-	}
-	if m.h != h || m.n != n {
-		m.release()
-		c.world.conns[from].report(&transport.MismatchError{Rank: from, Peer: c.rank, Local: m.h, LocalBytes: m.n, Remote: h, RemoteBytes: n})
-		return 0, &transport.MismatchError{Rank: c.rank, Peer: from, Local: h, LocalBytes: n, Remote: m.h, RemoteBytes: m.n}
-	}
-	done := max(t, m.arrival)
-	placer, isPlacer := sink.(transport.Placer)
-	if !isPlacer {
-		reduce := float64(n) * c.world.cfg.Gamma
-		done += reduce
-		c.tmu.Lock()
-		c.work += reduce
-		c.tmu.Unlock()
-	}
-	if m.buf != nil {
-		if isPlacer {
-			if dst := placer.Place(n); !c.world.arena.contains(dst) {
-				copy(dst, *m.buf)
-			}
-		} else {
-			sink.Consume(0, *m.buf)
-		}
-		m.release()
-	}
-	return done, nil
-}
-
-// next pops the next message from rank from, waiting for it if need be.
-func (c *Conn) next(ctx context.Context, from int, h transport.Header, n int) (message, error) {
-	w := c.world
-	c.mu.Lock()
-	if err := c.verdict; err != nil {
-		// Reported since enter looked.
-		c.verdict = nil
-		c.mu.Unlock()
-		return message{}, err
-	}
-	if m, ok := c.popLocked(from); ok {
-		c.mu.Unlock()
-		return m, nil
-	}
-	peer := w.conns[from]
-	zero := c.blockLocked(from, h, n)
-	c.mu.Unlock()
-	if zero {
-		w.checkDeadlock()
-	}
-	c.timer.Reset(w.timeout)
-	defer c.timer.Stop()
-	for {
-		select {
-		case <-c.wake:
-			c.mu.Lock()
-			if err := c.deadlock; err != nil {
-				c.deadlock = nil
-				c.unblockLocked()
-				c.mu.Unlock()
-				return message{}, err
-			}
-			if err := c.verdict; err != nil {
-				c.verdict = nil
-				c.unblockLocked()
-				c.mu.Unlock()
-				return message{}, err
-			}
-			if m, ok := c.popLocked(from); ok {
-				c.unblockLocked()
-				c.mu.Unlock()
-				return m, nil
-			}
-			c.mu.Unlock()
-		case <-ctx.Done():
-			return message{}, c.leave(ctx.Err())
-		case <-c.end.Dead():
-			return message{}, c.leave(c.end.Err())
-		case <-peer.end.Dead():
-			if m, ok := c.popAndLeave(from); ok {
-				return m, nil
-			}
-			return message{}, c.leave(w.peerErr(from))
-		case <-w.aborted:
-			if m, ok := c.popAndLeave(from); ok {
-				return m, nil
-			}
-			return message{}, c.leave(c.abortedErr())
-		case <-c.timer.C:
-			return message{}, c.leave(&transport.TimeoutError{Peer: from, What: "recv", After: w.timeout.String()})
-		}
-	}
-}
-
-func (c *Conn) popLocked(from int) (message, bool) {
-	q := c.in[from]
-	if q == nil {
-		return message{}, false
-	}
-	return q.pop()
-}
-
-// popAndLeave ends the wait with the message if it came after all.
-func (c *Conn) popAndLeave(from int) (message, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, ok := c.popLocked(from)
-	if ok {
-		c.unblockLocked()
-		c.deadlock = nil
-	}
-	return m, ok
-}
-
-// report hands this rank (the sender of a refused message) the mismatch,
-// for its blocked receive or its next call.
-func (c *Conn) report(err error) {
-	c.mu.Lock()
-	if c.verdict == nil {
-		c.verdict = err
-	}
-	if c.blocked && c.waitFrom >= 0 {
-		c.unblockLocked()
-		poke(c.wake)
-	}
-	c.mu.Unlock()
 }

@@ -83,6 +83,24 @@
 // goroutines reach it (nic.go says how), so times stay deterministic; a
 // rank waiting for its NIC counts as blocked.
 //
+// Two endpoints per rank (Config.Overlap), as package mixed has (shared
+// memory within a host, tcp between): World.Endpoints says which ranks a
+// rank's local endpoint carries, and package allreduce then runs a
+// topology composition's blocks on two goroutines of the rank, the
+// intra-node stages on one and the inter-node stage on the other
+// (pipeline.go). While it does (SplitClock to JoinClock) the rank has a
+// clock per endpoint, t_r^local and t_r^other: the rules above apply to
+// each with its own egress (and ports), a call going by the clock of its
+// peer's side, and where one goroutine waits for the other the waited-for
+// one posts its clock and the waiting one takes it:
+//
+//	PostClock(e):  append t_r^e to the other endpoint's marks
+//	AwaitClock(e): wait for the next mark m of endpoint e; t_r^e = max(t_r^e, m)
+//	JoinClock:     t_r = max(t_r^local, t_r^other)
+//
+// So two stages on different links overlap, and the stages on one link
+// follow one another (endpoints.go).
+//
 // Shared cores (Config.Cores = C ≥ 1): each rank counts its work, n·β of
 // every message it sends (β the link's large-message rate, times f,
 // whatever the message's regime; times Config.ExchangeWork when an
@@ -115,7 +133,9 @@
 // until no rank of its NIC can ask for an earlier slot, or until every
 // rank is blocked (nic.go). This holds as long as each rank
 // issues its calls in a deterministic order from one goroutine at a time
-// (package allreduce does, using Exchange).
+// (package allreduce does, using Exchange), or, between SplitClock and
+// JoinClock, from one goroutine per endpoint, which hand their times over
+// by PostClock and AwaitClock (the marks are taken in the order posted).
 //
 // # Timing-only mode
 //
@@ -157,7 +177,9 @@
 // call fails at once with a *DeadlockError (wrapping transport.ErrTimeout)
 // that names each blocked rank and the rank and header it waits for. This
 // detection assumes, as determinism does, that a rank does not have a
-// second goroutine about to send while its receive blocks.
+// second goroutine about to send while its receive blocks, except the
+// other endpoint's between SplitClock and JoinClock, whose waits
+// (AwaitClock included) count apart.
 //
 // # Not modelled
 //

@@ -46,6 +46,7 @@ type nicSet struct {
 // nicRequest is a rank's message waiting for its NIC, guarded by
 // nicSet.mu.
 type nicRequest struct {
+	lane      *lane // the lane that sends it
 	ready, tx float64
 	waiting   bool
 	granted   bool
@@ -75,10 +76,10 @@ func (s *nicSet) crosses(c *Conn, to int) bool {
 // waits the rank counts as blocked (for quiescence and deadlock
 // detection); it fails like a blocked receive does (context, close,
 // abort, real-time timeout).
-func (s *nicSet) acquire(ctx context.Context, c *Conn, ready, tx float64) (float64, error) {
+func (s *nicSet) acquire(ctx context.Context, c *Conn, ln *lane, ready, tx float64) (float64, error) {
 	w := c.world
 	s.mu.Lock()
-	c.nicReq = nicRequest{ready: ready, tx: tx, waiting: true}
+	c.nicReq = nicRequest{lane: ln, ready: ready, tx: tx, waiting: true}
 	s.waiting[c.nic] = append(s.waiting[c.nic], c)
 	s.pending++
 	s.grantSafe(c.nic)
@@ -88,17 +89,17 @@ func (s *nicSet) acquire(ctx context.Context, c *Conn, ready, tx float64) (float
 		return start, nil
 	}
 	c.mu.Lock()
-	zero := c.blockLocked(waitNIC, transport.Header{}, 0)
+	zero := c.blockLocked(ln, waitNIC, transport.Header{}, 0)
 	c.mu.Unlock()
 	s.mu.Unlock()
 	if zero {
 		w.checkDeadlock()
 	}
-	c.timer.Reset(w.timeout)
-	defer c.timer.Stop()
+	ln.timer.Reset(w.timeout)
+	defer ln.timer.Stop()
 	for {
 		select {
-		case <-c.wake:
+		case <-ln.wake:
 			s.mu.Lock()
 			granted, start := c.nicReq.granted, c.nicReq.start
 			s.mu.Unlock()
@@ -106,13 +107,13 @@ func (s *nicSet) acquire(ctx context.Context, c *Conn, ready, tx float64) (float
 				return start, nil // grant unblocked the rank
 			}
 		case <-ctx.Done():
-			return 0, c.leave(s.withdraw(c, ctx.Err()))
+			return 0, c.leave(ln, s.withdraw(c, ctx.Err()))
 		case <-c.end.Dead():
-			return 0, c.leave(s.withdraw(c, c.end.Err()))
+			return 0, c.leave(ln, s.withdraw(c, c.end.Err()))
 		case <-w.aborted:
-			return 0, c.leave(s.withdraw(c, c.abortedErr()))
-		case <-c.timer.C:
-			return 0, c.leave(s.withdraw(c, &transport.TimeoutError{Peer: -1, What: "wait for the node's NIC", After: w.timeout.String()}))
+			return 0, c.leave(ln, s.withdraw(c, c.abortedErr()))
+		case <-ln.timer.C:
+			return 0, c.leave(ln, s.withdraw(c, &transport.TimeoutError{Peer: -1, What: "wait for the node's NIC", After: w.timeout.String()}))
 		}
 	}
 }
@@ -206,12 +207,13 @@ func (s *nicSet) grant(c *Conn) {
 	} else {
 		c.publish(r.ready)
 	}
+	ln := r.lane
 	c.mu.Lock()
-	blocked := c.blocked
-	c.unblockLocked()
+	blocked := ln.blocked
+	c.unblockLocked(ln)
 	c.mu.Unlock()
 	if blocked {
-		poke(c.wake) // else granted as it asked, in acquire: nothing to wake
+		poke(ln.wake) // else granted as it asked, in acquire: nothing to wake
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce/cost"
-	"github.com/ringddp/ringddp/allreduce/internal/lifecycle"
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
@@ -106,18 +105,7 @@ func NewWorld(cfg Config) (*World, error) {
 	w.align.gen = &alignGen{done: make(chan struct{})}
 	w.conns = make([]*Conn, n)
 	for r := range w.conns {
-		t := time.NewTimer(time.Hour)
-		t.Stop()
-		w.conns[r] = &Conn{
-			world:    w,
-			rank:     r,
-			node:     r / w.localSize,
-			in:       map[int]*fifo{},
-			waitFrom: waitNone,
-			wake:     make(chan struct{}, 1),
-			end:      lifecycle.New("sim", r),
-			timer:    t,
-		}
+		w.conns[r] = newConn(w, r)
 	}
 	if cfg.NICs > 0 && w.localSize < n {
 		w.nics = newNICSet(w, cfg.NICs)
@@ -139,11 +127,15 @@ func (w *World) Conn(rank int) *Conn {
 
 // Endpoints returns every rank's endpoint, by rank, as the transport.Conn
 // that code written for any transport takes (allreducetest.RunRanks, the
-// collective matrix).
+// collective matrix): its *Conn, or with Config.Overlap the *Conn with
+// the local endpoint's members (endpoints.go; ConnOf unwraps it).
 func (w *World) Endpoints() []transport.Conn {
 	out := make([]transport.Conn, len(w.conns))
 	for r, c := range w.conns {
 		out[r] = c
+		if w.cfg.Overlap {
+			out[r] = overlapConn{c} // two endpoints, as package mixed (ConnOf)
+		}
 	}
 	return out
 }
@@ -242,14 +234,17 @@ func (w *World) noteAbort(rank int) {
 // Wait is what one blocked rank waited for when a deadlock was found.
 type Wait struct {
 	Rank   int
-	From   int              // the rank it waits for a message from; -1 for AlignClocks
+	From   int              // the rank it waits for a message from; -1 for AlignClocks, -2 for its other endpoint's time (AwaitClock)
 	Header transport.Header // the header it expects (From >= 0)
 	Bytes  int              // the length it expects (From >= 0)
 }
 
 func (wt Wait) String() string {
-	if wt.From < 0 {
+	switch wt.From {
+	case -1:
 		return fmt.Sprintf("rank %d waits in AlignClocks", wt.Rank)
+	case -2:
+		return fmt.Sprintf("rank %d waits for its other endpoint's time (a pipelined composition's stage)", wt.Rank)
 	}
 	return fmt.Sprintf("rank %d waits for a message from rank %d (%v, %d bytes)", wt.Rank, wt.From, wt.Header, wt.Bytes)
 }
@@ -313,31 +308,43 @@ func (w *World) checkDeadlock() {
 	anyFailed := w.failedRank.Load() >= 0
 	var waits []Wait
 	for _, c := range w.conns {
-		if !c.blocked || c.closed {
+		if c.closed {
 			continue
 		}
-		switch {
-		case c.waitFrom == waitAlign:
-			if anyFailed {
-				return // AlignClocks fails with the peer's error
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
+			if !ln.blocked {
+				continue
 			}
-			waits = append(waits, Wait{Rank: c.rank, From: -1})
-		case c.waitFrom >= 0:
-			if w.conns[c.waitFrom].closed {
-				return // this receive fails with the peer's error
+			switch {
+			case ln.waitFrom == waitAlign:
+				if anyFailed {
+					return // AlignClocks fails with the peer's error
+				}
+				waits = append(waits, Wait{Rank: c.rank, From: -1})
+			case ln.waitFrom == waitClock:
+				waits = append(waits, Wait{Rank: c.rank, From: -2})
+			case ln.waitFrom >= 0:
+				if w.conns[ln.waitFrom].closed {
+					return // this receive fails with the peer's error
+				}
+				waits = append(waits, Wait{Rank: c.rank, From: ln.waitFrom, Header: ln.waitH, Bytes: ln.waitN})
 			}
-			waits = append(waits, Wait{Rank: c.rank, From: c.waitFrom, Header: c.waitH, Bytes: c.waitN})
 		}
 	}
 	if len(waits) == 0 {
 		return
 	}
 	dl := &DeadlockError{Waits: waits}
-	for _, wt := range waits {
-		c := w.conns[wt.Rank]
-		c.deadlock = fmt.Errorf("sim rank %d: %w", c.rank, dl)
-		c.unblockLocked()
-		poke(c.wake)
+	for _, c := range w.conns {
+		for i := range c.lanesInUse() {
+			ln := &c.lanes[i]
+			if ln.blocked && !c.closed && ln.waitFrom != waitNIC {
+				ln.deadlock = fmt.Errorf("sim rank %d: %w", c.rank, dl)
+				c.unblockLocked(ln)
+				poke(ln.wake)
+			}
+		}
 	}
 }
 
@@ -365,11 +372,11 @@ func (w *World) coresBound(since float64) float64 {
 	busiest := 0.0
 	collective := 0
 	for _, c := range w.conns {
-		c.tmu.Lock()
+		c.wmu.Lock()
 		node[c.node] += c.work
 		collective = max(collective, c.collective)
 		c.work, c.collective = 0, 0
-		c.tmu.Unlock()
+		c.wmu.Unlock()
 		busiest = max(busiest, node[c.node])
 	}
 	if w.cfg.CacheWorkBytes > 0 && w.cfg.CacheWork > 0 && collective <= w.cfg.CacheWorkBytes {

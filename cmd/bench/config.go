@@ -72,6 +72,7 @@ type config struct {
 	localSize  int                        // -local-size, or derived from -nodes: in-process or simulated ranks on nodes of this many (0: no topology)
 	nodes      int                        // -nodes (0: not given)
 	payload    string                     // -sim-payload: auto, real or none
+	simOverlap bool                       // -sim-overlap: two endpoints per simulated rank (sim.Config.Overlap)
 	model      *cost.Model                // the cost model (profile, flags, sim defaults); nil: none given for a real transport
 	modelFrom  string                     // where model came from, for the reports
 	explain    bool                       // -explain: print the cost model's predictions and picks, run nothing

@@ -37,6 +37,7 @@ const simRealLimit = 256 << 20
 type extFlags struct {
 	nodes     int
 	payload   string
+	overlap   bool
 	model     modelFlags
 	explain   bool
 	compare   string
@@ -52,6 +53,7 @@ func (f *extFlags) register(fs *flag.FlagSet) {
 	}
 	fs.IntVar(&f.nodes, "nodes", 0, "with -transport sim or inproc: split the ranks into this many nodes of ⌈ranks/nodes⌉ consecutive ranks (instead of -local-size); 0: not given")
 	fs.StringVar(&f.payload, "sim-payload", payloadAuto, "with -transport sim: auto (real, checked payloads while ranks × bytes ≤ "+bytesize.Format(simRealLimit)+", timing-only above), real (always) or none (always timing-only: bytes accounted, never allocated, not checked)")
+	fs.BoolVar(&f.overlap, "sim-overlap", false, "with -transport sim: give every simulated rank two endpoints, one for its node's ranks and one for the others, as -transport auto has (shm within a host, tcp between; sim.Config.Overlap): hierarchical and torus then pipeline their blocks over them, as on the test bed, and the model prices them so")
 	f.model.register(fs)
 	fs.BoolVar(&f.explain, "explain", false, "print, per size, every runnable all-reduce algorithm's predicted time under the cost model and auto's pick (allreduce.Predict, allreduce.Choose), and run nothing; with -op broadcast or reduce, the binomial tree's and the chain's and the one a group runs (allreduce.PredictRooted)")
 	fs.StringVar(&f.compare, "compare", "", "check earlier runs against the cost model, running nothing: the -json rows of runs of one sweep (files or globs, comma-separated; several runs of it, say alternating with other work); prints per all-reduce algorithm and size the median of the runs' times against the prediction for -transport and -ranks under the model (-profile, the model flags or the default, as -explain), and per algorithm how many sizes are within 25% (docs/scaling.md's accuracy tables; bench/accuracy.sh makes the runs)")
@@ -82,6 +84,10 @@ func (f *extFlags) resolve(cfg *config, given map[string]bool) error {
 	if given["sim-payload"] && !sim {
 		return fmt.Errorf("-sim-payload applies to -transport %s only", simTransport)
 	}
+	if f.overlap && !sim {
+		return fmt.Errorf("-sim-overlap applies to -transport %s only (-transport auto overlaps by itself)", simTransport)
+	}
+	cfg.simOverlap = f.overlap
 	if err := f.checkModes(cfg, given); err != nil {
 		return err
 	}

@@ -271,7 +271,7 @@ func plannedShape(cfg *config) cost.Shape {
 	s.PeerMemory, s.LendLimit = peerMemory(cfg.transport), lendLimit(cfg.transport)
 	// -transport auto is the mixed transport: shared memory within a
 	// host, tcp between, on which the compositions overlap their blocks.
-	s.Overlap = cfg.transport == launch.Auto
+	s.Overlap = cfg.transport == launch.Auto || cfg.simOverlap // -sim-overlap: the simulator's two endpoints
 	return s
 }
 

@@ -106,7 +106,7 @@ func rankMain[T allreduce.Numeric](ctx context.Context, sw *sweepState[T], g *al
 	var clk clock = wallClock{g: g, origin: time.Now()}
 	var simConn *sim.Conn
 	if sw.tally != nil {
-		simConn = g.Conn().(*sim.Conn)
+		simConn, _ = sim.ConnOf(g.Conn())
 		clk = simClock{simConn}
 	}
 	esz := cfg.dtype.Size()

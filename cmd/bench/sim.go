@@ -22,6 +22,7 @@ func simConfig(cfg *config) sim.Config {
 		Model:           m,
 		CollectiveBytes: allreduce.CollectiveBytes,
 		SlowRank:        -1,
+		Overlap:         cfg.simOverlap,
 		TimingOnly:      cfg.virtualBytes() > 0,
 		Timeout:         cfg.tr.Timeout,
 	}
