@@ -57,7 +57,7 @@ type nodesValue struct{ f *Flags }
 
 func (v nodesValue) String() string {
 	if v.f == nil {
-		return "1"
+		return "" // the flag package's zero value, so that -h shows the default
 	}
 	return v.f.nodesText()
 }
