@@ -164,8 +164,9 @@ func calibrateLinks(ctx context.Context, cfg *config, conns []transport.Conn, s 
 		return nil, fmt.Errorf("-calibrate: %w", err)
 	}
 	var one, all []float64
+	phases := phaseSizes(cfg.calibMax)
 	if s.LocalSize >= 2 {
-		if one, all, err = timePhases(ctx, cfg, conns, s, phaseSizes, defaultModel(cfg.transport).Segment); err != nil {
+		if one, all, err = timePhases(ctx, cfg, conns, s, phases, defaultModel(cfg.transport).Segment); err != nil {
 			return nil, fmt.Errorf("-calibrate: the inter-node phases: %w", err)
 		}
 	}
@@ -181,7 +182,7 @@ func calibrateLinks(ctx context.Context, cfg *config, conns []transport.Conn, s 
 		return nil, fmt.Errorf("-calibrate: %w", err)
 	}
 	if one != nil {
-		if err := fitSideBySide(w, &m, s, cfg.iters, phaseSizes, one, all); err != nil {
+		if err := fitSideBySide(w, &m, s, cfg.iters, phases, one, all); err != nil {
 			return nil, fmt.Errorf("-calibrate: %w", err)
 		}
 	}

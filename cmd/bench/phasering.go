@@ -35,11 +35,20 @@ import (
 // phaseGroup is the header Group of the phases' messages.
 const phaseGroup = pingGroup + 8
 
-// phaseSizes are the sizes M the phases are timed at: the blocks torus
-// runs its inter-node phase on (pipelineBlocks: at least 4 MiB, at most
-// 8 MiB once a buffer makes several) and below, down to where the
-// link's bytes are still most of the phase's time.
-var phaseSizes = []int{1 << 20, 2 << 20, 4 << 20, 8 << 20}
+// phaseSizes are the sizes M the phases are timed at, up to the largest
+// of the calibration's messages (-calib-max), at least the first: the
+// blocks torus runs its inter-node phase on (pipelineBlocks: at least 4
+// MiB, at most 8 MiB once a buffer makes several) and below, down to
+// where the link's bytes are still most of the phase's time.
+func phaseSizes(calibMax int) []int {
+	sizes := []int{1 << 20}
+	for _, n := range []int{2 << 20, 4 << 20, 8 << 20} {
+		if n <= calibMax {
+			sizes = append(sizes, n)
+		}
+	}
+	return sizes
+}
 
 // minPhaseRounds is the fewest timed rounds of a phase at a size (more
 // with -iters): the ratio is of two medians, each of a few rounds of a
