@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ringddp/ringddp/allreduce"
@@ -63,31 +61,20 @@ const minPhaseRounds = 7
 // agreement's few small messages); the median round's time. It returns
 // the times in the process holding rank 0, nil elsewhere.
 func timePhases(ctx context.Context, cfg *config, conns []transport.Conn, s cost.Shape, sizes []int, segment int) (one, all []float64, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
 	for _, c := range conns {
-		var o, a []float64
 		if c.Rank() == 0 {
 			one, all = make([]float64, len(sizes)), make([]float64, len(sizes))
+		}
+	}
+	err = onEveryRank(ctx, conns, func(ctx context.Context, c transport.Conn) error {
+		var o, a []float64
+		if c.Rank() == 0 {
 			o, a = one, all
 		}
-		wg.Go(func() {
-			p := phaseSide{cfg: cfg, c: c, s: s, segment: segment}
-			if err := p.run(ctx, sizes, o, a); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
-				mu.Unlock()
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+		p := phaseSide{cfg: cfg, c: c, s: s, segment: segment}
+		return p.run(ctx, sizes, o, a)
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	return one, all, nil
