@@ -94,7 +94,7 @@ func TestFitNICs(t *testing.T) {
 // layout and the links' transports, no refit (it fits one link).
 func TestCalibrateAcrossNodes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nodes.json")
-	out, err := runBench(t, "-calibrate", path, "-ranks", "4", "-local-size", "2", "-calib-max", "2M",
+	out, err := runBench(t, "-calibrate", path, "-ranks", "4", "-local-size", "2", "-calib-max", "1M",
 		"-min", "1K", "-max", "8K", "-factor", "8", "-iters", "2", "-warmup", "0")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
