@@ -135,7 +135,7 @@ func TestFitSideBySide(t *testing.T) {
 	if m.SideBySide.Rings != 2 || math.Abs(m.SideBySide.Ratio-1.075) > 1e-12 {
 		t.Errorf("SideBySide = %+v, want 2 rings, ratio 1.075", m.SideBySide)
 	}
-	for _, want := range []string{"median of 7 rounds", "2 rings of M/L side by side", "4194304       40.000       60.000    1.500",
+	for _, want := range []string{"the fastest of 7 rounds", "2 rings of M/L side by side", "4194304       40.000       60.000    1.500",
 		"side_by_side = 2 rings, ratio 1.075", "# 4MiB: torus", "with the rings as the link shared); hierarchical"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
