@@ -59,9 +59,8 @@ const minPhaseRounds = 7
 // timePhases times, for each of sizes (M), the one ring's all-reduce of M
 // and the L = s.LocalSize rings' all-reduces of M/L at once: -warmup
 // untimed and max(-iters, minPhaseRounds) timed rounds each, every rank
-// starting each round together and the round ending when every ring has
-// (agreeAll before and after: the phase's time, with the closing
-// agreement's few small messages); the fastest round's time: on a loaded
+// starting each round together, a round's time the phase's (round); the
+// fastest round's time: on a loaded
 // host another job only slows a round down, and the one ring, whose
 // every step waits for each of its K ranks, the most (loaded, the median
 // round of the one ring at 1 MiB took 2.3× the two rings' at once). It
@@ -124,9 +123,11 @@ func (p *phaseSide) run(ctx context.Context, sizes []int, one, all []float64) er
 
 // round is one round of the phase of m bytes: the one ring's all-reduce
 // of m (every false) or every local rank's of m/L at once, started by
-// every rank together and ended when every ring has (agreeAll before and
-// after, numbered seq and seq+1: the phase's time, with the closing
-// agreement's few small messages).
+// every rank together (agreeAll, numbered seq) and timed by each rank
+// from there to the end of its own part; the round's time is the longest
+// of those (agreeMax, seq+1): a rank that leaves the start sooner sends
+// sooner and waits longer for the others, so the longest is from the
+// first start to the last end, the phase's time.
 func (p *phaseSide) round(ctx context.Context, buf []byte, m int, every bool, seq int, copySink, addSink transport.Sink) (float64, error) {
 	right, left, member := interRing(p.s, every).peers(p.c.Rank(), p.c.Size())
 	bytes := m
@@ -142,10 +143,11 @@ func (p *phaseSide) round(ctx context.Context, buf []byte, m int, every bool, se
 			return 0, fmt.Errorf("the ring all-reduce of %d bytes between nodes: %w", bytes, err)
 		}
 	}
-	if _, err := agreeAll(ctx, p.c, phaseGroup, m, seq+1, false); err != nil {
-		return 0, err
+	var mine float64
+	if member {
+		mine = time.Since(t0).Seconds()
 	}
-	return time.Since(t0).Seconds(), nil
+	return agreeMax(ctx, p.c, phaseGroup, m, seq+1, mine)
 }
 
 // ringSize is how many ranks the ring of local rank 0 (every false) or of
