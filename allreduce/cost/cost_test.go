@@ -165,3 +165,55 @@ func TestProfileVersions(t *testing.T) {
 		}
 	}
 }
+
+// SideBySide: unset, or at least 2 rings and a finite ratio above 0;
+// SideBySideRatio gives it for its number of rings only; it survives a
+// profile's round trip, and a profile without it (written before it
+// existed) reads with none.
+func TestSideBySide(t *testing.T) {
+	for _, bad := range []cost.SideBySide{{Rings: 1, Ratio: 1}, {Rings: 2}, {Rings: 2, Ratio: -1}, {Rings: 2, Ratio: math.Inf(1)},
+		{Rings: 2, Ratio: math.NaN()}, {Ratio: 1}, {Rings: -2, Ratio: 1}} {
+		err := cost.Model{SideBySide: bad}.Validate()
+		if !errors.Is(err, cost.ErrInvalid) || !strings.Contains(err.Error(), "side_by_side") {
+			t.Errorf("%+v: Validate = %v", bad, err)
+		}
+	}
+	m := cost.DefaultModel(false)
+	if _, ok := m.SideBySideRatio(2); ok {
+		t.Error("a model without the ratio gives one")
+	}
+	m.SideBySide = cost.SideBySide{Rings: 2, Ratio: 1.07}
+	if r, ok := m.SideBySideRatio(2); !ok || r != 1.07 {
+		t.Errorf("SideBySideRatio(2) = %v, %v", r, ok)
+	}
+	if _, ok := m.SideBySideRatio(3); ok {
+		t.Error("a ratio of 2 rings given for 3")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.json")
+	if err := cost.WriteProfile(path, cost.Profile{Transport: "auto", Ranks: 6, Nodes: 3, LocalSize: 2, InterTransport: "tcp", Model: m}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), `"side_by_side": {`) {
+		t.Errorf("written: %s (%v)", b, err)
+	}
+	if got, err := cost.ReadProfile(path, nil); err != nil || got.Model != m {
+		t.Fatalf("read back %+v (%v), wrote %+v", got.Model, err, m)
+	}
+	old := filepath.Join(dir, "old.json")
+	body := `{"version": 2, "transport": "auto", "ranks": 6, "nodes": 3, "local_size": 2, "inter_transport": "tcp",
+		"model": {"intra": {"alpha_s": 1e-6, "beta_s_per_byte": 1e-10}, "inter": {"alpha_s": 5e-5, "beta_s_per_byte": 8e-9}, "nics": 1}}`
+	if err := os.WriteFile(old, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cost.ReadProfile(old, nil)
+	if err != nil || got.Model.SideBySide != (cost.SideBySide{}) {
+		t.Fatalf("a profile without side_by_side: %+v, %v", got.Model.SideBySide, err)
+	}
+	if err := cost.WriteProfile(path, cost.Profile{Transport: "tcp", Ranks: 2, Model: cost.DefaultModel(false)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || strings.Contains(string(b), "side_by_side") {
+		t.Errorf("a model without the ratio writes it: %s (%v)", b, err)
+	}
+}
