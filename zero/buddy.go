@@ -1,9 +1,11 @@
 package zero
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 
@@ -40,8 +42,8 @@ import (
 //
 //  1. before the update (begin): copy the own and the left shard's
 //     parameters out of the arena (they are about to change) and start
-//     sending GradShard to the buddy and receiving the left's
-//     (asynchronous broadcasts in pair groups, below), overlapping the
+//     sending GradShard to the buddy and receiving the left's (one-way
+//     transfers in pair groups, below, on one goroutine), overlapping the
 //     shard's own update;
 //  2. after the update (receive): wait for the left's gradient, before
 //     the all-gather: a completed all-gather on any rank then proves that
@@ -59,11 +61,18 @@ import (
 // the same step, or one behind with the gradient that brings it level
 // (buddy_keep.go).
 //
-// The transfer r → r+1 is a Broadcast in a group of the two ranks, made once
-// by Split: the ring's N edges are coloured so that no rank is in two edges
-// of one colour (2 colours for even N, 3 for odd N, as an odd cycle needs),
-// and each colour is one Split, one round of the exchange. Each rank sends
-// one shard and receives one per step, |shard|·size bytes each way.
+// The transfer r → r+1 is a one-way AllGatherV in a group of the two ranks
+// (r first, contributing its shard; r+1 contributing nothing), made once by
+// Split: the ring's N edges are coloured so that no rank is in two edges of
+// one colour (2 colours for even N, 3 for odd N, as an odd cycle needs), and
+// each colour is one Split, one round of the exchange. Each rank sends one
+// shard and receives one per step, |shard|·size bytes each way. A ring
+// all-gather of two ranks is one step, both ranks sending at once (the
+// receiver an empty message): the data with no round trip before it, where
+// a Broadcast first agrees on the call (a 0-byte message each way) and only
+// then sends. The rounds run one after the other on one goroutine (the
+// group runs one collective at a time anyway), which the shard's update
+// overlaps.
 //
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
@@ -75,10 +84,14 @@ type buddy[T ddp.Float] struct {
 	ownGrad    []T                // the wrapper's GradShard
 	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
 	sends      []bool             // per round: this rank sends (else it receives)
+	ownCounts  []int              // the AllGatherV counts of a round where this rank sends
+	leftCounts []int              // those of a round where it receives
 	params     []T                // the left shard's parameters at the copy's step, in shard order
 	selfParams []T                // the own shard's parameters at self's step, in shard order
 	grad       []T                // the left shard's averaged gradient of the step in flight
-	works      []*allreduce.Work  // the exchange in flight
+	// exchanged carries the exchange's outcome from its goroutine; one
+	// value per begin, read by receive or abandon.
+	exchanged chan error
 	// received: grad holds the left's gradient of the step in flight (the
 	// exchange completed), to be replayed at learning rate lr.
 	received bool
@@ -115,7 +128,8 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	if err != nil {
 		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
 	}
-	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard}
+	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard,
+		exchanged: make(chan error, 1)}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err
 	}
@@ -124,6 +138,7 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 		size += p.Len()
 	}
 	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
+	b.ownCounts, b.leftCounts = []int{z.shard, 0}, []int{size, 0}
 	if err := b.split(ctx, group); err != nil {
 		return nil, err
 	}
@@ -197,14 +212,24 @@ func (b *buddy[T]) begin(ctx context.Context, params []T, lr float64) {
 	}
 	b.prime(params)
 	b.received, b.lr = false, lr
-	b.works = b.works[:0]
+	go func() { b.exchanged <- b.exchange(ctx) }()
+}
+
+// exchange runs the rounds: in each, this rank's GradShard to its buddy or
+// its left's into grad.
+func (b *buddy[T]) exchange(ctx context.Context) error {
 	for i, pair := range b.rounds {
-		buf := b.grad
+		var err error
 		if b.sends[i] {
-			buf = b.ownGrad
+			err = allreduce.AllGatherV(ctx, pair, b.ownGrad, b.ownGrad, b.ownCounts)
+		} else {
+			err = allreduce.AllGatherV(ctx, pair, b.grad, b.grad[len(b.grad):], b.leftCounts)
 		}
-		b.works = append(b.works, allreduce.BroadcastAsync(ctx, pair, buf, 0))
+		if err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // prime copies the own and the left shard's parameters out of the arena
@@ -225,7 +250,7 @@ func (b *buddy[T]) receive(ctx context.Context) error {
 	if b == nil {
 		return nil
 	}
-	if err := allreduce.WaitAll(ctx, b.works...); err != nil {
+	if err := <-b.exchanged; err != nil {
 		return fmt.Errorf("zero: sending the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", b.left+1, b.left, err)
 	}
 	b.received = true
@@ -234,9 +259,9 @@ func (b *buddy[T]) receive(ctx context.Context) error {
 
 // abandon waits for the exchange after a failed update (the group is
 // aborted, so it ends at once): its buffers are not in use after Step.
-func (b *buddy[T]) abandon(ctx context.Context) {
+func (b *buddy[T]) abandon() {
 	if b != nil {
-		_ = allreduce.WaitAll(ctx, b.works...)
+		<-b.exchanged
 	}
 }
 
@@ -256,14 +281,24 @@ func (b *buddy[T]) end(params []T, gatherErr error) error {
 	}
 	b.received = false
 	for _, p := range b.leftPieces {
-		got := b.params[p.Off : p.Off+p.Len()]
-		for i, v := range params[p.Lo:p.Hi] {
-			if math.Float64bits(float64(v)) != math.Float64bits(float64(got[i])) {
+		got, want := b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi]
+		if bytes.Equal(rawBytes(got), rawBytes(want)) {
+			continue
+		}
+		for i, v := range want {
+			if !bytes.Equal(rawBytes(want[i:i+1]), rawBytes(got[i:i+1])) {
 				return fmt.Errorf("zero: the copy of rank %d's shard diverged: parameter %d is %v after rank %d's update and %v after the copy's replay (are the optimizer and its shadow configured alike?)", b.left, p.Lo+i, v, b.left, got[i])
 			}
 		}
 	}
 	return nil
+}
+
+// rawBytes is the memory of s: two float slices are bitwise equal when
+// their bytes are (a NaN equals itself, and 0 and -0 differ).
+func rawBytes[T ddp.Float](s []T) []byte {
+	var e T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(e)))
 }
 
 // replay runs one update of opt at learning rate lr.

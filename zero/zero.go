@@ -240,7 +240,7 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 func (z *ZeRO1[T]) updateShard(ctx context.Context, params []T) error {
 	z.buddy.begin(ctx, params, z.opt.LR())
 	if err := z.stepShard(params); err != nil {
-		z.buddy.abandon(ctx)
+		z.buddy.abandon()
 		return err
 	}
 	return z.buddy.receive(ctx)
