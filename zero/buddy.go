@@ -38,16 +38,20 @@ import (
 //     update is replayed on it once the step has completed (the version a
 //     failure rolls back to, buddy_keep.go).
 //
-// A step with buddies, on rank r (Step's hooks):
+// A step with buddies, on rank r (Run's and Step's hooks):
 //
-//  1. before the update (begin): copy the own and the left shard's
-//     parameters out of the arena (they are about to change) and start
-//     sending GradShard to the buddy and receiving the left's (one-way
-//     transfers in pair groups, below, on one goroutine), overlapping the
-//     shard's own update;
-//  2. after the update (receive): wait for the left's gradient, before
-//     the all-gather: a completed all-gather on any rank then proves that
-//     every buddy holds its left's gradient of the step;
+//  1. in Run, as soon as a bucket's reduce-scatter has completed
+//     (exchangeBucket): send the bucket's piece of GradShard to the buddy
+//     and receive the left's piece of it (one-way transfers in pair
+//     groups, below), on the goroutine that runs the reduce-scatters, so
+//     that the transfers of every bucket but the last overlap the rest of
+//     the backward pass as the reduce-scatters do: the hop that carries
+//     each piece to a second rank, one more than the reduce-scatter's;
+//  2. in Step, before the update (begin): copy the own and the left
+//     shard's parameters out of the arena (they are about to change);
+//     after it (receive): check that every bucket's left piece arrived,
+//     before the all-gather: a completed all-gather on any rank then
+//     proves that every buddy holds its left's gradient of the step;
 //  3. after the all-gather (end), the step complete on this rank: replay
 //     the left's update on the copy and the own update on self, and
 //     compare the copy's parameters with the gathered ones (a mismatch is
@@ -61,18 +65,16 @@ import (
 // the same step, or one behind with the gradient that brings it level
 // (buddy_keep.go).
 //
-// The transfer r → r+1 is a one-way AllGatherV in a group of the two ranks
-// (r first, contributing its shard; r+1 contributing nothing), made once by
-// Split: the ring's N edges are coloured so that no rank is in two edges of
-// one colour (2 colours for even N, 3 for odd N, as an odd cycle needs), and
-// each colour is one Split, one round of the exchange. Each rank sends one
-// shard and receives one per step, |shard|·size bytes each way. A ring
-// all-gather of two ranks is one step, both ranks sending at once (the
-// receiver an empty message): the data with no round trip before it, where
-// a Broadcast first agrees on the call (a 0-byte message each way) and only
-// then sends. The rounds run one after the other on one goroutine (the
-// group runs one collective at a time anyway), which the shard's update
-// overlaps.
+// The transfer r → r+1 of a piece is a one-way AllGatherV in a group of
+// the two ranks (r first, contributing its piece; r+1 contributing
+// nothing), made once by Split: the ring's N edges are coloured so that no
+// rank is in two edges of one colour (2 colours for even N, 3 for odd N, as
+// an odd cycle needs), and each colour is one Split, one round of the
+// exchange. Each rank sends one shard and receives one per step,
+// |shard|·size bytes each way. A ring all-gather of two ranks is one step,
+// both ranks sending at once (the receiver an empty message): the data
+// with no round trip before it, where a Broadcast first agrees on the call
+// (a 0-byte message each way) and only then sends.
 //
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
@@ -84,14 +86,13 @@ type buddy[T ddp.Float] struct {
 	ownGrad    []T                // the wrapper's GradShard
 	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
 	sends      []bool             // per round: this rank sends (else it receives)
-	ownCounts  []int              // the AllGatherV counts of a round where this rank sends
-	leftCounts []int              // those of a round where it receives
+	counts     []int              // scratch: a transfer's AllGatherV counts
 	params     []T                // the left shard's parameters at the copy's step, in shard order
 	selfParams []T                // the own shard's parameters at self's step, in shard order
 	grad       []T                // the left shard's averaged gradient of the step in flight
-	// exchanged carries the exchange's outcome from its goroutine; one
-	// value per begin, read by receive or abandon.
-	exchanged chan error
+	// arrived counts the buckets whose left piece grad holds, of the Run
+	// in flight or last run (exchangeBucket; buckets come in order).
+	arrived int
 	// received: grad holds the left's gradient of the step in flight (the
 	// exchange completed), to be replayed at learning rate lr.
 	received bool
@@ -129,7 +130,7 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
 	}
 	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard,
-		exchanged: make(chan error, 1)}
+		counts: make([]int, 2)}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err
 	}
@@ -138,7 +139,6 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 		size += p.Len()
 	}
 	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
-	b.ownCounts, b.leftCounts = []int{z.shard, 0}, []int{size, 0}
 	if err := b.split(ctx, group); err != nil {
 		return nil, err
 	}
@@ -202,34 +202,46 @@ func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
 	return nil
 }
 
-// begin is step 1: keep the own and the left shard's parameters before
-// the update changes the arena, and start the exchange of gradients; lr
-// is the step's learning rate (this rank's optimizer's: a schedule sets
-// it on the optimizer only). Nil-safe.
-func (b *buddy[T]) begin(ctx context.Context, params []T, lr float64) {
+// exchangeBucket is step 1 for bucket k, whose reduce-scatter has just
+// completed: in each round, this rank's piece of GradShard to its buddy,
+// or its left's piece into grad. Nil-safe.
+func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
+	if b == nil {
+		return nil
+	}
+	if k == 0 {
+		b.arrived = 0 // a new Run's first bucket
+	}
+	own, left := b.ownPieces[k], b.leftPieces[k]
+	for i, pair := range b.rounds {
+		var err error
+		if b.sends[i] {
+			buf := b.ownGrad[own.Off : own.Off+own.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			err = allreduce.AllGatherV(ctx, pair, buf, buf, b.counts)
+		} else {
+			buf := b.grad[left.Off : left.Off+left.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			err = allreduce.AllGatherV(ctx, pair, buf, buf[len(buf):], b.counts)
+		}
+		if err != nil {
+			return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", k, b.left+1, b.left, err)
+		}
+	}
+	b.arrived = k + 1
+	return nil
+}
+
+// begin is step 2's first part: keep the own and the left shard's
+// parameters before the update changes the arena; lr is the step's
+// learning rate (this rank's optimizer's: a schedule sets it on the
+// optimizer only). Nil-safe.
+func (b *buddy[T]) begin(params []T, lr float64) {
 	if b == nil {
 		return
 	}
 	b.prime(params)
 	b.received, b.lr = false, lr
-	go func() { b.exchanged <- b.exchange(ctx) }()
-}
-
-// exchange runs the rounds: in each, this rank's GradShard to its buddy or
-// its left's into grad.
-func (b *buddy[T]) exchange(ctx context.Context) error {
-	for i, pair := range b.rounds {
-		var err error
-		if b.sends[i] {
-			err = allreduce.AllGatherV(ctx, pair, b.ownGrad, b.ownGrad, b.ownCounts)
-		} else {
-			err = allreduce.AllGatherV(ctx, pair, b.grad, b.grad[len(b.grad):], b.leftCounts)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // prime copies the own and the left shard's parameters out of the arena
@@ -245,24 +257,30 @@ func (b *buddy[T]) prime(params []T) {
 	b.primed = true
 }
 
-// receive is step 2: wait for the left's gradient. Nil-safe.
-func (b *buddy[T]) receive(ctx context.Context) error {
+// receive is step 2's second part: check that the left's gradient of
+// the step arrived, all of it. A step whose GradShard no Run
+// reduce-scattered (its caller filled it: tests, a step after Runs under
+// ddp's NoSync) moves it here, every bucket's piece, so that the buddy
+// always replays the gradient the shard is updated with. Nil-safe.
+func (b *buddy[T]) receive(ctx context.Context, group *allreduce.Group) error {
 	if b == nil {
 		return nil
 	}
-	if err := <-b.exchanged; err != nil {
-		return fmt.Errorf("zero: sending the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", b.left+1, b.left, err)
+	if b.arrived == 0 {
+		for k := range b.leftPieces {
+			if err := b.exchangeBucket(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	if b.arrived != len(b.leftPieces) {
+		// Not after a successful Run: the wrapper is not used after a failed one.
+		err := fmt.Errorf("zero: only %d of %d buckets' pieces of rank %d's gradient arrived: the buddy cannot replay the update", b.arrived, len(b.leftPieces), b.left)
+		group.Abort(err)
+		return err
 	}
 	b.received = true
 	return nil
-}
-
-// abandon waits for the exchange after a failed update (the group is
-// aborted, so it ends at once): its buffers are not in use after Step.
-func (b *buddy[T]) abandon() {
-	if b != nil {
-		<-b.exchanged
-	}
 }
 
 // end is step 3: when the all-gather succeeded (gatherErr nil), replay the
@@ -279,7 +297,7 @@ func (b *buddy[T]) end(params []T, gatherErr error) error {
 	if err := replay(b.shadow, b.lr, b.params, b.grad); err != nil {
 		return fmt.Errorf("zero: replaying rank %d's update on its copy: %w", b.left, err)
 	}
-	b.received = false
+	b.received, b.arrived = false, 0
 	for _, p := range b.leftPieces {
 		got, want := b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi]
 		if bytes.Equal(rawBytes(got), rawBytes(want)) {

@@ -167,7 +167,10 @@ func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Gro
 		return fmt.Errorf("zero: [%d, %d) is not a bucket", lo, hi)
 	}
 	p := z.pieces[b]
-	return allreduce.ReduceScatter(ctx, group, z.gradShard[p.Off:p.Off+p.Len()], grads[lo:hi], allreduce.Avg)
+	if err := allreduce.ReduceScatter(ctx, group, z.gradShard[p.Off:p.Off+p.Len()], grads[lo:hi], allreduce.Avg); err != nil {
+		return err
+	}
+	return z.buddy.exchangeBucket(ctx, b)
 }
 
 // DDP is the underlying data-parallel wrapper (Tapped, Backward, Run,
@@ -235,15 +238,14 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 	return z.buddy.end(params, nil)
 }
 
-// updateShard is Step's update of the shard, with buddies' steps 1 and 2
-// around it (buddy.go).
+// updateShard is Step's update of the shard, with buddies' step 2 around
+// it (buddy.go).
 func (z *ZeRO1[T]) updateShard(ctx context.Context, params []T) error {
-	z.buddy.begin(ctx, params, z.opt.LR())
+	z.buddy.begin(params, z.opt.LR())
 	if err := z.stepShard(params); err != nil {
-		z.buddy.abandon()
 		return err
 	}
-	return z.buddy.receive(ctx)
+	return z.buddy.receive(ctx, z.group)
 }
 
 // stepShard updates the shard with the optimizer's Step, the shard's
