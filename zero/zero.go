@@ -41,7 +41,9 @@
 // all-reduce.
 //
 // With buddies (WrapWithBuddy, buddy.go) each rank also keeps a copy of its
-// ring neighbour's shard state, so that the state survives a lost rank;
+// ring neighbour's shard state, so that the state survives a lost rank:
+// after each bucket's reduce-scatter, rank r's piece goes on to rank r+1,
+// one more hop (M/N more bytes per rank and step in all);
 // Reshard and Regroup (buddy_reshard.go) move the state to the world that
 // follows a loss or a join.
 package zero
@@ -157,7 +159,8 @@ func Pieces(buckets [][2]int, total, n, rank int) ([]Piece, error) {
 // reduceScatterBucket averages bucket [lo, hi) of grads over ranks, leaving
 // on each rank its piece in the shard's gradient: a ring reduce-scatter in
 // N-1 steps, in which rank r sends every chunk of the bucket but its own,
-// (N-1)/N of the bucket.
+// (N-1)/N of the bucket. With buddies the piece then goes to the buddy
+// (buddy.exchangeBucket).
 func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
 	if group.Size() == 1 {
 		return nil // the average over one rank, in place
