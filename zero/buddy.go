@@ -74,7 +74,9 @@ import (
 // |shard|·size bytes each way. A ring all-gather of two ranks is one step,
 // both ranks sending at once (the receiver an empty message): the data
 // with no round trip before it, where a Broadcast first agrees on the call
-// (a 0-byte message each way) and only then sends.
+// (a 0-byte message each way) and only then sends. With two ranks, each
+// the other's buddy, the two edges are one AllGatherV of the bucket's two
+// pieces, both ways at once: one collective per bucket instead of two.
 //
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
@@ -87,6 +89,7 @@ type buddy[T ddp.Float] struct {
 	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
 	sends      []bool             // per round: this rank sends (else it receives)
 	counts     []int              // scratch: a transfer's AllGatherV counts
+	mutual     []T                // with two ranks: scratch of the longest bucket (exchangeMutual), else nil
 	params     []T                // the left shard's parameters at the copy's step, in shard order
 	selfParams []T                // the own shard's parameters at self's step, in shard order
 	grad       []T                // the left shard's averaged gradient of the step in flight
@@ -139,6 +142,13 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 		size += p.Len()
 	}
 	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
+	if n == 2 {
+		longest := 0
+		for _, r := range z.buckets {
+			longest = max(longest, r[1]-r[0])
+		}
+		b.mutual = make([]T, longest)
+	}
 	if err := b.split(ctx, group); err != nil {
 		return nil, err
 	}
@@ -213,6 +223,13 @@ func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 		b.arrived = 0 // a new Run's first bucket
 	}
 	own, left := b.ownPieces[k], b.leftPieces[k]
+	if b.mutual != nil {
+		if err := b.exchangeMutual(ctx, own, left); err != nil {
+			return fmt.Errorf("zero: exchanging bucket %d's pieces of the shards' gradients with the buddy (ranks 0 and 1 hold each other's copy): %w", k, err)
+		}
+		b.arrived = k + 1
+		return nil
+	}
 	for i, pair := range b.rounds {
 		var err error
 		if b.sends[i] {
@@ -229,6 +246,24 @@ func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 		}
 	}
 	b.arrived = k + 1
+	return nil
+}
+
+// exchangeMutual is exchangeBucket with two ranks: the bucket's two
+// pieces (rank 0's first) all-gathered in the first round's pair group,
+// whose ranks are the world's, and the left's piece copied into grad.
+func (b *buddy[T]) exchangeMutual(ctx context.Context, own, left Piece) error {
+	dst := b.mutual[:own.Len()+left.Len()]
+	at := own.Len() // the left's piece, where rank 0 holds rank 1's
+	b.counts[0], b.counts[1] = own.Len(), left.Len()
+	if b.left == 0 {
+		at = 0
+		b.counts[0], b.counts[1] = left.Len(), own.Len()
+	}
+	if err := allreduce.AllGatherV(ctx, b.rounds[0], dst, b.ownGrad[own.Off:own.Off+own.Len()], b.counts); err != nil {
+		return err
+	}
+	copy(b.grad[left.Off:left.Off+left.Len()], dst[at:at+left.Len()])
 	return nil
 }
 
