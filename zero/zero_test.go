@@ -191,10 +191,11 @@ func train(t *testing.T, r run) result {
 		}
 		res.grads[rank] = append([]float64(nil), d.GradArena()...)
 		if r.buddy {
-			res.own[rank] = opt.State()
-			if _, res.copies[rank], err = z.BuddyState(); err != nil {
+			_, copied, err := z.BuddyState()
+			if err != nil {
 				return err
 			}
+			res.own[rank], res.copies[rank] = opt.State(), copied
 		}
 		if z != nil {
 			res.grads[rank] = append([]float64(nil), z.GradShard()...)
