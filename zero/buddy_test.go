@@ -389,26 +389,18 @@ func TestBuddyHopInRun(t *testing.T) {
 	if testing.Short() {
 		ranksList = []int{2, 3, 8}
 	}
-	for _, opt := range []string{"sgd", "adam"} {
-		for _, layout := range bucketLayouts {
-			for _, ranks := range ranksList {
-				t.Run(fmt.Sprintf("%s/buckets=%s/ranks=%d", opt, layout.name, ranks), func(t *testing.T) {
-					plain := run{kind: "mlp-odd", opt: opt, ranks: ranks, perRank: 2, steps: 3, zero1: true,
-						opts: []ddp.Option{layout.opt}, algo: allreduce.Ring}
-					want := train(t, plain)
-					buddies := plain
-					buddies.buddy = true
-					got := train(t, buddies)
-					require.Equal(t, want.params, got.params)
-					for r := range ranks {
-						left := (r + ranks - 1) % ranks
-						require.Equal(t, got.own[left], got.copies[r], "rank %d's copy of rank %d's shard", r, left)
-						shard := int64(len(got.grads[r])) * 8
-						require.Equal(t, want.sentRun[r]+shard, got.sentRun[r], "rank %d: Run's bytes, the hop included", r)
-						require.Equal(t, want.sent[r]-want.sentRun[r], got.sent[r]-got.sentRun[r], "rank %d: Step's bytes", r)
-					}
-				})
-			}
+	forZeroCases(t, []string{"sgd", "adam"}, ranksList, func(t *testing.T, plain run) {
+		want := train(t, plain)
+		buddies := plain
+		buddies.buddy = true
+		got := train(t, buddies)
+		require.Equal(t, want.params, got.params)
+		for r := range plain.ranks {
+			left := (r + plain.ranks - 1) % plain.ranks
+			require.Equal(t, got.own[left], got.copies[r], "rank %d's copy of rank %d's shard", r, left)
+			shard := int64(len(got.grads[r])) * 8
+			require.Equal(t, want.sentRun[r]+shard, got.sentRun[r], "rank %d: Run's bytes, the hop included", r)
+			require.Equal(t, want.sent[r]-want.sentRun[r], got.sent[r]-got.sentRun[r], "rank %d: Step's bytes", r)
 		}
-	}
+	})
 }
