@@ -1,9 +1,11 @@
 package zero
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
+	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 
@@ -36,16 +38,20 @@ import (
 //     update is replayed on it once the step has completed (the version a
 //     failure rolls back to, buddy_keep.go).
 //
-// A step with buddies, on rank r (Step's hooks):
+// A step with buddies, on rank r (Run's and Step's hooks):
 //
-//  1. before the update (begin): copy the own and the left shard's
-//     parameters out of the arena (they are about to change) and start
-//     sending GradShard to the buddy and receiving the left's
-//     (asynchronous broadcasts in pair groups, below), overlapping the
-//     shard's own update;
-//  2. after the update (receive): wait for the left's gradient, before
-//     the all-gather: a completed all-gather on any rank then proves that
-//     every buddy holds its left's gradient of the step;
+//  1. in Run, as soon as a bucket's reduce-scatter has completed
+//     (exchangeBucket): send the bucket's piece of GradShard to the buddy
+//     and receive the left's piece of it (one-way transfers in pair
+//     groups, below), on the goroutine that runs the reduce-scatters, so
+//     that the transfers of every bucket but the last overlap the rest of
+//     the backward pass as the reduce-scatters do: the hop that carries
+//     each piece to a second rank, one more than the reduce-scatter's;
+//  2. in Step, before the update (begin): copy the own and the left
+//     shard's parameters out of the arena (they are about to change);
+//     after it (receive): check that every bucket's left piece arrived,
+//     before the all-gather: a completed all-gather on any rank then
+//     proves that every buddy holds its left's gradient of the step;
 //  3. after the all-gather (end), the step complete on this rank: replay
 //     the left's update on the copy and the own update on self, and
 //     compare the copy's parameters with the gathered ones (a mismatch is
@@ -59,11 +65,18 @@ import (
 // the same step, or one behind with the gradient that brings it level
 // (buddy_keep.go).
 //
-// The transfer r → r+1 is a Broadcast in a group of the two ranks, made once
-// by Split: the ring's N edges are coloured so that no rank is in two edges
-// of one colour (2 colours for even N, 3 for odd N, as an odd cycle needs),
-// and each colour is one Split, one round of the exchange. Each rank sends
-// one shard and receives one per step, |shard|·size bytes each way.
+// The transfer r → r+1 of a piece is a one-way AllGatherV in a group of
+// the two ranks (r first, contributing its piece; r+1 contributing
+// nothing), made once by Split: the ring's N edges are coloured so that no
+// rank is in two edges of one colour (2 colours for even N, 3 for odd N, as
+// an odd cycle needs), and each colour is one Split, one round of the
+// exchange. Each rank sends one shard and receives one per step,
+// |shard|·size bytes each way. A ring all-gather of two ranks is one step,
+// both ranks sending at once (the receiver an empty message): the data
+// with no round trip before it, where a Broadcast first agrees on the call
+// (a 0-byte message each way) and only then sends. With two ranks, each
+// the other's buddy, the two edges are one AllGatherV of the bucket's two
+// pieces, both ways at once: one collective per bucket instead of two.
 //
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
@@ -75,10 +88,14 @@ type buddy[T ddp.Float] struct {
 	ownGrad    []T                // the wrapper's GradShard
 	rounds     []*allreduce.Group // the pair group of each round, nil where this rank is in none
 	sends      []bool             // per round: this rank sends (else it receives)
+	counts     []int              // scratch: a transfer's AllGatherV counts
+	mutual     []T                // with two ranks: scratch of the longest bucket (exchangeMutual), else nil
 	params     []T                // the left shard's parameters at the copy's step, in shard order
 	selfParams []T                // the own shard's parameters at self's step, in shard order
 	grad       []T                // the left shard's averaged gradient of the step in flight
-	works      []*allreduce.Work  // the exchange in flight
+	// arrived counts the buckets whose left piece grad holds, of the Run
+	// in flight or last run (exchangeBucket; buckets come in order).
+	arrived int
 	// received: grad holds the left's gradient of the step in flight (the
 	// exchange completed), to be replayed at learning rate lr.
 	received bool
@@ -115,7 +132,8 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	if err != nil {
 		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
 	}
-	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard}
+	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard,
+		counts: make([]int, 2)}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err
 	}
@@ -124,6 +142,13 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 		size += p.Len()
 	}
 	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
+	if n == 2 {
+		longest := 0
+		for _, r := range z.buckets {
+			longest = max(longest, r[1]-r[0])
+		}
+		b.mutual = make([]T, longest)
+	}
 	if err := b.split(ctx, group); err != nil {
 		return nil, err
 	}
@@ -187,24 +212,71 @@ func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
 	return nil
 }
 
-// begin is step 1: keep the own and the left shard's parameters before
-// the update changes the arena, and start the exchange of gradients; lr
-// is the step's learning rate (this rank's optimizer's: a schedule sets
-// it on the optimizer only). Nil-safe.
-func (b *buddy[T]) begin(ctx context.Context, params []T, lr float64) {
+// exchangeBucket is step 1 for bucket k, whose reduce-scatter has just
+// completed: in each round, this rank's piece of GradShard to its buddy,
+// or its left's piece into grad. Nil-safe.
+func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
+	if b == nil {
+		return nil
+	}
+	if k == 0 {
+		b.arrived = 0 // a new Run's first bucket
+	}
+	own, left := b.ownPieces[k], b.leftPieces[k]
+	if b.mutual != nil {
+		if err := b.exchangeMutual(ctx, own, left); err != nil {
+			return fmt.Errorf("zero: exchanging bucket %d's pieces of the shards' gradients with the buddy (ranks 0 and 1 hold each other's copy): %w", k, err)
+		}
+		b.arrived = k + 1
+		return nil
+	}
+	for i, pair := range b.rounds {
+		var err error
+		if b.sends[i] {
+			buf := b.ownGrad[own.Off : own.Off+own.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			err = allreduce.AllGatherV(ctx, pair, buf, buf, b.counts)
+		} else {
+			buf := b.grad[left.Off : left.Off+left.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			err = allreduce.AllGatherV(ctx, pair, buf, buf[len(buf):], b.counts)
+		}
+		if err != nil {
+			return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", k, b.left+1, b.left, err)
+		}
+	}
+	b.arrived = k + 1
+	return nil
+}
+
+// exchangeMutual is exchangeBucket with two ranks: the bucket's two
+// pieces (rank 0's first) all-gathered in the first round's pair group,
+// whose ranks are the world's, and the left's piece copied into grad.
+func (b *buddy[T]) exchangeMutual(ctx context.Context, own, left Piece) error {
+	dst := b.mutual[:own.Len()+left.Len()]
+	at := own.Len() // the left's piece, where rank 0 holds rank 1's
+	b.counts[0], b.counts[1] = own.Len(), left.Len()
+	if b.left == 0 {
+		at = 0
+		b.counts[0], b.counts[1] = left.Len(), own.Len()
+	}
+	if err := allreduce.AllGatherV(ctx, b.rounds[0], dst, b.ownGrad[own.Off:own.Off+own.Len()], b.counts); err != nil {
+		return err
+	}
+	copy(b.grad[left.Off:left.Off+left.Len()], dst[at:at+left.Len()])
+	return nil
+}
+
+// begin is step 2's first part: keep the own and the left shard's
+// parameters before the update changes the arena; lr is the step's
+// learning rate (this rank's optimizer's: a schedule sets it on the
+// optimizer only). Nil-safe.
+func (b *buddy[T]) begin(params []T, lr float64) {
 	if b == nil {
 		return
 	}
 	b.prime(params)
 	b.received, b.lr = false, lr
-	b.works = b.works[:0]
-	for i, pair := range b.rounds {
-		buf := b.grad
-		if b.sends[i] {
-			buf = b.ownGrad
-		}
-		b.works = append(b.works, allreduce.BroadcastAsync(ctx, pair, buf, 0))
-	}
 }
 
 // prime copies the own and the left shard's parameters out of the arena
@@ -220,24 +292,30 @@ func (b *buddy[T]) prime(params []T) {
 	b.primed = true
 }
 
-// receive is step 2: wait for the left's gradient. Nil-safe.
-func (b *buddy[T]) receive(ctx context.Context) error {
+// receive is step 2's second part: check that the left's gradient of
+// the step arrived, all of it. A step whose GradShard no Run
+// reduce-scattered (its caller filled it: tests, a step after Runs under
+// ddp's NoSync) moves it here, every bucket's piece, so that the buddy
+// always replays the gradient the shard is updated with. Nil-safe.
+func (b *buddy[T]) receive(ctx context.Context, group *allreduce.Group) error {
 	if b == nil {
 		return nil
 	}
-	if err := allreduce.WaitAll(ctx, b.works...); err != nil {
-		return fmt.Errorf("zero: sending the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", b.left+1, b.left, err)
+	if b.arrived == 0 {
+		for k := range b.leftPieces {
+			if err := b.exchangeBucket(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	if b.arrived != len(b.leftPieces) {
+		// Not after a successful Run: the wrapper is not used after a failed one.
+		err := fmt.Errorf("zero: only %d of %d buckets' pieces of rank %d's gradient arrived: the buddy cannot replay the update", b.arrived, len(b.leftPieces), b.left)
+		group.Abort(err)
+		return err
 	}
 	b.received = true
 	return nil
-}
-
-// abandon waits for the exchange after a failed update (the group is
-// aborted, so it ends at once): its buffers are not in use after Step.
-func (b *buddy[T]) abandon(ctx context.Context) {
-	if b != nil {
-		_ = allreduce.WaitAll(ctx, b.works...)
-	}
 }
 
 // end is step 3: when the all-gather succeeded (gatherErr nil), replay the
@@ -254,16 +332,26 @@ func (b *buddy[T]) end(params []T, gatherErr error) error {
 	if err := replay(b.shadow, b.lr, b.params, b.grad); err != nil {
 		return fmt.Errorf("zero: replaying rank %d's update on its copy: %w", b.left, err)
 	}
-	b.received = false
+	b.received, b.arrived = false, 0
 	for _, p := range b.leftPieces {
-		got := b.params[p.Off : p.Off+p.Len()]
-		for i, v := range params[p.Lo:p.Hi] {
-			if math.Float64bits(float64(v)) != math.Float64bits(float64(got[i])) {
+		got, want := b.params[p.Off:p.Off+p.Len()], params[p.Lo:p.Hi]
+		if bytes.Equal(rawBytes(got), rawBytes(want)) {
+			continue
+		}
+		for i, v := range want {
+			if !bytes.Equal(rawBytes(want[i:i+1]), rawBytes(got[i:i+1])) {
 				return fmt.Errorf("zero: the copy of rank %d's shard diverged: parameter %d is %v after rank %d's update and %v after the copy's replay (are the optimizer and its shadow configured alike?)", b.left, p.Lo+i, v, b.left, got[i])
 			}
 		}
 	}
 	return nil
+}
+
+// rawBytes is the memory of s: two float slices are bitwise equal when
+// their bytes are (a NaN equals itself, and 0 and -0 differ).
+func rawBytes[T ddp.Float](s []T) []byte {
+	var e T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(e)))
 }
 
 // replay runs one update of opt at learning rate lr.

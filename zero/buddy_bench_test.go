@@ -15,18 +15,19 @@ import (
 	"github.com/ringddp/ringddp/optim"
 )
 
-// BenchmarkBuddyOverhead is the cost of buddies on a step, 4 ranks,
-// float32, 64 rows per rank, on two models: BenchmarkStep's (net=step: MLP
-// 784-2048-2048-10, 5.8 M parameters, Adam) and cmd/train's default
-// (net=train: MLP 784-256-128-10, 235 k parameters, SGD with momentum
-// 0.9, global batch 256). Two worlds, ZeRO-1 with and without buddies, run
+// BenchmarkBuddyOverhead is the cost of buddies on a step, 4 ranks (and 2
+// over tcp, where 2 cores give each rank its own), float32, 64 rows per
+// rank, on two models: BenchmarkStep's (net=step: MLP 784-2048-2048-10,
+// 5.8 M parameters, Adam) and cmd/train's default (net=train: MLP
+// 784-256-128-10, 235 k parameters, SGD with momentum 0.9, global batch
+// 256 with 4 ranks). Two worlds, ZeRO-1 with and without buddies, run
 // in turns of burst steps each (b.N turns), so that the machine's load
 // drifts over both alike. It reports each mode's median step and the
 // overhead, median(buddy)/median(plain) - 1, and the same for the
 // process's CPU time per step (all ranks), which a loaded machine's
 // scheduling does not inflate as it does wall time.
 func BenchmarkBuddyOverhead(b *testing.B) {
-	const ranks, perRank = 4, 64
+	const perRank = 64
 	trainNet := benchNet{dims: []int{784, 256, 128, 10}, newOpt: func() (optim.Optimizer[float32], error) {
 		return optim.NewSGD[float32](optim.SGDConfig{LR: 0.05, Momentum: 0.9})
 	}}
@@ -35,9 +36,12 @@ func BenchmarkBuddyOverhead(b *testing.B) {
 		net   benchNet
 		burst int
 	}{{"step", stepNet, 2}, {"train", trainNet, 20}} {
-		for _, tr := range []string{"inproc", "tcp"} {
-			b.Run(fmt.Sprintf("net=%s/transport=%s/ranks=%d", net.name, tr, ranks), func(b *testing.B) {
-				buddyOverhead(b, net.net, benchConns(b, tr, ranks), benchConns(b, tr, ranks), perRank, net.burst)
+		for _, c := range []struct {
+			transport string
+			ranks     int
+		}{{"inproc", 4}, {"tcp", 4}, {"tcp", 2}} {
+			b.Run(fmt.Sprintf("net=%s/transport=%s/ranks=%d", net.name, c.transport, c.ranks), func(b *testing.B) {
+				buddyOverhead(b, net.net, benchConns(b, c.transport, c.ranks), benchConns(b, c.transport, c.ranks), perRank, net.burst)
 			})
 		}
 	}

@@ -376,3 +376,34 @@ func TestBuddyRegroupJoin(t *testing.T) {
 	})
 	require.ErrorContains(t, errs[2], "the state is adam's, this rank's optimizer is sgd")
 }
+
+// With buddies, each bucket's piece of the shard's gradient goes to the
+// buddy inside Run, one more hop after the bucket's reduce-scatter, and
+// Step moves no more than ZeRO-1's all-gather: per step rank r sends
+// exactly its shard more than without buddies (the hop), all of it in Run.
+// Through Run, backward and the hop, every copy stays bitwise the left's
+// state and the parameters those of ZeRO-1 without buddies, whatever the
+// buckets (per-param with 8 ranks leaves empty pieces) and the world size.
+func TestBuddyHopInRun(t *testing.T) {
+	ranksList, opts := []int{2, 3, 4, 5, 8}, []string{"sgd", "adam"}
+	if testing.Short() {
+		ranksList = []int{2, 3, 8}
+	}
+	if raceEnabled { // under 2 s with the race detector
+		ranksList, opts = []int{2, 3, 8}, []string{"adam"}
+	}
+	forZeroCases(t, opts, ranksList, func(t *testing.T, plain run) {
+		want := train(t, plain)
+		buddies := plain
+		buddies.buddy = true
+		got := train(t, buddies)
+		require.Equal(t, want.params, got.params)
+		for r := range plain.ranks {
+			left := (r + plain.ranks - 1) % plain.ranks
+			require.Equal(t, got.own[left], got.copies[r], "rank %d's copy of rank %d's shard", r, left)
+			shard := int64(len(got.grads[r])) * 8
+			require.Equal(t, want.sentRun[r]+shard, got.sentRun[r], "rank %d: Run's bytes, the hop included", r)
+			require.Equal(t, want.sent[r]-want.sentRun[r], got.sent[r]-got.sentRun[r], "rank %d: Step's bytes", r)
+		}
+	})
+}

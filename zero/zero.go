@@ -41,7 +41,9 @@
 // all-reduce.
 //
 // With buddies (WrapWithBuddy, buddy.go) each rank also keeps a copy of its
-// ring neighbour's shard state, so that the state survives a lost rank;
+// ring neighbour's shard state, so that the state survives a lost rank:
+// after each bucket's reduce-scatter, rank r's piece goes on to rank r+1,
+// one more hop (M/N more bytes per rank and step in all);
 // Reshard and Regroup (buddy_reshard.go) move the state to the world that
 // follows a loss or a join.
 package zero
@@ -158,7 +160,8 @@ func Pieces(buckets [][2]int, total, n, rank int) ([]Piece, error) {
 // reduceScatterBucket averages bucket [lo, hi) of grads over ranks, leaving
 // on each rank its piece in the shard's gradient: a ring reduce-scatter in
 // N-1 steps, in which rank r sends every chunk of the bucket but its own,
-// (N-1)/N of the bucket.
+// (N-1)/N of the bucket. With buddies the piece then goes to the buddy
+// (buddy.exchangeBucket).
 func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Group, grads []T, lo, hi int) error {
 	if group.Size() == 1 {
 		return nil // the average over one rank, in place
@@ -168,7 +171,10 @@ func (z *ZeRO1[T]) reduceScatterBucket(ctx context.Context, group *allreduce.Gro
 		return fmt.Errorf("zero: [%d, %d) is not a bucket", lo, hi)
 	}
 	p := z.pieces[b]
-	return allreduce.ReduceScatter(ctx, group, z.gradShard[p.Off:p.Off+p.Len()], grads[lo:hi], allreduce.Avg)
+	if err := allreduce.ReduceScatter(ctx, group, z.gradShard[p.Off:p.Off+p.Len()], grads[lo:hi], allreduce.Avg); err != nil {
+		return err
+	}
+	return z.buddy.exchangeBucket(ctx, b)
 }
 
 // DDP is the underlying data-parallel wrapper (Tapped, Backward, Run,
@@ -236,15 +242,14 @@ func (z *ZeRO1[T]) Step(ctx context.Context) error {
 	return z.buddy.end(params, nil)
 }
 
-// updateShard is Step's update of the shard, with buddies' steps 1 and 2
-// around it (buddy.go).
+// updateShard is Step's update of the shard, with buddies' step 2 around
+// it (buddy.go).
 func (z *ZeRO1[T]) updateShard(ctx context.Context, params []T) error {
-	z.buddy.begin(ctx, params, z.opt.LR())
+	z.buddy.begin(params, z.opt.LR())
 	if err := z.stepShard(params); err != nil {
-		z.buddy.abandon(ctx)
 		return err
 	}
-	return z.buddy.receive(ctx)
+	return z.buddy.receive(ctx, z.group)
 }
 
 // stepShard updates the shard with the optimizer's Step, the shard's

@@ -42,6 +42,8 @@ type run struct {
 	// inBackward applies the optimizer bucket by bucket inside Run
 	// (ddp.WithOptimizerInBackward).
 	inBackward bool
+	// buddy wraps with buddies (WrapWithBuddy; with zero1).
+	buddy bool
 }
 
 // result is what every rank ends with.
@@ -60,6 +62,9 @@ type result struct {
 	// grads is, by rank, the last step's averaged gradient: the gradient
 	// arena (DDP), the shard's gradient (ZeRO-1).
 	grads [][]float64
+	// own and copies are, by rank, the shard's optimizer state and the
+	// buddy copy of the left's (ZeRO-1 with buddies).
+	own, copies []optim.State
 }
 
 // countingConn counts the payload bytes a rank sends, and logs the size of
@@ -111,7 +116,8 @@ func train(t *testing.T, r run) result {
 	}
 	res := result{params: make([][][]float64, r.ranks), stateBytes: make([]int64, r.ranks), sent: make([]int64, r.ranks),
 		sentRun: make([]int64, r.ranks), runLog: make([][]int64, r.ranks), gathered: make([]optim.State, r.ranks), fullAll: make([]optim.State, r.ranks),
-		pieces: make([][]zero.Piece, r.ranks), grads: make([][]float64, r.ranks)}
+		pieces: make([][]zero.Piece, r.ranks), grads: make([][]float64, r.ranks),
+		own: make([]optim.State, r.ranks), copies: make([]optim.State, r.ranks)}
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 		ctx := context.Background()
 		rank := g.Rank()
@@ -124,6 +130,12 @@ func train(t *testing.T, r run) result {
 		var d *ddp.DDP[float64]
 		n := traintest.Build[float64](t, r.kind, r.perRank, func(params G.Nodes) traintest.Wrapper {
 			var err error
+			if r.buddy {
+				z, err = zero.WrapWithBuddy[float64](ctx, g, params, opt, traintest.NewOpt[float64](t, r.opt), opts...)
+				require.NoError(t, err)
+				d = z.DDP()
+				return z
+			}
 			if r.zero1 {
 				z, err = zero.Wrap[float64](ctx, g, params, opt, opts...)
 				require.NoError(t, err)
@@ -178,6 +190,13 @@ func train(t *testing.T, r run) result {
 			res.buckets = d.BucketRanges()
 		}
 		res.grads[rank] = append([]float64(nil), d.GradArena()...)
+		if r.buddy {
+			_, copied, err := z.BuddyState()
+			if err != nil {
+				return err
+			}
+			res.own[rank], res.copies[rank] = opt.State(), copied
+		}
 		if z != nil {
 			res.grads[rank] = append([]float64(nil), z.GradShard()...)
 			res.pieces[rank] = z.Pieces()
