@@ -90,7 +90,7 @@ func meshWork(m cost.Model, s cost.Shape, b float64) float64 {
 
 // meshCost is the 2D mesh's predicted time: the agreement step, Auto's
 // intra-node all-reduce of the whole buffer, then Auto's all-reduce of it
-// among one rank per node (the L of them side by side: sideBySideCost). On uneven nodes a
+// among one rank per node (the L of them in parallel). On uneven nodes a
 // rank of the smallest node holds up to ⌈L/L_min⌉ slots and runs that
 // many inter-node all-reduces one after another (torusCost).
 func meshCost(m cost.Model, s cost.Shape, b float64) float64 {
@@ -105,5 +105,5 @@ func meshCost(m cost.Model, s cost.Shape, b float64) float64 {
 	if slots > 1 {
 		intra = math.Max(intra, autoCost(m, s.SmallestShape(), b))
 	}
-	return t + intra + float64(slots)*sideBySideCost(m, s, s.LocalSize, b)
+	return t + intra + float64(slots)*autoCost(m.SharedBy(s.LocalSize), s.InterShape(), b)
 }

@@ -163,8 +163,7 @@ func torusWork(m cost.Model, s cost.Shape, b float64) float64 {
 // per block (compositionCost: B blocks of M/B bytes, overlapped over the
 // mixed transport) the intra-node ring reduce-scatter ((L-1) steps of
 // M/L bytes of the block), Auto's all-reduce of M/L bytes among one rank
-// per node (the L of them side by side: sideBySideCost), and the
-// intra-node ring all-gather. On uneven nodes a rank
+// per node, and the intra-node ring all-gather. On uneven nodes a rank
 // of the smallest node, L_min ranks, holds up to s = ⌈L/L_min⌉ slots:
 // its ring moves up to s·M/L bytes a step (the lock-step ring waits for
 // the largest chunk in flight) in L_min-1 steps (the later of that and
@@ -198,6 +197,6 @@ func torusCost(m cost.Model, s cost.Shape, b float64) float64 {
 				in, out = sin, sout
 			}
 		}
-		return in, float64(slots) * sideBySideCost(m, s, s.LocalSize, c), out
+		return in, float64(slots) * autoCost(m.SharedBy(s.LocalSize), s.InterShape(), c), out
 	})
 }

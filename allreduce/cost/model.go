@@ -59,8 +59,7 @@ import (
 // slot, as the simulator does; Tree's rounds place each such send in its
 // NIC's earliest gap; torus and mesh, whose L
 // ranks of a node run their inter-node all-reduces side by side, price
-// them as one over a link shared ⌈L/NICs⌉ ways (Link.Shared, SharedBy),
-// or by the measured SideBySide ratio where the model has one.
+// them as one over a link shared ⌈L/NICs⌉ ways (Link.Shared, SharedBy).
 // The ring and hierarchical send between nodes from one rank per node at
 // a time and share nothing. 0 (unset): a link per rank, nothing shared.
 // cmd/bench -calibrate leaves it 0 (one host has no NIC between nodes).
@@ -100,12 +99,6 @@ import (
 // cores a lone send is seen sooner than an exchange's message: fewer
 // ranks want the cores at that moment (docs/measurements.md). 0 (unset)
 // is 1. cmd/bench -calibrate fits it.
-//
-// SideBySide, where set, is what a node's ranks' rings between nodes,
-// run at once as torus's and mesh's inter-node phases are, cost against
-// one ring of their bytes (shared.go). cmd/bench -calibrate across nodes
-// measures it. Unset (every profile written before it existed): those
-// rings are priced over the inter-node link shared by NICs (SharedBy).
 type Model struct {
 	Intra   Link    `json:"intra"`
 	Inter   Link    `json:"inter"`
@@ -120,8 +113,6 @@ type Model struct {
 
 	CacheWork      float64 `json:"cache_work,omitempty"`
 	CacheWorkBytes int     `json:"cache_work_bytes,omitempty"`
-
-	SideBySide SideBySide `json:"side_by_side,omitzero"`
 }
 
 // AlphaOf is the α of a message over l: LoneAlpha of it for a lone send
@@ -151,9 +142,6 @@ func (m Model) Validate() error {
 		if p.v < 0 || math.IsInf(p.v, 0) || math.IsNaN(p.v) {
 			return fmt.Errorf("%w: cost model %s = %v: must be a finite number ≥ 0", ErrInvalid, p.name, p.v)
 		}
-	}
-	if err := m.SideBySide.validate(); err != nil {
-		return err
 	}
 	if m.Ports < 0 {
 		return fmt.Errorf("%w: cost model ports = %d: must be ≥ 0", ErrInvalid, m.Ports)

@@ -25,9 +25,7 @@ import (
 //     in up to three regimes (calibrate.FitLink: large messages, the
 //     cache regime, the small-message regime); Intra = Inter = that link
 //     (one host); across nodes each link timed alone instead
-//     (calibrateLinks, linkcalib.go), NICs too, and the inter-node
-//     phases of the compositions, one ring against a ring per local
-//     rank side by side (SideBySide: phasering.go);
+//     (calibrateLinks, linkcalib.go), NICs too;
 //  2. γ: the same exchange with a reducing sink at the large sizes, the
 //     extra time per byte (calibrate.FitGamma);
 //  3. every runnable algorithm (or -algo's list, auto aside) timed over
@@ -153,22 +151,14 @@ func calibrateOneLink(ctx context.Context, cfg *config, conns []transport.Conn, 
 }
 
 // calibrateLinks is steps 1 and 2 across the nodes of s: each link timed
-// alone (measureLinks) and fitted (fitTwoLinks), and where the nodes have
-// several ranks the inter-node phases (timePhases, fitSideBySide); nil
-// outside rank 0's process.
+// alone (measureLinks) and fitted (fitTwoLinks); nil outside rank 0's
+// process.
 func calibrateLinks(ctx context.Context, cfg *config, conns []transport.Conn, s cost.Shape, w io.Writer) (*cost.Model, error) {
 	sizes := calibrate.PingSizes(cfg.calibMax)
 	large := calibrate.LargeSizes(sizes)
 	t, err := measureLinks(ctx, cfg, conns, s, sizes, large)
 	if err != nil {
 		return nil, fmt.Errorf("-calibrate: %w", err)
-	}
-	var one, all []float64
-	phases := phaseSizes(cfg.calibMax)
-	if s.LocalSize >= 2 {
-		if one, all, err = timePhases(ctx, cfg, conns, s, phases, defaultModel(cfg.transport).Segment); err != nil {
-			return nil, fmt.Errorf("-calibrate: the inter-node phases: %w", err)
-		}
 	}
 	if t.inter == nil {
 		return nil, nil
@@ -180,11 +170,6 @@ func calibrateLinks(ctx context.Context, cfg *config, conns []transport.Conn, s 
 	m, err := fitTwoLinks(cfg, w, s, sizes, large, t, kernel, gbytes)
 	if err != nil {
 		return nil, fmt.Errorf("-calibrate: %w", err)
-	}
-	if one != nil {
-		if err := fitSideBySide(w, &m, s, cfg.iters, phases, one, all); err != nil {
-			return nil, fmt.Errorf("-calibrate: %w", err)
-		}
 	}
 	return &m, nil
 }

@@ -237,34 +237,3 @@ func TestExplainRooted(t *testing.T) {
 		}
 	}
 }
-
-// A profile's measured ratio of the rings side by side reaches -explain:
-// the model line names it and torus's prediction on the profile's layout
-// follows it; -nics, which changes what the ratio was measured with,
-// drops it.
-func TestExplainSideBySide(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bed.json")
-	m := cost.Model{Intra: cost.Link{Alpha: 2e-6, Beta: 1e-10}, Inter: cost.Link{Alpha: 50e-6, Beta: 8e-9}, Gamma: 1e-10, NICs: 1,
-		Segment: 256 << 10, SideBySide: cost.SideBySide{Rings: 2, Ratio: 1.2}}
-	if err := cost.WriteProfile(path, cost.Profile{Transport: "auto", Ranks: 6, Nodes: 3, LocalSize: 2, InterTransport: "tcp", Model: m}); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-explain", "-transport", "sim", "-ranks", "6", "-nodes", "3", "-min", "4M", "-max", "4M", "-profile", path}
-	out, err := runBench(t, args...)
-	if err != nil || !strings.Contains(out, "2 rings between nodes side by side (torus, mesh) take 1.2× one ring of their bytes") {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	shape := []string{"-ranks", "6", "-nodes", "3", "-min", "4M", "-max", "4M", "-profile", path}
-	with := predictedUS(t, shape...)["torus"]
-	m.SideBySide.Ratio = 1
-	if err := cost.WriteProfile(path, cost.Profile{Transport: "auto", Ranks: 6, Nodes: 3, LocalSize: 2, InterTransport: "tcp", Model: m}); err != nil {
-		t.Fatal(err)
-	}
-	if one := predictedUS(t, shape...)["torus"]; !(one > 0) || !(with > one*1.05) {
-		t.Errorf("torus at 4 MiB: %v µs with the ratio 1.2, %v µs with 1", with, one)
-	}
-	out, err = runBench(t, append(args, "-nics", "1")...)
-	if err != nil || strings.Contains(out, "side by side") {
-		t.Errorf("-nics keeps the measured ratio: %v\n%s", err, out)
-	}
-}

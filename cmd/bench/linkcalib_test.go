@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,15 +93,14 @@ func TestFitNICs(t *testing.T) {
 // layout and the links' transports, no refit (it fits one link).
 func TestCalibrateAcrossNodes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nodes.json")
-	out, err := runBench(t, "-calibrate", path, "-ranks", "4", "-local-size", "2", "-calib-max", "1M",
+	out, err := runBench(t, "-calibrate", path, "-ranks", "4", "-local-size", "2", "-calib-max", "2M",
 		"-min", "1K", "-max", "8K", "-factor", "8", "-iters", "2", "-warmup", "0")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, s := range []string{"4 ranks on 2 nodes of 2: each link timed alone", "each node's ranks among themselves",
 		"# model: intra = the link above", "one rank of each node (local rank 0) over the nodes", "# model: inter = the link above",
-		"every local rank over the nodes at once", "the refit to the algorithms' times fits one link for both, so it is not run",
-		"the inter-node phases as the compositions run them", "side_by_side = 2 rings, ratio"} {
+		"every local rank over the nodes at once", "the refit to the algorithms' times fits one link for both, so it is not run"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
@@ -112,37 +110,7 @@ func TestCalibrateAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.Version != 2 || p.Nodes != 2 || p.LocalSize != 2 || p.IntraTransport != "inproc" || p.InterTransport != "inproc" ||
-		!(p.Model.Intra.Beta > 0) || !(p.Model.Inter.Beta > 0) || p.Model.Intra == p.Model.Inter || !(p.Model.Gamma > 0) ||
-		p.Model.SideBySide.Rings != 2 || !(p.Model.SideBySide.Ratio > 0) {
+		!(p.Model.Intra.Beta > 0) || !(p.Model.Inter.Beta > 0) || p.Model.Intra == p.Model.Inter || !(p.Model.Gamma > 0) {
 		t.Errorf("profile %+v", p)
-	}
-}
-
-// The ratio of the rings side by side is the median over the sizes of
-// each size's side-by-side time over its one-ring time (one size's pair
-// is one noisy sample); the report gives each size, the ratio and
-// torus's prices with it and without; nothing timed is an error.
-func TestFitSideBySide(t *testing.T) {
-	s := cost.NodesShape(6, 2)
-	m := cost.Model{Intra: cost.Link{Alpha: 2e-6, Beta: 1e-10}, Inter: cost.Link{Alpha: 50e-6, Beta: 8e-9}, Gamma: 1e-10, NICs: 1, Segment: 256 << 10}
-	var out strings.Builder
-	sizes := []int{1 << 20, 2 << 20, 4 << 20, 8 << 20}
-	one := []float64{0.010, 0.020, 0.040, 0.080}
-	all := []float64{0.011, 0.021, 0.060, 0.0808} // ratios 1.1, 1.05, 1.5, 1.01: median 1.075
-	if err := fitSideBySide(&out, &m, s, 3, sizes, one, all); err != nil {
-		t.Fatal(err)
-	}
-	if m.SideBySide.Rings != 2 || math.Abs(m.SideBySide.Ratio-1.075) > 1e-12 {
-		t.Errorf("SideBySide = %+v, want 2 rings, ratio 1.075", m.SideBySide)
-	}
-	for _, want := range []string{"the fastest of 7 rounds", "2 rings of M/L side by side", "4194304       40.000       60.000    1.500",
-		"side_by_side = 2 rings, ratio 1.075", "# 4MiB: torus", "with the rings as the link shared); hierarchical"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, out.String())
-		}
-	}
-	m.SideBySide = cost.SideBySide{}
-	if err := fitSideBySide(&out, &m, s, 3, sizes, []float64{0, 0, 0, 0}, all); err == nil || m.SideBySide.Rings != 0 {
-		t.Errorf("nothing timed: %v, %+v", err, m.SideBySide)
 	}
 }

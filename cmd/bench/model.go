@@ -126,7 +126,6 @@ func (f *modelFlags) resolve(transport string, peerMemory bool, given map[string
 			return nil, "", fmt.Errorf("-nics %d: need 0 or more", f.nics)
 		}
 		base.NICs = f.nics
-		base.SideBySide = cost.SideBySide{} // measured with the profile's NICs
 		set = append(set, "-nics")
 	}
 	if given["cores"] {
@@ -192,9 +191,6 @@ func describeModel(m cost.Model) string {
 	}
 	if m.NICs > 0 {
 		s += fmt.Sprintf("; a node's ranks share %d NIC(s)", m.NICs)
-	}
-	if m.SideBySide.Rings > 0 {
-		s += fmt.Sprintf("; %d rings between nodes side by side (torus, mesh) take %.3g× one ring of their bytes", m.SideBySide.Rings, m.SideBySide.Ratio)
 	}
 	if m.Cores > 0 {
 		s += fmt.Sprintf("; a node's ranks share %d core(s)", m.Cores)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -46,48 +44,27 @@ func spread(times []float64) float64 {
 // paceSpread apart.
 func pacesDiffer(times []float64) bool { return spread(times) > paceSpread }
 
-// agreeAll is the OR of every rank's flag, on every rank (disseminate).
-// size and batch tell the agreements of one ringExchange apart in the
-// headers.
+// agreeAll is the OR of every rank's flag, on every rank: ⌈log2 n⌉
+// exchanges of one byte, rank r sending to r+d and receiving from r−d for
+// d = 1, 2, 4, ... (a dissemination barrier carrying the flag). size and
+// batch tell the agreements of one ringExchange apart in the headers.
 func agreeAll(ctx context.Context, c transport.Conn, group uint32, size, batch int, flag bool) (bool, error) {
+	n, r := c.Size(), c.Rank()
 	var mine [1]byte
 	if flag {
 		mine[0] = 1
 	}
-	err := disseminate(ctx, c, group, size, batch, mine[:], func(mine, in []byte) { mine[0] |= in[0] })
-	return mine[0] != 0, err
-}
-
-// agreeMax is the largest of every rank's v, on every rank (disseminate).
-func agreeMax(ctx context.Context, c transport.Conn, group uint32, size, batch int, v float64) (float64, error) {
-	var mine [8]byte
-	binary.LittleEndian.PutUint64(mine[:], math.Float64bits(v))
-	err := disseminate(ctx, c, group, size, batch, mine[:], func(mine, in []byte) {
-		if x := math.Float64frombits(binary.LittleEndian.Uint64(in)); x > math.Float64frombits(binary.LittleEndian.Uint64(mine)) {
-			copy(mine, in)
-		}
-	})
-	return math.Float64frombits(binary.LittleEndian.Uint64(mine[:])), err
-}
-
-// disseminate folds every rank's value into mine on every rank: ⌈log2 n⌉
-// exchanges of len(mine) bytes, rank r sending to r+d and receiving from
-// r−d for d = 1, 2, 4, ... (a dissemination barrier carrying the value),
-// each received value folded in by combine, which must not mind seeing a
-// rank's value twice (OR, max). size and batch go in the headers.
-func disseminate(ctx context.Context, c transport.Conn, group uint32, size, batch int, mine []byte, combine func(mine, in []byte)) error {
-	n, r := c.Size(), c.Rank()
-	in := &pingSink{dst: make([]byte, len(mine))}
+	in := &pingSink{dst: make([]byte, 1)}
 	step := uint32(0)
 	for d := 1; d < n; d *= 2 {
-		h := transport.Header{Group: group + agreeOffset, Seq: uint64(size), Root: int32(batch), Count: int64(len(mine)), Step: step}
+		h := transport.Header{Group: group + agreeOffset, Seq: uint64(size), Root: int32(batch), Count: 1, Step: step}
 		step++
-		if err := exchange(ctx, c, (r+d)%n, h, mine, (r-d+n)%n, len(mine), in); err != nil {
-			return fmt.Errorf("agreeing on the rounds of size %d: %w", size, err)
+		if err := exchange(ctx, c, (r+d)%n, h, mine[:], (r-d+n)%n, 1, in); err != nil {
+			return false, fmt.Errorf("agreeing on the rounds of size %d: %w", size, err)
 		}
-		combine(mine, in.dst)
+		mine[0] |= in.dst[0]
 	}
-	return nil
+	return mine[0] != 0, nil
 }
 
 // paceRecord is rank 0's record of a ringExchange: per size, the rounds

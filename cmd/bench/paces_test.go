@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/allreduce/inproc"
-	"github.com/ringddp/ringddp/allreduce/transport"
 )
 
 // TestAgreeAll: the flag of any one rank reaches every rank, on group
@@ -35,34 +34,6 @@ func TestAgreeAll(t *testing.T) {
 			cancel()
 			for r := range got {
 				require.Equal(t, who >= 0, got[r], "n=%d, flag on rank %d: rank %d", n, who, r)
-			}
-		}
-	}
-}
-
-// TestAgreeMax: every rank gets the largest of the ranks' values (a
-// phase's time: the longest of its ranks'), on group sizes that are and
-// are not powers of two, wherever the largest is.
-func TestAgreeMax(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 6, 8} {
-		for _, who := range []int{0, n - 1, n / 2} {
-			w, err := inproc.NewWorld(n)
-			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			got := make([]float64, n)
-			err = onEveryRank(ctx, w.Endpoints(), func(ctx context.Context, c transport.Conn) error {
-				v := 0.25 * float64(c.Rank()%3) // ties and zeros among the others
-				if c.Rank() == who {
-					v = 7.5
-				}
-				m, err := agreeMax(ctx, c, pingGroup, 3, 1, v)
-				got[c.Rank()] = m
-				return err
-			})
-			cancel()
-			require.NoError(t, err)
-			for r := range got {
-				require.Equal(t, 7.5, got[r], "n=%d, the largest on rank %d: rank %d", n, who, r)
 			}
 		}
 	}

@@ -37,56 +37,43 @@ func pingReps(b int) int { return min(100, max(1, (256<<10)/b)) }
 // receives from (allRanks: the ring of every rank; linkcalib.go's rings
 // within and between nodes).
 func ringExchange(ctx context.Context, cfg *config, conns []transport.Conn, sizes []int, reduce bool, ring exchangeRing) ([]float64, string, error) {
-	var (
-		out []float64
-		rec *paceRecord
-	)
-	for _, c := range conns {
-		if c.Rank() == 0 {
-			out = make([]float64, len(sizes))
-			rec = &paceRecord{rounds: make([]int, len(sizes)), spread: make([]float64, len(sizes))}
-		}
-	}
-	err := onEveryRank(ctx, conns, func(ctx context.Context, c transport.Conn) error {
-		var times []float64
-		var pr *paceRecord
-		if c.Rank() == 0 {
-			times, pr = out, rec
-		}
-		right, left, ok := ring.peers(c.Rank(), c.Size())
-		side := ringSide{cfg: cfg, c: c, sizes: sizes, reduce: reduce, perStep: times, pace: pr,
-			right: right, left: left, member: ok, ring: ring}
-		return side.run(ctx)
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	return out, rec.note(sizes, cfg.iters), nil
-}
-
-// onEveryRank runs run for each of this process's ranks at once, each on
-// a goroutine of its own, and waits for them all; the first to fail
-// cancels the others' context, and the error names each failed rank.
-func onEveryRank(ctx context.Context, conns []transport.Conn, run func(context.Context, transport.Conn) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
+		out  []float64
+		rec  *paceRecord
 	)
 	for _, c := range conns {
-		wg.Go(func() {
-			if err := run(ctx, c); err != nil {
+		var times []float64
+		var pr *paceRecord
+		if c.Rank() == 0 {
+			out = make([]float64, len(sizes))
+			times = out
+			rec = &paceRecord{rounds: make([]int, len(sizes)), spread: make([]float64, len(sizes))}
+			pr = rec
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			right, left, ok := ring.peers(c.Rank(), c.Size())
+			side := ringSide{cfg: cfg, c: c, sizes: sizes, reduce: reduce, perStep: times, pace: pr,
+				right: right, left: left, member: ok, ring: ring}
+			if err := side.run(ctx); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("rank %d: %w", c.Rank(), err))
 				mu.Unlock()
 				cancel()
 			}
-		})
+		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, "", err
+	}
+	return out, rec.note(sizes, cfg.iters), nil
 }
 
 // exchangeRing is a ring of ringExchange: peers gives rank r of n ranks
