@@ -51,6 +51,34 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	return WrapWithBuddyAt(ctx, group, params, opt, shadow, 1, opts...)
 }
 
+// MembersOffset is the buddy offset of a generation of a job that
+// started with world ranks on nodes of local ranks each (node k: ranks
+// kL .. kL+L-1): members are the generation's ranks by their job-start
+// ranks, in generation order. It is BuddyOffset of their number and their
+// number per node when every node with members has the same number of
+// them, each node's members are consecutive (start order) and none is a
+// joiner (a rank outside [0, world)); else 1. A launcher and the ranks
+// compute the same offset from the same members.
+func MembersOffset(members []int, local, world int) int {
+	if local < 1 || len(members) < 2 {
+		return 1
+	}
+	per := map[int]int{}
+	for i, m := range members {
+		if m < 0 || m >= world || i > 0 && m <= members[i-1] {
+			return 1
+		}
+		per[m/local]++
+	}
+	l := per[members[0]/local]
+	for _, c := range per {
+		if c != l {
+			return 1
+		}
+	}
+	return BuddyOffset(len(members), l)
+}
+
 // checkOffset reports whether d is a buddy offset for n ranks: a rank's
 // buddy must be another rank.
 func checkOffset(n, d int) error {

@@ -25,6 +25,28 @@ func TestBuddyOffset(t *testing.T) {
 	}
 }
 
+// A generation's offset from its members (job-start ranks): nodes of
+// equal size → their size; a node partly lost, a joiner, or members out of
+// start order → 1.
+func TestMembersOffset(t *testing.T) {
+	for _, c := range []struct {
+		members      []int
+		local, world int
+		want         int
+	}{
+		{[]int{0, 1, 2, 3, 4, 5, 6, 7}, 4, 8, 4},
+		{[]int{0, 1, 2, 3}, 4, 8, 1},          // one node left
+		{[]int{0, 1, 4, 5, 6, 7}, 2, 8, 2},    // node 1 of 4 lost
+		{[]int{0, 1, 2, 4, 5, 6}, 4, 8, 3},    // one rank of each node lost: 2 nodes of 3
+		{[]int{0, 1, 2, 3, 4, 5, 7}, 4, 8, 1}, // nodes of 4 and 3
+		{[]int{0, 1, 2, 3, 4, 5, 6, 8}, 4, 8, 1},
+		{[]int{4, 5, 0, 1}, 2, 8, 1},
+		{[]int{0, 1}, 0, 2, 1},
+	} {
+		require.Equal(t, c.want, MembersOffset(c.members, c.local, c.world), "members %v, local %d", c.members, c.local)
+	}
+}
+
 // Every edge r → r+d of every world and offset has a round below
 // buddyRounds, and no rank is in two edges of one round (the split's pair
 // groups of a round are disjoint).
