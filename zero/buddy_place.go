@@ -135,20 +135,34 @@ func lostPair(lost []bool, d int) (rank, buddy int, ok bool) {
 	return 0, 0, false
 }
 
-// ShardsKept reports whether every ZeRO-1 shard of a world of n ranks
-// with buddy offset d has a holder left after losing the ranks lost
-// (ranks of that world): nil, or an error naming a rank and its buddy both
-// lost. It needs no communication: a launcher judges with it whether the
-// survivors can continue.
+// LostBuddyPair is the first rank of a world of n ranks with buddy offset
+// d whose shard is gone after losing the ranks lost (ranks of that world;
+// others are ignored): lost, with its buddy, which held the only copy.
+// gone is false when every shard has a holder left. It needs no
+// communication: a launcher judges with it whether the survivors can
+// continue.
+func LostBuddyPair(n, d int, lost []int) (rank, buddy int, gone bool) {
+	if n < 1 {
+		return 0, 0, false
+	}
+	set := make([]bool, n)
+	for _, l := range lost {
+		if l >= 0 && l < n {
+			set[l] = true
+		}
+	}
+	return lostPair(set, d)
+}
+
+// ShardsKept is LostBuddyPair as an error naming the rank and its buddy,
+// or nil; a lost rank outside the world is an error too.
 func ShardsKept(n, d int, lost []int) error {
-	gone := make([]bool, n)
 	for _, l := range lost {
 		if l < 0 || l >= n {
 			return fmt.Errorf("zero: lost rank %d is not a rank of the world of %d", l, n)
 		}
-		gone[l] = true
 	}
-	if r, b, ok := lostPair(gone, d); ok {
+	if r, b, gone := LostBuddyPair(n, d, lost); gone {
 		return fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", r, b)
 	}
 	return nil

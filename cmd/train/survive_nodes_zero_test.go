@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Healing across node launchers under ZeRO-1 with buddies.
@@ -52,4 +55,42 @@ func TestSurviveNodeLostZeRO1(t *testing.T) {
 	require.Error(t, nodes[0].err)
 	require.Contains(t, errOut, "falling back to a restart")
 	require.Contains(t, errOut, "rank 2's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart")
+}
+
+// The launcher's judgement (Elastic.Survives) asks whether a rank and its
+// buddy were both lost: with buddies on the ring neighbour a node of two
+// ranks takes a shard and its only copy; with buddies on the next node
+// (the generation's offset, zero.MembersOffset: 3 nodes of 2) a whole
+// node's loss keeps every shard, and a rank lost with the same local rank
+// of the next node does not. Members are job-start ranks, in the
+// generation's order (a generation that lost rank 1 earlier).
+func TestBuddiesKeptJudgement(t *testing.T) {
+	nodes := func(members []int) int { return zero.MembersOffset(members, 2, 6) }
+	for _, c := range []struct {
+		offset  func([]int) int
+		members []int
+		lost    []int
+		want    string
+	}{
+		{ringBuddies, []int{0, 1, 2, 3}, []int{2, 3}, "ranks 2 and 3, ring neighbours, were both lost: rank 2's ZeRO-1 optimizer shard had its only copy on rank 3"},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{3, 0}, "ranks 3 and 0, ring neighbours"},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{1, 3}, ""},
+		{ringBuddies, []int{0, 2, 3}, []int{0, 2}, "ranks 0 and 2, ring neighbours"}, // 1 lost before
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{2, 3}, ""},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 5}, ""},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{1, 3}, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3"},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 0}, "ranks 4 and 0, a rank and its buddy 2 ranks on"},
+		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, ""},                                  // node 1 lost before: 2 nodes of 2
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, "ranks 2 and 3, ring neighbours"}, // uneven nodes: offset 1
+		{nodes, []int{0, 1}, []int{1}, ""},
+	} {
+		t.Run(fmt.Sprintf("%v/lost=%v", c.members, c.lost), func(t *testing.T) {
+			err := buddiesKept(c.offset)(c.members, c.lost)
+			if c.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, c.want)
+		})
+	}
 }
