@@ -75,7 +75,10 @@ func (o *options) continueOn(e *launch.Elastic) {
 		return nil
 	}
 	if o.zeroBuddies {
-		e.Survives = buddiesKept(ringBuddies)
+		nodes := o.cfg.BuddyNodes
+		e.Survives = buddiesKept(func(members []int) int {
+			return zero.MembersOffset(members, nodes.Ranks, nodes.Nodes*nodes.Ranks)
+		})
 	}
 	e.OnContinue = func(w io.Writer, c launch.Continued) { printContinued(w, c, batch, o.json) }
 }
@@ -112,10 +115,8 @@ func buddiesKept(offset func(members []int) int) func(members, lost []int) error
 	}
 }
 
-// ringBuddies is the trainer's buddy offset: it wraps with
-// zero.WrapWithBuddy, every rank's copy on its ring neighbour (placing
-// copies on the next node, zero.MembersOffset, is not wired into the
-// trainer yet: docs/elastic.md).
+// ringBuddies is the buddy offset on one host: every rank's copy on its
+// ring neighbour.
 func ringBuddies([]int) int { return 1 }
 
 // continueRecord is a failure survived in -json output. It keeps the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,9 +23,8 @@ import (
 // SHA-256 checked). No completed step is lost, every example is used once
 // per epoch, and the job ends on the three ranks.
 //
-// One rank a node: with two, a node's loss takes a shard and its buddy
-// copy together (the buddy is the ring neighbour, on the same node), and
-// the job falls back to its checkpoint (TestSurviveNodeLostZeRO1).
+// One rank a node (buddies on the ring neighbour, the next node); with
+// two, buddies go to the next node (TestSurviveNodeLostZeRO1).
 func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
 	r := rejoinJob(t, 3, "tcp", nil, "-zero1", "-ranks", "1")
 	h := r.h
@@ -39,22 +39,41 @@ func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
 	require.Contains(t, r.errOut, "launch: node 0: node 1 is back in the job with rank 3")
 }
 
-// Two ranks a node under -zero1 -heal, node 1 lost whole: ranks 2 and 3
-// go together, and rank 2's shard had its only copy on rank 3, so the job
-// cannot continue: the plan falls back to a restart (none allowed here:
-// the job ends within seconds), saying which shard was lost — no hang, no
-// diverged replicas.
+// Two ranks a node under -zero1, node 1 lost whole (ranks 2 and 3 go
+// together): buddies are on the next node (rank r's copy on rank r+2), so
+// ranks 0 and 1 hold the copies of ranks 2's and 3's shards, rebuild them
+// and continue on node 0 without a restart: no completed step lost, every
+// example used once per epoch.
 func TestSurviveNodeLostZeRO1(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
 	}
-	nodes, killed := startKillNode(t, "tcp", 1, "-zero1", "-heal")
-	waitNodes(t, nodes[:1], 20*time.Second)
+	nodes, _ := startKillNode(t, "tcp", 1, "-zero1")
+	waitNodes(t, nodes[:1], 30*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	c := oneSurvived(t, out, 2)
+	require.Len(t, c.Removed, 2, out)
+	require.NotContains(t, errOut, "falling back to a restart")
+}
+
+// Two ranks a node under -zero1, rank 1 and its buddy on the next node,
+// rank 3, killed at once: rank 1's shard had its only copy on rank 3, so
+// the job cannot continue: the plan falls back to a restart (none allowed
+// here: the job ends within seconds), saying which shard was lost — no
+// hang, no diverged replicas.
+func TestSurviveNodeBuddiesLostZeRO1(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:1:7:0;kill:3:7:0")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-zero1")...)
+	waitNodes(t, nodes[:1], 30*time.Second)
 	errOut := nodes[0].stderr.String()
-	t.Logf("node 0 ended %v after node 1 was killed:\n%s", time.Since(killed), errOut)
-	require.Error(t, nodes[0].err)
-	require.Contains(t, errOut, "falling back to a restart")
-	require.Contains(t, errOut, "rank 2's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart")
+	require.Error(t, nodes[0].err, errOut)
+	require.Contains(t, errOut, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart", errOut)
 }
 
 // The launcher's judgement (Elastic.Survives) asks whether a rank and its

@@ -61,6 +61,12 @@ type Config struct {
 	// survivors of a failure (Survive) rebuild a lost rank's shard from its
 	// buddy and keep every completed step (survive_zero.go).
 	ZeroBuddies bool
+	// BuddyNodes, with ZeroBuddies across node launchers, is the job's
+	// start: Ranks ranks on each of Nodes nodes, numbered node by node.
+	// A generation whose nodes hold equally many ranks places each rank's
+	// copy on the next node (zero.MembersOffset), so that a node's loss
+	// keeps every shard; zero: the ring neighbour.
+	BuddyNodes struct{ Nodes, Ranks int }
 	// OverlapOptimizer updates each gradient bucket as soon as its
 	// collective completes, inside the backward pass (PyTorch's optimizer
 	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.
