@@ -57,7 +57,8 @@ type Config struct {
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
 	// ZeroBuddies, with Zero1 on 2 or more ranks, has each rank also hold
-	// its ring neighbour's shard state (zero.WrapWithBuddy), so that the
+	// another rank's shard state (its ring neighbour's, or across node
+	// launchers the previous node's: BuddyNodes; zero.WrapWithBuddyAt), so that the
 	// survivors of a failure (Survive) rebuild a lost rank's shard from its
 	// buddy and keep every completed step (survive_zero.go).
 	ZeroBuddies bool
