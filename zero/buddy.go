@@ -357,8 +357,8 @@ func replay[T ddp.Float](opt optim.Optimizer[T], lr float64, params, grad []T) e
 // Buddied reports whether this rank holds a buddy copy (WrapWithBuddy).
 func (z *ZeRO1[T]) Buddied() bool { return z.buddy != nil }
 
-// BuddyState is the copy this rank holds of its left neighbour's shard
-// state (rank r-1 mod N), and that rank: what rebuilds the left's shard
+// BuddyState is the copy this rank holds of its left's shard state (rank
+// r-d mod N for the buddy offset d), and that rank: what rebuilds the left's shard
 // when it is lost. It is an error without buddies.
 func (z *ZeRO1[T]) BuddyState() (left int, st optim.State, err error) {
 	if z.buddy == nil {
