@@ -115,10 +115,6 @@ func buddiesKept(offset func(members []int) int) func(members, lost []int) error
 	}
 }
 
-// ringBuddies is the buddy offset on one host: every rank's copy on its
-// ring neighbour.
-func ringBuddies([]int) int { return 1 }
-
 // continueRecord is a failure survived in -json output. It keeps the
 // fields of a restart's record (restartRecord) that apply, with the same
 // meaning: steps_lost is 0 when no completed step was lost.

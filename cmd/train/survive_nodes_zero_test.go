@@ -76,6 +76,10 @@ func TestSurviveNodeBuddiesLostZeRO1(t *testing.T) {
 	require.Contains(t, errOut, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart", errOut)
 }
 
+// ringBuddies is the buddy offset on one host: every rank's copy on its
+// ring neighbour.
+func ringBuddies([]int) int { return 1 }
+
 // The launcher's judgement (Elastic.Survives) asks whether a rank and its
 // buddy were both lost: with buddies on the ring neighbour a node of two
 // ranks takes a shard and its only copy; with buddies on the next node
