@@ -18,10 +18,11 @@ import (
 // the state survives the loss of one rank (issue #34).
 //
 // Vocabulary (N ≥ 2 ranks):
-//   - buddy: rank r's buddy is its ring neighbour b = (r+1) mod N. Rank b
+//   - buddy: rank r's buddy is b = (r+d) mod N, for the world's buddy
+//     offset d (1: its ring neighbour; buddy_place.go). Rank b
 //     holds a second copy of rank r's shard state, the buddy state, in a
 //     shadow optimizer of the same kind and hyper-parameters as r's own.
-//     Every rank is the buddy of exactly one other (r-1 mod N, its left).
+//     Every rank is the buddy of exactly one other (r-d mod N, its left).
 //   - replay: the buddy does not receive the state. The new state of a
 //     shard is a function of its old state (the buddy holds it), the
 //     shard's parameters before the update (every rank holds them: the
@@ -65,12 +66,12 @@ import (
 // the same step, or one behind with the gradient that brings it level
 // (buddy_keep.go).
 //
-// The transfer r → r+1 of a piece is a one-way AllGatherV in a group of
-// the two ranks (r first, contributing its piece; r+1 contributing
-// nothing), made once by Split: the ring's N edges are coloured so that no
-// rank is in two edges of one colour (2 colours for even N, 3 for odd N, as
-// an odd cycle needs), and each colour is one Split, one round of the
-// exchange. Each rank sends one shard and receives one per step,
+// The transfer r → r+d of a piece is a one-way AllGatherV in a group of
+// the two ranks (r first, contributing its piece; r+d contributing
+// nothing), made once by Split: the N edges are coloured so that no
+// rank is in two edges of one colour (2 colours for even cycles, 3 for odd
+// ones, as an odd cycle needs: edgeRound), and each colour is one Split,
+// one round of the exchange. Each rank sends one shard and receives one per step,
 // |shard|·size bytes each way. A ring all-gather of two ranks is one step,
 // both ranks sending at once (the receiver an empty message): the data
 // with no round trip before it, where a Broadcast first agrees on the call
@@ -83,6 +84,7 @@ type buddy[T ddp.Float] struct {
 	shadow     optim.Optimizer[T] // the left shard's optimizer (its copy)
 	self       optim.Optimizer[T] // the own shard's optimizer at the last completed Step
 	left       int                // the rank whose shard this rank holds
+	offset     int                // the world's buddy offset: left is this rank - offset mod N
 	leftPieces []Piece            // the left rank's pieces
 	ownPieces  []Piece            // this rank's pieces (the wrapper's)
 	ownGrad    []T                // the wrapper's GradShard
@@ -105,15 +107,19 @@ type buddy[T ddp.Float] struct {
 	primed bool
 }
 
-// WrapWithBuddy is Wrap with buddies: shadow, a fresh optimizer of the same
-// kind and configuration as opt, holds the copy of the left rank's shard
-// state. It needs at least 2 ranks (with one rank no other rank can hold a
-// copy: use Wrap and checkpoints). It is a collective over group (Wrap's
-// parameter broadcast and one Split per round).
-func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nodes, opt, shadow optim.Optimizer[T], opts ...ddp.Option) (*ZeRO1[T], error) {
+// WrapWithBuddyAt is Wrap with buddies at offset d (the same on every
+// rank: BuddyOffset): shadow, a fresh optimizer of the same kind and
+// configuration as opt, holds the copy of the left rank's shard state. It
+// needs at least 2 ranks (with one rank no other rank can hold a copy: use
+// Wrap and checkpoints). It is a collective over group (Wrap's parameter
+// broadcast and one Split per round).
+func WrapWithBuddyAt[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nodes, opt, shadow optim.Optimizer[T], d int, opts ...ddp.Option) (*ZeRO1[T], error) {
 	n := group.Size()
 	if n < 2 {
 		return nil, fmt.Errorf("zero: buddies need at least 2 ranks, the group has %d: no other rank can hold a copy of the shard (train without buddies and rely on checkpoints)", n)
+	}
+	if err := checkOffset(n, d); err != nil {
+		return nil, err
 	}
 	if shadow == nil || opt == nil {
 		return nil, fmt.Errorf("zero: WrapWithBuddy needs an optimizer and a shadow optimizer")
@@ -132,7 +138,7 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	if err != nil {
 		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
 	}
-	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - 1) % n, ownPieces: z.pieces, ownGrad: z.gradShard,
+	b := &buddy[T]{shadow: shadow, self: self, left: (group.Rank() + n - d) % n, offset: d, ownPieces: z.pieces, ownGrad: z.gradShard,
 		counts: make([]int, 2)}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
 		return nil, err
@@ -174,30 +180,16 @@ func sameOptimizer[T ddp.Float](opt, shadow optim.Optimizer[T]) error {
 	return nil
 }
 
-// edgeColour is the round in which edge e (rank e → rank e+1 mod n) is
-// sent: alternating 0, 1 around the ring, and 2 for the last edge of an odd
-// ring (which meets edge 0 at rank 0).
-func edgeColour(e, n int) int {
-	if n%2 == 1 && e == n-1 {
-		return 2
-	}
-	return e % 2
-}
-
 // split makes the pair group of each round: in round c, edge e of colour c
-// is the group {e, e+1 mod n} with the sender first.
+// is the group {e, e+d mod n} with the sender first.
 func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
 	n, r := g.Size(), g.Rank()
-	colours := 2
-	if n%2 == 1 {
-		colours = 3
-	}
-	for c := range colours {
+	for c := range buddyRounds(n, b.offset) {
 		colour, key := -1, 0
 		switch c {
-		case edgeColour(r, n):
+		case edgeRound(r, n, b.offset):
 			colour, key = r, 0 // the edge to the buddy: send
-		case edgeColour(b.left, n):
+		case edgeRound(b.left, n, b.offset):
 			colour, key = b.left, 1 // the edge from the left: receive
 		}
 		pair, err := g.Split(ctx, colour, key)
@@ -242,7 +234,7 @@ func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 			err = allreduce.AllGatherV(ctx, pair, buf, buf[len(buf):], b.counts)
 		}
 		if err != nil {
-			return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", k, b.left+1, b.left, err)
+			return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", k, b.left+b.offset, b.left, err)
 		}
 	}
 	b.arrived = k + 1
@@ -365,8 +357,8 @@ func replay[T ddp.Float](opt optim.Optimizer[T], lr float64, params, grad []T) e
 // Buddied reports whether this rank holds a buddy copy (WrapWithBuddy).
 func (z *ZeRO1[T]) Buddied() bool { return z.buddy != nil }
 
-// BuddyState is the copy this rank holds of its left neighbour's shard
-// state (rank r-1 mod N), and that rank: what rebuilds the left's shard
+// BuddyState is the copy this rank holds of its left's shard state (rank
+// r-d mod N for the buddy offset d), and that rank: what rebuilds the left's shard
 // when it is lost. It is an error without buddies.
 func (z *ZeRO1[T]) BuddyState() (left int, st optim.State, err error) {
 	if z.buddy == nil {

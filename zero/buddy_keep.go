@@ -196,16 +196,21 @@ func (k *Kept[T]) Wrapper() *ZeRO1[T] { return k.from }
 // shard across tr: an error names a lost rank whose buddy was lost too.
 func (k *Kept[T]) Check(tr Transition) error {
 	n := tr.OldSize
-	stays := make([]bool, n)
+	lost := make([]bool, n)
+	for i := range lost {
+		lost[i] = true
+	}
 	for _, s := range tr.Old {
 		if s >= 0 && s < n {
-			stays[s] = true
+			lost[s] = false
 		}
 	}
-	for r := range n {
-		if b := (r + 1) % n; !stays[r] && !stays[b] && b != r {
-			return fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", r, b)
-		}
+	off, err := transitionOffset(k.from, tr)
+	if err != nil {
+		return err
+	}
+	if r, b, gone := lostPair(lost, off); gone {
+		return fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", r, b)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func failMidStep(t *testing.T, c failCase) ([]*zero.Kept[float64], []float64) {
 	trained.Add(c.n)
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 		ctx := context.Background()
-		z, err := trainedRank(t, g, c.opt, c.k, &start)
+		z, err := trainedRank(t, g, c.opt, c.k, &start, c.offset(c.n))
 		trained.Done()
 		if err != nil {
 			return err
@@ -69,8 +69,8 @@ func failMidStep(t *testing.T, c failCase) ([]*zero.Kept[float64], []float64) {
 
 // trainedRank wraps rank g's arena with buddies and trains it k steps;
 // rank 0 keeps the starting parameters in start.
-func trainedRank(t *testing.T, g *allreduce.Group, opt string, k int, start *[]float64) (*zero.ZeRO1[float64], error) {
-	z, err := wrapBuddy(t, g, opt, true)
+func trainedRank(t *testing.T, g *allreduce.Group, opt string, k int, start *[]float64, d int) (*zero.ZeRO1[float64], error) {
+	z, err := wrapBuddyAt(t, g, opt, true, d)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +125,9 @@ func TestBuddyRecoverMidStep(t *testing.T) {
 		{lossCase{opt: "sgd", n: 3, k: 2, m: 2, lost: []int{2}}, []int{1}},
 		{lossCase{opt: "adam", n: 3, k: 0, m: 2, lost: []int{0}}, []int{1, 2}}, // the first step
 		{lossCase{opt: "adam", n: 2, k: 2, m: 2, lost: []int{1}}, []int{0}},    // down to one rank
+		// A whole node of 2 lost (buddies on the next node, offset 2).
+		{lossCase{opt: "adam", n: 6, k: 2, m: 2, lost: []int{2, 3}, local: 2}, []int{0, 5}},
+		{lossCase{opt: "sgd", n: 6, k: 1, m: 2, lost: []int{3, 4, 5}, local: 3}, []int{0}},
 	} {
 		t.Run(fmt.Sprintf("%s/n=%d/lost=%v/stepped=%v", c.opt, c.n, c.lost, c.stepped), func(t *testing.T) {
 			kept, start := failMidStep(t, c)
@@ -150,10 +153,10 @@ func TestBuddyRecoverPendingGradient(t *testing.T) {
 			require.NoError(t, err)
 			kept := make([]*zero.Kept[float64], c.n)
 			var start []float64
-			lost, buddy := c.lost[0], (c.lost[0]+1)%c.n
+			lost, buddy := c.lost[0], (c.lost[0]+c.offset(c.n))%c.n
 			errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 				ctx := context.Background()
-				z, err := trainedRank(t, g, c.opt, c.k, &start)
+				z, err := trainedRank(t, g, c.opt, c.k, &start, c.offset(c.n))
 				if err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/ringddp/ringddp/allreduce"
 	"github.com/ringddp/ringddp/ddp"
@@ -16,49 +17,72 @@ import (
 // own is this rank's shard of it in the old world, left its copy of the
 // left's (read only when the left was lost), both in shard order; contrib
 // is scratch.
+//
+// Steps: every old rank's chunk of the bucket comes from its holder (the
+// rank, or its buddy when it was lost: heal.go's holder); each new rank
+// contributes the chunks it holds, in chunk order, to one AllGatherV.
+// Where the contributions, in new-rank order, are the chunks in order
+// (no rank lost, or with offset 1 every lost rank's chunk just before its
+// buddy's, none the last) the AllGatherV writes full directly; else it
+// writes scratch, and each chunk is copied to its place.
 func gatherBucket[T ddp.Float, E allreduce.Numeric](ctx context.Context, p *reshard[T], bi int, own, left, full, contrib []E) ([]E, error) {
 	bl := len(full)
 	chunk := func(j int) (lo, hi int) { return allreduce.ChunkBounds(bl, p.n, j) }
-	var ownData, leftData []E
+	held := p.heldChunks() // by new rank: the old chunks it contributes, in order
+	counts := make([]int, len(held))
+	var order []int // every old chunk, in contribution order
+	for i, cs := range held {
+		for _, c := range cs {
+			lo, hi := chunk(c)
+			counts[i] += hi - lo
+		}
+		order = append(order, cs...)
+	}
+	contrib = contrib[:0]
 	if p.from != nil {
-		op := p.from.pieces[bi]
-		ownData = own[op.Off : op.Off+op.Len()]
+		for _, c := range held[p.to.group.Rank()] {
+			if c == p.old {
+				op := p.from.pieces[bi]
+				contrib = append(contrib, own[op.Off:op.Off+op.Len()]...)
+			} else {
+				lp := p.from.buddy.leftPieces[bi]
+				contrib = append(contrib, left[lp.Off:lp.Off+lp.Len()]...)
+			}
+		}
 	}
-	if p.from != nil && p.from.buddy != nil && left != nil {
-		lp := p.from.buddy.leftPieces[bi]
-		leftData = left[lp.Off : lp.Off+lp.Len()]
+	if slices.IsSorted(order) {
+		return contrib, allreduce.AllGatherV(ctx, p.to.group, full, contrib, counts)
 	}
-	counts := make([]int, len(p.oldOf))
+	mine := len(contrib)
+	contrib = slices.Grow(contrib, bl)[:mine+bl]
+	gathered := contrib[mine:]
+	if err := allreduce.AllGatherV(ctx, p.to.group, gathered, contrib[:mine], counts); err != nil {
+		return contrib[:mine], err
+	}
+	at := 0
+	for _, c := range order {
+		lo, hi := chunk(c)
+		at += copy(full[lo:hi], gathered[at:at+hi-lo])
+	}
+	return contrib[:mine], nil
+}
+
+// heldChunks is, by new rank, the old ranks whose chunks of a bucket it
+// holds: its own (old rank) and its left's when the left was lost, in
+// chunk order; none on a joiner.
+func (p *reshard[T]) heldChunks() [][]int {
+	held := make([][]int, len(p.oldOf))
 	for i, s := range p.oldOf {
 		if s < 0 {
-			continue // a joiner holds nothing
+			continue
 		}
-		lo, hi := chunk(s)
-		if s > 0 && p.lost[s-1] {
-			lo, _ = chunk(s - 1)
-		}
-		counts[i] = hi - lo
-	}
-	contrib = append(contrib[:0], ownData...)
-	if p.old > 0 && p.lost[p.old-1] {
-		contrib = append(append(contrib[:0], leftData...), ownData...)
-	}
-	end := bl
-	if p.lost[p.n-1] {
-		end, _ = chunk(p.n - 1)
-	}
-	if err := allreduce.AllGatherV(ctx, p.to.group, full[:end], contrib, counts); err != nil {
-		return contrib, err
-	}
-	if p.lost[p.n-1] {
-		if p.old == 0 {
-			copy(full[end:], leftData)
-		}
-		if err := allreduce.Broadcast(ctx, p.to.group, full[end:], p.newOf[0]); err != nil {
-			return contrib, err
+		held[i] = append(held[i], s)
+		if l := (s + p.n - p.off) % p.n; l != s && p.lost[l] {
+			held[i] = append(held[i], l)
+			slices.Sort(held[i])
 		}
 	}
-	return contrib, nil
+	return held
 }
 
 // maxBucket is the longest bucket's length.

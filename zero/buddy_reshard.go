@@ -54,10 +54,13 @@ func Reshard[T ddp.Float](ctx context.Context, from, to *ZeRO1[T], lost []int) e
 // Transition relates a new world's ranks to an old one's: Old[i] is new
 // rank i's rank in the old world of OldSize ranks, or -1 for a joiner (a
 // fresh process). Old ranks not in Old were lost; the ranks that stay keep
-// their order.
+// their order. Offset is the old world's buddy offset (WrapWithBuddyAt),
+// 0 for the old wrapper's (1 on a joiner, which has none): a joiner of a
+// world whose offset is not 1 needs it.
 type Transition struct {
 	OldSize int
 	Old     []int
+	Offset  int
 }
 
 // Regroup re-shards the optimizer state from an old world to a new one
@@ -86,15 +89,16 @@ type reshard[T ddp.Float] struct {
 	oldOf     []int     // by new rank: its old rank, -1 for a joiner
 	newOf     []int     // by old rank: its new rank, -1 if lost
 	lost      []bool    // by old rank
+	off       int       // the old world's buddy offset
 	own, left optim.State
 }
 
-func planRegroup[T ddp.Float](from, to *ZeRO1[T], tr Transition) (*reshard[T], error) {
+func planRegroup[T ddp.Float](from, to *ZeRO1[T], tr Transition) (p *reshard[T], err error) {
 	n, rank := tr.OldSize, to.group.Rank()
 	if len(tr.Old) != to.group.Size() || n < 1 {
 		return nil, fmt.Errorf("zero: a transition of %d new ranks from %d old ones, for a group of %d", len(tr.Old), n, to.group.Size())
 	}
-	p := &reshard[T]{from: from, to: to, n: n, old: tr.Old[rank], oldOf: tr.Old, newOf: make([]int, n), lost: make([]bool, n)}
+	p = &reshard[T]{from: from, to: to, n: n, old: tr.Old[rank], oldOf: tr.Old, newOf: make([]int, n), lost: make([]bool, n)}
 	for s := range p.newOf {
 		p.newOf[s], p.lost[s] = -1, true
 	}
@@ -114,22 +118,20 @@ func planRegroup[T ddp.Float](from, to *ZeRO1[T], tr Transition) (*reshard[T], e
 	if (from == nil) != (p.old == -1) {
 		return nil, fmt.Errorf("zero: new rank %d is old rank %d of the transition, but has %s old wrapper", rank, p.old, map[bool]string{true: "no", false: "an"}[from == nil])
 	}
+	if p.off, err = transitionOffset(from, tr); err != nil {
+		return nil, err
+	}
 	if from == nil {
 		return p, nil
 	}
 	if from.group.Size() != n || from.group.Rank() != p.old {
 		return nil, fmt.Errorf("zero: the old wrapper is rank %d of %d, the transition says rank %d of %d", from.group.Rank(), from.group.Size(), p.old, n)
 	}
-	for k := range n {
-		if !p.lost[k] {
-			continue
-		}
-		if from.buddy == nil {
-			return nil, fmt.Errorf("zero: rank %d's optimizer shard is lost: the run has no buddy copies (WrapWithBuddy); resume from the checkpoint", k)
-		}
-		if b := (k + 1) % n; p.lost[b] {
-			return nil, fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", k, b)
-		}
+	if k := slices.Index(p.lost, true); k >= 0 && from.buddy == nil {
+		return nil, fmt.Errorf("zero: rank %d's optimizer shard is lost: the run has no buddy copies (WrapWithBuddy); resume from the checkpoint", k)
+	}
+	if k, b, gone := lostPair(p.lost, p.off); gone {
+		return nil, fmt.Errorf("zero: rank %d's optimizer shard is gone: its buddy, rank %d, which held the only copy, was lost too; resume from the checkpoint", k, b)
 	}
 	if to.total != from.total || !slices.Equal(to.buckets, from.buckets) {
 		return nil, fmt.Errorf("zero: the new wrapper's arena (%d elements, %d buckets) is not the old one's (%d, %d): the same model and bucket sizes are needed", to.total, len(to.buckets), from.total, len(from.buckets))

@@ -46,11 +46,16 @@ func lrAt(s int) float64 { return 1e-3 * float64(1+s%3) }
 
 // wrapBuddy wraps mlp-odd's parameters over g: with buddies when buddy.
 func wrapBuddy(t *testing.T, g *allreduce.Group, opt string, buddy bool) (*zero.ZeRO1[float64], error) {
+	return wrapBuddyAt(t, g, opt, buddy, 1)
+}
+
+// wrapBuddyAt is wrapBuddy with buddies at offset d.
+func wrapBuddyAt(t *testing.T, g *allreduce.Group, opt string, buddy bool, d int) (*zero.ZeRO1[float64], error) {
 	var z *zero.ZeRO1[float64]
 	var err error
 	traintest.Build[float64](t, "mlp-odd", 2, func(params G.Nodes) traintest.Wrapper {
 		if buddy {
-			z, err = zero.WrapWithBuddy[float64](context.Background(), g, params, traintest.NewOpt[float64](t, opt), traintest.NewOpt[float64](t, opt), buddyBuckets)
+			z, err = zero.WrapWithBuddyAt[float64](context.Background(), g, params, traintest.NewOpt[float64](t, opt), traintest.NewOpt[float64](t, opt), d, buddyBuckets)
 		} else {
 			z, err = zero.Wrap[float64](context.Background(), g, params, traintest.NewOpt[float64](t, opt), buddyBuckets)
 		}
@@ -96,10 +101,21 @@ func wholeArena(t *testing.T, opt string, start []float64, steps int) ([]float64
 
 // lossCase: n ranks train k steps with buddies, the ranks in lost are
 // dropped, the survivors re-shard and train m more steps.
+// local, when not 0, is the ranks per node: buddies at BuddyOffset(n,
+// local) in the old world and BuddyOffset of the new world's size after.
 type lossCase struct {
 	opt     string
 	n, k, m int
 	lost    []int
+	local   int
+}
+
+// offset is c's buddy offset in a world of n ranks.
+func (c lossCase) offset(n int) int {
+	if c.local == 0 || n < 2 {
+		return 1
+	}
+	return zero.BuddyOffset(n, c.local)
 }
 
 // phase1 trains the old world and returns every rank's wrapper and the
@@ -111,7 +127,7 @@ func phase1(t *testing.T, c lossCase) ([]*zero.ZeRO1[float64], []float64) {
 	var start []float64
 	errs := allreducetest.RunRanks(conns, func(g *allreduce.Group) error {
 		ctx := context.Background()
-		z, err := wrapBuddy(t, g, c.opt, true)
+		z, err := wrapBuddyAt(t, g, c.opt, true, c.offset(c.n))
 		if err != nil {
 			return err
 		}
@@ -166,17 +182,18 @@ func TestBuddyLossReshardBitwise(t *testing.T) {
 	}
 	cases = append(cases, lossCase{opt: "adam", n: 5, k: 2, m: 2, lost: []int{1, 3}},
 		lossCase{opt: "sgd", n: 5, k: 2, m: 2, lost: []int{4, 1}},
-		lossCase{opt: "adam", n: 3, k: 0, m: 2, lost: []int{2}}) // lost before the first step
+		lossCase{opt: "adam", n: 3, k: 0, m: 2, lost: []int{2}}, // lost before the first step
+		// A whole node lost, buddies on the next node (offset: ranks
+		// per node): 3 nodes of 2 → 2 nodes of 2 (offset 2 again), the
+		// last node (its buddies on node 0), 2 nodes → 1 (offset 1 after).
+		lossCase{opt: "adam", n: 6, k: 3, m: 2, lost: []int{2, 3}, local: 2},
+		lossCase{opt: "adamw", n: 6, k: 2, m: 2, lost: []int{4, 5}, local: 2},
+		lossCase{opt: "sgd", n: 6, k: 2, m: 2, lost: []int{0, 1, 2}, local: 3},
+		lossCase{opt: "adam", n: 4, k: 2, m: 2, lost: []int{0, 1}, local: 2})
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/n=%d/lost=%v/k=%d", c.opt, c.n, c.lost, c.k), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/n=%d/lost=%v/k=%d/local=%d", c.opt, c.n, c.lost, c.k, c.local), func(t *testing.T) {
 			old, start := phase1(t, c)
-			for r, z := range old {
-				// The copy on r's buddy is r's state, bitwise.
-				left, st, err := old[(r+1)%c.n].BuddyState()
-				require.NoError(t, err)
-				require.Equal(t, r, left)
-				require.Equal(t, z.Optimizer().State(), st, "rank %d's copy on rank %d", r, (r+1)%c.n)
-			}
+			requireCopies(t, c, old)
 			arenas, states, err := phase2(t, c, old)
 			require.NoError(t, err)
 			wantParams, wantState := wholeArena(t, c.opt, start, c.k+c.m)
@@ -188,17 +205,48 @@ func TestBuddyLossReshardBitwise(t *testing.T) {
 	}
 }
 
+// requireCopies checks that the copy on every rank r's buddy, r+d, is
+// r's state, bitwise.
+func requireCopies(t *testing.T, c lossCase, old []*zero.ZeRO1[float64]) {
+	t.Helper()
+	d := c.offset(c.n)
+	for r, z := range old {
+		left, st, err := old[(r+d)%c.n].BuddyState()
+		require.NoError(t, err)
+		require.Equal(t, r, left)
+		require.Equal(t, z.Optimizer().State(), st, "rank %d's copy on rank %d", r, (r+d)%c.n)
+	}
+}
+
+// Buddies on the next node (3 nodes of 2 ranks, offset 2; 2 nodes of 3,
+// offset 3: odd cycles of the exchange's edges): after every step each
+// rank's copy on its buddy is its state, bitwise.
+func TestBuddyNextNodeCopiesEveryStep(t *testing.T) {
+	for _, c := range []lossCase{{opt: "adam", n: 6, local: 2}, {opt: "adamw", n: 6, local: 3}} {
+		for k := 1; k <= 3; k++ {
+			c.k = k
+			old, _ := phase1(t, c)
+			requireCopies(t, c, old)
+		}
+	}
+}
+
 // Two neighbours lost: the first one's only copy was on the second. The
-// error names both, so the caller falls back to the checkpoint.
+// error names both, so the caller falls back to the checkpoint. With
+// buddies on the next node (offset 2), a rank and the same local rank of
+// the next node.
 func TestBuddyAdjacentLossIsAnError(t *testing.T) {
 	for _, c := range []struct {
-		lost []int
-		want string
+		lost  []int
+		local int
+		want  string
 	}{
-		{[]int{1, 2}, "rank 1's optimizer shard is gone: its buddy, rank 2, which held the only copy, was lost too; resume from the checkpoint"},
-		{[]int{0, 3}, "rank 3's optimizer shard is gone: its buddy, rank 0,"},
+		{[]int{1, 2}, 0, "rank 1's optimizer shard is gone: its buddy, rank 2, which held the only copy, was lost too; resume from the checkpoint"},
+		{[]int{0, 3}, 0, "rank 3's optimizer shard is gone: its buddy, rank 0,"},
+		{[]int{1, 3}, 2, "rank 1's optimizer shard is gone: its buddy, rank 3, which held the only copy"},
+		{[]int{2, 0}, 2, "rank 0's optimizer shard is gone: its buddy, rank 2,"},
 	} {
-		lc := lossCase{opt: "adam", n: 4, k: 1, m: 1, lost: c.lost}
+		lc := lossCase{opt: "adam", n: 4, k: 1, m: 1, lost: c.lost, local: c.local}
 		old, _ := phase1(t, lc)
 		_, _, err := phase2(t, lc, old)
 		require.ErrorContains(t, err, c.want)
@@ -310,7 +358,7 @@ func newWorld(t *testing.T, c lossCase, old []*zero.ZeRO1[float64], tr zero.Tran
 		if s := tr.Old[g.Rank()]; s >= 0 {
 			from = old[s]
 		}
-		to, err := wrapBuddy(t, g, c.opt, g.Size() >= 2)
+		to, err := wrapBuddyAt(t, g, c.opt, g.Size() >= 2, c.offset(g.Size()))
 		if err != nil {
 			return err
 		}

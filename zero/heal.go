@@ -184,7 +184,7 @@ func CheckShards[T ddp.Float](ctx context.Context, from, to *ZeRO1[T], tr Transi
 // when o was lost.
 func (p *reshard[T]) holder(o int) int {
 	if p.lost[o] {
-		return (o + 1) % p.n
+		return (o + p.off) % p.n
 	}
 	return o
 }

@@ -60,7 +60,7 @@ func (p *reshard[T]) move(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		plan, err := planMoves(to.buckets, p.n, p.oldOf, copyOK, to.buddy != nil)
+		plan, err := planMoves(to.buckets, p.n, p.oldOf, copyOK, p.off, to.buddyOffset())
 		if err != nil {
 			return err
 		}

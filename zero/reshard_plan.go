@@ -16,11 +16,13 @@ import (
 // and one new rank's):
 //   - holder: a rank of the new world whose old state holds a segment at
 //     the step moved: the segment's old owner (in its own shard) and the
-//     old owner's buddy, old rank o+1 mod n (in its copy of o's shard),
+//     old owner's buddy, old rank o+d mod n for the old world's buddy
+//     offset d (in its copy of o's shard),
 //     when that rank stays and its copy is at the step (copyOK).
 //   - receiver: a rank that holds the segment after the move: its new
 //     owner w (in its own shard) and, when the new world keeps buddies,
-//     w's new buddy, w+1 mod m (in its copy of w's shard).
+//     w's new buddy, w+d' mod m for the new world's offset d' (in its
+//     copy of w's shard).
 //   - move: one segment to one receiver that is not a holder, from one
 //     holder (its sender); a receiver that is a holder copies it in
 //     memory (a local move).
@@ -71,9 +73,10 @@ type holderOf struct {
 // planMoves plans the re-shard of an arena cut into buckets from an old
 // world of n ranks to the new one whose ranks were oldOf (old rank, -1 for
 // a joiner); copyOK[o] says old rank o holds a copy of its left's shard at
-// the step moved; buddies says the new world keeps copies. It is an error
-// when a segment has no holder.
-func planMoves(buckets [][2]int, n int, oldOf []int, copyOK []bool, buddies bool) (movePlan, error) {
+// the step moved; off is the old world's buddy offset, newOff the new
+// world's (0: it keeps no copies). It is an error when a segment has no
+// holder.
+func planMoves(buckets [][2]int, n int, oldOf []int, copyOK []bool, off, newOff int) (movePlan, error) {
 	m := len(oldOf)
 	newOf := make([]int, n)
 	for o := range newOf {
@@ -89,7 +92,7 @@ func planMoves(buckets [][2]int, n int, oldOf []int, copyOK []bool, buddies bool
 		if newOf[o] >= 0 {
 			hs = append(hs, holderOf{rank: newOf[o]})
 		}
-		if b := (o + 1) % n; b != o && newOf[b] >= 0 && copyOK[b] {
+		if b := (o + off) % n; b != o && newOf[b] >= 0 && copyOK[b] {
 			hs = append(hs, holderOf{rank: newOf[b], copy: true})
 		}
 		return hs
@@ -105,8 +108,8 @@ func planMoves(buckets [][2]int, n int, oldOf []int, copyOK []bool, buddies bool
 			return movePlan{}, fmt.Errorf("zero: no rank holds old rank %d's optimizer shard (elements [%d, %d) of the arena): resume from the checkpoint", s.oldOwner, s.lo, s.hi)
 		}
 		receivers := []move{{seg: s, to: s.newOwner}}
-		if buddies {
-			receivers = append(receivers, move{seg: s, to: (s.newOwner + 1) % m, toCopy: true})
+		if newOff > 0 {
+			receivers = append(receivers, move{seg: s, to: (s.newOwner + newOff) % m, toCopy: true})
 		}
 		for _, mv := range receivers {
 			if i := slices.IndexFunc(hs, func(h holderOf) bool { return h.rank == mv.to }); i >= 0 {

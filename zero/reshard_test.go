@@ -72,6 +72,11 @@ func specialState(t *testing.T, total int, seed uint64) optim.State {
 // buckets, without a model (the re-shard touches the optimizer state
 // only), with buddies when the world has 2 ranks or more.
 func handWrapper(t *testing.T, g *allreduce.Group, buckets [][2]int, total int) *ZeRO1[float64] {
+	return handWrapperAt(t, g, buckets, total, 1)
+}
+
+// handWrapperAt is handWrapper with buddies at offset d.
+func handWrapperAt(t *testing.T, g *allreduce.Group, buckets [][2]int, total, d int) *ZeRO1[float64] {
 	n, r := g.Size(), g.Rank()
 	pieces, err := Pieces(buckets, total, n, r)
 	require.NoError(t, err)
@@ -80,7 +85,7 @@ func handWrapper(t *testing.T, g *allreduce.Group, buckets [][2]int, total int) 
 		z.shard += p.Len()
 	}
 	if n >= 2 {
-		left := (r + n - 1) % n
+		left := (r + n - d) % n
 		lp, err := Pieces(buckets, total, n, left)
 		require.NoError(t, err)
 		size := 0
@@ -88,7 +93,7 @@ func handWrapper(t *testing.T, g *allreduce.Group, buckets [][2]int, total int) 
 			size += p.Len()
 		}
 		z.buddy = &buddy[float64]{shadow: traintest.NewOpt[float64](t, "adam"), self: traintest.NewOpt[float64](t, "adam"),
-			left: left, leftPieces: lp, ownPieces: pieces, params: make([]float64, size)}
+			left: left, offset: d, leftPieces: lp, ownPieces: pieces, params: make([]float64, size)}
 	}
 	return z
 }
@@ -96,6 +101,11 @@ func handWrapper(t *testing.T, g *allreduce.Group, buckets [][2]int, total int) 
 // oldWorld is the old world's wrappers, each holding its shard and copy
 // of full; their groups are those of an idle in-process world.
 func oldWorld(t *testing.T, n int, buckets [][2]int, total int, full optim.State) []*ZeRO1[float64] {
+	return oldWorldAt(t, n, buckets, total, full, 1)
+}
+
+// oldWorldAt is oldWorld with buddies at offset d.
+func oldWorldAt(t *testing.T, n int, buckets [][2]int, total int, full optim.State, d int) []*ZeRO1[float64] {
 	conns, _, err := allreducetest.InprocConns(n, 10*time.Second)
 	require.NoError(t, err)
 	old := make([]*ZeRO1[float64], n)
@@ -103,7 +113,7 @@ func oldWorld(t *testing.T, n int, buckets [][2]int, total int, full optim.State
 		g, err := allreduce.NewGroup(c)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = g.Close() })
-		old[r] = handWrapper(t, g, buckets, total)
+		old[r] = handWrapperAt(t, g, buckets, total, d)
 		require.NoError(t, old[r].LoadFullOptimizerState(full))
 	}
 	return old
@@ -131,6 +141,11 @@ func (c *countConn) Abort(cause error) { c.Conn.(transport.Aborter).Abort(cause)
 // over counted in-process conns; it returns the new wrappers and the
 // bytes each rank sent and received on the wire in Regroup.
 func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][2]int, total int) ([]*ZeRO1[float64], []int64, []int64) {
+	return regroupHandAt(t, old, tr, buckets, total, 1)
+}
+
+// regroupHandAt is regroupHand into a new world with buddies at offset d.
+func regroupHandAt(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][2]int, total, d int) ([]*ZeRO1[float64], []int64, []int64) {
 	conns, _, err := allreducetest.InprocConns(len(tr.Old), 10*time.Second)
 	require.NoError(t, err)
 	counted := make([]transport.Conn, len(conns))
@@ -144,7 +159,7 @@ func regroupHand(t *testing.T, old []*ZeRO1[float64], tr Transition, buckets [][
 		if o := tr.Old[g.Rank()]; o >= 0 {
 			from = old[o]
 		}
-		to := handWrapper(t, g, buckets, total)
+		to := handWrapperAt(t, g, buckets, total, d)
 		news[g.Rank()] = to
 		if err := Regroup(context.Background(), from, to, tr); err != nil {
 			return err
@@ -179,8 +194,9 @@ func bitsOf(xs []float64) []uint64 {
 
 // lackedBytes is, by new rank, the state's bytes it lacked: elements of
 // its new shard and new copy that neither its old shard nor its old copy
-// held (every element's old and new owner found by ChunkBounds alone).
-func lackedBytes(buckets [][2]int, tr Transition, m, nbuf int) []int64 {
+// held (every element's old and new owner found by ChunkBounds alone);
+// the old world's buddies at offset d, the new world's at newD.
+func lackedBytes(buckets [][2]int, tr Transition, m, nbuf, d, newD int) []int64 {
 	n := tr.OldSize
 	owner := func(bl, k, i int) int {
 		for r := range k {
@@ -197,10 +213,10 @@ func lackedBytes(buckets [][2]int, tr Transition, m, nbuf int) []int64 {
 			o, w := owner(bl, n, i), owner(bl, m, i)
 			receivers := []int{w}
 			if m >= 2 {
-				receivers = append(receivers, (w+1)%m)
+				receivers = append(receivers, (w+newD)%m)
 			}
 			for _, r := range receivers {
-				held := tr.Old[r] >= 0 && (tr.Old[r] == o || n >= 2 && tr.Old[r] == (o+1)%n)
+				held := tr.Old[r] >= 0 && (tr.Old[r] == o || n >= 2 && tr.Old[r] == (o+d)%n)
 				if !held {
 					lacked[r] += int64(8 * nbuf)
 				}
@@ -251,53 +267,64 @@ func TestReshardMovesOnlyWhatChangesOwner(t *testing.T) {
 				continue // under -race the odd layout alone: the others take over 2 s more
 			}
 			t.Run(fmt.Sprintf("%s/%d→%v", name, tr.OldSize, tr.Old), func(t *testing.T) {
-				full := specialState(t, total, uint64(ci))
-				old := oldWorld(t, tr.OldSize, buckets, total, full)
-				news, wire, wireIn := regroupHand(t, old, tr, buckets, total)
-				m := len(tr.Old)
-				for w, z := range news {
-					st := z.opt.State()
-					require.Equal(t, full.Step, st.Step)
-					for k := range full.Buffers {
-						require.Equal(t, cut(full, k, buckets, m, w), bitsOf(st.Buffers[k].Data), "rank %d's shard, buffer %d", w, k)
-						if m >= 2 {
-							require.Equal(t, cut(full, k, buckets, m, (w+m-1)%m), bitsOf(z.buddy.shadow.State().Buffers[k].Data), "rank %d's copy, buffer %d", w, k)
-							require.Equal(t, bitsOf(st.Buffers[k].Data), bitsOf(z.buddy.self.State().Buffers[k].Data), "rank %d's second version, buffer %d", w, k)
-						}
-					}
-				}
-				moved := news[0].LastReshard()
-				lacked := lackedBytes(buckets, tr, m, len(full.Buffers))
-				var want, wireAll, most int64
-				for w := range m {
-					// Each rank receives what it lacked, and a few small
-					// collectives (under 1 KiB).
-					require.GreaterOrEqual(t, wireIn[w], lacked[w], "rank %d received", w)
-					require.LessOrEqual(t, wireIn[w], lacked[w]+1024, "rank %d received", w)
-					want += lacked[w]
-					wireAll += wire[w]
-					most = max(most, moved.Sent[w])
-				}
-				require.Equal(t, want, moved.Bytes(), "the state's bytes the ranks lacked")
-				// The wire carries the moves and a few small collectives
-				// (header, copy flags, splits, checksums: under 2 KiB a rank).
-				require.GreaterOrEqual(t, wireAll, want)
-				require.LessOrEqual(t, wireAll, want+int64(2048*m), "wire bytes beyond the moves")
-				holders := 0
-				for _, o := range tr.Old {
-					if o >= 0 {
-						holders++
-					}
-				}
-				maxSeg := int64(0)
-				for _, b := range buckets {
-					lo, hi := allreduce.ChunkBounds(b[1]-b[0], m, 0)
-					maxSeg = max(maxSeg, int64(8*len(full.Buffers)*(hi-lo)))
-				}
-				require.LessOrEqual(t, most, want/int64(holders)+maxSeg+want/int64(2*holders), "the busiest sender (sent %v)", moved.Sent)
+				checkRegroup(t, buckets, total, tr, uint64(ci), 1, 1)
 			})
 		}
 	}
+}
+
+// checkRegroup re-shards a whole state from an old world with buddies at
+// offset d across tr into a new one with buddies at offset newD: each
+// rank's shard, second version and copy bitwise the whole state's; the
+// bytes sent, by the plan's count and on the wire, those the ranks lacked;
+// no rank sends more than the even share of the moves plus the largest
+// segment.
+func checkRegroup(t *testing.T, buckets [][2]int, total int, tr Transition, seed uint64, d, newD int) {
+	t.Helper()
+	full := specialState(t, total, seed)
+	old := oldWorldAt(t, tr.OldSize, buckets, total, full, d)
+	news, wire, wireIn := regroupHandAt(t, old, tr, buckets, total, newD)
+	m := len(tr.Old)
+	for w, z := range news {
+		st := z.opt.State()
+		require.Equal(t, full.Step, st.Step)
+		for k := range full.Buffers {
+			require.Equal(t, cut(full, k, buckets, m, w), bitsOf(st.Buffers[k].Data), "rank %d's shard, buffer %d", w, k)
+			if m >= 2 {
+				require.Equal(t, cut(full, k, buckets, m, (w+m-newD)%m), bitsOf(z.buddy.shadow.State().Buffers[k].Data), "rank %d's copy, buffer %d", w, k)
+				require.Equal(t, bitsOf(st.Buffers[k].Data), bitsOf(z.buddy.self.State().Buffers[k].Data), "rank %d's second version, buffer %d", w, k)
+			}
+		}
+	}
+	moved := news[0].LastReshard()
+	lacked := lackedBytes(buckets, tr, m, len(full.Buffers), d, newD)
+	var want, wireAll, most int64
+	for w := range m {
+		// Each rank receives what it lacked, and a few small
+		// collectives (under 1 KiB).
+		require.GreaterOrEqual(t, wireIn[w], lacked[w], "rank %d received", w)
+		require.LessOrEqual(t, wireIn[w], lacked[w]+1024, "rank %d received", w)
+		want += lacked[w]
+		wireAll += wire[w]
+		most = max(most, moved.Sent[w])
+	}
+	require.Equal(t, want, moved.Bytes(), "the state's bytes the ranks lacked")
+	// The wire carries the moves and a few small collectives
+	// (header, copy flags, splits, checksums: under 2 KiB a rank).
+	require.GreaterOrEqual(t, wireAll, want)
+	require.LessOrEqual(t, wireAll, want+int64(2048*m), "wire bytes beyond the moves")
+	holders := 0
+	for _, o := range tr.Old {
+		if o >= 0 {
+			holders++
+		}
+	}
+	maxSeg := int64(0)
+	for _, b := range buckets {
+		lo, hi := allreduce.ChunkBounds(b[1]-b[0], m, 0)
+		maxSeg = max(maxSeg, int64(8*len(full.Buffers)*(hi-lo)))
+	}
+	require.LessOrEqual(t, most, want/int64(holders)+maxSeg+want/int64(2*holders), "the busiest sender (sent %v)", moved.Sent)
 }
 
 // A copy that is not at the state's step (a buddy whose left stays, which

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Survivors continue: -on-failure continue makes a multi-process job's
@@ -73,26 +75,44 @@ func (o *options) continueOn(e *launch.Elastic) {
 		return nil
 	}
 	if o.zeroBuddies {
-		e.Survives = neighboursKept
+		nodes := o.cfg.BuddyNodes
+		e.Survives = buddiesKept(func(members []int) int {
+			return zero.MembersOffset(members, nodes.Ranks, nodes.Nodes*nodes.Ranks)
+		})
 	}
 	e.OnContinue = func(w io.Writer, c launch.Continued) { printContinued(w, c, batch, o.json) }
 }
 
-// neighboursKept says why a ZeRO-1 run with buddies cannot continue after
-// losing lost of members (job-start ranks, in ring order): a lost rank's
-// shard whose only copy was on its buddy, the next member, lost too.
-func neighboursKept(members, lost []int) error {
-	gone := map[int]bool{}
-	for _, l := range lost {
-		gone[l] = true
-	}
-	for i, m := range members {
-		b := members[(i+1)%len(members)]
-		if gone[m] && gone[b] && b != m {
-			return fmt.Errorf("ranks %d and %d, ring neighbours, were both lost: rank %d's ZeRO-1 optimizer shard had its only copy on rank %d (-zero-buddies)", m, b, m, b)
+// buddiesKept is the launcher's judgement of a ZeRO-1 run with buddies:
+// why it cannot continue after losing lost of members (job-start ranks,
+// in the generation's order), or nil. offset is the generation's buddy
+// offset d (rank i's shard has its only copy on rank i+d of the
+// generation), the one its ranks wrap with: a lost rank whose buddy was
+// lost too has no copy left (zero.ShardsKept).
+func buddiesKept(offset func(members []int) int) func(members, lost []int) error {
+	return func(members, lost []int) error {
+		n := len(members)
+		if n < 2 {
+			return nil
 		}
+		d := offset(members)
+		idx := make([]int, 0, len(lost))
+		for _, l := range lost {
+			if i := slices.Index(members, l); i >= 0 {
+				idx = append(idx, i)
+			}
+		}
+		i, j, gone := zero.LostBuddyPair(n, d, idx)
+		if !gone {
+			return nil
+		}
+		kind := "ring neighbours"
+		if d != 1 {
+			kind = fmt.Sprintf("a rank and its buddy %d ranks on", d)
+		}
+		m, b := members[i], members[j]
+		return fmt.Errorf("ranks %d and %d, %s, were both lost: rank %d's ZeRO-1 optimizer shard had its only copy on rank %d (-zero-buddies)", m, b, kind, m, b)
 	}
-	return nil
 }
 
 // continueRecord is a failure survived in -json output. It keeps the

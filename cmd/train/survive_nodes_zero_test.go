@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/zero"
 )
 
 // Healing across node launchers under ZeRO-1 with buddies.
@@ -19,9 +23,8 @@ import (
 // SHA-256 checked). No completed step is lost, every example is used once
 // per epoch, and the job ends on the three ranks.
 //
-// One rank a node: with two, a node's loss takes a shard and its buddy
-// copy together (the buddy is the ring neighbour, on the same node), and
-// the job falls back to its checkpoint (TestSurviveNodeLostZeRO1).
+// One rank a node (buddies on the ring neighbour, the next node); with
+// two, buddies go to the next node (TestSurviveNodeLostZeRO1).
 func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
 	r := rejoinJob(t, 3, "tcp", nil, "-zero1", "-ranks", "1")
 	h := r.h
@@ -36,20 +39,81 @@ func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
 	require.Contains(t, r.errOut, "launch: node 0: node 1 is back in the job with rank 3")
 }
 
-// Two ranks a node under -zero1 -heal, node 1 lost whole: ranks 2 and 3
-// go together, and rank 2's shard had its only copy on rank 3, so the job
-// cannot continue: the plan falls back to a restart (none allowed here:
-// the job ends within seconds), saying which shard was lost — no hang, no
-// diverged replicas.
+// Two ranks a node under -zero1, node 1 lost whole (ranks 2 and 3 go
+// together): buddies are on the next node (rank r's copy on rank r+2), so
+// ranks 0 and 1 hold the copies of ranks 2's and 3's shards, rebuild them
+// and continue on node 0 without a restart: no completed step lost, every
+// example used once per epoch.
 func TestSurviveNodeLostZeRO1(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
 	}
-	nodes, killed := startKillNode(t, "tcp", 1, "-zero1", "-heal")
-	waitNodes(t, nodes[:1], 20*time.Second)
+	nodes, _ := startKillNode(t, "tcp", 1, "-zero1")
+	waitNodes(t, nodes[:1], 30*time.Second)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	c := oneSurvived(t, out, 2)
+	require.Len(t, c.Removed, 2, out)
+	require.NotContains(t, errOut, "falling back to a restart")
+}
+
+// Two ranks a node under -zero1, rank 1 and its buddy on the next node,
+// rank 3, killed at once: rank 1's shard had its only copy on rank 3, so
+// the job cannot continue: the plan falls back to a restart (none allowed
+// here: the job ends within seconds), saying which shard was lost — no
+// hang, no diverged replicas.
+func TestSurviveNodeBuddiesLostZeRO1(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	t.Setenv(faultsVar, "kill:1:7:0;kill:3:7:0")
+	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-zero1")...)
+	waitNodes(t, nodes[:1], 30*time.Second)
 	errOut := nodes[0].stderr.String()
-	t.Logf("node 0 ended %v after node 1 was killed:\n%s", time.Since(killed), errOut)
-	require.Error(t, nodes[0].err)
-	require.Contains(t, errOut, "falling back to a restart")
-	require.Contains(t, errOut, "rank 2's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart")
+	require.Error(t, nodes[0].err, errOut)
+	require.Contains(t, errOut, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3 (-zero-buddies): falling back to a restart", errOut)
+}
+
+// ringBuddies is the buddy offset on one host: every rank's copy on its
+// ring neighbour.
+func ringBuddies([]int) int { return 1 }
+
+// The launcher's judgement (Elastic.Survives) asks whether a rank and its
+// buddy were both lost: with buddies on the ring neighbour a node of two
+// ranks takes a shard and its only copy; with buddies on the next node
+// (the generation's offset, zero.MembersOffset: 3 nodes of 2) a whole
+// node's loss keeps every shard, and a rank lost with the same local rank
+// of the next node does not. Members are job-start ranks, in the
+// generation's order (a generation that lost rank 1 earlier).
+func TestBuddiesKeptJudgement(t *testing.T) {
+	nodes := func(members []int) int { return zero.MembersOffset(members, 2, 6) }
+	for _, c := range []struct {
+		offset  func([]int) int
+		members []int
+		lost    []int
+		want    string
+	}{
+		{ringBuddies, []int{0, 1, 2, 3}, []int{2, 3}, "ranks 2 and 3, ring neighbours, were both lost: rank 2's ZeRO-1 optimizer shard had its only copy on rank 3"},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{3, 0}, "ranks 3 and 0, ring neighbours"},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{1, 3}, ""},
+		{ringBuddies, []int{0, 2, 3}, []int{0, 2}, "ranks 0 and 2, ring neighbours"}, // 1 lost before
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{2, 3}, ""},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 5}, ""},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{1, 3}, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3"},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 0}, "ranks 4 and 0, a rank and its buddy 2 ranks on"},
+		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, ""},                                  // node 1 lost before: 2 nodes of 2
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, "ranks 2 and 3, ring neighbours"}, // uneven nodes: offset 1
+		{nodes, []int{0, 1}, []int{1}, ""},
+	} {
+		t.Run(fmt.Sprintf("%v/lost=%v", c.members, c.lost), func(t *testing.T) {
+			err := buddiesKept(c.offset)(c.members, c.lost)
+			if c.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, c.want)
+		})
+	}
 }

@@ -82,7 +82,7 @@ type Elastic struct {
 	Fits func(n int) error
 	// Survives, if set, says whether the job's state survives losing the
 	// ranks lost of members (job-start ranks, in the current generation's
-	// order): nil, or why not (ZeRO-1 buddies that were ring neighbours).
+	// order): nil, or why not (a ZeRO-1 rank lost with its buddy).
 	Survives func(members, lost []int) error
 	// OnContinue, if set, is called once per failure survived, when the
 	// new generation's first step is done (Continued.TrainingAgain zero:

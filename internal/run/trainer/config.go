@@ -57,10 +57,17 @@ type Config struct {
 	// all-gathered. Checkpoints hold the full state either way.
 	Zero1 bool
 	// ZeroBuddies, with Zero1 on 2 or more ranks, has each rank also hold
-	// its ring neighbour's shard state (zero.WrapWithBuddy), so that the
+	// another rank's shard state (its ring neighbour's, or across node
+	// launchers the previous node's: BuddyNodes; zero.WrapWithBuddyAt), so that the
 	// survivors of a failure (Survive) rebuild a lost rank's shard from its
 	// buddy and keep every completed step (survive_zero.go).
 	ZeroBuddies bool
+	// BuddyNodes, with ZeroBuddies across node launchers, is the job's
+	// start: Ranks ranks on each of Nodes nodes, numbered node by node.
+	// A generation whose nodes hold equally many ranks places each rank's
+	// copy on the next node (zero.MembersOffset), so that a node's loss
+	// keeps every shard; zero: the ring neighbour.
+	BuddyNodes struct{ Nodes, Ranks int }
 	// OverlapOptimizer updates each gradient bucket as soon as its
 	// collective completes, inside the backward pass (PyTorch's optimizer
 	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.

@@ -73,7 +73,11 @@ func newReplica[T Float](ctx context.Context, cfg Config, g *allreduce.Group, pa
 		if err != nil {
 			return nil, err
 		}
-		return zero.WrapWithBuddy[T](ctx, g, params, opt, shadow, opts...)
+		d, err := buddyOffset(ctx, cfg, g)
+		if err != nil {
+			return nil, err
+		}
+		return zero.WrapWithBuddyAt[T](ctx, g, params, opt, shadow, d, opts...)
 	}
 	if cfg.Zero1 {
 		return zero.Wrap[T](ctx, g, params, opt, opts...)

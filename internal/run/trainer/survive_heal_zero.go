@@ -44,7 +44,7 @@ import (
 // in step 5, checked): what it trains on is step 5's.
 
 // zeroHealWords are the words of step 1 per rank.
-const zeroHealWords = 7
+const zeroHealWords = 8
 
 // named is a Survivor that knows this process's job-wide name
 // (launch.Survivor).
@@ -128,7 +128,8 @@ func sentOf(m zero.Moved, rank int) int64 {
 }
 
 // zeroHealWords is this rank's step-1 words: position (global step,
-// epoch, step of it), optimizer steps done, name, old rank, old size.
+// epoch, step of it), optimizer steps done, name, old rank, old size, the
+// old world's buddy offset (0 on a joiner, which has none to tell).
 func (l *rankLoop[T]) zeroHealWords(mine snapshot[T]) ([]int64, error) {
 	nm, ok := l.cfg.Survive.(named)
 	if !ok {
@@ -136,14 +137,14 @@ func (l *rankLoop[T]) zeroHealWords(mine snapshot[T]) ([]int64, error) {
 	}
 	name := int64(nm.Name())
 	if mine.zero == nil {
-		return []int64{-1, -1, -1, -1, name, -1, 0}, nil
+		return []int64{-1, -1, -1, -1, name, -1, 0, 0}, nil
 	}
 	p, old := mine.pos, mine.zero.members
 	i := slices.Index(old, int(name))
 	if i < 0 {
 		return nil, fmt.Errorf("trainer: rank %d (by name) is not in the world it kept (%v)", name, old)
 	}
-	return []int64{p.global, int64(p.epoch), int64(p.step), mine.zero.kept.Done(), name, int64(i), int64(len(old))}, nil
+	return []int64{p.global, int64(p.epoch), int64(p.step), mine.zero.kept.Done(), name, int64(i), int64(len(old)), int64(membersOffset(l.cfg, old))}, nil
 }
 
 // zeroHealPlan reads step 1's words (all, in rank order): the transition,
@@ -169,6 +170,10 @@ func zeroHealPlan(all []int64, joiners []int) (zero.Transition, []int, int, erro
 			return tr, nil, 0, fmt.Errorf("trainer: the members come from worlds of %d and %d ranks", tr.OldSize, w[6])
 		}
 		tr.OldSize = int(w[6])
+		if tr.Offset != 0 && int(w[7]) != tr.Offset {
+			return tr, nil, 0, fmt.Errorf("trainer: the members come from worlds with buddy offsets %d and %d", tr.Offset, w[7])
+		}
+		tr.Offset = int(w[7])
 		pos = append(pos, w[:3]...)
 		ranks = append(ranks, r)
 	}

@@ -38,7 +38,7 @@ import (
 //
 // Every member then holds, bitwise, the parameters and shard states of a
 // run without the failure after that step; a lost rank whose buddy was
-// lost too (ring neighbours) leaves a shard with no copy, which the
+// lost too (rank r+d, buddyOffset) leaves a shard with no copy, which the
 // launcher sees first and answers with a checkpoint restart
 // (cmd/train: Elastic.Survives).
 

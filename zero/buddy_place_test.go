@@ -1,0 +1,121 @@
+package zero
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The offset rule: the ranks per node when they fill two nodes or more,
+// else the ring neighbour.
+func TestBuddyOffset(t *testing.T) {
+	for _, c := range []struct{ world, local, want int }{
+		{8, 4, 4}, {6, 2, 2}, {6, 3, 3}, {4, 2, 2}, {2, 1, 1}, {5, 1, 1},
+		{4, 4, 1}, // one host
+		{5, 2, 1}, // nodes of unequal sizes (a rank lost)
+		{3, 4, 1}, // fewer ranks than a node holds
+		{4, 0, 1}, // unknown
+	} {
+		require.Equal(t, c.want, BuddyOffset(c.world, c.local), "BuddyOffset(%d, %d)", c.world, c.local)
+	}
+	require.NoError(t, checkOffset(6, 2))
+	for _, d := range []int{0, -1, 6, 7} {
+		require.ErrorContains(t, checkOffset(6, d), "must be another rank")
+	}
+}
+
+// A generation's offset from its members (job-start ranks): nodes of
+// equal size → their size; a node partly lost, a joiner, or members out of
+// start order → 1.
+func TestMembersOffset(t *testing.T) {
+	for _, c := range []struct {
+		members      []int
+		local, world int
+		want         int
+	}{
+		{[]int{0, 1, 2, 3, 4, 5, 6, 7}, 4, 8, 4},
+		{[]int{0, 1, 2, 3}, 4, 8, 1},          // one node left
+		{[]int{0, 1, 4, 5, 6, 7}, 2, 8, 2},    // node 1 of 4 lost
+		{[]int{0, 1, 2, 4, 5, 6}, 4, 8, 3},    // one rank of each node lost: 2 nodes of 3
+		{[]int{0, 1, 2, 3, 4, 5, 7}, 4, 8, 1}, // nodes of 4 and 3
+		{[]int{0, 1, 2, 3, 4, 5, 6, 8}, 4, 8, 1},
+		{[]int{4, 5, 0, 1}, 2, 8, 1},
+		{[]int{0, 1}, 0, 2, 1},
+	} {
+		require.Equal(t, c.want, MembersOffset(c.members, c.local, c.world), "members %v, local %d", c.members, c.local)
+	}
+}
+
+// Every edge r → r+d of every world and offset has a round below
+// buddyRounds, and no rank is in two edges of one round (the split's pair
+// groups of a round are disjoint).
+func TestEdgeRoundsDisjoint(t *testing.T) {
+	for n := 2; n <= 12; n++ {
+		for d := 1; d < n; d++ {
+			rounds := buddyRounds(n, d)
+			busy := map[[2]int]int{} // (round, rank) → edge
+			for e := range n {
+				c := edgeRound(e, n, d)
+				require.True(t, c >= 0 && c < rounds, "n=%d d=%d: edge %d in round %d of %d", n, d, e, c, rounds)
+				for _, r := range []int{e, (e + d) % n} {
+					if prev, ok := busy[[2]int{c, r}]; ok && prev != e {
+						t.Fatalf("n=%d d=%d: rank %d in edges %d and %d of round %d", n, d, r, prev, e, c)
+					}
+					busy[[2]int{c, r}] = e
+				}
+			}
+		}
+	}
+}
+
+// The lost-pair judgement: a rank and its buddy (r+d) both lost, and
+// nothing else, is fatal; bad ranks are named.
+func TestShardsKept(t *testing.T) {
+	for _, c := range []struct {
+		n, d int
+		lost []int
+		want string
+	}{
+		{8, 4, []int{4, 5, 6, 7}, ""}, // a whole node of 4
+		{8, 4, []int{0, 1, 2, 3}, ""},
+		{8, 4, []int{1, 5}, "rank 1's optimizer shard is gone: its buddy, rank 5,"},
+		{8, 4, []int{6, 2}, "rank 2's optimizer shard is gone: its buddy, rank 6,"},
+		{8, 1, []int{4, 5}, "rank 4's optimizer shard is gone: its buddy, rank 5,"},
+		{6, 2, []int{2, 3}, ""},
+		{6, 2, []int{0, 4}, "rank 4's optimizer shard is gone: its buddy, rank 0,"},
+		{4, 1, []int{0, 2}, ""},
+		{4, 1, []int{4}, "lost rank 4 is not a rank of the world of 4"},
+	} {
+		t.Run(fmt.Sprintf("n=%d/d=%d/lost=%v", c.n, c.d, c.lost), func(t *testing.T) {
+			err := ShardsKept(c.n, c.d, c.lost)
+			if c.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
+// Re-shards with buddies on the next node: a whole node lost, the old
+// world's copies at offset d, the new one's at its own offset; every
+// shard and copy rebuilt bitwise, and only what the ranks lacked sent.
+func TestReshardNodeLost(t *testing.T) {
+	buckets, total := layout(reshardLayouts["odd"])
+	for i, c := range []struct {
+		n, local int
+		old      []int
+	}{
+		{6, 2, []int{0, 1, 4, 5}},         // node 1 of 3 lost: offset 2 → 2
+		{6, 2, []int{0, 1, 2, 3}},         // the last node: its copies on node 0
+		{8, 4, []int{0, 1, 2, 3}},         // 2 nodes of 4 → one host: offset 4 → 1
+		{4, 2, []int{0, 1, 2, 3, -1, -1}}, // a node joins: 2 → 2
+	} {
+		d, newD := BuddyOffset(c.n, c.local), BuddyOffset(len(c.old), c.local)
+		tr := Transition{OldSize: c.n, Old: c.old, Offset: d} // a joiner has no old wrapper to tell it d
+		t.Run(fmt.Sprintf("%d→%v/d=%d→%d", c.n, c.old, d, newD), func(t *testing.T) {
+			checkRegroup(t, buckets, total, tr, uint64(40+i), d, newD)
+		})
+	}
+}
