@@ -9,17 +9,17 @@ import (
 
 // scaleUpFlags checks -nnodes MIN:MAX (MIN < MAX: nodes may join the
 // running job; launch's nodes_scaleup.go): a new node's ranks join as
-// healed joiners, which needs -on-failure continue -heal, over tcp, with
-// DDP, without spares (they would run on node 0 and take the new nodes'
-// places).
+// healed joiners, which needs -on-failure continue -heal (over tcp, or
+// auto: a new node's ranks are placed on their node in the grown plan,
+// shm with their node-mates, tcp with the others; -transport shm is one
+// host's and refuses -nnodes above 1 anyway), with DDP, without spares (they would run on node
+// 0 and take the new nodes' places).
 func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool, spares int) error {
 	if tr.MP == nil || tr.MP.MaxNodes <= tr.MP.Nnodes {
 		return nil
 	}
 	n := fmt.Sprintf("-nnodes %d:%d", tr.MP.Nnodes, tr.MP.MaxNodes)
 	switch {
-	case tr.Name != launch.TCP:
-		return errors.New(n + " (nodes joining a running job) runs over -transport tcp for now")
 	case onFailure != launch.OnFailureContinue || !heal:
 		return errors.New(n + " lets nodes join the running job, which needs -on-failure continue -heal (a new node's ranks heal from the others)")
 	case zero1:

@@ -22,8 +22,9 @@ import (
 // 24, every step of rank 0 at least 40 ms, a checkpoint every 5 steps)
 // and waits until it has checkpointed step 5; it returns node 0, the
 // master address and the arguments every node of the job gets (without
-// -nnodes, -node-rank and -master).
-func scaleUpJob(t *testing.T, epochs string) (*nodeLauncher, string, []string) {
+// -nnodes, -node-rank and -master). Over transport tr, node 0's launcher
+// gets env added.
+func scaleUpJob(t *testing.T, epochs, tr string, env ...string) (*nodeLauncher, string, []string) {
 	t.Helper()
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
@@ -33,8 +34,8 @@ func scaleUpJob(t *testing.T, epochs string) (*nodeLauncher, string, []string) {
 	require.NoError(t, err)
 	master := l.Addr().String()
 	require.NoError(t, l.Close())
-	args := nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100")
-	node0 := startScaleNode(t, args, master, "1:2", 0)
+	args := nodesSurvivorArgs(data, ck, tr, "-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100")
+	node0 := startScaleNode(t, args, master, "1:2", 0, env...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node 0's stderr:\n%s", node0.stderr.String())
@@ -117,7 +118,7 @@ func TestScaleUpNodeJoins(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
 	}
-	node0, master, args := scaleUpJob(t, "8")
+	node0, master, args := scaleUpJob(t, "8", "tcp")
 	joined := time.Now()
 	node1 := startScaleNode(t, args, master, "1:2", 1)
 	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
@@ -148,7 +149,7 @@ func TestScaleUpNodeDiesMidHeal(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
 	}
-	node0, master, args := scaleUpJob(t, "10")
+	node0, master, args := scaleUpJob(t, "10", "tcp")
 	first := startScaleNode(t, args, master, "1:2", 1, faultsVar+"=slow:0:40;nodekill:2:0")
 	waitNodes(t, []*nodeLauncher{first}, 30*time.Second)
 	t.Logf("node 1's first launcher:\n%s", first.stderr.String())
@@ -181,7 +182,30 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
 		require.ErrorContains(t, err, c.want, "args %q", c.args)
 	}
-	_, err := runTrain(t, "-transport", "auto", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure", "-nnodes", "1:2", "-on-failure", "continue", "-heal")
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "tcp")
+	_, err := runTrain(t, "-transport", "shm", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure", "-nnodes", "1:2", "-on-failure", "continue", "-heal")
+	require.ErrorContains(t, err, "use -transport tcp or auto across hosts")
+}
+
+// Over -transport auto, node 1 (its own host: RINGDDP_NODE) joins a job
+// running on node 0's two ranks (-nnodes 1:2): its ranks are placed on
+// node 1 in the grown generation's plan, so each rank maps the shm files
+// of a two-rank shm world at the last step (2 files) — not those of one
+// host of four (4) nor none (a host per rank, all tcp). The job ends on 4
+// ranks with no completed step lost, every example once per epoch.
+func TestScaleUpNodeJoinsAuto(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of several seconds: not under -race or -short")
+	}
+	hosts := twoHosts(40, 128) // 8 epochs of 16 steps: the last is 128
+	node0, master, args := scaleUpJob(t, "8", "auto", hosts(0)...)
+	node1 := startScaleNode(t, args, master, "1:2", 1, hosts(1)...)
+	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
+	out, errOut := nodesEnded(t, node0, node1)
+	epochs, hs := grownOutput(t, out, 8)
+	require.Len(t, hs, 1, out)
+	requireNodeJoined(t, hs[0], 2, "node 1 joins the running job (scale up, -nnodes 1:2)", out)
+	require.Equal(t, int64(0), hs[0].StepsLost, out)
+	require.Equal(t, 4.0, epochs[7]["ranks"], out)
+	require.Equal(t, []int{2, 2}, shmMappings(t, errOut), "node 0's ranks at the last step")
+	require.Equal(t, []int{2, 2}, shmMappings(t, node1.stderr.String()), "node 1's ranks at the last step")
 }
