@@ -9,12 +9,14 @@ import (
 
 // scaleUpFlags checks -nnodes MIN:MAX (MIN < MAX: nodes may join the
 // running job; launch's nodes_scaleup.go): a new node's ranks join as
-// healed joiners, which needs -on-failure continue -heal (over tcp, or
-// auto: a new node's ranks are placed on their node in the grown plan,
-// shm with their node-mates, tcp with the others; -transport shm is one
-// host's and refuses -nnodes above 1 anyway), with DDP, without spares (they would run on node
-// 0 and take the new nodes' places).
-func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool, spares int) error {
+// healed joiners, which needs -on-failure continue -heal, and no spares
+// (they would run on node 0 and take the new nodes' places). It runs
+// over tcp or auto (a new node's ranks are placed on their node in the
+// grown plan: shm with their node-mates, tcp with the others; shm is
+// one host's and refuses -nnodes above 1), with DDP or with -zero1,
+// whose -heal needs -zero-buddies (healFlags): the grown group re-shards
+// the optimizer state as a heal does.
+func scaleUpFlags(tr *launch.Transport, onFailure string, heal bool, spares int) error {
 	if tr.MP == nil || tr.MP.MaxNodes <= tr.MP.Nnodes {
 		return nil
 	}
@@ -22,8 +24,6 @@ func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool, spar
 	switch {
 	case onFailure != launch.OnFailureContinue || !heal:
 		return errors.New(n + " lets nodes join the running job, which needs -on-failure continue -heal (a new node's ranks heal from the others)")
-	case zero1:
-		return errors.New(n + " with -zero1 is not built (a ZeRO-1 group growing across node launchers); use DDP")
 	case spares > 0:
 		return errors.New(n + " with -spares: a spare would run on node 0 and take a new node's place; across node launchers a node's ranks come with its launcher")
 	}
