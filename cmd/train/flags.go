@@ -284,7 +284,7 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 	if o.heal, o.spares, err = healFlags(o.tr, o.onFailure, v.zero1 && !o.zeroBuddies && v.onFailure == launch.OnFailureContinue, v.heal, v.spares, given); err != nil {
 		return err
 	}
-	if err := scaleUpFlags(o.tr, o.onFailure, o.heal, o.spares); err != nil {
+	if err := scaleUpFlags(o.tr, o.onFailure, o.heal, v.zero1, o.spares); err != nil {
 		return err
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {

@@ -15,8 +15,9 @@ import (
 // grown plan: shm with their node-mates, tcp with the others; shm is
 // one host's and refuses -nnodes above 1), with DDP or with -zero1,
 // whose -heal needs -zero-buddies (healFlags): the grown group re-shards
-// the optimizer state as a heal does.
-func scaleUpFlags(tr *launch.Transport, onFailure string, heal bool, spares int) error {
+// the optimizer state as a heal does — from a start of two ranks or more:
+// a ZeRO-1 group of one rank keeps no buddy copy, so it cannot grow.
+func scaleUpFlags(tr *launch.Transport, onFailure string, heal, zero1 bool, spares int) error {
 	if tr.MP == nil || tr.MP.MaxNodes <= tr.MP.Nnodes {
 		return nil
 	}
@@ -24,6 +25,8 @@ func scaleUpFlags(tr *launch.Transport, onFailure string, heal bool, spares int)
 	switch {
 	case onFailure != launch.OnFailureContinue || !heal:
 		return errors.New(n + " lets nodes join the running job, which needs -on-failure continue -heal (a new node's ranks heal from the others)")
+	case zero1 && tr.MP.Nnodes*tr.MP.LocalRanks < 2:
+		return errors.New(n + " with -zero1 starts a ZeRO-1 group of one rank, which keeps no buddy copy of its shard and so cannot grow: start on 2 ranks or more (-ranks, or MIN)")
 	case spares > 0:
 		return errors.New(n + " with -spares: a spare would run on node 0 and take a new node's place; across node launchers a node's ranks come with its launcher")
 	}

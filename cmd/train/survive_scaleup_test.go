@@ -182,6 +182,7 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		{[]string{"-nnodes", "1:2"}, "-nnodes 1:2 lets nodes join the running job, which needs -on-failure continue -heal"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue"}, "needs -on-failure continue -heal"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1", "-zero-buddies=false"}, "-heal and -spares with -zero1 need -zero-buddies"},
+		{[]string{"-nnodes", "1:2", "-ranks", "1", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 starts a ZeRO-1 group of one rank, which keeps no buddy copy"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-spares", "1"}, "-nnodes 1:2 with -spares: a spare would run on node 0"},
 	} {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
