@@ -112,7 +112,7 @@ func train(ctx context.Context, o *options, stdout io.Writer, env runEnv) (err e
 	rep := &report{o: o, stdout: stdout, status: status, cfg: &cfg,
 		prog: chooseProgress(stdout, o.json, o.quiet), writer: &outWriter{dir: o.out}, start: start}
 	cfg.OnStart, cfg.OnStep, cfg.OnEpoch = rep.started, rep.stepped, rep.epoch
-	cfg.OnSurvive = func(_ rendezvous.Generation, step int64) { status.Resumed(step) }
+	cfg.OnSurvive = func(_ rendezvous.Generation, step int64, reshardSent []int64) { status.Resumed(step, reshardSent) }
 	surv, err := o.tr.Survivor(ctx) // with -on-failure continue
 	if err != nil {
 		return err

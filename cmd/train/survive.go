@@ -139,6 +139,10 @@ type continueRecord struct {
 	TrainingAgainSeconds *float64     `json:"training_again_seconds"`
 	TrainingAgainUnix    *float64     `json:"training_again_unix,omitempty"`
 	PausedSeconds        *float64     `json:"paused_seconds,omitempty"`
+	// ReshardBytes is, under ZeRO-1, the optimizer state's bytes the
+	// survivors sent to re-shard it over the new generation (all ranks
+	// together; absent under DDP, or when the job ended first).
+	ReshardBytes *int64 `json:"reshard_bytes,omitempty"`
 }
 
 type lostRecord struct {
@@ -166,6 +170,9 @@ func newContinueRecord(c launch.Continued, batch int) continueRecord {
 		if c.Paused > 0 {
 			rec.PausedSeconds = &p
 		}
+	}
+	if c.Reshard >= 0 {
+		rec.ReshardBytes = &c.Reshard
 	}
 	return rec
 }
@@ -199,6 +206,9 @@ func printContinued(w io.Writer, c launch.Continued, batch int, jsonOut bool) {
 			rec.ResumedFromStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, *rec.TrainingAgainSeconds)
 		if rec.PausedSeconds != nil {
 			fmt.Fprintf(&b, " (paused %.2fs)", *rec.PausedSeconds)
+		}
+		if rec.ReshardBytes != nil {
+			fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes", *rec.ReshardBytes)
 		}
 	}
 	fmt.Fprintln(w, b.String())

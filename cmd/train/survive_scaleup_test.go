@@ -22,8 +22,14 @@ import (
 // 24, every step of rank 0 at least 40 ms, a checkpoint every 5 steps)
 // and waits until it has checkpointed step 5; it returns node 0, the
 // master address and the arguments every node of the job gets (without
-// -nnodes, -node-rank and -master).
-func scaleUpJob(t *testing.T, epochs string) (*nodeLauncher, string, []string) {
+// -nnodes, -node-rank and -master). Over transport tr, node 0's launcher
+// gets env added.
+func scaleUpJob(t *testing.T, epochs, tr string, env ...string) (*nodeLauncher, string, []string) {
+	return scaleUpJobArgs(t, epochs, tr, nil, env...)
+}
+
+// scaleUpJobArgs is scaleUpJob with extra arguments for every node.
+func scaleUpJobArgs(t *testing.T, epochs, tr string, extra []string, env ...string) (*nodeLauncher, string, []string) {
 	t.Helper()
 	data := writeMNISTDir(t)
 	dir := t.TempDir()
@@ -33,8 +39,8 @@ func scaleUpJob(t *testing.T, epochs string) (*nodeLauncher, string, []string) {
 	require.NoError(t, err)
 	master := l.Addr().String()
 	require.NoError(t, l.Close())
-	args := nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100")
-	node0 := startScaleNode(t, args, master, "1:2", 0)
+	args := nodesSurvivorArgs(data, ck, tr, append([]string{"-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100"}, extra...)...)
+	node0 := startScaleNode(t, args, master, "1:2", 0, env...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("node 0's stderr:\n%s", node0.stderr.String())
@@ -117,7 +123,7 @@ func TestScaleUpNodeJoins(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
 	}
-	node0, master, args := scaleUpJob(t, "8")
+	node0, master, args := scaleUpJob(t, "8", "tcp")
 	joined := time.Now()
 	node1 := startScaleNode(t, args, master, "1:2", 1)
 	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
@@ -148,7 +154,7 @@ func TestScaleUpNodeDiesMidHeal(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
 	}
-	node0, master, args := scaleUpJob(t, "10")
+	node0, master, args := scaleUpJob(t, "10", "tcp")
 	first := startScaleNode(t, args, master, "1:2", 1, faultsVar+"=slow:0:40;nodekill:2:0")
 	waitNodes(t, []*nodeLauncher{first}, 30*time.Second)
 	t.Logf("node 1's first launcher:\n%s", first.stderr.String())
@@ -175,13 +181,72 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		{[]string{"-nnodes", "1:2", "-node-rank", "2"}, "-node-rank 2: out of range for -nnodes 1:2 (valid: 0..1)"},
 		{[]string{"-nnodes", "1:2"}, "-nnodes 1:2 lets nodes join the running job, which needs -on-failure continue -heal"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue"}, "needs -on-failure continue -heal"},
-		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 is not built"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1", "-zero-buddies=false"}, "-heal and -spares with -zero1 need -zero-buddies"},
+		{[]string{"-nnodes", "1:2", "-ranks", "1", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 starts a ZeRO-1 group of one rank, which keeps no buddy copy"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-spares", "1"}, "-nnodes 1:2 with -spares: a spare would run on node 0"},
 	} {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
 		require.ErrorContains(t, err, c.want, "args %q", c.args)
 	}
-	_, err := runTrain(t, "-transport", "auto", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure", "-nnodes", "1:2", "-on-failure", "continue", "-heal")
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "tcp")
+	_, err := runTrain(t, "-transport", "shm", "-ranks", "2", "-master", "127.0.0.1:1", "-insecure", "-nnodes", "1:2", "-on-failure", "continue", "-heal")
+	require.ErrorContains(t, err, "use -transport tcp or auto across hosts")
+}
+
+// Over -transport auto, node 1 (its own host: RINGDDP_NODE) joins a job
+// running on node 0's two ranks (-nnodes 1:2): its ranks are placed on
+// node 1 in the grown generation's plan, so each rank maps the shm files
+// of a two-rank shm world at the last step (2 files) — not those of one
+// host of four (4) nor none (a host per rank, all tcp). The job ends on 4
+// ranks with no completed step lost, every example once per epoch.
+func TestScaleUpNodeJoinsAuto(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node job of several seconds: not under -race or -short")
+	}
+	hosts := twoHosts(40, 128) // 8 epochs of 16 steps: the last is 128
+	node0, master, args := scaleUpJob(t, "8", "auto", hosts(0)...)
+	node1 := startScaleNode(t, args, master, "1:2", 1, hosts(1)...)
+	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
+	out, errOut := nodesEnded(t, node0, node1)
+	epochs, hs := grownOutput(t, out, 8)
+	require.Len(t, hs, 1, out)
+	requireNodeJoined(t, hs[0], 2, "node 1 joins the running job (scale up, -nnodes 1:2)", out)
+	require.Equal(t, int64(0), hs[0].StepsLost, out)
+	require.Equal(t, 4.0, epochs[7]["ranks"], out)
+	require.Equal(t, []int{2, 2}, shmMappings(t, errOut), "node 0's ranks at the last step")
+	require.Equal(t, []int{2, 2}, shmMappings(t, node1.stderr.String()), "node 1's ranks at the last step")
+}
+
+// Under -zero1 (buddies on, as -on-failure continue has them), node 1
+// joins a job running on node 0's two ranks: the group grows past its
+// starting world from 2 to 4, the new ranks heal and the optimizer state
+// is re-sharded over 4 (the heal's report gives the re-shard's bytes).
+// The job ends on 4 ranks, no completed step lost, every example once per
+// epoch, and its final parameters within 1e-3 (largest difference) of a
+// failure-free ZeRO-1 run on 2 ranks: not bitwise, as the grown steps
+// split the global batch 6+6+6+6 instead of 12+12 and the sums round
+// differently (TestSurviveHealZeRO1 gives the bound's reasoning: a lost
+// shard ends about 3e-2 away).
+func TestScaleUpNodeJoinsZero1(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 2-node tcp job of several seconds: not under -race or -short")
+	}
+	ref := filepath.Join(t.TempDir(), "ref.safetensors")
+	refOut, err := runTrain(t, nodesSurvivorArgs(writeMNISTDir(t), ref, "tcp", "-zero1", "-epochs", "8")...)
+	require.NoError(t, err, refOut)
+	node0, master, args := scaleUpJobArgs(t, "8", "tcp", []string{"-zero1"})
+	node1 := startScaleNode(t, args, master, "1:2", 1)
+	waitStderr(t, node0, "launch: node 0: node 1 is in the job now with ranks 2, 3 (scale up)")
+	out, _ := nodesEnded(t, node0, node1)
+	epochs, hs := grownOutput(t, out, 8)
+	require.Len(t, hs, 1, out)
+	h := hs[0]
+	requireNodeJoined(t, h, 2, "node 1 joins the running job (scale up, -nnodes 1:2)", out)
+	require.Equal(t, 4.0, epochs[7]["ranks"], out)
+	require.Len(t, h.ReshardSentBytes, 4, out)
+	require.Zero(t, h.ReshardSentBytes[2]+h.ReshardSentBytes[3], "the joiners held no shard to send")
+	require.Positive(t, h.ReshardBytes, out)
+	diff := paramDiff(t, ref, args[slices.Index(args, "-checkpoint")+1])
+	t.Logf("grown at step %d: re-shard %d bytes (sent %v); largest parameter difference from the failure-free run: %g",
+		h.AtStep, h.ReshardBytes, h.ReshardSentBytes, diff)
+	require.Less(t, diff, 1e-3)
 }

@@ -280,11 +280,24 @@ func TestPrintContinued(t *testing.T) {
 	at := time.Unix(1700000000, 0)
 	c := launch.Continued{Number: 1, Generation: 1, Lost: []launch.LostRank{{Rank: 2, Pid: 4242, Reason: "was killed by signal killed"}},
 		Step: 357, PreviousRanks: 4, Ranks: 3, FailedAt: at, Removed: 9 * time.Millisecond,
-		TrainingAgain: 90 * time.Millisecond, TrainingAgainAt: at.Add(90 * time.Millisecond), Paused: 110 * time.Millisecond, Resumed: 357}
+		TrainingAgain: 90 * time.Millisecond, TrainingAgainAt: at.Add(90 * time.Millisecond), Paused: 110 * time.Millisecond, Resumed: 357, Reshard: -1}
 	var b strings.Builder
 	printContinued(&b, c, 240, false)
 	require.Equal(t, "failure 1: rank 2 (pid 4242) was killed by signal killed at step 357 (4 ranks); continuing on 3 ranks as generation 1 "+
 		"from step 357, 0 steps lost, 240 samples redone, training again 0.09s after the failure (paused 0.11s)\n", b.String())
+	b.Reset()
+	printContinued(&b, c, 240, true)
+	require.NotContains(t, b.String(), "reshard_bytes", "DDP: no re-shard")
+	b.Reset()
+	c.Reshard = 98304 // ZeRO-1
+	printContinued(&b, c, 240, false)
+	require.True(t, strings.HasSuffix(b.String(), "(paused 0.11s); optimizer state re-sharded: 98304 bytes\n"), b.String())
+	b.Reset()
+	printContinued(&b, c, 240, true)
+	var zrec continueRecord
+	require.NoError(t, json.Unmarshal([]byte(b.String()), &zrec))
+	require.NotNil(t, zrec.ReshardBytes)
+	require.Equal(t, int64(98304), *zrec.ReshardBytes)
 	b.Reset()
 	c.Lost[0].Reason = "it did not check in within 500ms of the failure (stopped, hung or cut off)"
 	c.TrainingAgainAt = time.Time{}

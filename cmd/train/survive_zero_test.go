@@ -39,7 +39,10 @@ func TestSurviveKillZeRO1(t *testing.T) {
 	require.Equal(t, int64(0), c.StepsLost)
 	require.Equal(t, int64(7), c.ResumedFromStep)
 	require.Equal(t, 3, c.Ranks)
-	ddpCk, _ := run()
+	require.NotNil(t, c.ReshardBytes, "the re-shard's bytes in the failure's report")
+	require.Positive(t, *c.ReshardBytes)
+	ddpCk, ddp := run()
+	require.Nil(t, ddp.ReshardBytes, "DDP re-shards nothing")
 	require.Zero(t, paramDiff(t, ddpCk, zeroCk), "ZeRO-1's survivors end where DDP's do")
 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/ringddp/ringddp/allreduce/rendezvous"
 )
 
 // -nnodes: N, MIN:MAX, and what is malformed, each named.
@@ -133,5 +135,44 @@ func TestGenPlanGrown(t *testing.T) {
 	got, err := decodeGenPlan(p.encode(), 1, 2)
 	if err != nil || fmt.Sprint(got.joinedRanks()) != "[2 3]" || len(got.Members) != 4 {
 		t.Fatalf("%+v, %v", got, err)
+	}
+}
+
+// A grown job's ranks take their local rank and local world size from the
+// plan's nodes, not from the start's world: a job started on node 0 alone
+// (2 ranks, each seeing the whole start world as local), node 1's two
+// ranks taken in under names 2 and 3 (setNames, as addRemote records
+// them on admission). The grown plan places them on node 1 (placeMembers), so every
+// rank is local rank 0 or 1 of 2 — not of 4, as the start's world would
+// say for node 0's ranks and the names for node 1's.
+func TestGrownLocalRanks(t *testing.T) {
+	place := &nodePlace{members: []int{0}, perNode: 2, most: 2}
+	place.setNames(1, []int{2, 3})
+	s := &survival{world: 2, place: place}
+	p := genPlan{Gen: 1, Members: []int{0, 1, 2, 3}, Joined: []int{2, 3}}
+	s.placeMembers(&p)
+	if fmt.Sprint(p.Nodes) != "[0 0 1 1]" {
+		t.Fatalf("the grown plan's nodes: %v, want [0 0 1 1]", p.Nodes)
+	}
+	got, err := decodeGenPlan(p.encode(), 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node0 := rendezvous.Env{Rank: 1, WorldSize: 2, LocalRank: 1, LocalWorldSize: 2}
+	node1 := rendezvous.Env{Rank: 2, WorldSize: 2, LocalRank: 0, LocalWorldSize: 2} // as its launcher starts it (rankEnv)
+	for _, c := range []struct {
+		start rendezvous.Env
+		name  int
+		want  [4]int // rank, world, local rank, local world
+	}{
+		{node0, 1, [4]int{1, 4, 1, 2}},
+		{node0, 0, [4]int{0, 4, 0, 2}},
+		{node1, 2, [4]int{2, 4, 0, 2}},
+		{node1, 3, [4]int{3, 4, 1, 2}},
+	} {
+		env := generationEnv(c.start, c.name, got.Members, got.Nodes)
+		if g := [4]int{env.Rank, env.WorldSize, env.LocalRank, env.LocalWorldSize}; g != c.want {
+			t.Errorf("name %d: rank, world, local rank, local world %v, want %v", c.name, g, c.want)
+		}
 	}
 }

@@ -14,7 +14,11 @@ import (
 // The status pipe. An elastic launcher (elastic.go) hands every rank the
 // write end of one pipe, its descriptor number in RINGDDP_STATUS_FD, on
 // which a rank reports its progress as lines: "start STEP" when it begins
-// training at global step STEP, "step STEP" after each optimizer step. A
+// training at global step STEP, "step STEP" after each optimizer step,
+// and, on the new rank 0 after a failure survived, "resume STEP" when the
+// survivors go on from global step STEP — "resume STEP BYTES" under
+// ZeRO-1, BYTES being the optimizer state's bytes the re-shard over the
+// survivors sent (all ranks together). A
 // line is one write of far less than PIPE_BUF bytes, so lines from several
 // ranks never interleave. The launcher learns from it where a failed
 // attempt had got to (the steps lost) and when a restarted one trains
@@ -58,17 +62,32 @@ func OpenStatus(getenv func(string) string) (*Status, error) {
 func (s *Status) Started(step int64) { s.line("start", step) }
 
 // Resumed reports that the survivors of a failure go on from global step
-// step (survive.go).
-func (s *Status) Resumed(step int64) { s.line("resume", step) }
+// step (survive.go); reshardSent, under ZeRO-1, is the bytes each rank
+// sent to re-shard the optimizer state (nil under DDP).
+func (s *Status) Resumed(step int64, reshardSent []int64) {
+	if reshardSent == nil {
+		s.line("resume", step)
+		return
+	}
+	var sum int64
+	for _, n := range reshardSent {
+		sum += n
+	}
+	s.line("resume", step, sum)
+}
 
 // Stepped reports that global step step is done.
 func (s *Status) Stepped(step int64) { s.line("step", step) }
 
-func (s *Status) line(kind string, step int64) {
+func (s *Status) line(kind string, nums ...int64) {
 	if s == nil {
 		return
 	}
-	_, _ = s.f.WriteString(kind + " " + strconv.FormatInt(step, 10) + "\n")
+	b := []byte(kind)
+	for _, n := range nums {
+		b = strconv.AppendInt(append(b, ' '), n, 10)
+	}
+	_, _ = s.f.Write(append(b, '\n'))
 }
 
 // Close closes the pipe.
@@ -88,12 +107,30 @@ type progress struct {
 	lastAt    time.Time // when the last step was reported (zero: none yet)
 	resumed   int64     // the step survivors last went on from (-1: none)
 	resumedAt time.Time // when they said so
+	reshard   int64     // the bytes their ZeRO-1 re-shard sent (-1: none reported, DDP)
 	notify    chan struct{}
 	done      chan struct{} // closed when the pipe reached its end
 }
 
 func newProgress() *progress {
-	return &progress{start: -1, last: -1, resumed: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	return &progress{start: -1, last: -1, resumed: -1, reshard: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// statusLine reads a status line: its kind and one or more numbers, none
+// negative; ok false for a line that is not one.
+func statusLine(line string) (kind string, nums []int64, ok bool) {
+	f := strings.Fields(line)
+	if len(f) < 2 || len(f) > 3 {
+		return "", nil, false
+	}
+	for _, s := range f[1:] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return "", nil, false
+		}
+		nums = append(nums, n)
+	}
+	return f[0], nums, true
 }
 
 // read reads r's lines until its end, ignoring lines it does not know.
@@ -101,18 +138,21 @@ func (p *progress) read(r io.Reader) {
 	defer close(p.done)
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		kind, num, ok := strings.Cut(sc.Text(), " ")
-		step, err := strconv.ParseInt(num, 10, 64)
-		if !ok || err != nil || step < 0 {
+		kind, nums, ok := statusLine(sc.Text())
+		if !ok || (kind != "resume" && len(nums) != 1) {
 			continue
 		}
+		step := nums[0]
 		p.mu.Lock()
 		switch kind {
 		case "start":
 			p.start = step
 			p.last = max(p.last, step)
 		case "resume":
-			p.resumed, p.resumedAt = step, time.Now()
+			p.resumed, p.resumedAt, p.reshard = step, time.Now(), -1
+			if len(nums) == 2 {
+				p.reshard = nums[1]
+			}
 		case "step":
 			p.last = step
 			p.lastAt = time.Now()
@@ -143,10 +183,11 @@ func (p *progress) lastStepAt() time.Time {
 	return p.lastAt
 }
 
-// lastResume is the step survivors last went on from and when they said
-// so (-1 and zero: never).
-func (p *progress) lastResume() (int64, time.Time) {
+// lastResume is the step survivors last went on from, when they said so
+// (-1 and zero: never) and the bytes their ZeRO-1 re-shard sent (-1: none
+// reported).
+func (p *progress) lastResume() (step int64, at time.Time, reshard int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.resumed, p.resumedAt
+	return p.resumed, p.resumedAt, p.reshard
 }

@@ -69,6 +69,10 @@ type Continued struct {
 	// Resumed is the global step the new generation went on from, as its
 	// rank 0 reported it on the status pipe (-1: not reported).
 	Resumed int64
+	// Reshard is, under ZeRO-1, the optimizer state's bytes the survivors
+	// sent to re-shard it over the new generation, as its rank 0 reported
+	// them with Resumed (-1: not reported, as under DDP).
+	Reshard int64
 }
 
 // LostRank is a rank removed from the job.
@@ -459,7 +463,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	}
 	*s.counted++
 	c := Continued{Number: *s.counted, Generation: gen + 1, Lost: lost, Step: f.step, PreviousRanks: prev, Ranks: len(alive),
-		FailedAt: f.at, Removed: published.Sub(f.at), Resumed: -1}
+		FailedAt: f.at, Removed: published.Sub(f.at), Resumed: -1, Reshard: -1}
 	fmt.Fprintf(s.errOut, "launch: %s; continuing on %s as generation %d (%v after the failure)\n",
 		lostText(lost, f.reason), Count(len(alive), "rank"), gen+1, c.Removed.Round(time.Millisecond))
 	s.nodesGone(lost)
@@ -483,8 +487,8 @@ func (s *survival) report(ctx context.Context, c Continued, published, lastBefor
 		}
 	}
 	c.TrainingAgainAt = s.prog.lastStepAt()
-	if step, at := s.prog.lastResume(); at.After(published) {
-		c.Resumed = step
+	if step, at, reshard := s.prog.lastResume(); at.After(published) {
+		c.Resumed, c.Reshard = step, reshard
 	}
 	c.TrainingAgain = c.TrainingAgainAt.Sub(c.FailedAt)
 	if !lastBefore.IsZero() {

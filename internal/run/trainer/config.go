@@ -138,9 +138,11 @@ type Config struct {
 	OnStep  func(StepInfo)
 	OnEpoch func(EpochMetrics)
 	// OnSurvive is called on the new rank 0 when the survivors of a
-	// failure (Survive) have agreed on the state: the generation and the
-	// global step they go on from.
-	OnSurvive func(g rendezvous.Generation, globalStep int64)
+	// failure (Survive) have agreed on the state: the generation, the
+	// global step they go on from and, under ZeRO-1, the optimizer
+	// state's bytes each rank sent to re-shard it over the survivors (nil
+	// under DDP).
+	OnSurvive func(g rendezvous.Generation, globalStep int64, reshardSent []int64)
 	// OnHeal is called on rank 0 of a generation the launcher grew, once
 	// the joined ranks are healed (survive_heal.go); on a joining rank
 	// that is rank 0, too.

@@ -108,7 +108,7 @@ func (l *rankLoop[T]) survive(cause error) error {
 			l.uses.recount()
 			l.res.Generations = append(l.res.Generations, gen)
 			if g.Rank() == 0 && l.cfg.OnSurvive != nil {
-				l.cfg.OnSurvive(gen, snap.pos.global)
+				l.cfg.OnSurvive(gen, snap.pos.global, reshardSentOf(w))
 			}
 			l.env.rec.BeginAt(trace.Comm, "elastic", "survive a failure", began).
 				Int("generation", int64(gen.Number)).Int("ranks", int64(gen.Size)).

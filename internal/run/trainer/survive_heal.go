@@ -220,8 +220,15 @@ func (l *rankLoop[T]) reportHeal(w *worker[T], joiners []int, got snapshot[T], r
 	}
 	h := Healed{Joined: joiners, GlobalStep: got.pos.global,
 		Paused: time.Since(began), Heal: rep.Duration, Report: rep}
-	if z, ok := w.rep.(*zero.ZeRO1[T]); ok {
-		h.ReshardSent = z.LastReshard().Sent
-	}
+	h.ReshardSent = reshardSentOf(w)
 	l.cfg.OnHeal(h)
+}
+
+// reshardSentOf is, under ZeRO-1, the optimizer state's bytes each rank
+// of w's group sent in its last re-shard; nil under DDP.
+func reshardSentOf[T Float](w *worker[T]) []int64 {
+	if z, ok := w.rep.(*zero.ZeRO1[T]); ok {
+		return z.LastReshard().Sent
+	}
+	return nil
 }
