@@ -251,6 +251,11 @@ func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 	}
 	own, left := b.ownPieces[k], b.leftPieces[k]
 	b.inFlight = k
+	// The hop outlives Run: a context that ends with Run (a caller's
+	// per-Run timeout) must not cancel it. Whoever waits for it (settle)
+	// gives up with its own context, and then aborts the family, which
+	// ends the hop.
+	ctx = context.WithoutCancel(ctx)
 	if b.mutual != nil {
 		dst := b.mutual[:own.Len()+left.Len()]
 		b.counts[0], b.counts[1] = own.Len(), left.Len()
