@@ -97,3 +97,16 @@ func AllGatherV[T Numeric](ctx context.Context, g *Group, dst, src []T, counts [
 	c := call{kind: KindAllGather, dt: DTypeOf[T](), root: -1, count: len(dst), buf: asBytes(dst), src: asBytes(src), layout: layout}
 	return g.do(ctx, &c)
 }
+
+// AllGatherVAsync starts AllGatherV and returns at once. Bad counts fail
+// the returned Work (and abort the group, as AllGatherV does).
+func AllGatherVAsync[T Numeric](ctx context.Context, g *Group, dst, src []T, counts []int) *Work {
+	layout, err := layoutOf(counts)
+	if err != nil {
+		g.Abort(err)
+		w := newWork()
+		w.finish(err)
+		return w
+	}
+	return g.start(ctx, call{kind: KindAllGather, dt: DTypeOf[T](), root: -1, count: len(dst), buf: asBytes(dst), src: asBytes(src), layout: layout})
+}

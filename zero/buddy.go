@@ -42,17 +42,31 @@ import (
 // A step with buddies, on rank r (Run's and Step's hooks):
 //
 //  1. in Run, as soon as a bucket's reduce-scatter has completed
-//     (exchangeBucket): send the bucket's piece of GradShard to the buddy
-//     and receive the left's piece of it (one-way transfers in pair
-//     groups, below), on the goroutine that runs the reduce-scatters, so
-//     that the transfers of every bucket but the last overlap the rest of
-//     the backward pass as the reduce-scatters do: the hop that carries
-//     each piece to a second rank, one more than the reduce-scatter's;
+//     (exchangeBucket): issue the transfers that send the bucket's piece
+//     of GradShard to the buddy and receive the left's piece of it
+//     (one-way transfers in pair groups, below), without waiting for
+//     them: the hop that carries each piece to a second rank, one more
+//     than the reduce-scatter's. The transport runs the calls of a family
+//     of groups one at a time in issue order, so each bucket's hop runs
+//     between its reduce-scatter and the next bucket's, overlapping the
+//     rest of the backward pass as the reduce-scatters do, and the last
+//     bucket's overlaps what follows it on this rank: the end of Run, the
+//     caller's code up to Step, and Step's update of the shard;
 //  2. in Step, before the update (begin): copy the own and the left
 //     shard's parameters out of the arena (they are about to change);
-//     after it (receive): check that every bucket's left piece arrived,
-//     before the all-gather: a completed all-gather on any rank then
-//     proves that every buddy holds its left's gradient of the step;
+//     after it (receive): wait for the hop in flight and check that every
+//     bucket's left piece arrived, before the all-gather is issued.
+//     Ordering: rank r+1 sends nothing of the all-gather before it holds
+//     r's gradient, and no rank's all-gather of a bucket can complete
+//     before every rank has sent into it, so a completed all-gather on any
+//     rank proves that every buddy holds its left's gradient of the step.
+//     That is the weakest wait that proves it: the all-gather could only
+//     start earlier if some rank's completion did not need the late
+//     rank's data, and the ring all-gather's does. Waiting later (at the
+//     end of Step) would let a rank complete the step while a buddy still
+//     lacked the gradient, and would win nothing here: the transport runs
+//     the hop before the all-gather issued after it anyway, so the wait
+//     costs only the hop's own latency, now overlapped with the update;
 //  3. after the all-gather (end), the step complete on this rank: replay
 //     the left's update on the copy and the own update on self, and
 //     compare the copy's parameters with the gathered ones (a mismatch is
@@ -96,8 +110,12 @@ type buddy[T ddp.Float] struct {
 	selfParams []T                // the own shard's parameters at self's step, in shard order
 	grad       []T                // the left shard's averaged gradient of the step in flight
 	// arrived counts the buckets whose left piece grad holds, of the Run
-	// in flight or last run (exchangeBucket; buckets come in order).
+	// in flight or last run (settle; buckets come in order).
 	arrived int
+	// hops is the hop in flight: the transfers of bucket inFlight, one per
+	// round, issued and not yet settled; empty when none is.
+	hops     []*allreduce.Work
+	inFlight int
 	// received: grad holds the left's gradient of the step in flight (the
 	// exchange completed), to be replayed at learning rate lr.
 	received bool
@@ -205,57 +223,83 @@ func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
 }
 
 // exchangeBucket is step 1 for bucket k, whose reduce-scatter has just
-// completed: in each round, this rank's piece of GradShard to its buddy,
-// or its left's piece into grad. Nil-safe.
+// completed: it issues, in each round, the transfer of this rank's piece
+// of GradShard to its buddy or of its left's piece into grad, and returns
+// without waiting for them (the hop in flight, hops). The calls of a
+// group's family run one at a time in the order they were issued, so the
+// hop of bucket k runs before the reduce-scatter of bucket k+1, and the
+// last bucket's while Run returns and Step updates the shard; the first
+// thing each later exchangeBucket and receive does is settle the hop in
+// flight (for every bucket but the last it has completed by then). Nil-safe.
 func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 	if b == nil {
 		return nil
+	}
+	if err := b.settle(ctx); err != nil {
+		return err
 	}
 	if k == 0 {
 		b.arrived = 0 // a new Run's first bucket
 	}
 	own, left := b.ownPieces[k], b.leftPieces[k]
+	b.inFlight = k
+	// The hop outlives Run: a context that ends with Run (a caller's
+	// per-Run timeout) must not cancel it. Whoever waits for it (settle)
+	// gives up with its own context, and then aborts the family, which
+	// ends the hop.
+	ctx = context.WithoutCancel(ctx)
 	if b.mutual != nil {
-		if err := b.exchangeMutual(ctx, own, left); err != nil {
-			return fmt.Errorf("zero: exchanging bucket %d's pieces of the shards' gradients with the buddy (ranks 0 and 1 hold each other's copy): %w", k, err)
+		dst := b.mutual[:own.Len()+left.Len()]
+		b.counts[0], b.counts[1] = own.Len(), left.Len()
+		if b.left == 0 {
+			b.counts[0], b.counts[1] = left.Len(), own.Len()
 		}
-		b.arrived = k + 1
+		b.hops = append(b.hops, allreduce.AllGatherVAsync(ctx, b.rounds[0], dst, b.ownGrad[own.Off:own.Off+own.Len()], b.counts))
 		return nil
 	}
 	for i, pair := range b.rounds {
-		var err error
 		if b.sends[i] {
 			buf := b.ownGrad[own.Off : own.Off+own.Len()]
 			b.counts[0], b.counts[1] = len(buf), 0
-			err = allreduce.AllGatherV(ctx, pair, buf, buf, b.counts)
+			b.hops = append(b.hops, allreduce.AllGatherVAsync(ctx, pair, buf, buf, b.counts))
 		} else {
 			buf := b.grad[left.Off : left.Off+left.Len()]
 			b.counts[0], b.counts[1] = len(buf), 0
-			err = allreduce.AllGatherV(ctx, pair, buf, buf[len(buf):], b.counts)
-		}
-		if err != nil {
-			return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy (rank %d holds rank %d's copy): %w", k, b.left+b.offset, b.left, err)
+			b.hops = append(b.hops, allreduce.AllGatherVAsync(ctx, pair, buf, buf[len(buf):], b.counts))
 		}
 	}
-	b.arrived = k + 1
 	return nil
 }
 
-// exchangeMutual is exchangeBucket with two ranks: the bucket's two
-// pieces (rank 0's first) all-gathered in the first round's pair group,
-// whose ranks are the world's, and the left's piece copied into grad.
-func (b *buddy[T]) exchangeMutual(ctx context.Context, own, left Piece) error {
-	dst := b.mutual[:own.Len()+left.Len()]
-	at := own.Len() // the left's piece, where rank 0 holds rank 1's
-	b.counts[0], b.counts[1] = own.Len(), left.Len()
-	if b.left == 0 {
-		at = 0
-		b.counts[0], b.counts[1] = left.Len(), own.Len()
+// settle waits for the hop in flight, if any (bucket inFlight's
+// transfers): with two ranks it copies the left's piece out of the
+// all-gathered pair into grad; it counts the bucket as arrived. A failed
+// or abandoned wait aborts the pair groups' family (the transfer may
+// still hold its buffers: the wrapper is not used after a failure).
+func (b *buddy[T]) settle(ctx context.Context) error {
+	if len(b.hops) == 0 {
+		return nil
 	}
-	if err := allreduce.AllGatherV(ctx, b.rounds[0], dst, b.ownGrad[own.Off:own.Off+own.Len()], b.counts); err != nil {
-		return err
+	k := b.inFlight
+	err := allreduce.WaitAll(ctx, b.hops...)
+	clear(b.hops)
+	b.hops = b.hops[:0]
+	if err != nil {
+		b.rounds[0].Abort(err)
+		if b.mutual != nil {
+			return fmt.Errorf("zero: exchanging bucket %d's pieces of the shards' gradients with the buddy (ranks 0 and 1 hold each other's copy): %w", k, err)
+		}
+		return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy, or receiving rank %d's for the copy this rank holds: %w", k, b.left, err)
 	}
-	copy(b.grad[left.Off:left.Off+left.Len()], dst[at:at+left.Len()])
+	if b.mutual != nil {
+		own, left := b.ownPieces[k], b.leftPieces[k]
+		at := own.Len() // the left's piece, where rank 0 holds rank 1's
+		if b.left == 0 {
+			at = 0
+		}
+		copy(b.grad[left.Off:left.Off+left.Len()], b.mutual[at:at+left.Len()])
+	}
+	b.arrived = k + 1
 	return nil
 }
 
@@ -293,12 +337,15 @@ func (b *buddy[T]) receive(ctx context.Context, group *allreduce.Group) error {
 	if b == nil {
 		return nil
 	}
-	if b.arrived == 0 {
+	if b.arrived == 0 && len(b.hops) == 0 {
 		for k := range b.leftPieces {
 			if err := b.exchangeBucket(ctx, k); err != nil {
 				return err
 			}
 		}
+	}
+	if err := b.settle(ctx); err != nil {
+		return err
 	}
 	if b.arrived != len(b.leftPieces) {
 		// Not after a successful Run: the wrapper is not used after a failed one.

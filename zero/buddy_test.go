@@ -426,9 +426,11 @@ func TestBuddyRegroupJoin(t *testing.T) {
 }
 
 // With buddies, each bucket's piece of the shard's gradient goes to the
-// buddy inside Run, one more hop after the bucket's reduce-scatter, and
-// Step moves no more than ZeRO-1's all-gather: per step rank r sends
-// exactly its shard more than without buddies (the hop), all of it in Run.
+// buddy one more hop after the bucket's reduce-scatter, and Step moves no
+// more than ZeRO-1's all-gather besides: per step rank r sends exactly its
+// shard more than without buddies (the hop), every bucket's piece but the
+// last inside Run (the last bucket's hop is issued in Run and may still be
+// in flight when Run returns: Step waits for it).
 // Through Run, backward and the hop, every copy stays bitwise the left's
 // state and the parameters those of ZeRO-1 without buddies, whatever the
 // buckets (per-param with 8 ranks leaves empty pieces) and the world size.
@@ -444,14 +446,20 @@ func TestBuddyHopInRun(t *testing.T) {
 		want := train(t, plain)
 		buddies := plain
 		buddies.buddy = true
+		// The last bucket's hop outlives Run: a context that ends with Run
+		// must not cancel it.
+		buddies.runCancelled = true
 		got := train(t, buddies)
 		require.Equal(t, want.params, got.params)
 		for r := range plain.ranks {
 			left := (r + plain.ranks - 1) % plain.ranks
 			require.Equal(t, got.own[left], got.copies[r], "rank %d's copy of rank %d's shard", r, left)
 			shard := int64(len(got.grads[r])) * 8
-			require.Equal(t, want.sentRun[r]+shard, got.sentRun[r], "rank %d: Run's bytes, the hop included", r)
-			require.Equal(t, want.sent[r]-want.sentRun[r], got.sent[r]-got.sentRun[r], "rank %d: Step's bytes", r)
+			pieces := got.pieces[r]
+			last := int64(pieces[len(pieces)-1].Len()) * 8
+			require.Equal(t, want.sent[r]+shard, got.sent[r], "rank %d: the step's bytes, the hop included", r)
+			require.GreaterOrEqual(t, got.sentRun[r], want.sentRun[r]+shard-last, "rank %d: Run's bytes, every hop but the last bucket's included", r)
+			require.LessOrEqual(t, got.sentRun[r], want.sentRun[r]+shard, "rank %d: Run's bytes", r)
 		}
 	})
 }

@@ -44,6 +44,9 @@ type run struct {
 	inBackward bool
 	// buddy wraps with buddies (WrapWithBuddy; with zero1).
 	buddy bool
+	// runCancelled gives each Run a context of its own, cancelled as soon
+	// as Run returns (a caller's per-Run timeout).
+	runCancelled bool
 }
 
 // result is what every rank ends with.
@@ -165,7 +168,13 @@ func train(t *testing.T, r run) result {
 			traintest.SetInput(t, n, xr, yr)
 			before := counters[rank].sent.Load()
 			counters[rank].takeLog()
-			if err := d.Run(ctx, n.VM); err != nil {
+			runCtx, cancel := ctx, context.CancelFunc(func() {})
+			if r.runCancelled {
+				runCtx, cancel = context.WithCancel(ctx)
+			}
+			err := d.Run(runCtx, n.VM)
+			cancel()
+			if err != nil {
 				return err
 			}
 			res.sentRun[rank] = counters[rank].sent.Load() - before
