@@ -19,6 +19,7 @@ const (
 	KindBroadcast
 	KindReduce
 	KindBarrier
+	KindShift // not scheduled: one exchange (shift.go)
 )
 
 func (k Kind) String() string {
@@ -35,6 +36,8 @@ func (k Kind) String() string {
 		return "Reduce"
 	case KindBarrier:
 		return "Barrier"
+	case KindShift:
+		return "Shift"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -92,6 +95,8 @@ func describe(seq uint64, kind Kind, dt DType, op ReduceOp, root int, count int6
 		s += fmt.Sprintf(", root %d", root)
 	case KindBarrier:
 		s = fmt.Sprintf("#%d Barrier(", seq)
+	case KindShift:
+		s += fmt.Sprintf(", by %d", root)
 	}
 	return s + ")"
 }
@@ -242,6 +247,13 @@ func (c *call) validate(size int) error {
 	case KindBroadcast, KindReduce:
 		if c.root < 0 || c.root >= size {
 			return fmt.Errorf("%w: root %d out of range for %d ranks", ErrInvalid, c.root, size)
+		}
+	case KindShift:
+		if c.root < 0 || c.root >= size {
+			return fmt.Errorf("%w: Shift by %d ranks out of range for %d ranks (want 0 to %d)", ErrInvalid, c.root, size, size-1)
+		}
+		if c.layout == nil {
+			return fmt.Errorf("%w: Shift without counts", ErrInvalid)
 		}
 	}
 	return nil

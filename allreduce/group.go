@@ -365,8 +365,11 @@ func (g *Group) start(ctx context.Context, c call) *Work {
 func (g *Group) execute(ctx context.Context, seq uint64, c *call) error {
 	h := c.header(g.id, seq)
 	g.startCall(c)
-	if c.kind == KindBarrier {
+	switch c.kind {
+	case KindBarrier:
 		return g.disseminationBarrier(ctx, h)
+	case KindShift:
+		return g.shift(ctx, h, c)
 	}
 	if _, ok := scheduleOf(c.kind, 1); ok {
 		s, err := g.scheduleFor(ctx, c.kind, callBytes(c))

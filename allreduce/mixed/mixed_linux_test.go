@@ -101,6 +101,18 @@ func TestCollectives(t *testing.T) {
 	}
 }
 
+// TestShift is allreducetest.ShiftSuite on 3 and 4 ranks in each
+// layout: every offset crosses hosts for some ranks and not for others.
+func TestShift(t *testing.T) {
+	for _, l := range []layout{blocks, interleaved, lonely} {
+		t.Run(l.name, func(t *testing.T) {
+			allreducetest.ShiftSuite(t, func(tb testing.TB, n int) []transport.Conn {
+				return allreducetest.Conns(dialLayout(tb, l, n))
+			}, []int{3, 4}, l.name == blocks.name)
+		})
+	}
+}
+
 // TestRoutes: a message between ranks of one host goes through the shm
 // endpoint (its local ranks), one between hosts through tcp; the
 // composite reports its host's ranks.

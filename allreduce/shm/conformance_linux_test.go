@@ -42,3 +42,9 @@ func TestCollectivesOverShm(t *testing.T) {
 	cfg.Timeout = 2 * time.Minute
 	allreducetest.Matrix(t, cfg)
 }
+
+// TestShiftOverShm is allreducetest.ShiftSuite over shared memory: 1 to 5
+// ranks, buffers larger than a slot among them.
+func TestShiftOverShm(t *testing.T) {
+	allreducetest.ShiftSuite(t, shmConnect, []int{1, 2, 3, 4, 5}, true)
+}

@@ -127,3 +127,9 @@ func TestMissingRank(t *testing.T) {
 		})
 	}
 }
+
+// TestShiftOverTCP is allreducetest.ShiftSuite over loopback tcp: 1 to 5
+// ranks, buffers past the segment size among them.
+func TestShiftOverTCP(t *testing.T) {
+	allreducetest.ShiftSuite(t, tcpConnect, []int{1, 2, 3, 4, 5}, true)
+}
