@@ -1,6 +1,6 @@
 // Package allreduce is ringddp's communicator: a Group of ranks over a
 // transport.Conn and the collectives on it — AllReduce, ReduceScatter,
-// AllGather, Broadcast, Reduce and Barrier — with the reduction operators
+// AllGather, Broadcast, Reduce, Barrier and Shift — with the reduction operators
 // Sum, Avg, Max, Min and Prod over float32, float64, int32 and int64, and
 // the 16-bit floats numeric.Float16 and numeric.BFloat16 (each combine step
 // in float32, rounded once; combine16.go).
@@ -47,6 +47,7 @@
 //	Reduce         agreement + binomial tree (small; N ≤ 2)  1+⌈log2 N⌉         M (each non-root, once)
 //	Reduce         agreement + pipelined chain (large)       1+S+N-2            M (each non-root)
 //	Barrier        dissemination                             ⌈log2 N⌉           0
+//	Shift by d     one exchange: to r+d, from r−d (shift.go)  1                  its own buffer
 //	(any, 0 elements; ReduceScatter/AllGather on 1 rank) agreement   1          0
 //
 // The topology algorithms run their phases as collectives on sub-groups
@@ -58,7 +59,11 @@
 // call's header with both ring neighbours. It runs where the collective's
 // own messages might not cross between ranks that called different things
 // (a tree's leaves only receive; a call with no elements sends nothing),
-// so a mismatch is still found there instead of hanging.
+// so a mismatch is still found there instead of hanging. Shift has none
+// (its point is one message and no round trip): ranks that disagree on
+// it (another offset, another call) wait for messages that never come, as
+// with MPI_Sendrecv, and fail at the transport's timeout or their
+// context's deadline, the hang blame naming each rank's call.
 //
 // Every collective's algorithms are rows of one schedule table keyed by
 // (collective, algorithm) (schedules.go): each row's schedule, what it
