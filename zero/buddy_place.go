@@ -48,11 +48,23 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 // MembersOffset is the buddy offset of a generation of a job that
 // started with world ranks on nodes of local ranks each (node k: ranks
 // kL .. kL+L-1): members are the generation's ranks by their job-start
-// ranks, in generation order. It is BuddyOffset of their number and their
-// number per node when every node with members has the same number of
-// them, each node's members are consecutive (start order) and none is a
-// joiner (a rank outside [0, world)); else 1. A launcher and the ranks
-// compute the same offset from the same members.
+// ranks, in generation order. When the members are in start order (so
+// each node's members are consecutive), none is a joiner (a rank outside
+// [0, world)) and they are on two nodes or more, it is the offset that
+// puts the fewest buddies on their own rank's node: with m members on
+// the fullest node of the N,
+//   - m when m ≤ N/2: no buddy on its rank's node. Rank p of a node whose
+//     members are p0 .. p0+s-1 (s ≤ m) has its buddy at p+m, past its
+//     node's last member, and wrapping round lands back on the node only
+//     if s + m > N;
+//   - N−m otherwise: only 2m−N buddies on their rank's node, the fewest
+//     any placement can have (the fullest node's m shards need m holders
+//     and the other nodes have N−m ranks); every other node's s ≤ N−m
+//     members have theirs elsewhere, by the same argument.
+//
+// With equally many members on every node, m = N/k ≤ N/2: BuddyOffset's
+// rule. Else (one node, a joiner, members out of start order) 1. A
+// launcher and the ranks compute the same offset from the same members.
 func MembersOffset(members []int, local, world int) int {
 	if local < 1 || len(members) < 2 {
 		return 1
@@ -64,13 +76,17 @@ func MembersOffset(members []int, local, world int) int {
 		}
 		per[m/local]++
 	}
-	l := per[members[0]/local]
-	for _, c := range per {
-		if c != l {
-			return 1
-		}
+	if len(per) < 2 {
+		return 1
 	}
-	return BuddyOffset(len(members), l)
+	fullest := 0
+	for _, c := range per {
+		fullest = max(fullest, c)
+	}
+	if n := len(members); 2*fullest > n {
+		return n - fullest
+	}
+	return fullest
 }
 
 // checkOffset reports whether d is a buddy offset for n ranks: a rank's
