@@ -85,7 +85,8 @@ func ringBuddies([]int) int { return 1 }
 // ranks takes a shard and its only copy; with buddies on the next node
 // (the generation's offset, zero.MembersOffset: 3 nodes of 2) a whole
 // node's loss keeps every shard, and a rank lost with the same local rank
-// of the next node does not. Members are job-start ranks, in the
+// of the next node does not; on uneven nodes too (1, 2 and 2 ranks: offset
+// 2, zero.MembersOffset). Members are job-start ranks, in the
 // generation's order (a generation that lost rank 1 earlier).
 func TestBuddiesKeptJudgement(t *testing.T) {
 	nodes := func(members []int) int { return zero.MembersOffset(members, 2, 6) }
@@ -103,8 +104,9 @@ func TestBuddiesKeptJudgement(t *testing.T) {
 		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 5}, ""},
 		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{1, 3}, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3"},
 		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 0}, "ranks 4 and 0, a rank and its buddy 2 ranks on"},
-		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, ""},                                  // node 1 lost before: 2 nodes of 2
-		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, "ranks 2 and 3, ring neighbours"}, // uneven nodes: offset 1
+		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, ""},    // node 1 lost before: 2 nodes of 2
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, ""}, // uneven nodes (1, 2, 2): offset 2, off-node
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 4}, "ranks 2 and 4, a rank and its buddy 2 ranks on"},
 		{nodes, []int{0, 1}, []int{1}, ""},
 	} {
 		t.Run(fmt.Sprintf("%v/lost=%v", c.members, c.lost), func(t *testing.T) {
