@@ -3,6 +3,7 @@ package allreduce
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/ringddp/ringddp/allreduce/transport"
 )
@@ -27,8 +28,9 @@ import (
 
 // Shift shifts every rank's src by d ranks: rank r's dst receives rank
 // (r−d) mod N's src. counts[i] is rank i's len(src) (every rank passes
-// the same counts and d); dst holds counts[(r−d) mod N] elements. d is in
-// [0, N).
+// the same counts and d); dst holds counts[(r−d) mod N] elements and
+// must not overlap src (the send reads src while dst is written). d is
+// in [0, N).
 func Shift[T Numeric](ctx context.Context, g *Group, dst, src []T, counts []int, d int) error {
 	c, err := shiftCall(g, dst, src, counts, d)
 	if err != nil {
@@ -76,9 +78,21 @@ func (g *Group) shift(ctx context.Context, h transport.Header, c *call) error {
 	if err := g.checkLen(fmt.Sprintf("Shift's dst on rank %d (rank %d's count: it sends to this rank)", r, left), len(c.buf), c.layout[left].Len()*es); err != nil {
 		return err
 	}
+	if overlapping(c.buf, c.src) {
+		return fmt.Errorf("%w: Shift's dst and src on rank %d overlap (a shift cannot run in place: pass another buffer)", ErrInvalid, r)
+	}
 	if d == 0 {
 		g.localCopy(c.buf, c.src)
 		return nil
 	}
 	return g.sendRecvCopy(ctx, h, 0, mod(r+d, n), c.src, left, c.buf)
+}
+
+// overlapping reports whether a and b share memory.
+func overlapping(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
 }

@@ -21,11 +21,12 @@ import (
 // payloads, ±Inf, ±0, denormals) compared bit for bit, synchronously and
 // as ShiftAsync in flight with a collective issued after it; then a rank
 // that shifts by another offset than its peers, and one with a buffer of
-// the wrong length, each of which must fail every rank, naming the call
+// the wrong length, and dst overlapping src (in place), each of which
+// must fail every rank, naming the call
 // (the offsets, or ErrInvalid on the rank with the wrong buffer).
 // Ranks that disagree on the offset wait for messages that never come
 // (as MPI_Sendrecv or NCCL's send/recv with mismatched peers do): they
-// fail at the context's deadline (here 1 s) or the transport's timeout,
+// fail at the context's deadline (here 0.5 s) or the transport's timeout,
 // the hang blame naming each rank's call.
 func ShiftSuite(t *testing.T, connect func(tb testing.TB, n int) []transport.Conn, ranks []int, large bool) {
 	for _, n := range ranks {
@@ -51,18 +52,23 @@ func ShiftSuite(t *testing.T, connect func(tb testing.TB, n int) []transport.Con
 	}
 	t.Run("mismatched-offset", func(t *testing.T) {
 		shiftFails(t, connect(t, 3), func(g *allreduce.Group, buf []float64) error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			return allreduce.Shift(ctx, g, buf, buf, []int{4, 4, 4}, 1+g.Rank()%2)
+			return allreduce.Shift(ctx, g, buf, make([]float64, 4), []int{4, 4, 4}, 1+g.Rank()%2)
 		}, "by 2")
+	})
+	t.Run("in-place", func(t *testing.T) {
+		shiftFails(t, connect(t, 2), func(g *allreduce.Group, buf []float64) error {
+			return allreduce.Shift(context.Background(), g, buf[1:], buf[:3], []int{3, 3}, 1)
+		}, "overlap")
 	})
 	t.Run("wrong-length", func(t *testing.T) {
 		shiftFails(t, connect(t, 3), func(g *allreduce.Group, buf []float64) error {
-			counts := []int{4, 4, 4}
+			counts, src := []int{4, 4, 4}, make([]float64, 4)
 			if g.Rank() == 2 {
-				return allreduce.Shift(context.Background(), g, buf[:3], buf, counts, 1)
+				return allreduce.Shift(context.Background(), g, buf[:3], src, counts, 1)
 			}
-			return allreduce.Shift(context.Background(), g, buf, buf, counts, 1)
+			return allreduce.Shift(context.Background(), g, buf, src, counts, 1)
 		}, "")
 	})
 }
