@@ -140,24 +140,24 @@ func healText(rec healRecord) string {
 			fmt.Fprintf(&b, ", back %.2fs after its start (%.2fs after it was ready)", *j.BackSeconds, *j.ReadySeconds)
 		}
 	}
-	var senders []string
-	for r, n := range rec.SentBytes {
-		if n > 0 {
-			senders = append(senders, fmt.Sprintf("rank %d %d", r, n))
-		}
-	}
 	fmt.Fprintf(&b, "; training goes on from step %d, %s lost, %d samples redone, paused %.2fs (heal %.2fs: %d bytes of state; bytes sent: %s)",
-		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, strings.Join(senders, ", "))
+		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, bytesByRank(rec.SentBytes))
 	if rec.ReshardSentBytes != nil {
-		var movers []string
-		for r, n := range rec.ReshardSentBytes {
-			if n > 0 {
-				movers = append(movers, fmt.Sprintf("rank %d %d", r, n))
-			}
-		}
-		fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes (%s)", rec.ReshardBytes, strings.Join(movers, ", "))
+		fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes (%s)", rec.ReshardBytes, bytesByRank(rec.ReshardSentBytes))
 	}
 	return b.String()
+}
+
+// bytesByRank words the ranks that sent bytes, by rank: "rank 1 40, rank
+// 3 16" (ranks that sent none left out).
+func bytesByRank(sent []int64) string {
+	var parts []string
+	for r, n := range sent {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("rank %d %d", r, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // secondsSince is the time since t in seconds; nil when t is unknown.

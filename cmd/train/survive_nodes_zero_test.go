@@ -49,6 +49,7 @@ func TestSurviveNodeLostZeRO1(t *testing.T) {
 	c := oneSurvived(t, out, 2)
 	require.Len(t, c.Removed, 2, out)
 	require.NotContains(t, errOut, "falling back to a restart")
+	requireReshardParts(t, c)
 }
 
 // Two ranks a node under -zero1, rank 1 and its buddy on the next node,
