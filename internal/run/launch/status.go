@@ -119,8 +119,8 @@ type progress struct {
 	// of order or without a ZeRO-1 resume before it.
 	reshardSent []int64
 	sentBad     bool
-	notify    chan struct{}
-	done      chan struct{} // closed when the pipe reached its end
+	notify      chan struct{}
+	done        chan struct{} // closed when the pipe reached its end
 }
 
 func newProgress() *progress {
