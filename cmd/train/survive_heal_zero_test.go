@@ -66,12 +66,12 @@ func surviveHealZeRO1Over(t *testing.T, data, tr string) {
 	require.Zero(t, h.ReshardSentBytes[3])
 	require.Positive(t, h.ReshardBytes)
 	require.Equal(t, int64(4*400), h.StateBytes, "heal's stream: the usage of writeMNISTDir's 400 training examples, no parameters")
-	t.Logf("heal's stream without the parameters: %d bytes fewer", paramBytes(t, ck))
+	require.Equal(t, int64(paramBytes(t, ck)), h.ParamsHeldBytes, "the parameters' bytes left out of heal's stream")
 	require.Equal(t, 4.0, epochs[2]["ranks"], out)
 	require.Equal(t, 48.0, epochs[2]["global_step"])
 	diff := paramDiff(t, ref, ck)
-	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v), %d of the re-shard (sent %v); largest parameter difference from the failure-free run: %g",
-		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ReshardBytes, h.ReshardSentBytes, diff)
+	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v; %d bytes of parameters held, left out), %d of the re-shard (sent %v); largest parameter difference from the failure-free run: %g",
+		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ParamsHeldBytes, h.ReshardBytes, h.ReshardSentBytes, diff)
 	require.Less(t, diff, 1e-3)
 }
 

@@ -56,6 +56,9 @@ func Heal[T Float](ctx context.Context, g *allreduce.Group, joiners []int, st *S
 	}
 	rep.Sent = sent
 	rep.StateBytes = int64(h.streamLen())
+	if h.hdr.ParamsHeld {
+		rep.HeldBytes = int64(len(bytesOf(st.Params)))
+	}
 	rep.Duration = time.Since(start)
 	return rep, nil
 }

@@ -50,6 +50,10 @@ func TestHealParamsHeld(t *testing.T) {
 		require.NoError(t, allreducetest.FirstError(o.errs))
 		require.Equal(t, sent.reports[0].StateBytes-4*1001, o.reports[0].StateBytes, "n=%d: the stream without the parameters", n)
 		require.Equal(t, int64(37), o.reports[0].StateBytes, "n=%d: the RNG bytes alone", n)
+		for r, rep := range o.reports {
+			require.Equal(t, int64(4*1001), rep.HeldBytes, "n=%d: rank %d's report of the bytes left out", n, r)
+			require.Zero(t, sent.reports[r].HeldBytes, "n=%d: rank %d, parameters sent", n, r)
+		}
 		var total int64
 		for _, b := range o.reports[0].Sent {
 			total += b

@@ -53,7 +53,10 @@ type Report struct {
 	Sent []int64
 	// StateBytes is the stream's length: what each joiner received.
 	StateBytes int64
-	Duration   time.Duration
+	// HeldBytes is the parameters' bytes the stream left out because
+	// the joiners held them already (State.ParamsHeld; 0 otherwise).
+	HeldBytes int64
+	Duration  time.Duration
 }
 
 // Limits on a header from the network.

@@ -123,6 +123,10 @@ type progress struct {
 	done        chan struct{} // closed when the pipe reached its end
 }
 
+// maxReshardParts bounds the "reshard" lines kept after a resume (a rank
+// a line): a pipe that sends more is not believed (8 MiB of parts).
+const maxReshardParts = 1 << 20
+
 func newProgress() *progress {
 	return &progress{start: -1, last: -1, resumed: -1, reshard: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
 }
@@ -166,7 +170,7 @@ func (p *progress) read(r io.Reader) {
 				p.reshard = nums[1]
 			}
 		case "reshard": // step is the rank
-			if p.reshard < 0 || step != int64(len(p.reshardSent)) {
+			if p.reshard < 0 || step != int64(len(p.reshardSent)) || step >= maxReshardParts {
 				p.sentBad = true
 				break
 			}
