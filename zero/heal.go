@@ -44,7 +44,10 @@ import (
 // wrapper over the new world, receives its shard of the optimizer state,
 // its buddy copy and the parameters at the members' step. tr is the
 // members' (Old[i] is -1 for every joiner). It is a collective over to's
-// group; on error the group is aborted.
+// group; on error the group is aborted. The parameters come unchecked:
+// the caller checks them against the members' (the trainer's heal, whose
+// replica check compares every rank's arena, and whose stream then need
+// not carry them again: heal.State.ParamsHeld).
 func RecoverJoin[T ddp.Float](ctx context.Context, to *ZeRO1[T], tr Transition) error {
 	err := recoverJoin(ctx, to, tr)
 	if err != nil {

@@ -20,13 +20,16 @@ import (
 //     one Broadcast per direction that has moves: the sender packs its
 //     moves' segments, every state buffer in turn, into one message, and
 //     the receiver unpacks them into its new state;
-//  6. the new state loaded into to's optimizer (and, with buddies, into
+//  6. one AllGather of the bytes each rank sent in step 5, as it counted
+//     them while sending (Moved): checked against the plan's count;
+//  7. the new state loaded into to's optimizer (and, with buddies, into
 //     self, and the copy into the shadow).
 //
 // A moved segment is checked end to end by CheckShards (heal.go).
 
 // Moved is what the last re-shard into a wrapper sent: the optimizer
-// state's bytes, by rank of the new world (the same on every rank).
+// state's bytes, by rank of the new world, as each rank counted what it
+// sent and all gathered (the same on every rank).
 type Moved struct {
 	Sent []int64
 }
@@ -46,7 +49,7 @@ func (z *ZeRO1[T]) LastReshard() Moved {
 	return Moved{Sent: append([]int64(nil), z.reshard.Sent...)}
 }
 
-// move moves the state (steps 1-6) and loads it into to.
+// move moves the state (steps 1-7) and loads it into to.
 func (p *reshard[T]) move(ctx context.Context) error {
 	if err := p.shareHeader(ctx); err != nil {
 		return err
@@ -72,14 +75,31 @@ func (p *reshard[T]) move(ctx context.Context) error {
 				copy(p.dst(own, left, mv, k), p.src(mv, k))
 			}
 		}
-		if err := p.exchange(ctx, plan, own, left); err != nil {
+		mine, err := p.exchange(ctx, plan, own, left)
+		if err != nil {
 			return err
 		}
-		for r, e := range plan.sent {
-			p.to.reshard.Sent[r] = int64(8 * nbuf * e)
+		if err := p.shareSent(ctx, plan, mine, nbuf); err != nil {
+			return err
 		}
 	}
 	return p.load(own, left)
+}
+
+// shareSent is step 6: every rank's count of the bytes it sent (mine is
+// this rank's) into p.to.reshard; a count that is not the plan's is an
+// error (the ranks ran different plans).
+func (p *reshard[T]) shareSent(ctx context.Context, plan movePlan, mine int64, nbuf int) error {
+	sent := p.to.reshard.Sent
+	if err := allreduce.AllGather(ctx, p.to.group, sent, []int64{mine}); err != nil {
+		return fmt.Errorf("zero: sharing the bytes each rank sent in the re-shard: %w", err)
+	}
+	for r, e := range plan.sent {
+		if want := int64(8 * nbuf * e); sent[r] != want {
+			return fmt.Errorf("zero: rank %d sent %d bytes of optimizer state in the re-shard, where the plan has it send %d", r, sent[r], want)
+		}
+	}
+	return nil
 }
 
 // newStates are the new own state and copy, the header's, with buffers
@@ -109,7 +129,7 @@ func (p *reshard[T]) newStates() (own, left optim.State) {
 	return own, left
 }
 
-// load is step 6.
+// load is step 7.
 func (p *reshard[T]) load(own, left optim.State) error {
 	to := p.to
 	if err := to.opt.LoadState(own); err != nil {
@@ -172,10 +192,11 @@ func segmentOf(data []float64, pieces []Piece, s segment) []float64 {
 	return data[pc.Off+s.lo-pc.Lo : pc.Off+s.hi-pc.Lo]
 }
 
-// exchange is step 5.
-func (p *reshard[T]) exchange(ctx context.Context, plan movePlan, own, left optim.State) error {
+// exchange is step 5; it returns the bytes this rank sent.
+func (p *reshard[T]) exchange(ctx context.Context, plan movePlan, own, left optim.State) (int64, error) {
 	g, me := p.to.group, p.to.group.Rank()
 	var scratch []float64
+	var sent int64
 	for c, round := range plan.rounds {
 		colour, partner := -1, -1
 		for i, pr := range round {
@@ -185,7 +206,7 @@ func (p *reshard[T]) exchange(ctx context.Context, plan movePlan, own, left opti
 		}
 		pair, err := g.Split(ctx, colour, me)
 		if err != nil {
-			return fmt.Errorf("zero: making the re-shard's pair groups (round %d): %w", c, err)
+			return sent, fmt.Errorf("zero: making the re-shard's pair groups (round %d): %w", c, err)
 		}
 		if pair == nil {
 			continue
@@ -195,17 +216,21 @@ func (p *reshard[T]) exchange(ctx context.Context, plan movePlan, own, left opti
 			if scratch, err = p.pairMove(ctx, pair, root, dir, plan.moves, own, left, scratch); err != nil {
 				break
 			}
+			if dir[0] == me {
+				sent += int64(8 * len(scratch))
+			}
 		}
 		_ = pair.Close()
 		if err != nil {
-			return err
+			return sent, err
 		}
 	}
-	return nil
+	return sent, nil
 }
 
 // pairMove sends the moves from dir[0] to dir[1] in pair, where dir[0] is
-// rank root: one message, every state buffer's segments in turn.
+// rank root: one message, every state buffer's segments in turn, which
+// it returns (in scratch's memory; empty when there are no such moves).
 func (p *reshard[T]) pairMove(ctx context.Context, pair *allreduce.Group, root int, dir [2]int, moves []move, own, left optim.State, scratch []float64) ([]float64, error) {
 	var mine []move
 	size := 0
@@ -216,7 +241,7 @@ func (p *reshard[T]) pairMove(ctx context.Context, pair *allreduce.Group, root i
 		}
 	}
 	if size == 0 {
-		return scratch, nil
+		return scratch[:0], nil // nothing sent: exchange counts len
 	}
 	nbuf := len(own.Buffers)
 	if cap(scratch) < size*nbuf {

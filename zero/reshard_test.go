@@ -309,6 +309,28 @@ func checkRegroup(t *testing.T, buckets [][2]int, total int, tr Transition, seed
 		most = max(most, moved.Sent[w])
 	}
 	require.Equal(t, want, moved.Bytes(), "the state's bytes the ranks lacked")
+	// Each rank's part, as the ranks counted and gathered it: the sum of
+	// its moves' segments in the plan, and what its connection carried
+	// (the moves and a few small collectives).
+	copyOK := make([]bool, tr.OldSize)
+	for o := range copyOK {
+		copyOK[o] = tr.OldSize >= 2
+	}
+	newOff := newD // a world of one keeps no copy
+	if m < 2 {
+		newOff = 0
+	}
+	plan, err := planMoves(buckets, tr.OldSize, tr.Old, copyOK, d, newOff)
+	require.NoError(t, err)
+	byMoves := make([]int64, m)
+	for _, mv := range plan.moves {
+		byMoves[mv.from] += int64(8 * len(full.Buffers) * (mv.seg.hi - mv.seg.lo))
+	}
+	require.Equal(t, byMoves, moved.Sent, "each rank's part against the plan's moves")
+	for w := range m {
+		require.GreaterOrEqual(t, wire[w], moved.Sent[w], "rank %d's connection", w)
+		require.LessOrEqual(t, wire[w], moved.Sent[w]+2048, "rank %d's connection", w)
+	}
 	// The wire carries the moves and a few small collectives
 	// (header, copy flags, splits, checksums: under 2 KiB a rank).
 	require.GreaterOrEqual(t, wireAll, want)

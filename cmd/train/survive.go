@@ -141,8 +141,12 @@ type continueRecord struct {
 	PausedSeconds        *float64     `json:"paused_seconds,omitempty"`
 	// ReshardBytes is, under ZeRO-1, the optimizer state's bytes the
 	// survivors sent to re-shard it over the new generation (all ranks
-	// together; absent under DDP, or when the job ended first).
-	ReshardBytes *int64 `json:"reshard_bytes,omitempty"`
+	// together; absent under DDP, or when the job ended first),
+	// ReshardSentBytes each rank's part, by rank of the new generation, as
+	// the ranks counted and gathered them (absent with ReshardBytes, or
+	// when the ranks' parts did not reach the launcher whole).
+	ReshardBytes     *int64  `json:"reshard_bytes,omitempty"`
+	ReshardSentBytes []int64 `json:"reshard_sent_bytes,omitempty"`
 }
 
 type lostRecord struct {
@@ -172,7 +176,7 @@ func newContinueRecord(c launch.Continued, batch int) continueRecord {
 		}
 	}
 	if c.Reshard >= 0 {
-		rec.ReshardBytes = &c.Reshard
+		rec.ReshardBytes, rec.ReshardSentBytes = &c.Reshard, c.ReshardSent
 	}
 	return rec
 }
@@ -209,6 +213,9 @@ func printContinued(w io.Writer, c launch.Continued, batch int, jsonOut bool) {
 		}
 		if rec.ReshardBytes != nil {
 			fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes", *rec.ReshardBytes)
+			if rec.ReshardSentBytes != nil {
+				fmt.Fprintf(&b, " (%s)", bytesByRank(rec.ReshardSentBytes))
+			}
 		}
 	}
 	fmt.Fprintln(w, b.String())

@@ -70,6 +70,11 @@ type healRecord struct {
 	// DDP), ReshardSentBytes each rank's part (absent under DDP).
 	ReshardBytes     int64   `json:"reshard_bytes"`
 	ReshardSentBytes []int64 `json:"reshard_sent_bytes,omitempty"`
+	// ParamsHeldBytes is, under ZeRO-1, the parameters' bytes heal's
+	// stream left out (state_bytes does not count them): the joiners
+	// received them with the re-shard's all-gather, and heal's replica
+	// check compared them (0 under DDP).
+	ParamsHeldBytes int64 `json:"params_held_bytes,omitempty"`
 }
 
 type joinRecord struct {
@@ -95,7 +100,7 @@ func printHealed(ctx context.Context, w io.Writer, surv *launch.Survivor, h trai
 	gen, joined, _ := surv.JoinedInfo(ictx)
 	rec := healRecord{Healed: gen, AtStep: h.GlobalStep, Paused: h.Paused.Seconds(), HealSecs: h.Heal.Seconds(),
 		StateBytes: h.Report.StateBytes, SentBytes: h.Report.Sent, SamplesRedone: o.cfg.GlobalBatch,
-		ReshardSentBytes: h.ReshardSent}
+		ReshardSentBytes: h.ReshardSent, ParamsHeldBytes: h.Report.HeldBytes}
 	for _, n := range h.ReshardSent {
 		rec.ReshardBytes += n
 	}
@@ -140,24 +145,27 @@ func healText(rec healRecord) string {
 			fmt.Fprintf(&b, ", back %.2fs after its start (%.2fs after it was ready)", *j.BackSeconds, *j.ReadySeconds)
 		}
 	}
-	var senders []string
-	for r, n := range rec.SentBytes {
-		if n > 0 {
-			senders = append(senders, fmt.Sprintf("rank %d %d", r, n))
-		}
-	}
 	fmt.Fprintf(&b, "; training goes on from step %d, %s lost, %d samples redone, paused %.2fs (heal %.2fs: %d bytes of state; bytes sent: %s)",
-		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, strings.Join(senders, ", "))
+		rec.AtStep, launch.Count(int(rec.StepsLost), "step"), rec.SamplesRedone, rec.Paused, rec.HealSecs, rec.StateBytes, bytesByRank(rec.SentBytes))
 	if rec.ReshardSentBytes != nil {
-		var movers []string
-		for r, n := range rec.ReshardSentBytes {
-			if n > 0 {
-				movers = append(movers, fmt.Sprintf("rank %d %d", r, n))
-			}
-		}
-		fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes (%s)", rec.ReshardBytes, strings.Join(movers, ", "))
+		fmt.Fprintf(&b, "; optimizer state re-sharded: %d bytes (%s)", rec.ReshardBytes, bytesByRank(rec.ReshardSentBytes))
+	}
+	if rec.ParamsHeldBytes > 0 {
+		fmt.Fprintf(&b, "; parameters assembled with the re-shard, not in heal's stream: %d bytes", rec.ParamsHeldBytes)
 	}
 	return b.String()
+}
+
+// bytesByRank words the ranks that sent bytes, by rank: "rank 1 40, rank
+// 3 16" (ranks that sent none left out).
+func bytesByRank(sent []int64) string {
+	var parts []string
+	for r, n := range sent {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("rank %d %d", r, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // secondsSince is the time since t in seconds; nil when t is unknown.

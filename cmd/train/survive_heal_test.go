@@ -327,6 +327,9 @@ func TestHealText(t *testing.T) {
 	// Under ZeRO-1 the re-shard's bytes follow, by rank.
 	rec.ReshardSentBytes, rec.ReshardBytes = []int64{0, 40, 0, 16}, 56
 	require.True(t, strings.HasSuffix(healText(rec), "rank 2 100); optimizer state re-sharded: 56 bytes (rank 1 40, rank 3 16)"), healText(rec))
+	// And the parameters the joiner held already, left out of heal's stream.
+	rec.ParamsHeldBytes = 400
+	require.True(t, strings.HasSuffix(healText(rec), "(rank 1 40, rank 3 16); parameters assembled with the re-shard, not in heal's stream: 400 bytes"), healText(rec))
 }
 
 // Rank 0 killed with -heal and -checkpoint: its replacement (with rank 0's

@@ -2,19 +2,23 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ringddp/ringddp/internal/run/launch"
+	"github.com/ringddp/ringddp/internal/safetensors"
 )
 
 // Healing under ZeRO-1 with buddies: rank 2 killed after step 7, the
 // other three continue (its shard rebuilt from its buddy), the launcher
 // starts rank 4, and the group grows back to 4: the state re-sharded over
-// 4 ranks, rank 4 given the parameters (striped, SHA-256 checked, replicas
-// compared) and its shard and buddy copy (every segment SHA-256 checked
-// against its holder). The job ends on 4 ranks, no step lost, every
+// 4 ranks, rank 4 given the parameters once (by the re-shard's
+// all-gather; heal's stream carries only the position and the examples'
+// usage, 4 bytes for each of the 400: the parameters' bytes fewer than
+// before; the replicas compared bitwise) and its shard and buddy copy
+// (every segment SHA-256 checked against its holder). The job ends on 4 ranks, no step lost, every
 // example once per epoch, and its final parameters within 1e-3 (largest
 // difference) of the failure-free ZeRO-1 run's. Not bitwise: the steps
 // on 3 ranks split the same global batch 8+8+8 instead of 6+6+6+6, so the
@@ -61,12 +65,28 @@ func surviveHealZeRO1Over(t *testing.T, data, tr string) {
 	require.Len(t, h.ReshardSentBytes, 4)
 	require.Zero(t, h.ReshardSentBytes[3])
 	require.Positive(t, h.ReshardBytes)
+	require.Equal(t, int64(4*400), h.StateBytes, "heal's stream: the usage of writeMNISTDir's 400 training examples, no parameters")
+	require.Equal(t, int64(paramBytes(t, ck)), h.ParamsHeldBytes, "the parameters' bytes left out of heal's stream")
 	require.Equal(t, 4.0, epochs[2]["ranks"], out)
 	require.Equal(t, 48.0, epochs[2]["global_step"])
 	diff := paramDiff(t, ref, ck)
-	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v), %d of the re-shard (sent %v); largest parameter difference from the failure-free run: %g",
-		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ReshardBytes, h.ReshardSentBytes, diff)
+	t.Logf("heal at step %d: members paused %.3fs, heal %.3fs, %d bytes of heal's stream (sent %v; %d bytes of parameters held, left out), %d of the re-shard (sent %v); largest parameter difference from the failure-free run: %g",
+		h.AtStep, h.Paused, h.HealSecs, h.StateBytes, h.SentBytes, h.ParamsHeldBytes, h.ReshardBytes, h.ReshardSentBytes, diff)
 	require.Less(t, diff, 1e-3)
+}
+
+// paramBytes is the parameters' bytes in checkpoint ck.
+func paramBytes(t *testing.T, ck string) int {
+	t.Helper()
+	f, err := safetensors.ReadFile(ck)
+	require.NoError(t, err)
+	n := 0
+	for _, x := range f.Tensors {
+		if strings.HasPrefix(x.Name, "param/") {
+			n += len(x.Data)
+		}
+	}
+	return n
 }
 
 // The joiner killed during its heal under ZeRO-1, 30 ms after it

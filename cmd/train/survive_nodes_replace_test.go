@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,13 +17,7 @@ import (
 // and returns the last heal and the launchers' stderr.
 func replaceJob(t *testing.T, extra string) (h healRecord, errOut, errOut1 string) {
 	t.Helper()
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:3:7:0;slow:0:30"+extra)
-	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", "4")...)
+	nodes := nodeJob(t, "kill:3:7:0;slow:0:30"+extra, "-heal", "-epochs", "4")
 	waitNodes(t, nodes, 60*time.Second)
 	out := nodes[0].stdout.String()
 	errOut, errOut1 = nodes[0].stderr.String(), nodes[1].stderr.String()
@@ -107,17 +100,9 @@ func TestSurviveNodeReplacementBadCases(t *testing.T) {
 // own two ranks, no step lost: nothing waits for the launcher that is
 // gone.
 func TestSurviveNodeLostWhileReplacing(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:3:7:0;slow:0:30;nodekill:4:0")
-	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-heal", "-epochs", "4")...)
-	waitNodes(t, nodes[:1], 60*time.Second)
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	nodes := nodeJob(t, "kill:3:7:0;slow:0:30;nodekill:4:0", "-heal", "-epochs", "4")
+	out, errOut := node0Ended(t, nodes, 60*time.Second)
 	t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", errOut, nodes[1].stderr.String())
-	require.NoError(t, nodes[0].err, out)
 	epochs := requireNoStepLost(t, out, 4)
 	require.Equal(t, 2.0, epochs[3]["ranks"], out)
 	require.Contains(t, errOut, "launch: node 0: asked node 1's launcher to start rank 4 in place of rank 3")

@@ -26,6 +26,49 @@ func nodesSurvivorArgs(data, ck, tr string, extra ...string) []string {
 	return append(args, extra...)
 }
 
+// nodeJob starts a 2 × 2 job that continues (nodesSurvivorArgs over tcp
+// with args) under the fault plan faults; see nodeJobEnv.
+func nodeJob(t *testing.T, faults string, args ...string) []*nodeLauncher {
+	t.Helper()
+	nodes, _ := nodeJobEnv(t, 2, "tcp", faults, nil, args...)
+	return nodes
+}
+
+// nodeJobEnv starts a job that continues (nodesSurvivorArgs with args)
+// on nnodes launchers over transport tr, under the fault plan faults
+// (RINGDDP_FAULTS) and with nodeEnv(i) (nil: none) added to node i's
+// environment. It skips the test under -race or -short (such a job runs
+// for seconds), logs every launcher's stderr if the test fails, and
+// returns the launchers and the folder of the job's checkpoints.
+func nodeJobEnv(t *testing.T, nnodes int, tr, faults string, nodeEnv func(int) []string, args ...string) ([]*nodeLauncher, string) {
+	t.Helper()
+	if raceEnabled || testing.Short() {
+		t.Skip("a job of node launchers, several ranks for seconds: not under -race or -short")
+	}
+	data := writeMNISTDir(t)
+	dir := t.TempDir()
+	t.Setenv(faultsVar, faults)
+	nodes := startNodesEnv(t, nnodes, nodeEnv, nodesSurvivorArgs(data, filepath.Join(dir, "ck.safetensors"), tr, args...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d's stderr:\n%s", i, n.stderr.String())
+			}
+		}
+	})
+	return nodes, dir
+}
+
+// node0Ended waits for node 0's launcher (at most d), requires it to
+// have ended cleanly and returns its stdout and stderr.
+func node0Ended(t *testing.T, nodes []*nodeLauncher, d time.Duration) (string, string) {
+	t.Helper()
+	waitNodes(t, nodes[:1], d)
+	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
+	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	return out, errOut
+}
+
 // oneSurvived checks the stdout of a 2-epoch job of batch 24 that
 // survived one failure, leaving ranks ranks: no restart, no completed
 // step lost, every example used once per epoch; it returns the failure's
@@ -50,18 +93,7 @@ func oneSurvived(t *testing.T, out string, ranks int) continueRecord {
 // and finish; nothing is lost, each example is used once per epoch, node
 // 1's launcher ends cleanly with its remaining rank.
 func TestSurviveNodesRankKilled(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:3:7:0")
-	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp")...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node 1's stderr:\n%s", nodes[1].stderr.String())
-		}
-	})
+	nodes := nodeJob(t, "kill:3:7:0")
 	waitNodes(t, nodes, 20*time.Second)
 	out := nodes[0].stdout.String()
 	for i, n := range nodes {
@@ -89,17 +121,9 @@ func startKillNodeSlow(t *testing.T, tr string, node, slowMs int, extra ...strin
 // startKillNodeEnv is startKillNodeSlow with nnodes launchers and
 // nodeEnv(i) (nil: none) added to node i's environment.
 func startKillNodeEnv(t *testing.T, nnodes int, tr string, node, slowMs int, nodeEnv func(int) []string, extra ...string) ([]*nodeLauncher, time.Time) {
-	data := writeMNISTDir(t)
-	dir := t.TempDir()
-	ck := filepath.Join(dir, "ck.safetensors")
-	t.Setenv(faultsVar, "slow:0:"+strconv.Itoa(slowMs))
-	args := nodesSurvivorArgs(data, ck, tr, "-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100")
-	nodes := startNodesEnv(t, nnodes, nodeEnv, append(args, extra...)...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node 0's stderr:\n%s\nnode 1's stderr:\n%s", nodes[0].stderr.String(), nodes[1].stderr.String())
-		}
-	})
+	t.Helper()
+	args := append([]string{"-min-ranks", "2", "-checkpoint-every", "5", "-checkpoint-keep", "100"}, extra...)
+	nodes, dir := nodeJobEnv(t, nnodes, tr, "slow:0:"+strconv.Itoa(slowMs), nodeEnv, args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "ck.step5.safetensors")); err == nil {
@@ -123,17 +147,8 @@ func startKillNodeEnv(t *testing.T, nnodes int, tr string, node, slowMs int, nod
 // 0's two ranks finish the job without losing a step, and node 0 does not
 // wait for node 1's report.
 func TestSurviveNodeLost(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
 	nodes, killed := startKillNode(t, "tcp", 1)
-	select {
-	case <-nodes[0].done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("node 0 still running 30 s after node 1 was killed")
-	}
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
-	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	out, errOut := node0Ended(t, nodes, 30*time.Second)
 	c := oneSurvived(t, out, 2)
 	require.Len(t, c.Removed, 2, out)
 	for i, l := range c.Removed {
@@ -151,30 +166,26 @@ func TestSurviveNodeLost(t *testing.T) {
 // job without -heal: it is refused at once with why (the job continues
 // without node 1; rejoining needs -heal), and node 0 finishes undisturbed.
 func TestSurviveNodeRejoinRefused(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	nodes, _ := startKillNode(t, "tcp", 1)
-	for !strings.Contains(nodes[0].stderr.String(), "the job continues without node 1") {
-		select {
-		case <-nodes[0].done:
-			t.Fatalf("node 0 ended before it dropped node 1: %v", nodes[0].err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	old := nodes[1].cmd
-	again := exec.Command(old.Path, old.Args[1:]...)
-	again.Env = old.Env
-	var out syncBuffer
-	again.Stdout, again.Stderr = &out, &out
+	rejoinRefused(t, nil, "launch: node 1: the job continues without node 1 (every rank of it was removed: ranks 2, 3); rejoining a running job needs healing")
+}
+
+// rejoinRefused starts a 2 × 2 job that continues (startKillNode, extra
+// added), kills node 1's launcher and, once node 0 has dropped node 1,
+// starts it again with env added to its environment; it
+// requires the restarted launcher to fail within 10 s, its stderr
+// holding want, and node 0 to finish cleanly; it returns node 0's stderr.
+func rejoinRefused(t *testing.T, extra []string, want string, env ...string) string {
+	t.Helper()
+	nodes, _ := startKillNode(t, "tcp", 1, extra...)
+	waitGone(t, nodes)
 	began := time.Now()
-	err := again.Run()
-	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), out.String())
-	require.Error(t, err)
-	require.Contains(t, out.String(), "launch: node 1: the job continues without node 1 (every rank of it was removed: ranks 2, 3); rejoining a running job needs healing")
-	require.Less(t, time.Since(began), 10*time.Second)
-	waitNodes(t, nodes[:1], 30*time.Second)
-	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+	back := restartLauncher(t, nodes[1], env...)
+	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
+	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), back.stderr.String())
+	require.Error(t, back.err)
+	require.Contains(t, back.stderr.String(), want)
+	_, errOut := node0Ended(t, nodes, 30*time.Second)
+	return errOut
 }
 
 // Node 0's launcher killed (its ranks die with it) while the job
@@ -182,9 +193,6 @@ func TestSurviveNodeRejoinRefused(t *testing.T) {
 // and decides the plans — so node 1's launcher ends within seconds with
 // a line naming node 0, rather than continuing or waiting out timeouts.
 func TestSurviveNode0Lost(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
 	nodes, killed := startKillNode(t, "tcp", 0)
 	select {
 	case <-nodes[1].done:
@@ -204,15 +212,8 @@ func TestSurviveNode0Lost(t *testing.T) {
 // too few, so the plan falls back to a restart; without -max-restarts the
 // job ends within seconds, node 0's last line saying why.
 func TestSurviveNodeLostBelowMinRanks(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
 	nodes, killed := startKillNode(t, "tcp", 1, "-min-ranks", "4")
-	select {
-	case <-nodes[0].done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("node 0 still running 20 s after node 1 was killed")
-	}
+	waitNodes(t, nodes[:1], 20*time.Second)
 	errOut := nodes[0].stderr.String()
 	t.Logf("node 0 ended %v after node 1 was killed:\n%s", time.Since(killed), errOut)
 	require.Error(t, nodes[0].err)
@@ -307,9 +308,6 @@ type rejoinRun struct {
 // every joined rank on node 1. Not under -race or -short.
 func rejoinJob(t *testing.T, nnodes int, tr string, nodeEnv func(int) []string, extra ...string) rejoinRun {
 	t.Helper()
-	if raceEnabled || testing.Short() {
-		t.Skip("a node launchers' job, run twice over: not under -race or -short")
-	}
 	var r rejoinRun
 	var nodes []*nodeLauncher
 	nodes, r.killed = startKillNodeEnv(t, nnodes, tr, 1, 40, nodeEnv, append([]string{"-heal", "-epochs", "6"}, extra...)...)
@@ -336,37 +334,16 @@ func rejoinJob(t *testing.T, nnodes int, tr string, nodeEnv func(int) []string, 
 // Node 1's launcher restarted with another run id: node 0 refuses it by
 // name within seconds, and finishes on its own two ranks.
 func TestSurviveNodeRejoinAnotherJob(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	nodes, _ := startKillNode(t, "tcp", 1, "-heal")
-	waitGone(t, nodes)
-	began := time.Now()
-	back := restartLauncher(t, nodes[1], "RINGDDP_RUN_ID=another-job")
-	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
-	t.Logf("the restarted launcher, %v after its start:\n%s", time.Since(began), back.stderr.String())
-	require.Error(t, back.err)
-	require.Contains(t, back.stderr.String(), `launch: node 1: rejoining the running job: node 0 refused: its RINGDDP_RUN_ID is "another-job", but this job runs as "nodes-`)
-	waitNodes(t, nodes[:1], 30*time.Second)
-	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
-	require.Contains(t, nodes[0].stderr.String(), "launch: node 0: refused node 1's launcher (pid")
+	errOut := rejoinRefused(t, []string{"-heal"},
+		`launch: node 1: rejoining the running job: node 0 refused: its RINGDDP_RUN_ID is "another-job", but this job runs as "nodes-`,
+		"RINGDDP_RUN_ID=another-job")
+	require.Contains(t, errOut, "launch: node 0: refused node 1's launcher (pid")
 }
 
 // Node 1's launcher restarted with another secret: node 0's store refuses
 // its handshake, and it ends at once saying so; node 0 finishes.
 func TestSurviveNodeRejoinWrongSecret(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	nodes, _ := startKillNode(t, "tcp", 1, "-heal")
-	waitGone(t, nodes)
-	back := restartLauncher(t, nodes[1], launch.EnvSecret+"=another secret of this test, 42")
-	waitNodes(t, []*nodeLauncher{back}, 10*time.Second)
-	t.Logf("the restarted launcher:\n%s", back.stderr.String())
-	require.Error(t, back.err)
-	require.Contains(t, back.stderr.String(), "every node needs the same RINGDDP_SECRET")
-	waitNodes(t, nodes[:1], 30*time.Second)
-	require.NoError(t, nodes[0].err, nodes[0].stderr.String())
+	rejoinRefused(t, []string{"-heal"}, "every node needs the same RINGDDP_SECRET", launch.EnvSecret+"=another secret of this test, 42")
 }
 
 // Node 1's launcher restarted, then lost again while its ranks heal (one
@@ -374,9 +351,6 @@ func TestSurviveNodeRejoinWrongSecret(t *testing.T) {
 // 0's ranks abort the heal and continue on their own — no restart — and a
 // third launcher for node 1 rejoins and heals, the job ending on 4 ranks.
 func TestSurviveNodeDiesMidHeal(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks, run three times over: not under -race or -short")
-	}
 	nodes, _ := startKillNodeSlow(t, "tcp", 1, 40, "-heal", "-epochs", "10")
 	waitGone(t, nodes)
 	second := restartLauncher(t, nodes[1], faultsVar+"=slow:0:40;nodekill:4:0")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -45,16 +44,12 @@ func TestSurviveNodeRejoinsZeRO1(t *testing.T) {
 // and continue on node 0 without a restart: no completed step lost, every
 // example used once per epoch.
 func TestSurviveNodeLostZeRO1(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
 	nodes, _ := startKillNode(t, "tcp", 1, "-zero1")
-	waitNodes(t, nodes[:1], 30*time.Second)
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
-	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	out, errOut := node0Ended(t, nodes, 30*time.Second)
 	c := oneSurvived(t, out, 2)
 	require.Len(t, c.Removed, 2, out)
 	require.NotContains(t, errOut, "falling back to a restart")
+	requireReshardParts(t, c)
 }
 
 // Two ranks a node under -zero1, rank 1 and its buddy on the next node,
@@ -63,13 +58,7 @@ func TestSurviveNodeLostZeRO1(t *testing.T) {
 // here: the job ends within seconds), saying which shard was lost — no
 // hang, no diverged replicas.
 func TestSurviveNodeBuddiesLostZeRO1(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 2-node job of 4 ranks: not under -race or -short")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:1:7:0;kill:3:7:0")
-	nodes := startNodes(t, 2, nodesSurvivorArgs(data, ck, "tcp", "-zero1")...)
+	nodes := nodeJob(t, "kill:1:7:0;kill:3:7:0", "-zero1")
 	waitNodes(t, nodes[:1], 30*time.Second)
 	errOut := nodes[0].stderr.String()
 	require.Error(t, nodes[0].err, errOut)

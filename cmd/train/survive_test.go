@@ -298,6 +298,17 @@ func TestPrintContinued(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(b.String()), &zrec))
 	require.NotNil(t, zrec.ReshardBytes)
 	require.Equal(t, int64(98304), *zrec.ReshardBytes)
+	require.Nil(t, zrec.ReshardSentBytes, "no parts reported")
+	b.Reset()
+	c.ReshardSent = []int64{65536, 0, 32768} // each rank's part
+	printContinued(&b, c, 240, false)
+	require.True(t, strings.HasSuffix(b.String(), "(paused 0.11s); optimizer state re-sharded: 98304 bytes (rank 0 65536, rank 2 32768)\n"), b.String())
+	b.Reset()
+	printContinued(&b, c, 240, true)
+	zrec = continueRecord{}
+	require.NoError(t, json.Unmarshal([]byte(b.String()), &zrec))
+	require.Equal(t, int64(98304), *zrec.ReshardBytes)
+	require.Equal(t, []int64{65536, 0, 32768}, zrec.ReshardSentBytes)
 	b.Reset()
 	c.Lost[0].Reason = "it did not check in within 500ms of the failure (stopped, hung or cut off)"
 	c.TrainingAgainAt = time.Time{}

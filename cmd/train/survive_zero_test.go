@@ -39,11 +39,28 @@ func TestSurviveKillZeRO1(t *testing.T) {
 	require.Equal(t, int64(0), c.StepsLost)
 	require.Equal(t, int64(7), c.ResumedFromStep)
 	require.Equal(t, 3, c.Ranks)
-	require.NotNil(t, c.ReshardBytes, "the re-shard's bytes in the failure's report")
-	require.Positive(t, *c.ReshardBytes)
+	requireReshardParts(t, c)
 	ddpCk, ddp := run()
 	require.Nil(t, ddp.ReshardBytes, "DDP re-shards nothing")
+	require.Nil(t, ddp.ReshardSentBytes, "DDP re-shards nothing")
 	require.Zero(t, paramDiff(t, ddpCk, zeroCk), "ZeRO-1's survivors end where DDP's do")
+}
+
+// requireReshardParts checks a ZeRO-1 failure's report: the re-shard's
+// bytes, and each rank of the new generation's part (gathered from the
+// ranks), which sum to them, some rank sending.
+func requireReshardParts(t *testing.T, c continueRecord) {
+	t.Helper()
+	require.NotNil(t, c.ReshardBytes, "the re-shard's bytes in the failure's report")
+	require.Positive(t, *c.ReshardBytes)
+	require.Len(t, c.ReshardSentBytes, c.Ranks, "each rank's part")
+	var sum int64
+	for _, n := range c.ReshardSentBytes {
+		require.GreaterOrEqual(t, n, int64(0))
+		sum += n
+	}
+	require.Equal(t, *c.ReshardBytes, sum, "the parts %v", c.ReshardSentBytes)
+	t.Logf("re-shard over %d ranks: %d bytes, by rank %v", c.Ranks, *c.ReshardBytes, c.ReshardSentBytes)
 }
 
 // Two ring neighbours lost at once (ranks 1 and 2 killed after step 5):

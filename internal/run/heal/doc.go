@@ -12,7 +12,9 @@
 //     of it, global step, the epoch's loss so far) and opaque RNG bytes.
 //   - stream: the state's bytes in a fixed order: parameters, each
 //     optimizer buffer (float64), RNG bytes, padded to 8-byte words. B is
-//     its length.
+//     its length. With State.ParamsHeld (ZeRO-1: the re-shard's all-gather
+//     gave the joiners the parameters) the stream leaves the parameters
+//     out; the replica check (step 4) still compares every rank's.
 //   - stripe: the m senders, in rank order, cut the stream's words into m
 //     contiguous stripes (allreduce.ChunkBounds); sender i sends stripe i.
 //
@@ -29,7 +31,7 @@
 //  2. header: the first sender broadcasts the header (position, optimizer
 //     name, type, step, hyper-parameters and buffer names, lengths) as
 //     JSON; joiners check it against the senders' digest and their own
-//     shapes and bounds, and one all-gather of a status word says whether
+//     shapes, bounds and ParamsHeld, and one all-gather of a status word says whether
 //     every joiner can take the stream.
 //  3. stripes: for each sender i, the group of that sender and the joiners
 //     (made by Split) carries stripe i in segments of at most 8 MiB

@@ -56,6 +56,9 @@ func Heal[T Float](ctx context.Context, g *allreduce.Group, joiners []int, st *S
 	}
 	rep.Sent = sent
 	rep.StateBytes = int64(h.streamLen())
+	if h.hdr.ParamsHeld {
+		rep.HeldBytes = int64(len(bytesOf(st.Params)))
+	}
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
@@ -181,6 +184,9 @@ func (h *healer[T]) header(ctx context.Context, hb []byte, digest [4]int64) erro
 		if bad == nil {
 			h.hdr, bad = decodeHeader(got, len(h.st.Params), kindOf(h.st.Optim.Optimizer, h.st.Optim.DType))
 		}
+		if bad == nil && h.hdr.ParamsHeld != h.st.ParamsHeld {
+			bad = fmt.Errorf("heal: the senders' stream %s, this rank's %s (State.ParamsHeld)", inOut(!h.hdr.ParamsHeld), inOut(!h.st.ParamsHeld))
+		}
 	}
 	return h.agree(ctx, bad, "checking the state's header")
 }
@@ -210,17 +216,30 @@ func (h *healer[T]) agree(ctx context.Context, bad error, what string) error {
 	return nil
 }
 
+// inOut words whether the parameters are in the stream.
+func inOut(in bool) string {
+	if in {
+		return "carries the parameters"
+	}
+	return "leaves the parameters out"
+}
+
 // streamLen is the stream's length in bytes, from the header.
 func (h *healer[T]) streamLen() int {
-	b := len(bytesOf(h.st.Params))
-	b += len(h.hdr.Buffers) * h.hdr.Len * 8
+	b := len(h.hdr.Buffers) * h.hdr.Len * 8
+	if !h.hdr.ParamsHeld {
+		b += len(bytesOf(h.st.Params))
+	}
 	return b + h.hdr.RNG
 }
 
 // sectionsIn are the sections a joiner receives into (allocated from the
-// header; parameters in place).
+// header; parameters apart, unless held).
 func (h *healer[T]) sectionsIn() [][]byte {
-	h.in.Params = make([]T, len(h.st.Params))
+	h.in.ParamsHeld = h.hdr.ParamsHeld
+	if !h.in.ParamsHeld {
+		h.in.Params = make([]T, len(h.st.Params))
+	}
 	h.in.Optim = optim.State{Optimizer: h.hdr.Optimizer, DType: h.hdr.DType, Step: h.hdr.Step, Len: h.hdr.Len}
 	for _, x := range h.hdr.Hyper {
 		h.in.Optim.Hyper = append(h.in.Optim.Hyper, optim.Hyper{Name: x.Name, Value: math.Float64frombits(x.Bits)})

@@ -30,13 +30,19 @@ type Position struct {
 // sizes it knows — JobID, RunID, Params (its own arena, whose length and
 // type must be the senders'), Optim from its fresh optimizer (State():
 // its kind), or Optim.Optimizer "" under ZeRO-1 — and Heal fills the rest.
+//
+// ParamsHeld, set on every rank alike, says that the joiners hold the
+// parameters already (ZeRO-1: the re-shard's all-gather assembled them on
+// every rank): the stream leaves them out, and the replica check compares
+// every rank's own arena all the same.
 type State[T Float] struct {
 	JobID string // the job's id, the same across restarts
 	RunID string // this attempt's rendezvous id
 	Position
-	Params []T         // the parameter arena
-	Optim  optim.State // the optimizer state over the arena (DDP); Optimizer "" to send none (ZeRO-1)
-	RNG    []byte      // RNG state, opaque to Heal
+	Params     []T         // the parameter arena
+	ParamsHeld bool        // the joiners hold Params already: not sent, only checked
+	Optim      optim.State // the optimizer state over the arena (DDP); Optimizer "" to send none (ZeRO-1)
+	RNG        []byte      // RNG state, opaque to Heal
 }
 
 // Report is what Heal did.
@@ -47,7 +53,10 @@ type Report struct {
 	Sent []int64
 	// StateBytes is the stream's length: what each joiner received.
 	StateBytes int64
-	Duration   time.Duration
+	// HeldBytes is the parameters' bytes the stream left out because
+	// the joiners held them already (State.ParamsHeld; 0 otherwise).
+	HeldBytes int64
+	Duration  time.Duration
 }
 
 // Limits on a header from the network.
@@ -71,6 +80,8 @@ type header struct {
 	Hyper     []hyper  `json:"hyper"`
 	Buffers   []string `json:"buffers"`
 	RNG       int      `json:"rng"`
+	// ParamsHeld: the stream leaves the parameters out (State.ParamsHeld).
+	ParamsHeld bool `json:"params_held,omitempty"`
 }
 
 type hyper struct {
@@ -80,7 +91,7 @@ type hyper struct {
 
 func headerOf[T Float](st *State[T]) header {
 	h := header{Position: st.Position, LossBits: math.Float64bits(st.LossSum), Optimizer: st.Optim.Optimizer,
-		DType: st.Optim.DType, Step: st.Optim.Step, Len: st.Optim.Len, RNG: len(st.RNG)}
+		DType: st.Optim.DType, Step: st.Optim.Step, Len: st.Optim.Len, RNG: len(st.RNG), ParamsHeld: st.ParamsHeld}
 	h.Position.LossSum = 0
 	for _, x := range st.Optim.Hyper {
 		h.Hyper = append(h.Hyper, hyper{Name: x.Name, Bits: math.Float64bits(x.Value)})
@@ -137,10 +148,13 @@ func kindOf(name, dtype string) string {
 	return name + "/" + dtype
 }
 
-// sections are the stream's parts, in order: parameters, each optimizer
-// buffer, RNG.
+// sections are the stream's parts, in order: parameters (unless held),
+// each optimizer buffer, RNG.
 func sections[T Float](st *State[T]) [][]byte {
-	s := [][]byte{bytesOf(st.Params)}
+	var s [][]byte
+	if !st.ParamsHeld {
+		s = append(s, bytesOf(st.Params))
+	}
 	for _, b := range st.Optim.Buffers {
 		s = append(s, bytesOf(b.Data))
 	}

@@ -146,11 +146,14 @@ func (h *healer[T]) verdict(ctx context.Context) ([]int64, error) {
 	mine := make([]int64, verdictW)
 	mine[vCode], mine[vSender], mine[vStripe] = h.failure.code, int64(h.failure.sender), int64(h.failure.strip)
 	mine[vSent] = h.sentByMe
-	held := h.st
+	held, params := h.st, h.st.Params
 	if h.joiner {
 		held = &h.in
+		if !h.st.ParamsHeld {
+			params = h.in.Params
+		}
 	}
-	pd, od := digestOf(bytesOf(held.Params)), optimDigest(held.Optim)
+	pd, od := digestOf(bytesOf(params)), optimDigest(held.Optim)
 	copy(mine[vParams:], pd[:])
 	copy(mine[vOptim:], od[:])
 	all := make([]int64, n*verdictW)
@@ -174,7 +177,9 @@ func (h *healer[T]) verdict(ctx context.Context) ([]int64, error) {
 		}
 	}
 	if h.joiner {
-		copy(h.st.Params, h.in.Params)
+		if !h.st.ParamsHeld {
+			copy(h.st.Params, h.in.Params)
+		}
 		h.st.Position, h.st.Optim, h.st.RNG = h.in.Position, h.in.Optim, h.in.RNG
 	}
 	sent := make([]int64, n)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +19,11 @@ import (
 // and, on the new rank 0 after a failure survived, "resume STEP" when the
 // survivors go on from global step STEP — "resume STEP BYTES" under
 // ZeRO-1, BYTES being the optimizer state's bytes the re-shard over the
-// survivors sent (all ranks together). A
-// line is one write of far less than PIPE_BUF bytes, so lines from several
-// ranks never interleave. The launcher learns from it where a failed
+// survivors sent (all ranks together), followed by "reshard RANK BYTES"
+// for every rank of the new generation in rank order, BYTES being its
+// part (as the ranks counted and gathered it: zero.Moved). A line is one
+// write of far less than PIPE_BUF bytes, so lines from several ranks
+// never interleave. The launcher learns from it where a failed
 // attempt had got to (the steps lost) and when a restarted one trains
 // again.
 
@@ -74,6 +77,9 @@ func (s *Status) Resumed(step int64, reshardSent []int64) {
 		sum += n
 	}
 	s.line("resume", step, sum)
+	for r, n := range reshardSent {
+		s.line("reshard", int64(r), n)
+	}
 }
 
 // Stepped reports that global step step is done.
@@ -108,9 +114,18 @@ type progress struct {
 	resumed   int64     // the step survivors last went on from (-1: none)
 	resumedAt time.Time // when they said so
 	reshard   int64     // the bytes their ZeRO-1 re-shard sent (-1: none reported, DDP)
-	notify    chan struct{}
-	done      chan struct{} // closed when the pipe reached its end
+	// reshardSent is each rank's part of reshard, from the "reshard"
+	// lines after the resume, in rank order; sentBad is set by a line out
+	// of order or without a ZeRO-1 resume before it.
+	reshardSent []int64
+	sentBad     bool
+	notify      chan struct{}
+	done        chan struct{} // closed when the pipe reached its end
 }
+
+// maxReshardParts bounds the "reshard" lines kept after a resume (a rank
+// a line): a pipe that sends more is not believed (8 MiB of parts).
+const maxReshardParts = 1 << 20
 
 func newProgress() *progress {
 	return &progress{start: -1, last: -1, resumed: -1, reshard: -1, notify: make(chan struct{}, 1), done: make(chan struct{})}
@@ -139,7 +154,7 @@ func (p *progress) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		kind, nums, ok := statusLine(sc.Text())
-		if !ok || (kind != "resume" && len(nums) != 1) {
+		if !ok || (kind != "resume" && kind != "reshard" && len(nums) != 1) || (kind == "reshard" && len(nums) != 2) {
 			continue
 		}
 		step := nums[0]
@@ -150,9 +165,16 @@ func (p *progress) read(r io.Reader) {
 			p.last = max(p.last, step)
 		case "resume":
 			p.resumed, p.resumedAt, p.reshard = step, time.Now(), -1
+			p.reshardSent, p.sentBad = nil, false
 			if len(nums) == 2 {
 				p.reshard = nums[1]
 			}
+		case "reshard": // step is the rank
+			if p.reshard < 0 || step != int64(len(p.reshardSent)) || step >= maxReshardParts {
+				p.sentBad = true
+				break
+			}
+			p.reshardSent = append(p.reshardSent, nums[1])
 		case "step":
 			p.last = step
 			p.lastAt = time.Now()
@@ -184,10 +206,18 @@ func (p *progress) lastStepAt() time.Time {
 }
 
 // lastResume is the step survivors last went on from, when they said so
-// (-1 and zero: never) and the bytes their ZeRO-1 re-shard sent (-1: none
-// reported).
-func (p *progress) lastResume() (step int64, at time.Time, reshard int64) {
+// (-1 and zero: never), the bytes their ZeRO-1 re-shard sent (-1: none
+// reported) and each rank's part, by rank (nil: not reported, out of
+// order, or not summing to reshard).
+func (p *progress) lastResume() (step int64, at time.Time, reshard int64, sent []int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.resumed, p.resumedAt, p.reshard
+	var sum int64
+	for _, n := range p.reshardSent {
+		sum += n
+	}
+	if !p.sentBad && len(p.reshardSent) > 0 && sum == p.reshard {
+		sent = slices.Clone(p.reshardSent)
+	}
+	return p.resumed, p.resumedAt, p.reshard, sent
 }

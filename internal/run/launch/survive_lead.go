@@ -71,8 +71,12 @@ type Continued struct {
 	Resumed int64
 	// Reshard is, under ZeRO-1, the optimizer state's bytes the survivors
 	// sent to re-shard it over the new generation, as its rank 0 reported
-	// them with Resumed (-1: not reported, as under DDP).
-	Reshard int64
+	// them with Resumed (-1: not reported, as under DDP); ReshardSent is
+	// each rank's part, by rank of the new generation, as the ranks
+	// counted and gathered them (nil: not reported, or not a part for
+	// every rank summing to Reshard).
+	Reshard     int64
+	ReshardSent []int64
 }
 
 // LostRank is a rank removed from the job.
@@ -487,8 +491,11 @@ func (s *survival) report(ctx context.Context, c Continued, published, lastBefor
 		}
 	}
 	c.TrainingAgainAt = s.prog.lastStepAt()
-	if step, at, reshard := s.prog.lastResume(); at.After(published) {
+	if step, at, reshard, sent := s.prog.lastResume(); at.After(published) {
 		c.Resumed, c.Reshard = step, reshard
+		if len(sent) == c.Ranks {
+			c.ReshardSent = sent
+		}
 	}
 	c.TrainingAgain = c.TrainingAgainAt.Sub(c.FailedAt)
 	if !lastBefore.IsZero() {

@@ -30,18 +30,21 @@ import (
 //     its shard, its buddy copy and the parameters (zero.RecoverJoin):
 //     each segment that changes owner moves once, from a rank that holds
 //     it to the one that lacks it (a span "re-shard" with this rank's
-//     bytes sent, and Healed.ReshardSent);
-//  5. heal.Heal sends the parameters, the position and the usage to the
-//     joiner striped over the members, each stripe checked by its SHA-256,
-//     and checks that every rank's parameters are bitwise equal;
+//     bytes sent, and Healed.ReshardSent), and the parameters at the step
+//     are all-gathered from the shards' versions onto every rank, the
+//     joiner included (the members' arenas may be half updated);
+//  5. heal.Heal sends the position and the usage to the joiner striped
+//     over the members, each stripe checked by its SHA-256, and checks
+//     that every rank's parameters are bitwise equal (heal.State's
+//     ParamsHeld: the joiner holds step 4's, so heal's stream leaves
+//     them out);
 //  6. zero.CheckShards verifies by SHA-256 every segment of every shard and
 //     buddy copy against the rank that held it before the move.
 //
 // A failure or refusal anywhere aborts the group on every rank: the members
 // go round to the next generation from what they kept (the versions are
 // untouched), and the joiner ends with the error. The parameters reach the
-// joiner twice (in step 4, unchecked, as part of Recover's collectives, and
-// in step 5, checked): what it trains on is step 5's.
+// joiner once, in step 4; step 5's replica check is their check.
 
 // zeroHealWords are the words of step 1 per rank.
 const zeroHealWords = 8
@@ -76,7 +79,7 @@ func (l *rankLoop[T]) healShards(w *worker[T], mine snapshot[T], joiners []int) 
 	if err != nil {
 		return mine, heal.Report{}, err
 	}
-	st := heal.State[T]{JobID: l.cfg.JobID, Params: w.d.ParamArena(),
+	st := heal.State[T]{JobID: l.cfg.JobID, Params: w.d.ParamArena(), ParamsHeld: true,
 		Position: heal.Position{Epoch: got.pos.epoch, StepInEpoch: got.pos.step, GlobalStep: got.pos.global,
 			LossSum: got.pos.lossSum, LossSteps: got.pos.lossSteps}}
 	if !joiner {
