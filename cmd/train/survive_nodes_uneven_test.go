@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,16 +16,8 @@ import (
 // a restart). Two survived failures, no completed step lost, every
 // example used once per epoch.
 func TestSurviveUnevenNodesLostZeRO1(t *testing.T) {
-	if raceEnabled || testing.Short() {
-		t.Skip("a 3-node job of 6 ranks: not under -race or -short")
-	}
-	data := writeMNISTDir(t)
-	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	t.Setenv(faultsVar, "kill:3:5:0;kill:4:12:0;kill:5:12:0")
-	nodes := startNodes(t, 3, nodesSurvivorArgs(data, ck, "tcp", "-zero1")...)
-	waitNodes(t, nodes[:1], 60*time.Second)
-	out, errOut := nodes[0].stdout.String(), nodes[0].stderr.String()
-	require.NoError(t, nodes[0].err, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	nodes, _ := nodeJobEnv(t, 3, "tcp", "kill:3:5:0;kill:4:12:0;kill:5:12:0", nil, "-zero1")
+	out, errOut := node0Ended(t, nodes, 60*time.Second)
 	require.NotContains(t, errOut, "falling back to a restart")
 	epochs, restarts, survived := survivedOutput(t, out)
 	require.Len(t, epochs, 2, out)
