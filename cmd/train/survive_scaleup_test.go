@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // Scaling up (-nnodes MIN:MAX; launch's nodes_scaleup.go): a job started
@@ -39,7 +41,9 @@ func scaleUpJobArgs(t *testing.T, epochs, tr string, extra []string, env ...stri
 	require.NoError(t, err)
 	master := l.Addr().String()
 	require.NoError(t, l.Close())
-	args := nodesSurvivorArgs(data, ck, tr, append([]string{"-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100"}, extra...)...)
+	// -last-call 0: node 0 starts alone at once, and node 1 joins the
+	// running job (with a last call it would wait for node 1 first).
+	args := nodesSurvivorArgs(data, ck, tr, append([]string{"-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100", "-last-call", "0"}, extra...)...)
 	node0 := startScaleNode(t, args, master, "1:2", 0, env...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -184,6 +188,9 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1", "-zero-buddies=false"}, "-heal and -spares with -zero1 need -zero-buddies"},
 		{[]string{"-nnodes", "1:2", "-ranks", "1", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 starts a ZeRO-1 group of one rank, which keeps no buddy copy"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-spares", "1"}, "-nnodes 1:2 with -spares: a spare would run on node 0"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-last-call", "-1s"}, "-last-call -1s: must not be negative"},
+		{[]string{"-nnodes", "2", "-last-call", "5s"}, "-last-call 5s applies to -nnodes MIN:MAX (MIN < MAX) only"},
+		{[]string{"-nnodes", "2:2", "-last-call", "0s"}, "-last-call 0s applies to -nnodes MIN:MAX (MIN < MAX) only"},
 	} {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
 		require.ErrorContains(t, err, c.want, "args %q", c.args)
@@ -249,4 +256,30 @@ func TestScaleUpNodeJoinsZero1(t *testing.T) {
 	t.Logf("grown at step %d: re-shard %d bytes (sent %v); largest parameter difference from the failure-free run: %g",
 		h.AtStep, h.ReshardBytes, h.ReshardSentBytes, diff)
 	require.Less(t, diff, 1e-3)
+}
+
+// -last-call's value as the launcher gets it: the default ignored without
+// a range, a value given to a rank ignored (a restart's ranks run with
+// -nnodes N appended), zero kept.
+func TestLastCallFlag(t *testing.T) {
+	grows := &launch.Transport{MP: &launch.Setup{Launcher: true, Flags: launch.Flags{Nnodes: 1, MaxNodes: 2}}}
+	fixed := &launch.Transport{MP: &launch.Setup{Launcher: true, Flags: launch.Flags{Nnodes: 2}}}
+	rank := &launch.Transport{MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
+	for _, c := range []struct {
+		tr    *launch.Transport
+		d     time.Duration
+		given bool
+		want  time.Duration
+	}{
+		{grows, launch.DefaultLastCall, false, launch.DefaultLastCall},
+		{grows, 3 * time.Second, true, 3 * time.Second},
+		{grows, 0, true, 0},
+		{fixed, launch.DefaultLastCall, false, 0},
+		{rank, 3 * time.Second, true, 0},
+		{&launch.Transport{}, launch.DefaultLastCall, false, 0}, // in process
+	} {
+		got, err := lastCallFlag(c.tr, c.d, c.given)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "%+v", c)
+	}
 }

@@ -122,9 +122,12 @@ func (f Flags) worldFits(ranks, world int) bool {
 func (cfg Config) mostNodes() int { return max(cfg.Nnodes, cfg.MaxNodes) }
 
 // checkScaleUp checks that a job that may grow can: new nodes join as
-// healed joiners.
+// healed joiners; and its last call (nodes_lastcall.go), which a job that
+// does not grow ignores.
 func (e *Elastic) checkScaleUp(cfg Config) error {
 	switch {
+	case e.LastCall < 0:
+		return fmt.Errorf("launch: last call %v: must not be negative", e.LastCall)
 	case cfg.MaxNodes <= cfg.Nnodes:
 		return nil
 	case !e.Continue || !e.Heal:
