@@ -283,3 +283,45 @@ func TestLastCallFlag(t *testing.T) {
 		require.Equal(t, c.want, got, "%+v", c)
 	}
 }
+
+// The last call (-nnodes 2:3 -last-call 3s; launch's nodes_lastcall.go):
+// node 2 is started once node 0 waits for it, nodes 0 and 1 being in. It
+// is in the job's first generation — 6 ranks from the first step, no heal,
+// no restart, no failure survived, every example once per epoch (the
+// global batch of 24 split 4 a rank) — and, all MAX nodes being in, the
+// window closes at once rather than after its 3 s. A 3-node tcp job of
+// several seconds: skipped under -race and -short.
+func TestLastCallNodeInFirstGeneration(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a 3-node tcp job of several seconds: not under -race or -short")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	master := l.Addr().String()
+	require.NoError(t, l.Close())
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	args := nodesSurvivorArgs(writeMNISTDir(t), ck, "tcp", "-heal", "-last-call", "3s")
+	node0 := startScaleNode(t, args, master, "2:3", 0)
+	node1 := startScaleNode(t, args, master, "2:3", 1)
+	waitStderr(t, node0, "last call for node 2: the job starts in 3s, or once they are all in (-last-call)")
+	opened := time.Now()
+	node2 := startScaleNode(t, args, master, "2:3", 2)
+	waitStderr(t, node0, "(all are in): the job starts on 3 nodes")
+	closed := time.Since(opened)
+	waitNodes(t, []*nodeLauncher{node2}, 60*time.Second)
+	t.Logf("node 2's launcher:\n%s", node2.stderr.String())
+	require.NoError(t, node2.err)
+	out, errOut := nodesEnded(t, node0, node1)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, restarts, out)
+	require.Empty(t, survived, out)
+	require.Empty(t, healedOutput(t, out), out)
+	requireEachSampleOnce(t, epochs, 24)
+	require.Equal(t, 6.0, epochs[0]["ranks"], out)
+	require.Equal(t, 6.0, epochs[1]["ranks"], out)
+	require.NotContains(t, errOut, "scale up")
+	require.Contains(t, node2.stderr.String(), "node 0's last call took node 2 into the job's first attempt, on 3 nodes")
+	require.Less(t, closed, 3*time.Second, "the window closed after its full length, though all nodes were in")
+	t.Logf("the last call closed %.2f s after node 2's launcher was started (its window: 3 s)", closed.Seconds())
+}
