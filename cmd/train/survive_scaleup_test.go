@@ -289,23 +289,34 @@ func TestLastCallFlag(t *testing.T) {
 // is in the job's first generation — 6 ranks from the first step, no heal,
 // no restart, no failure survived, every example once per epoch (the
 // global batch of 24 split 4 a rank) — and, all MAX nodes being in, the
-// window closes at once rather than after its 3 s. A 3-node tcp job of
-// several seconds: skipped under -race and -short.
+// window closes at once rather than after its 3 s. Under DDP and under
+// ZeRO-1 (6 shards from the start, buddies on). 3-node tcp jobs of a
+// second or two each: skipped under -race and -short.
 func TestLastCallNodeInFirstGeneration(t *testing.T) {
 	if raceEnabled || testing.Short() {
-		t.Skip("a 3-node tcp job of several seconds: not under -race or -short")
+		t.Skip("3-node tcp jobs of several seconds: not under -race or -short")
 	}
+	for name, extra := range map[string][]string{"ddp": nil, "zero1": {"-zero1"}} {
+		t.Run(name, func(t *testing.T) { lastCallFirstGeneration(t, extra) })
+	}
+}
+
+// lastCallFirstGeneration is TestLastCallNodeInFirstGeneration's job,
+// with extra arguments for every node.
+func lastCallFirstGeneration(t *testing.T, extra []string) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	master := l.Addr().String()
 	require.NoError(t, l.Close())
 	ck := filepath.Join(t.TempDir(), "ck.safetensors")
-	args := nodesSurvivorArgs(writeMNISTDir(t), ck, "tcp", "-heal", "-last-call", "3s")
+	args := nodesSurvivorArgs(writeMNISTDir(t), ck, "tcp", append([]string{"-heal", "-last-call", "3s"}, extra...)...)
 	node0 := startScaleNode(t, args, master, "2:3", 0)
 	node1 := startScaleNode(t, args, master, "2:3", 1)
 	waitStderr(t, node0, "last call for node 2: the job starts in 3s, or once they are all in (-last-call)")
 	opened := time.Now()
 	node2 := startScaleNode(t, args, master, "2:3", 2)
+	waitStderr(t, node0, "node 2 joined in the last call")
+	joined := time.Since(opened)
 	waitStderr(t, node0, "(all are in): the job starts on 3 nodes")
 	closed := time.Since(opened)
 	waitNodes(t, []*nodeLauncher{node2}, 60*time.Second)
@@ -323,5 +334,6 @@ func TestLastCallNodeInFirstGeneration(t *testing.T) {
 	require.NotContains(t, errOut, "scale up")
 	require.Contains(t, node2.stderr.String(), "node 0's last call took node 2 into the job's first attempt, on 3 nodes")
 	require.Less(t, closed, 3*time.Second, "the window closed after its full length, though all nodes were in")
-	t.Logf("the last call closed %.2f s after node 2's launcher was started (its window: 3 s)", closed.Seconds())
+	t.Logf("node 2 joined %.2f s and the last call closed %.2f s after node 2's launcher was started (its window: 3 s; between, node 0's check of the nodes' heartbeats)",
+		joined.Seconds(), closed.Seconds())
 }

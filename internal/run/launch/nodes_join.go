@@ -48,6 +48,8 @@ import (
 //     or does not speak the protocol is an error at once, and so is a
 //     port that accepts connections but completes no handshake for 10 s
 //     (another program holds it).
+//  5. With -nnodes MIN:MAX and a last call, node 0 then waits for nodes
+//     MIN..MAX-1 too (lastCall, nodes_lastcall.go).
 
 // Defaults of Config's join timings.
 const (
