@@ -121,7 +121,7 @@ func (r *nodeRdzv) lastCall(ctx context.Context, reps map[int]nodeReport) ([]int
 	}
 	why := "all are in"
 	if m := c.missing(); len(m) > 0 {
-		why = fmt.Sprintf("%s did not join in time: it may join the running job later", listText("node", m))
+		why = fmt.Sprintf("%s did not join in time; a launcher started for one later joins the running job", listText("node", m))
 	}
 	nodes := make([]int, 0, len(reps))
 	for n := range reps {
@@ -172,7 +172,7 @@ func (r *nodeRdzv) callWindow(ctx context.Context, c *callState, reps map[int]no
 			if a.err != nil && wctx.Err() != nil {
 				continue // the window closed: the select's last case says so
 			}
-			why := r.callRefusal(c, a, reps)
+			why := r.callRefusal(a, reps)
 			c.take(a.node, why)
 			if why != "" {
 				fmt.Fprintf(r.w.errOut, "launch: node 0: node %d is left out of the job: %s\n", a.node, why)
@@ -191,8 +191,8 @@ func (r *nodeRdzv) callWindow(ctx context.Context, c *callState, reps map[int]no
 }
 
 // callRefusal is why node 0 leaves the window node of arrival a out of
-// the job (step 2), "" when it takes it: c and reps say who is in.
-func (r *nodeRdzv) callRefusal(c *callState, a arrival, reps map[int]nodeReport) string {
+// the job (step 2), "" when it takes it: reps holds the nodes in.
+func (r *nodeRdzv) callRefusal(a arrival, reps map[int]nodeReport) string {
 	if a.err != nil {
 		return "its join report does not check: " + a.err.Error()
 	}

@@ -215,7 +215,7 @@ func TestLastCallRunsOut(t *testing.T) {
 	}
 	n1.in(t, []int{0, 1, 3})
 	n3.in(t, []int{0, 1, 3})
-	if want := "node 2 did not join in time: it may join the running job later"; !strings.Contains(j.n0.stderr.String(), want) {
+	if want := "node 2 did not join in time; a launcher started for one later joins the running job"; !strings.Contains(j.n0.stderr.String(), want) {
 		t.Errorf("node 0 did not say %q", want)
 	}
 	j.joinTimeout = 500 * time.Millisecond
