@@ -16,8 +16,8 @@ import (
 // the other nodes' in this process, meeting over loopback through the
 // launchers' real store, each node beating; node 0's first plan is what
 // is checked, and what each other node makes of it. Every test takes
-// well under 2 s, under -race too (the heartbeat is 100 ms, so a launcher
-// counts as dead 400 ms after the window's close).
+// well under 2 s, under -race too (the heartbeat is 150 ms, so a launcher
+// counts as dead 600 ms after the window's close).
 
 // callNode is one node's launcher in a last-call test.
 type callNode struct {
@@ -32,7 +32,7 @@ func newCallNode(node, lo, hi int, window time.Duration, master string) *callNod
 	cfg := Config{Ranks: 2, Nnodes: lo, MaxNodes: hi, NodeRank: node, Master: master,
 		Getenv: func(k string) string { return map[string]string{EnvSecret: joinTestSecret}[k] }}
 	cfg.joinReport, cfg.rejectedGrace = time.Second, time.Second
-	cfg.heartbeat, cfg.heartbeatLost = 100*time.Millisecond, 2*time.Second
+	cfg.heartbeat, cfg.heartbeatLost = 150*time.Millisecond, 2*time.Second
 	e := &Elastic{JoinTimeout: 10 * time.Second, RejoinTimeout: time.Second, LastCall: window, Continue: true, Heal: true}
 	stderr := &lockedBuffer{}
 	host, port, _ := splitMaster(master)
@@ -240,7 +240,7 @@ func TestLastCallWindowNodeDies(t *testing.T) {
 		t.Fatalf("plan %+v, %v; want nodes 0, 1", plan, err)
 	}
 	n1.in(t, []int{0, 1})
-	if want := "node 2 joined in the last call, but its launcher stopped answering (no heartbeat within 400ms of its close): the job starts without it"; !strings.Contains(j.n0.stderr.String(), want) {
+	if want := "node 2 joined in the last call, but its launcher stopped answering (no heartbeat within 600ms of its close): the job starts without it"; !strings.Contains(j.n0.stderr.String(), want) {
 		t.Errorf("node 0 did not say %q", want)
 	}
 	if took > 2*time.Second {
@@ -257,7 +257,7 @@ func TestLastCallStartNodeDies(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	s1.stopBeat()
 	_, err, _ := k.result(t)
-	want := "node 1 joined, but its launcher stopped answering during the last call (no heartbeat within 400ms of its close): the job cannot start without nodes 0..1"
+	want := "node 1 joined, but its launcher stopped answering during the last call (no heartbeat within 600ms of its close): the job cannot start without nodes 0..1"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("a start node lost in the window: %v, want %q", err, want)
 	}
