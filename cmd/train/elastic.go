@@ -101,6 +101,7 @@ func (o *options) elastic(args []string) *launch.Elastic {
 		MaxRestarts:   o.maxRestarts,
 		MinRanks:      o.minRanks,
 		RejoinTimeout: o.rejoinTimeout,
+		LastCall:      o.lastCall,
 		Prepare: func(_ context.Context, a launch.Attempt) (launch.Resume, error) {
 			return o.prepareRestart(args, a)
 		},

@@ -42,6 +42,7 @@ type options struct {
 	spares        int           // -spares: ranks started with the job that wait to replace a lost one
 	minRanks      int           // -min-ranks: the fewest ranks a restart may run on
 	rejoinTimeout time.Duration // -rejoin-timeout: how long node 0 waits for the other nodes after a failure
+	lastCall      time.Duration // -last-call: node 0's wait for nodes MIN..MAX-1 of -nnodes MIN:MAX before the start
 	resumeNotes   []string      // what -resume latest skipped, and what it chose
 
 	jobID                string   // the job's id (job.go)
@@ -81,6 +82,7 @@ type flagValues struct {
 	spares        int                   // -spares
 	minRanks      int                   // -min-ranks
 	rejoinTimeout time.Duration         // -rejoin-timeout
+	lastCall      time.Duration         // -last-call
 	maxSteps      int64                 // -max-steps
 	out           string                // -out
 	traceOut      string                // -trace
@@ -128,6 +130,7 @@ func defineFlags(fs *flag.FlagSet, def trainer.Config) *flagValues {
 	fs.IntVar(&v.spares, "spares", 0, sparesUsage)
 	fs.IntVar(&v.minRanks, "min-ranks", 0, "with -max-restarts: the fewest ranks (world size) a restart may run on when a rank cannot be restarted (fails at start-up) or, with -nnodes, a node does not come back (nodes are dropped whole); the global batch is kept (default: all of them, never fewer)")
 	fs.DurationVar(&v.rejoinTimeout, "rejoin-timeout", launch.DefaultRejoinTimeout, "with -max-restarts and -nnodes: how long node 0's launcher waits for the other nodes' launchers to come back after a failure; a node that has not is dropped if -min-ranks allows")
+	fs.DurationVar(&v.lastCall, "last-call", launch.DefaultLastCall, lastCallUsage)
 	fs.Int64Var(&v.maxSteps, "max-steps", 0, "stop after this many optimizer steps in total (0: no limit)")
 	fs.StringVar(&v.out, "out", "", "write metrics.csv, loss_accuracy.png (loss per step, smoothed; test loss and accuracy per epoch) and step_time.png (the step-time breakdown per epoch) into this directory, rewritten after every epoch (default: a new directory "+defaultRunsDir+"/<start time> per run; -out \"\": none)")
 	fs.StringVar(&v.traceOut, "trace", "", "write the run's timeline here as a Chrome trace-event file (chrome://tracing, ui.perfetto.dev): a track per rank with forward, backward, each bucket's ready time and collective, the optimizer, evaluation and checkpoints; tcp ranks each write FILE.rank<r>, which the launcher merges into FILE with clocks aligned")
@@ -285,6 +288,9 @@ func (o *options) resolveLaunch(v *flagValues, given map[string]bool) error {
 		return err
 	}
 	if err := scaleUpFlags(o.tr, o.onFailure, o.heal, v.zero1, o.spares); err != nil {
+		return err
+	}
+	if o.lastCall, err = lastCallFlag(o.tr, v.lastCall, given["last-call"]); err != nil {
 		return err
 	}
 	if o.maxRestarts, o.minRanks, err = elasticFlags(o.tr, v.maxRestarts, v.minRanks, given, v.checkpoint, os.Getenv, o.survives()); err != nil {

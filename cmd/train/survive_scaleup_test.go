@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ringddp/ringddp/internal/run/launch"
 )
 
 // Scaling up (-nnodes MIN:MAX; launch's nodes_scaleup.go): a job started
@@ -39,7 +41,9 @@ func scaleUpJobArgs(t *testing.T, epochs, tr string, extra []string, env ...stri
 	require.NoError(t, err)
 	master := l.Addr().String()
 	require.NoError(t, l.Close())
-	args := nodesSurvivorArgs(data, ck, tr, append([]string{"-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100"}, extra...)...)
+	// -last-call 0: node 0 starts alone at once, and node 1 joins the
+	// running job (with a last call it would wait for node 1 first).
+	args := nodesSurvivorArgs(data, ck, tr, append([]string{"-heal", "-epochs", epochs, "-checkpoint-every", "5", "-checkpoint-keep", "100", "-last-call", "0"}, extra...)...)
 	node0 := startScaleNode(t, args, master, "1:2", 0, env...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -184,6 +188,9 @@ func TestScaleUpFlagErrors(t *testing.T) {
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-zero1", "-zero-buddies=false"}, "-heal and -spares with -zero1 need -zero-buddies"},
 		{[]string{"-nnodes", "1:2", "-ranks", "1", "-on-failure", "continue", "-heal", "-zero1"}, "-nnodes 1:2 with -zero1 starts a ZeRO-1 group of one rank, which keeps no buddy copy"},
 		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-spares", "1"}, "-nnodes 1:2 with -spares: a spare would run on node 0"},
+		{[]string{"-nnodes", "1:2", "-on-failure", "continue", "-heal", "-last-call", "-1s"}, "-last-call -1s: must not be negative"},
+		{[]string{"-nnodes", "2", "-last-call", "5s"}, "-last-call 5s applies to -nnodes MIN:MAX (MIN < MAX) only"},
+		{[]string{"-nnodes", "2:2", "-last-call", "0s"}, "-last-call 0s applies to -nnodes MIN:MAX (MIN < MAX) only"},
 	} {
 		_, err := runTrain(t, append(slices.Clone(tcp), c.args...)...)
 		require.ErrorContains(t, err, c.want, "args %q", c.args)
@@ -249,4 +256,84 @@ func TestScaleUpNodeJoinsZero1(t *testing.T) {
 	t.Logf("grown at step %d: re-shard %d bytes (sent %v); largest parameter difference from the failure-free run: %g",
 		h.AtStep, h.ReshardBytes, h.ReshardSentBytes, diff)
 	require.Less(t, diff, 1e-3)
+}
+
+// -last-call's value as the launcher gets it: the default ignored without
+// a range, a value given to a rank ignored (a restart's ranks run with
+// -nnodes N appended), zero kept.
+func TestLastCallFlag(t *testing.T) {
+	grows := &launch.Transport{MP: &launch.Setup{Launcher: true, Flags: launch.Flags{Nnodes: 1, MaxNodes: 2}}}
+	fixed := &launch.Transport{MP: &launch.Setup{Launcher: true, Flags: launch.Flags{Nnodes: 2}}}
+	rank := &launch.Transport{MP: &launch.Setup{Flags: launch.Flags{Nnodes: 2}}}
+	for _, c := range []struct {
+		tr    *launch.Transport
+		d     time.Duration
+		given bool
+		want  time.Duration
+	}{
+		{grows, launch.DefaultLastCall, false, launch.DefaultLastCall},
+		{grows, 3 * time.Second, true, 3 * time.Second},
+		{grows, 0, true, 0},
+		{fixed, launch.DefaultLastCall, false, 0},
+		{rank, 3 * time.Second, true, 0},
+		{&launch.Transport{}, launch.DefaultLastCall, false, 0}, // in process
+	} {
+		got, err := lastCallFlag(c.tr, c.d, c.given)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "%+v", c)
+	}
+}
+
+// The last call (-nnodes 2:3 -last-call 3s; launch's nodes_lastcall.go):
+// node 2 is started once node 0 waits for it, nodes 0 and 1 being in. It
+// is in the job's first generation — 6 ranks from the first step, no heal,
+// no restart, no failure survived, every example once per epoch (the
+// global batch of 24 split 4 a rank) — and, all MAX nodes being in, the
+// window closes at once rather than after its 3 s. Under DDP and under
+// ZeRO-1 (6 shards from the start, buddies on). 3-node tcp jobs of a
+// second or two each: skipped under -race and -short.
+func TestLastCallNodeInFirstGeneration(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("3-node tcp jobs of several seconds: not under -race or -short")
+	}
+	for name, extra := range map[string][]string{"ddp": nil, "zero1": {"-zero1"}} {
+		t.Run(name, func(t *testing.T) { lastCallFirstGeneration(t, extra) })
+	}
+}
+
+// lastCallFirstGeneration is TestLastCallNodeInFirstGeneration's job,
+// with extra arguments for every node.
+func lastCallFirstGeneration(t *testing.T, extra []string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	master := l.Addr().String()
+	require.NoError(t, l.Close())
+	ck := filepath.Join(t.TempDir(), "ck.safetensors")
+	args := nodesSurvivorArgs(writeMNISTDir(t), ck, "tcp", append([]string{"-heal", "-last-call", "3s"}, extra...)...)
+	node0 := startScaleNode(t, args, master, "2:3", 0)
+	node1 := startScaleNode(t, args, master, "2:3", 1)
+	waitStderr(t, node0, "last call for node 2: the job starts in 3s, or once they are all in (-last-call)")
+	opened := time.Now()
+	node2 := startScaleNode(t, args, master, "2:3", 2)
+	waitStderr(t, node0, "node 2 joined in the last call")
+	joined := time.Since(opened)
+	waitStderr(t, node0, "(all are in): the job starts on 3 nodes")
+	closed := time.Since(opened)
+	waitNodes(t, []*nodeLauncher{node2}, 60*time.Second)
+	t.Logf("node 2's launcher:\n%s", node2.stderr.String())
+	require.NoError(t, node2.err)
+	out, errOut := nodesEnded(t, node0, node1)
+	epochs, restarts, survived := survivedOutput(t, out)
+	require.Len(t, epochs, 2, out)
+	require.Empty(t, restarts, out)
+	require.Empty(t, survived, out)
+	require.Empty(t, healedOutput(t, out), out)
+	requireEachSampleOnce(t, epochs, 24)
+	require.Equal(t, 6.0, epochs[0]["ranks"], out)
+	require.Equal(t, 6.0, epochs[1]["ranks"], out)
+	require.NotContains(t, errOut, "scale up")
+	require.Contains(t, node2.stderr.String(), "node 0's last call took node 2 into the job's first attempt, on 3 nodes")
+	require.Less(t, closed, 3*time.Second, "the window closed after its full length, though all nodes were in")
+	t.Logf("node 2 joined %.2f s and the last call closed %.2f s after node 2's launcher was started (its window: 3 s; between, node 0's check of the nodes' heartbeats)",
+		joined.Seconds(), closed.Seconds())
 }

@@ -104,6 +104,10 @@ type Elastic struct {
 	// others for node 0's. Default Config.JoinTimeout, else
 	// DefaultJoinTimeout.
 	JoinTimeout time.Duration
+	// LastCall, with -nnodes MIN:MAX (MIN < MAX), is how long node 0's
+	// launcher waits, once nodes 0..MIN-1 have joined, for nodes
+	// MIN..MAX-1 to join the first attempt (nodes_lastcall.go); 0: none.
+	LastCall time.Duration
 }
 
 // check validates e for cfg and fills in its defaults.

@@ -325,7 +325,7 @@ func (r *nodeRdzv) rendezvous(ctx context.Context, n int, rep nodeReport) (nodeP
 		return nodePlan{}, lost(err)
 	}
 	start := time.Now()
-	deadline := start.Add(r.e.JoinTimeout + r.e.RejoinTimeout + time.Minute)
+	deadline := start.Add(r.e.JoinTimeout + r.e.RejoinTimeout + r.e.LastCall + time.Minute)
 	k := r.key(n, "plan")
 	for {
 		c, cancel := context.WithTimeout(ctx, r.cfg.joinReport)

@@ -79,19 +79,22 @@ func portOpen(addr string) bool {
 	return true
 }
 
+// claimKey counts the launchers that claimed node.
+func claimKey(node int) string { return "elastic/claim/" + strconv.Itoa(node) }
+
 // claimNode takes this node's -node-rank in the job: the first launcher
 // to claim it holds it; a second (two hosts given the same -node-rank)
 // fails.
 func (r *nodeRdzv) claimNode(ctx context.Context) error {
 	c, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	n, err := r.store.Add(c, "elastic/claim/"+strconv.Itoa(r.node), 1)
+	n, err := r.store.Add(c, claimKey(r.node), 1)
 	if err != nil {
 		r.store.Close()
 		return fmt.Errorf("launch: node %d: joining node 0's launcher at %s: %w", r.node, r.cfg.Master, err)
 	}
 	if r.node >= r.cfg.Nnodes { // a new node: node 0 decides (nodes_scaleup.go)
-		r.rj.rejoin, r.rj.grow = true, true
+		r.rj.rejoin, r.rj.grow, r.rj.fresh = true, true, n == 1
 		return nil
 	}
 	if n != 1 && r.e.Heal && r.takesBack(ctx) {

@@ -48,6 +48,8 @@ import (
 //     or does not speak the protocol is an error at once, and so is a
 //     port that accepts connections but completes no handshake for 10 s
 //     (another program holds it).
+//  5. With -nnodes MIN:MAX and a last call, node 0 then waits for nodes
+//     MIN..MAX-1 too (lastCall, nodes_lastcall.go).
 
 // Defaults of Config's join timings.
 const (
@@ -206,16 +208,22 @@ func (r *nodeRdzv) join(ctx context.Context, sigs chan os.Signal) (nodePlan, err
 	}
 	sctx, stopSig := signalContext(ctx, sigs)
 	reps, err := r.awaitNodes(sctx, members[1:], time.Now().Add(e.JoinTimeout))
-	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: cfg.Ranks}
+	var left []DroppedNode
+	if err == nil { // the last call's nodes (nodes_lastcall.go)
+		var more []int
+		more, left, err = r.lastCall(sctx, reps)
+		members = append(members, more...)
+	}
+	plan := nodePlan{Attempt: 0, RunID: baseID, Members: members, RanksPerNode: cfg.Ranks, Dropped: left}
 	r.addrs = map[int]string{}
 	for node, rep := range reps {
 		r.addrs[node] = rep.Addr
 	}
 	if serr := stopSig(); serr != nil {
-		return plan, r.finish(ctx, plan, len(reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", serr))
+		return plan, r.finish(ctx, plan, r.windowReaders(ctx, reps), fmt.Errorf("launch: node 0: %w while waiting for the other nodes", serr))
 	}
 	if err != nil {
-		return plan, r.finish(ctx, plan, len(reps), err)
+		return plan, r.finish(ctx, plan, r.windowReaders(ctx, reps), err)
 	}
 	return plan, nil
 }
@@ -282,22 +290,31 @@ func (r *nodeRdzv) arrived(a arrival, got map[int]nodeReport, want int) error {
 	case a.err != nil:
 		return fmt.Errorf("launch: node 0: %w", a.err)
 	}
-	rep, cfg := a.rep, r.cfg
-	got[a.node] = rep // a reader of the plan, whatever it says
-	switch {
-	case rep.Ranks != cfg.Ranks:
-		return fmt.Errorf("launch: node 0: every node must run as many ranks (-ranks) as node 0's %d: node %d has -ranks %d", cfg.Ranks, a.node, rep.Ranks)
-	case rep.Nnodes != 0 && (rep.Nnodes != cfg.Nnodes || max(rep.MaxNodes, rep.Nnodes) != cfg.mostNodes()):
-		return fmt.Errorf("launch: node 0: every node must be given the same -nnodes as node 0's %s: node %d has -nnodes %s",
-			nodesWords(cfg.Nnodes, cfg.MaxNodes), a.node, nodesWords(rep.Nnodes, rep.MaxNodes))
-	case rep.Master != "" && !rep.MasterLoopback && loopbackHost(r.host):
-		return fmt.Errorf("launch: node 0: node %d dials node 0 at -master %s, but node 0 was given -master %s, a loopback address here: "+
-			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach "+
-			"(a host name that node 0 resolves to 127.0.x.x, as /etc/hosts often does, counts as loopback)",
-			a.node, rep.Master, cfg.Master)
+	got[a.node] = a.rep // a reader of the plan, whatever it says
+	if why := r.disagreement(a.node, a.rep); why != "" {
+		return errors.New("launch: node 0: " + why)
 	}
 	fmt.Fprintf(r.w.errOut, "launch: node 0: node %d joined (%d of %d)\n", a.node, len(got), want)
 	return nil
+}
+
+// disagreement is why node's join report rep disagrees with node 0
+// (step 3 above); "" when it does not.
+func (r *nodeRdzv) disagreement(node int, rep nodeReport) string {
+	cfg := r.cfg
+	switch {
+	case rep.Ranks != cfg.Ranks:
+		return fmt.Sprintf("every node must run as many ranks (-ranks) as node 0's %d: node %d has -ranks %d", cfg.Ranks, node, rep.Ranks)
+	case rep.Nnodes != 0 && (rep.Nnodes != cfg.Nnodes || max(rep.MaxNodes, rep.Nnodes) != cfg.mostNodes()):
+		return fmt.Sprintf("every node must be given the same -nnodes as node 0's %s: node %d has -nnodes %s",
+			nodesWords(cfg.Nnodes, cfg.MaxNodes), node, nodesWords(rep.Nnodes, rep.MaxNodes))
+	case rep.Master != "" && !rep.MasterLoopback && loopbackHost(r.host):
+		return fmt.Sprintf("node %d dials node 0 at -master %s, but node 0 was given -master %s, a loopback address here: "+
+			"node 0's ranks would publish addresses the other hosts cannot reach; give every node the same -master, an address of node 0 they can reach "+
+			"(a host name that node 0 resolves to 127.0.x.x, as /etc/hosts often does, counts as loopback)",
+			node, rep.Master, cfg.Master)
+	}
+	return ""
 }
 
 // joinWatch is what node 0 reports while it waits: the connections its

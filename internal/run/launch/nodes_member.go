@@ -25,7 +25,7 @@ func (r *nodeRdzv) follow(ctx context.Context, sigs chan os.Signal) error {
 	var runErr error       // the last attempt's, on this node
 	var admitted *nodePlan // rejoining a running job: the attempt node 0 takes it into
 	if r.rj.rejoin {
-		p, err := r.askRejoin(ctx)
+		p, err := r.enter(ctx, sigs, rep) // the last call's, else askRejoin's
 		if err != nil {
 			return err
 		}

@@ -81,7 +81,10 @@ type rejoinState struct {
 	rejoin bool
 	// grow: this node is a new one, joining beyond the start's nodes
 	// (nodes_scaleup.go).
-	grow  bool
+	grow bool
+	// fresh: this launcher was the first to claim its new node, so it
+	// tries node 0's last call before it asks to join (nodes_lastcall.go).
+	fresh bool
 	names []int
 	next  int
 	// left, on a node other than 0, says why the last attempt's plans

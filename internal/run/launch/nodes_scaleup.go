@@ -12,13 +12,16 @@ import (
 // continue -heal; docs/elastic.md), as torchrun's --nnodes MIN:MAX lets
 // a node join. Vocabulary: the start's nodes are 0..MIN-1, which node 0
 // waits for before the first attempt (nodes_join.go, as with -nnodes
-// MIN); a new node is a launcher given a -node-rank of MIN..MAX-1, which
-// joins while the job runs. It goes the rejoin's way (nodes_rejoin.go):
+// MIN); a new node is a launcher given a -node-rank of MIN..MAX-1 that
+// comes after node 0's last call (nodes_lastcall.go; one that comes in it
+// is in the first attempt), which joins while the job runs. It goes the
+// rejoin's way (nodes_rejoin.go):
 //
 //  1. its launcher dials node 0's launcher store and, its -node-rank
-//     being beyond the start's (claimNode), asks node 0 to take it in
-//     with a request to rejoin that carries its -nnodes; a request
-//     posted before node 0's first attempt runs is read once it does;
+//     being beyond the start's (claimNode) and node 0's first plan not
+//     naming it (enter), asks node 0 to take it in with a request to
+//     rejoin that carries its -nnodes; a request posted before node 0's
+//     first attempt runs is read once it does;
 //  2. node 0 (admitRejoin) refuses, naming why, a -node-rank of MAX or
 //     more or another -nnodes, a node already in the job (admitted or
 //     taken in during this attempt and not lost since: two launchers
@@ -122,9 +125,12 @@ func (f Flags) worldFits(ranks, world int) bool {
 func (cfg Config) mostNodes() int { return max(cfg.Nnodes, cfg.MaxNodes) }
 
 // checkScaleUp checks that a job that may grow can: new nodes join as
-// healed joiners.
+// healed joiners; and its last call (nodes_lastcall.go), which a job that
+// does not grow ignores.
 func (e *Elastic) checkScaleUp(cfg Config) error {
 	switch {
+	case e.LastCall < 0:
+		return fmt.Errorf("launch: last call %v: must not be negative", e.LastCall)
 	case cfg.MaxNodes <= cfg.Nnodes:
 		return nil
 	case !e.Continue || !e.Heal:
