@@ -45,48 +45,86 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	return WrapWithBuddyAt(ctx, group, params, opt, shadow, 1, opts...)
 }
 
-// MembersOffset is the buddy offset of a generation of a job that
-// started with world ranks on nodes of local ranks each (node k: ranks
-// kL .. kL+L-1): members are the generation's ranks by their job-start
-// ranks, in generation order. When the members are in start order (so
-// each node's members are consecutive), none is a joiner (a rank outside
-// [0, world)) and they are on two nodes or more, it is the offset that
-// puts the fewest buddies on their own rank's node: with m members on
-// the fullest node of the N,
-//   - m when m ≤ N/2: no buddy on its rank's node. Rank p of a node whose
-//     members are p0 .. p0+s-1 (s ≤ m) has its buddy at p+m, past its
-//     node's last member, and wrapping round lands back on the node only
-//     if s + m > N;
-//   - N−m otherwise: only 2m−N buddies on their rank's node, the fewest
-//     any placement can have (the fullest node's m shards need m holders
-//     and the other nodes have N−m ranks); every other node's s ≤ N−m
-//     members have theirs elsewhere, by the same argument.
-//
-// With equally many members on every node, m = N/k ≤ N/2: BuddyOffset's
-// rule. Else (one node, a joiner, members out of start order) 1. A
-// launcher and the ranks compute the same offset from the same members.
+// MembersOffset is NodesOffset of a generation of a job that started
+// with world ranks on nodes of local ranks each (node k: ranks kL ..
+// kL+L-1): members are the generation's ranks by their job-start ranks,
+// in generation order, each on node m/L. A joiner (a rank outside [0,
+// world)) has no node its name tells, and members out of start order are
+// not a generation's: 1 then.
 func MembersOffset(members []int, local, world int) int {
 	if local < 1 || len(members) < 2 {
 		return 1
 	}
-	per := map[int]int{}
+	nodes := make([]int, len(members))
 	for i, m := range members {
 		if m < 0 || m >= world || i > 0 && m <= members[i-1] {
 			return 1
 		}
-		per[m/local]++
+		nodes[i] = m / local
 	}
-	if len(per) < 2 {
+	return NodesOffset(nodes)
+}
+
+// NodesOffset is the buddy offset of a generation whose rank i runs on
+// node nodes[i]: an offset d that puts the fewest buddies on their own
+// rank's node (rank i's buddy, i+d mod N, on node nodes[i]); 1 with fewer
+// than 2 ranks or all on one node.
+// With m ranks on the fullest node no offset does better than max(0,
+// 2m−N) (that node's m shards need m holders, and the other nodes have
+// N−m ranks), and where every node's ranks are consecutive (as a cyclic
+// interval: a generation in start order, joiners appended) two offsets
+// reach it, tried first:
+//   - m when m ≤ N/2: rank p of a node whose ranks are p0 .. p0+s-1 (s ≤
+//     m) has its buddy at p+m, past the node's last rank, and wrapping
+//     round lands back on the node only if s + m > N;
+//   - N−m: the fullest node's ranks past its first 2m−N have their buddies
+//     off it, and every other node's s ≤ N−m ranks theirs elsewhere, by
+//     the same argument.
+//
+// The first of m (when m ≤ N/2) and N−m that reaches that floor is the
+// offset; with equally many ranks on every node, m = N/k: BuddyOffset's
+// rule. Where neither does, every offset is counted (N² steps at most)
+// and the smallest with the fewest taken. A launcher and the ranks
+// compute the same offset from the same nodes.
+func NodesOffset(nodes []int) int {
+	n := len(nodes)
+	per := map[int]int{}
+	for _, k := range nodes {
+		per[k]++
+	}
+	if n < 2 || len(per) < 2 {
 		return 1
 	}
 	fullest := 0
 	for _, c := range per {
 		fullest = max(fullest, c)
 	}
-	if n := len(members); 2*fullest > n {
-		return n - fullest
+	floor := max(0, 2*fullest-n)
+	best, fewest := 0, n+1
+	try := func(d int) bool {
+		if d < 1 || d >= n {
+			return false
+		}
+		same := 0
+		for i, k := range nodes {
+			if nodes[(i+d)%n] == k {
+				same++
+			}
+		}
+		if same < fewest || same == fewest && d < best {
+			best, fewest = d, same
+		}
+		return fewest == floor
 	}
-	return fullest
+	if 2*fullest <= n && try(fullest) || try(n-fullest) {
+		return best
+	}
+	for d := 1; d < n; d++ {
+		if try(d) {
+			break
+		}
+	}
+	return best
 }
 
 // checkOffset reports whether d is a buddy offset for n ranks: a rank's
@@ -165,8 +203,9 @@ func transitionOffset[T ddp.Float](from *ZeRO1[T], tr Transition) (int, error) {
 	return off, nil
 }
 
-// buddyOffset is z's buddy offset, 0 without buddies.
-func (z *ZeRO1[T]) buddyOffset() int {
+// BuddyOffset is the buddy offset z was wrapped with (rank r's copy on
+// rank r+d), 0 without buddies.
+func (z *ZeRO1[T]) BuddyOffset() int {
 	if z.buddy == nil {
 		return 0
 	}

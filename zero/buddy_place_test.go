@@ -2,6 +2,8 @@ package zero
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,6 +95,44 @@ func TestMembersOffsetFewestOnOwnNode(t *testing.T) {
 		got := sameNode(members, d)
 		require.Equal(t, best, got, "members %v: offset %d puts %d buddies on their rank's node, offset search finds %d", members, d, got, best)
 		require.Equal(t, max(0, 2*fullest-n), got, "members %v, offset %d", members, d)
+	}
+}
+
+// NodesOffset on ranks of up to 4 nodes in any order (not only each
+// node's ranks together, as after joiners): no cyclic shift puts fewer
+// buddies on their rank's node, and of those it is the smallest where its
+// fast offsets (m, N−m) do not reach the floor; ranks on one node: 1.
+func TestNodesOffsetAnyOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(34, 7))
+	sameNode := func(nodes []int, d int) int {
+		same := 0
+		for i, k := range nodes {
+			if nodes[(i+d)%len(nodes)] == k {
+				same++
+			}
+		}
+		return same
+	}
+	require.Equal(t, 1, NodesOffset([]int{3, 3, 3}))
+	require.Equal(t, 1, NodesOffset([]int{5}))
+	require.Equal(t, 1, NodesOffset(nil))
+	for range 3000 {
+		n := 2 + rng.IntN(11)
+		nodes := make([]int, n)
+		for i := range nodes {
+			nodes[i] = rng.IntN(4)
+		}
+		d := NodesOffset(nodes)
+		if slices.Min(nodes) == slices.Max(nodes) {
+			require.Equal(t, 1, d, "nodes %v", nodes)
+			continue
+		}
+		require.NoError(t, checkOffset(n, d), "nodes %v", nodes)
+		best := n
+		for e := 1; e < n; e++ {
+			best = min(best, sameNode(nodes, e))
+		}
+		require.Equal(t, best, sameNode(nodes, d), "nodes %v: offset %d", nodes, d)
 	}
 }
 

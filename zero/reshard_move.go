@@ -63,7 +63,7 @@ func (p *reshard[T]) move(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		plan, err := planMoves(to.buckets, p.n, p.oldOf, copyOK, p.off, to.buddyOffset())
+		plan, err := planMoves(to.buckets, p.n, p.oldOf, copyOK, p.off, to.BuddyOffset())
 		if err != nil {
 			return err
 		}

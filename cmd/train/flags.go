@@ -404,8 +404,8 @@ func (o *options) buildConfig(v *flagValues) error {
 	o.cfg.OverlapOptimizer, o.cfg.UnevenBatches = v.overlapOpt, v.uneven
 	o.cfg.FindUnusedParameters = v.findUnused
 	o.cfg.ZeroBuddies = o.zeroBuddies
-	if o.tr.MP != nil && o.tr.MP.Nnodes >= 2 {
-		o.cfg.BuddyNodes.Nodes, o.cfg.BuddyNodes.Ranks = o.tr.MP.Nnodes, o.tr.MP.LocalRanks
+	if mp := o.tr.MP; mp != nil && mp.MostNodes() >= 2 {
+		o.cfg.BuddyNodes.Nodes, o.cfg.BuddyNodes.Ranks, o.cfg.BuddyNodes.Node = mp.MostNodes(), mp.LocalRanks, mp.NodeRank
 	}
 	return o.cfg.Validate()
 }

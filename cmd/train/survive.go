@@ -75,27 +75,36 @@ func (o *options) continueOn(e *launch.Elastic) {
 		return nil
 	}
 	if o.zeroBuddies {
-		nodes := o.cfg.BuddyNodes
-		e.Survives = buddiesKept(func(members []int) int {
-			return zero.MembersOffset(members, nodes.Ranks, nodes.Nodes*nodes.Ranks)
-		})
+		e.Survives = buddiesKept(generationOffset(o.cfg.BuddyNodes.Nodes >= 2 && o.cfg.BuddyNodes.Ranks >= 2))
 	}
 	e.OnContinue = func(w io.Writer, c launch.Continued) { printContinued(w, c, batch, o.json) }
 }
 
+// generationOffset is the buddy offset the ranks of a generation wrap
+// ZeRO-1 with (trainer.Config.BuddyNodes), from its members' nodes (nil
+// on one host): zero.NodesOffset across node launchers, else 1.
+func generationOffset(acrossNodes bool) func(nodes []int) int {
+	return func(nodes []int) int {
+		if !acrossNodes || nodes == nil {
+			return 1
+		}
+		return zero.NodesOffset(nodes)
+	}
+}
+
 // buddiesKept is the launcher's judgement of a ZeRO-1 run with buddies:
-// why it cannot continue after losing lost of members (job-start ranks,
-// in the generation's order), or nil. offset is the generation's buddy
-// offset d (rank i's shard has its only copy on rank i+d of the
-// generation), the one its ranks wrap with: a lost rank whose buddy was
-// lost too has no copy left (zero.ShardsKept).
-func buddiesKept(offset func(members []int) int) func(members, lost []int) error {
-	return func(members, lost []int) error {
+// why it cannot continue after losing lost of members (job-wide names, in
+// the generation's order, on nodes: nil on one host), or nil. offset is
+// the generation's buddy offset d (rank i's shard has its only copy on
+// rank i+d of the generation), the one its ranks wrap with: a lost rank
+// whose buddy was lost too has no copy left (zero.ShardsKept).
+func buddiesKept(offset func(nodes []int) int) func(members, nodes, lost []int) error {
+	return func(members, nodes, lost []int) error {
 		n := len(members)
 		if n < 2 {
 			return nil
 		}
-		d := offset(members)
+		d := offset(nodes)
 		idx := make([]int, 0, len(lost))
 		for _, l := range lost {
 			if i := slices.Index(members, l); i >= 0 {

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ringddp/ringddp/zero"
 )
 
 // Healing across node launchers under ZeRO-1 with buddies.
@@ -71,35 +69,48 @@ func ringBuddies([]int) int { return 1 }
 
 // The launcher's judgement (Elastic.Survives) asks whether a rank and its
 // buddy were both lost: with buddies on the ring neighbour a node of two
-// ranks takes a shard and its only copy; with buddies on the next node
-// (the generation's offset, zero.MembersOffset: 3 nodes of 2) a whole
-// node's loss keeps every shard, and a rank lost with the same local rank
-// of the next node does not; on uneven nodes too (1, 2 and 2 ranks: offset
-// 2, zero.MembersOffset). Members are job-start ranks, in the
-// generation's order (a generation that lost rank 1 earlier).
+// ranks takes a shard and its only copy; with buddies placed by the
+// generation's nodes (generationOffset: zero.NodesOffset; 3 nodes of 2,
+// the next node) a whole node's loss keeps every shard, and a rank lost
+// with the same local rank of the next node does not; on uneven nodes too
+// (1, 2 and 2 ranks: offset 2), and with a joiner (rank 6, healed on node
+// 1 in rank 2's place, last in the generation's order). Members are
+// job-wide names in the generation's order (a generation that lost rank
+// 1 earlier), on node name/2 unless given.
 func TestBuddiesKeptJudgement(t *testing.T) {
-	nodes := func(members []int) int { return zero.MembersOffset(members, 2, 6) }
+	nodes := generationOffset(true)
 	for _, c := range []struct {
 		offset  func([]int) int
 		members []int
 		lost    []int
 		want    string
+		on      []int // the members' nodes; nil: name/2
 	}{
-		{ringBuddies, []int{0, 1, 2, 3}, []int{2, 3}, "ranks 2 and 3, ring neighbours, were both lost: rank 2's ZeRO-1 optimizer shard had its only copy on rank 3"},
-		{ringBuddies, []int{0, 1, 2, 3}, []int{3, 0}, "ranks 3 and 0, ring neighbours"},
-		{ringBuddies, []int{0, 1, 2, 3}, []int{1, 3}, ""},
-		{ringBuddies, []int{0, 2, 3}, []int{0, 2}, "ranks 0 and 2, ring neighbours"}, // 1 lost before
-		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{2, 3}, ""},
-		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 5}, ""},
-		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{1, 3}, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3"},
-		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 0}, "ranks 4 and 0, a rank and its buddy 2 ranks on"},
-		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, ""},    // node 1 lost before: 2 nodes of 2
-		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, ""}, // uneven nodes (1, 2, 2): offset 2, off-node
-		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 4}, "ranks 2 and 4, a rank and its buddy 2 ranks on"},
-		{nodes, []int{0, 1}, []int{1}, ""},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{2, 3}, "ranks 2 and 3, ring neighbours, were both lost: rank 2's ZeRO-1 optimizer shard had its only copy on rank 3", nil},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{3, 0}, "ranks 3 and 0, ring neighbours", nil},
+		{ringBuddies, []int{0, 1, 2, 3}, []int{1, 3}, "", nil},
+		{ringBuddies, []int{0, 2, 3}, []int{0, 2}, "ranks 0 and 2, ring neighbours", nil}, // 1 lost before
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{2, 3}, "", nil},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 5}, "", nil},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{1, 3}, "ranks 1 and 3, a rank and its buddy 2 ranks on, were both lost: rank 1's ZeRO-1 optimizer shard had its only copy on rank 3", nil},
+		{nodes, []int{0, 1, 2, 3, 4, 5}, []int{4, 0}, "ranks 4 and 0, a rank and its buddy 2 ranks on", nil},
+		{nodes, []int{0, 1, 4, 5}, []int{4, 5}, "", nil},    // node 1 lost before: 2 nodes of 2
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 3}, "", nil}, // uneven nodes (1, 2, 2): offset 2, off-node
+		{nodes, []int{0, 2, 3, 4, 5}, []int{2, 4}, "ranks 2 and 4, a rank and its buddy 2 ranks on", nil},
+		{nodes, []int{0, 1, 3, 4, 5, 6}, []int{4, 5}, "", []int{0, 0, 1, 2, 2, 1}}, // a joiner on node 1: offset 2
+		{ringBuddies, []int{0, 1, 3, 4, 5, 6}, []int{4, 5}, "ranks 4 and 5, ring neighbours", []int{0, 0, 1, 2, 2, 1}},
+		{nodes, []int{0, 1}, []int{1}, "", nil},
+		{nodes, []int{0, 1}, []int{1}, "", []int{0, 0}}, // one node: the ring neighbour
 	} {
 		t.Run(fmt.Sprintf("%v/lost=%v", c.members, c.lost), func(t *testing.T) {
-			err := buddiesKept(c.offset)(c.members, c.lost)
+			on := c.on
+			if on == nil {
+				on = make([]int, len(c.members))
+				for i, m := range c.members {
+					on[i] = m / 2
+				}
+			}
+			err := buddiesKept(c.offset)(c.members, on, c.lost)
 			if c.want == "" {
 				require.NoError(t, err)
 				return

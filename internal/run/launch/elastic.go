@@ -81,9 +81,10 @@ type Elastic struct {
 	// why not (the global batch does not divide over n).
 	Fits func(n int) error
 	// Survives, if set, says whether the job's state survives losing the
-	// ranks lost of members (job-start ranks, in the current generation's
-	// order): nil, or why not (a ZeRO-1 rank lost with its buddy).
-	Survives func(members, lost []int) error
+	// ranks lost of members (job-wide names, in the current generation's
+	// order), nodes[i] the node members[i] runs on (nil on one host): nil,
+	// or why not (a ZeRO-1 rank lost with its buddy).
+	Survives func(members, nodes, lost []int) error
 	// OnContinue, if set, is called once per failure survived, when the
 	// new generation's first step is done (Continued.TrainingAgain zero:
 	// the attempt ended before one). w is as for OnRestart.

@@ -411,8 +411,8 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 		p.Restart = fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(len(alive), "rank"), s.e.MinRanks)
 	case s.e.Fits != nil && s.e.Fits(len(p.Members)) != nil:
 		p.Restart = s.e.Fits(len(p.Members)).Error()
-	case s.e.Survives != nil && s.e.Survives(s.currentMembers(), lostRanks(lost)) != nil:
-		p.Restart = s.e.Survives(s.currentMembers(), lostRanks(lost)).Error()
+	case s.e.Survives != nil && s.survives(lost) != nil:
+		p.Restart = s.survives(lost).Error()
 	}
 	s.placeMembers(&p)
 	s.mu.Lock()
@@ -525,6 +525,20 @@ func (s *survival) currentMembers() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]int(nil), s.members...)
+}
+
+// survives is Elastic.Survives of the current members, on their nodes
+// (across node launchers), losing lost.
+func (s *survival) survives(lost []LostRank) error {
+	members := s.currentMembers()
+	var nodes []int
+	if s.place != nil {
+		nodes = make([]int, len(members))
+		for i, m := range members {
+			nodes[i] = s.place.nodeOf(m)
+		}
+	}
+	return s.e.Survives(members, nodes, lostRanks(lost))
 }
 
 func lostRanks(lost []LostRank) []int {

@@ -63,11 +63,12 @@ type Config struct {
 	// buddy and keep every completed step (survive_zero.go).
 	ZeroBuddies bool
 	// BuddyNodes, with ZeroBuddies across node launchers, is the job's
-	// start: Ranks ranks on each of Nodes nodes, numbered node by node.
-	// A generation whose nodes hold equally many ranks places each rank's
-	// copy on the next node (zero.MembersOffset), so that a node's loss
-	// keeps every shard; zero: the ring neighbour.
-	BuddyNodes struct{ Nodes, Ranks int }
+	// nodes: Ranks ranks on each of up to Nodes nodes, this rank on node
+	// Node. Each generation places the copies by its ranks' nodes
+	// (zero.NodesOffset: the next node where the nodes hold equally many
+	// ranks, the fewest on their rank's node otherwise), so that a node's
+	// loss keeps every shard; zero: the ring neighbour.
+	BuddyNodes struct{ Nodes, Ranks, Node int }
 	// OverlapOptimizer updates each gradient bucket as soon as its
 	// collective completes, inside the backward pass (PyTorch's optimizer
 	// in backward; ddp.WithOptimizerInBackward), bitwise the same result.

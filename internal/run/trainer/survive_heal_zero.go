@@ -147,7 +147,7 @@ func (l *rankLoop[T]) zeroHealWords(mine snapshot[T]) ([]int64, error) {
 	if i < 0 {
 		return nil, fmt.Errorf("trainer: rank %d (by name) is not in the world it kept (%v)", name, old)
 	}
-	return []int64{p.global, int64(p.epoch), int64(p.step), mine.zero.kept.Done(), name, int64(i), int64(len(old)), int64(membersOffset(l.cfg, old))}, nil
+	return []int64{p.global, int64(p.epoch), int64(p.step), mine.zero.kept.Done(), name, int64(i), int64(len(old)), int64(mine.zero.kept.Wrapper().BuddyOffset())}, nil
 }
 
 // zeroHealPlan reads step 1's words (all, in rank order): the transition,
