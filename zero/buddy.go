@@ -42,11 +42,12 @@ import (
 // A step with buddies, on rank r (Run's and Step's hooks):
 //
 //  1. in Run, as soon as a bucket's reduce-scatter has completed
-//     (exchangeBucket): issue the shift that sends the bucket's piece
-//     of GradShard to the buddy and receives the left's piece of it
-//     (below), without waiting for it: the hop that carries each piece
-//     to a second rank, one more than the reduce-scatter's. The group
-//     runs its calls one at a time in issue order, so each bucket's hop runs
+//     (exchangeBucket): issue the transfers that send the bucket's piece
+//     of GradShard to the buddy and receive the left's piece of it
+//     (one-way transfers in pair groups, below), without waiting for
+//     them: the hop that carries each piece to a second rank, one more
+//     than the reduce-scatter's. The transport runs the calls of a family
+//     of groups one at a time in issue order, so each bucket's hop runs
 //     between its reduce-scatter and the next bucket's, overlapping the
 //     rest of the backward pass as the reduce-scatters do, and the last
 //     bucket's overlaps what follows it on this rank: the end of Run, the
@@ -79,35 +80,47 @@ import (
 // the same step, or one behind with the gradient that brings it level
 // (buddy_keep.go).
 //
-// The hop of a bucket is one allreduce.Shift by d on the wrapper's group:
-// every rank sends its piece to its buddy while receiving its left's, all
-// at once, one exchange and one message per rank, |piece|·size bytes each
-// way (|shard|·size per step), with no agreement round before the data.
-// (An earlier design sent each piece as a one-way AllGatherV in a group
-// of the two ranks, the N edges coloured into 2 or 3 rounds of pair
-// groups: a serial round of collectives per bucket, each with an empty
-// message back; docs/elastic.md has what that cost.)
+// The transfer r → r+d of a piece is a one-way AllGatherV in a group of
+// the two ranks (r first, contributing its piece; r+d contributing
+// nothing), made once by Split: the N edges are coloured so that no
+// rank is in two edges of one colour (2 colours for even cycles, 3 for odd
+// ones, as an odd cycle needs: edgeRound), and each colour is one Split,
+// one round of the exchange. Each rank sends one shard and receives one per step,
+// |shard|·size bytes each way. A ring all-gather of two ranks is one step,
+// both ranks sending at once (the receiver an empty message): the data
+// with no round trip before it, where a Broadcast first agrees on the call
+// (a 0-byte message each way) and only then sends. With two ranks, each
+// the other's buddy, the two edges are one allreduce.Shift by 1 on the
+// wrapper's group: both pieces, both ways at once, one collective per
+// bucket instead of two and no pair groups. With more ranks one Shift by
+// d would also carry every piece in one exchange (and alone it is faster
+// than the rounds), but in a step, every rank sending at once while the
+// others compute, it cost more than the rounds where ranks share cores
+// (docs/elastic.md, "Measured"), so the rounds stay.
 //
 // buddy is the state of one rank's buddy duty.
 type buddy[T ddp.Float] struct {
-	shadow     optim.Optimizer[T] // the left shard's optimizer (its copy)
-	self       optim.Optimizer[T] // the own shard's optimizer at the last completed Step
-	left       int                // the rank whose shard this rank holds
-	offset     int                // the world's buddy offset: left is this rank - offset mod N
-	leftPieces []Piece            // the left rank's pieces
-	ownPieces  []Piece            // this rank's pieces (the wrapper's)
-	ownGrad    []T                // the wrapper's GradShard
-	group      *allreduce.Group   // the wrapper's group, which runs the hops
-	hopCounts  [][]int            // by bucket: every rank's piece length, the hop's Shift counts
-	params     []T                // the left shard's parameters at the copy's step, in shard order
-	selfParams []T                // the own shard's parameters at self's step, in shard order
-	grad       []T                // the left shard's averaged gradient of the step in flight
+	shadow      optim.Optimizer[T] // the left shard's optimizer (its copy)
+	self        optim.Optimizer[T] // the own shard's optimizer at the last completed Step
+	left        int                // the rank whose shard this rank holds
+	offset      int                // the world's buddy offset: left is this rank - offset mod N
+	leftPieces  []Piece            // the left rank's pieces
+	ownPieces   []Piece            // this rank's pieces (the wrapper's)
+	ownGrad     []T                // the wrapper's GradShard
+	rounds      []*allreduce.Group // the pair group of each round, nil where this rank is in none
+	sends       []bool             // per round: this rank sends (else it receives)
+	counts      []int              // scratch: a transfer's AllGatherV counts
+	group       *allreduce.Group   // the wrapper's group
+	shiftCounts [][]int            // with two ranks, by bucket: both ranks' piece lengths (the Shift's counts); else nil
+	params      []T                // the left shard's parameters at the copy's step, in shard order
+	selfParams  []T                // the own shard's parameters at self's step, in shard order
+	grad        []T                // the left shard's averaged gradient of the step in flight
 	// arrived counts the buckets whose left piece grad holds, of the Run
 	// in flight or last run (settle; buckets come in order).
 	arrived int
-	// hop is the hop in flight: the shift of bucket inFlight, issued and
-	// not yet settled; nil when none is.
-	hop      *allreduce.Work
+	// hops is the hop in flight: the transfers of bucket inFlight, one per
+	// round, issued and not yet settled; empty when none is.
+	hops     []*allreduce.Work
 	inFlight int
 	// received: grad holds the left's gradient of the step in flight (the
 	// exchange completed), to be replayed at learning rate lr.
@@ -123,7 +136,7 @@ type buddy[T ddp.Float] struct {
 // configuration as opt, holds the copy of the left rank's shard state. It
 // needs at least 2 ranks (with one rank no other rank can hold a copy: use
 // Wrap and checkpoints). It is a collective over group (Wrap's parameter
-// broadcast).
+// broadcast and, with more than two ranks, one Split per round).
 func WrapWithBuddyAt[T ddp.Float](ctx context.Context, group *allreduce.Group, params G.Nodes, opt, shadow optim.Optimizer[T], d int, opts ...ddp.Option) (*ZeRO1[T], error) {
 	n := group.Size()
 	if n < 2 {
@@ -149,11 +162,9 @@ func WrapWithBuddyAt[T ddp.Float](ctx context.Context, group *allreduce.Group, p
 	if err != nil {
 		return nil, fmt.Errorf("zero: making the own shard's second version (a fresh %s): %w", opt.Name(), err)
 	}
-	b := &buddy[T]{shadow: shadow, self: self, group: group, left: (group.Rank() + n - d) % n, offset: d, ownPieces: z.pieces, ownGrad: z.gradShard}
+	b := &buddy[T]{shadow: shadow, self: self, group: group, left: (group.Rank() + n - d) % n, offset: d, ownPieces: z.pieces, ownGrad: z.gradShard,
+		counts: make([]int, 2)}
 	if b.leftPieces, err = Pieces(z.buckets, z.total, n, b.left); err != nil {
-		return nil, err
-	}
-	if b.hopCounts, err = hopCounts(z.buckets, z.total, n); err != nil {
 		return nil, err
 	}
 	size := 0
@@ -161,6 +172,13 @@ func WrapWithBuddyAt[T ddp.Float](ctx context.Context, group *allreduce.Group, p
 		size += p.Len()
 	}
 	b.params, b.grad, b.selfParams = make([]T, size), make([]T, size), make([]T, 0, z.shard)
+	if n == 2 {
+		if b.shiftCounts, err = hopCounts(z.buckets, z.total, n); err != nil {
+			return nil, err
+		}
+	} else if err := b.split(ctx, group); err != nil {
+		return nil, err
+	}
 	z.buddy = b
 	return z, nil
 }
@@ -178,6 +196,30 @@ func sameOptimizer[T ddp.Float](opt, shadow optim.Optimizer[T]) error {
 	for i, h := range a.Hyper {
 		if h.Name != b.Hyper[i].Name || math.Float64bits(h.Value) != math.Float64bits(b.Hyper[i].Value) {
 			return fmt.Errorf("zero: the shadow optimizer's %s is %v, the optimizer's %s %v: they must be configured alike", b.Hyper[i].Name, b.Hyper[i].Value, h.Name, h.Value)
+		}
+	}
+	return nil
+}
+
+// split makes the pair group of each round: in round c, edge e of colour c
+// is the group {e, e+d mod n} with the sender first.
+func (b *buddy[T]) split(ctx context.Context, g *allreduce.Group) error {
+	n, r := g.Size(), g.Rank()
+	for c := range buddyRounds(n, b.offset) {
+		colour, key := -1, 0
+		switch c {
+		case edgeRound(r, n, b.offset):
+			colour, key = r, 0 // the edge to the buddy: send
+		case edgeRound(b.left, n, b.offset):
+			colour, key = b.left, 1 // the edge from the left: receive
+		}
+		pair, err := g.Split(ctx, colour, key)
+		if err != nil {
+			return fmt.Errorf("zero: making the buddy pair groups (round %d): %w", c, err)
+		}
+		if pair != nil {
+			b.rounds = append(b.rounds, pair)
+			b.sends = append(b.sends, key == 0)
 		}
 	}
 	return nil
@@ -203,14 +245,14 @@ func hopCounts(buckets [][2]int, total, n int) ([][]int, error) {
 }
 
 // exchangeBucket is step 1 for bucket k, whose reduce-scatter has just
-// completed: it issues the shift that sends this rank's piece of
-// GradShard to its buddy while receiving its left's piece into grad, and
-// returns without waiting for it (the hop in flight). The group runs its
-// calls one at a time in the order they were issued, so the hop of bucket
-// k runs before the reduce-scatter of bucket k+1, and the last bucket's
-// while Run returns and Step updates the shard; the first thing each
-// later exchangeBucket and receive does is settle the hop in flight (for
-// every bucket but the last it has completed by then). Nil-safe.
+// completed: it issues, in each round, the transfer of this rank's piece
+// of GradShard to its buddy or of its left's piece into grad, and returns
+// without waiting for them (the hop in flight, hops). The calls of a
+// group's family run one at a time in the order they were issued, so the
+// hop of bucket k runs before the reduce-scatter of bucket k+1, and the
+// last bucket's while Run returns and Step updates the shard; the first
+// thing each later exchangeBucket and receive does is settle the hop in
+// flight (for every bucket but the last it has completed by then). Nil-safe.
 func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 	if b == nil {
 		return nil
@@ -225,29 +267,46 @@ func (b *buddy[T]) exchangeBucket(ctx context.Context, k int) error {
 	b.inFlight = k
 	// The hop outlives Run: a context that ends with Run (a caller's
 	// per-Run timeout) must not cancel it. Whoever waits for it (settle)
-	// gives up with its own context, and then aborts the group, which
+	// gives up with its own context, and then aborts the family, which
 	// ends the hop.
 	ctx = context.WithoutCancel(ctx)
-	b.hop = allreduce.ShiftAsync(ctx, b.group, b.grad[left.Off:left.Off+left.Len()],
-		b.ownGrad[own.Off:own.Off+own.Len()], b.hopCounts[k], b.offset)
+	if b.shiftCounts != nil {
+		b.hops = append(b.hops, allreduce.ShiftAsync(ctx, b.group, b.grad[left.Off:left.Off+left.Len()],
+			b.ownGrad[own.Off:own.Off+own.Len()], b.shiftCounts[k], 1))
+		return nil
+	}
+	for i, pair := range b.rounds {
+		if b.sends[i] {
+			buf := b.ownGrad[own.Off : own.Off+own.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			b.hops = append(b.hops, allreduce.AllGatherVAsync(ctx, pair, buf, buf, b.counts))
+		} else {
+			buf := b.grad[left.Off : left.Off+left.Len()]
+			b.counts[0], b.counts[1] = len(buf), 0
+			b.hops = append(b.hops, allreduce.AllGatherVAsync(ctx, pair, buf, buf[len(buf):], b.counts))
+		}
+	}
 	return nil
 }
 
-// settle waits for the hop in flight, if any (bucket inFlight's shift),
-// and counts the bucket as arrived. A failed or abandoned wait aborts the
-// group (the shift may still hold its buffers: the wrapper is not used
-// after a failure).
+// settle waits for the hop in flight, if any (bucket inFlight's
+// transfers), and counts the bucket as arrived. A failed or abandoned
+// wait aborts the group's family (the transfer may still hold its
+// buffers: the wrapper is not used after a failure).
 func (b *buddy[T]) settle(ctx context.Context) error {
-	if b.hop == nil {
+	if len(b.hops) == 0 {
 		return nil
 	}
 	k := b.inFlight
-	err := b.hop.Wait(ctx)
-	b.hop = nil
+	err := allreduce.WaitAll(ctx, b.hops...)
+	clear(b.hops)
+	b.hops = b.hops[:0]
 	if err != nil {
 		b.group.Abort(err)
-		return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy, rank %d, and receiving rank %d's for the copy this rank holds: %w",
-			k, (b.group.Rank()+b.offset)%b.group.Size(), b.left, err)
+		if b.shiftCounts != nil {
+			return fmt.Errorf("zero: exchanging bucket %d's pieces of the shards' gradients with the buddy (ranks 0 and 1 hold each other's copy): %w", k, err)
+		}
+		return fmt.Errorf("zero: sending bucket %d's piece of the shard's gradient to the buddy, or receiving rank %d's for the copy this rank holds: %w", k, b.left, err)
 	}
 	b.arrived = k + 1
 	return nil
@@ -287,7 +346,7 @@ func (b *buddy[T]) receive(ctx context.Context, group *allreduce.Group) error {
 	if b == nil {
 		return nil
 	}
-	if b.arrived == 0 && b.hop == nil {
+	if b.arrived == 0 && len(b.hops) == 0 {
 		for k := range b.leftPieces {
 			if err := b.exchangeBucket(ctx, k); err != nil {
 				return err

@@ -27,6 +27,12 @@ import (
 // nodes of L each, d = L, and rank r's buddy, r+L mod N, is the rank of
 // the same local rank on the next node. Losing a whole node then loses no
 // copy together with its shard, as long as the next node stays.
+//
+// Exchange rounds (buddy.go's split): the edges r → r+d form gcd(N, d)
+// cycles of N/gcd(N, d) ranks each; edgeRound colours each cycle as the
+// ring was coloured with d = 1 (alternately 0 and 1 along the cycle, 2 for
+// the last edge of an odd cycle), so that no rank is in two edges of one
+// round.
 
 // BuddyOffset is the buddy offset of a world of world ranks on nodes of
 // local ranks each: local when the ranks fill at least two whole nodes of
@@ -134,6 +140,39 @@ func checkOffset(n, d int) error {
 		return fmt.Errorf("zero: buddy offset %d in a world of %d ranks: rank r's buddy, (r+%d) mod %d, must be another rank (want an offset in [1, %d))", d, n, d, n, n)
 	}
 	return nil
+}
+
+// gcd is the greatest common divisor of a, b ≥ 1.
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// buddyRounds is how many exchange rounds the edges r → r+d of n ranks
+// need: 2 when their cycles are even, 3 when odd.
+func buddyRounds(n, d int) int {
+	if (n/gcd(n, d))%2 == 1 {
+		return 3
+	}
+	return 2
+}
+
+// edgeRound is the round in which edge e (rank e → rank e+d mod n) is
+// sent: e's position k along its cycle (e = e mod g + k·d mod n), taken
+// mod 2, and 2 for the last edge of an odd cycle.
+func edgeRound(e, n, d int) int {
+	g := gcd(n, d)
+	c := n / g
+	k := 0
+	for at := e % g; at != e; at = (at + d) % n {
+		k++
+	}
+	if c%2 == 1 && k == c-1 {
+		return 2
+	}
+	return k % 2
 }
 
 // lostPair is the first old rank whose shard is gone when the ranks with

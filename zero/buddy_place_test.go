@@ -136,6 +136,28 @@ func TestNodesOffsetAnyOrder(t *testing.T) {
 	}
 }
 
+// Every edge r → r+d of every world and offset has a round below
+// buddyRounds, and no rank is in two edges of one round (the split's pair
+// groups of a round are disjoint).
+func TestEdgeRoundsDisjoint(t *testing.T) {
+	for n := 2; n <= 12; n++ {
+		for d := 1; d < n; d++ {
+			rounds := buddyRounds(n, d)
+			busy := map[[2]int]int{} // (round, rank) → edge
+			for e := range n {
+				c := edgeRound(e, n, d)
+				require.True(t, c >= 0 && c < rounds, "n=%d d=%d: edge %d in round %d of %d", n, d, e, c, rounds)
+				for _, r := range []int{e, (e + d) % n} {
+					if prev, ok := busy[[2]int{c, r}]; ok && prev != e {
+						t.Fatalf("n=%d d=%d: rank %d in edges %d and %d of round %d", n, d, r, prev, e, c)
+					}
+					busy[[2]int{c, r}] = e
+				}
+			}
+		}
+	}
+}
+
 // The lost-pair judgement: a rank and its buddy (r+d) both lost, and
 // nothing else, is fatal; bad ranks are named.
 func TestShardsKept(t *testing.T) {
