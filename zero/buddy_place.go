@@ -51,26 +51,6 @@ func WrapWithBuddy[T ddp.Float](ctx context.Context, group *allreduce.Group, par
 	return WrapWithBuddyAt(ctx, group, params, opt, shadow, 1, opts...)
 }
 
-// MembersOffset is NodesOffset of a generation of a job that started
-// with world ranks on nodes of local ranks each (node k: ranks kL ..
-// kL+L-1): members are the generation's ranks by their job-start ranks,
-// in generation order, each on node m/L. A joiner (a rank outside [0,
-// world)) has no node its name tells, and members out of start order are
-// not a generation's: 1 then.
-func MembersOffset(members []int, local, world int) int {
-	if local < 1 || len(members) < 2 {
-		return 1
-	}
-	nodes := make([]int, len(members))
-	for i, m := range members {
-		if m < 0 || m >= world || i > 0 && m <= members[i-1] {
-			return 1
-		}
-		nodes[i] = m / local
-	}
-	return NodesOffset(nodes)
-}
-
 // NodesOffset is the buddy offset of a generation whose rank i runs on
 // node nodes[i]: an offset d that puts the fewest buddies on their own
 // rank's node (rank i's buddy, i+d mod N, on node nodes[i]); 1 with fewer

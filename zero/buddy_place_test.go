@@ -27,58 +27,56 @@ func TestBuddyOffset(t *testing.T) {
 	}
 }
 
-// A generation's offset from its members (job-start ranks): nodes of
-// equal size → their size; nodes of unequal sizes → the fullest node's
-// members m when m ≤ N/2, else N−m; one node, a joiner, or members out of
-// start order → 1.
-func TestMembersOffset(t *testing.T) {
+// A generation's offset from its ranks' nodes: nodes of equal size →
+// their size; nodes of unequal sizes → the fullest node's ranks m when
+// m ≤ N/2, else N−m; one node → 1.
+func TestNodesOffset(t *testing.T) {
 	for _, c := range []struct {
-		members      []int
-		local, world int
-		want         int
+		nodes []int
+		want  int
 	}{
-		{[]int{0, 1, 2, 3, 4, 5, 6, 7}, 4, 8, 4},
-		{[]int{0, 1, 2, 3}, 4, 8, 1},          // one node left
-		{[]int{0, 1, 4, 5, 6, 7}, 2, 8, 2},    // node 1 of 4 lost
-		{[]int{0, 1, 2, 4, 5, 6}, 4, 8, 3},    // one rank of each node lost: 2 nodes of 3
-		{[]int{0, 1, 2, 3, 4, 5, 7}, 4, 8, 3}, // nodes of 4 and 3: N−m
-		{[]int{0, 1, 2, 3, 5}, 2, 6, 2},       // nodes of 2, 2 and 1: m
-		{[]int{0, 2, 3, 4, 5}, 2, 6, 2},       // nodes of 1, 2 and 2
-		{[]int{0, 4, 5, 6, 7}, 4, 8, 1},       // nodes of 1 and 4: N−m
-		{[]int{0, 1, 2, 3, 4, 5, 6, 8}, 4, 8, 1},
-		{[]int{4, 5, 0, 1}, 2, 8, 1},
-		{[]int{0, 1}, 0, 2, 1},
+		{[]int{0, 0, 0, 0, 1, 1, 1, 1}, 4},
+		{[]int{0, 0, 0, 0}, 1},          // one node left
+		{[]int{0, 0, 2, 2, 3, 3}, 2},    // node 1 of 4 lost
+		{[]int{0, 0, 0, 1, 1, 1}, 3},    // one rank of each node lost: 2 nodes of 3
+		{[]int{0, 0, 0, 0, 1, 1, 1}, 3}, // nodes of 4 and 3: N−m
+		{[]int{0, 0, 1, 1, 2}, 2},       // nodes of 2, 2 and 1: m
+		{[]int{0, 1, 1, 2, 2}, 2},       // nodes of 1, 2 and 2
+		{[]int{0, 1, 1, 1, 1}, 1},       // nodes of 1 and 4: N−m
+		{[]int{0, 0, 1, 2, 2, 1}, 2},    // a joiner of node 1 appended last
+		{[]int{0, 0}, 1},
+		{[]int{3}, 1},
 	} {
-		require.Equal(t, c.want, MembersOffset(c.members, c.local, c.world), "members %v, local %d", c.members, c.local)
+		require.Equal(t, c.want, NodesOffset(c.nodes), "nodes %v", c.nodes)
 	}
 }
 
-// MembersOffset puts the fewest buddies on their own rank's node that
-// any cyclic shift can, and no more than max(0, 2m−N) (m: the fullest
-// node's members), for every way of keeping members of up to 5 nodes of
-// up to 4 ranks: counted here by trying every offset.
-func TestMembersOffsetFewestOnOwnNode(t *testing.T) {
+// NodesOffset puts the fewest buddies on their own rank's node that any
+// cyclic shift can, and no more than max(0, 2m−N) (m: the fullest node's
+// ranks), for every way of keeping ranks of up to 5 nodes of up to 4
+// ranks each in start order: counted here by trying every offset.
+func TestNodesOffsetFewestOnOwnNode(t *testing.T) {
 	const local, nodes = 4, 5
 	world := local * nodes
-	sameNode := func(members []int, d int) int {
-		n, same := len(members), 0
-		for p, m := range members {
-			if m/local == members[(p+d)%n]/local {
+	sameNode := func(of []int, d int) int {
+		n, same := len(of), 0
+		for p, k := range of {
+			if k == of[(p+d)%n] {
 				same++
 			}
 		}
 		return same
 	}
 	for keep := 1; keep < 1<<world; keep += 997 { // a deterministic sample of the subsets
-		var members []int
+		var of []int
 		per := map[int]int{}
 		for r := range world {
 			if keep&(1<<r) != 0 {
-				members = append(members, r)
+				of = append(of, r/local)
 				per[r/local]++
 			}
 		}
-		n := len(members)
+		n := len(of)
 		if n < 2 || len(per) < 2 {
 			continue
 		}
@@ -86,15 +84,15 @@ func TestMembersOffsetFewestOnOwnNode(t *testing.T) {
 		for _, c := range per {
 			fullest = max(fullest, c)
 		}
-		d := MembersOffset(members, local, world)
-		require.NoError(t, checkOffset(n, d), "members %v", members)
+		d := NodesOffset(of)
+		require.NoError(t, checkOffset(n, d), "nodes %v", of)
 		best := n
 		for e := 1; e < n; e++ {
-			best = min(best, sameNode(members, e))
+			best = min(best, sameNode(of, e))
 		}
-		got := sameNode(members, d)
-		require.Equal(t, best, got, "members %v: offset %d puts %d buddies on their rank's node, offset search finds %d", members, d, got, best)
-		require.Equal(t, max(0, 2*fullest-n), got, "members %v, offset %d", members, d)
+		got := sameNode(of, d)
+		require.Equal(t, best, got, "nodes %v: offset %d puts %d buddies on their rank's node, offset search finds %d", of, d, got, best)
+		require.Equal(t, max(0, 2*fullest-n), got, "nodes %v, offset %d", of, d)
 	}
 }
 

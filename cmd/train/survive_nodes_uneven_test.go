@@ -9,7 +9,7 @@ import (
 
 // Three node launchers of two ranks each under -zero1: rank 3 (node 1)
 // killed after step 5 leaves nodes of 2, 1 and 2 ranks, whose buddies
-// (zero.MembersOffset: offset 2 of 5) are all on another node than their
+// (zero.NodesOffset: offset 2 of 5) are all on another node than their
 // rank; node 2's two ranks then lost together after step 12 take no shard
 // with its only copy, so the job continues on ranks 0, 1 and 2 without a
 // restart (with the ring neighbour as buddy, rank 4's copy was on rank 5:

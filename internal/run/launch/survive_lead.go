@@ -404,16 +404,7 @@ func (s *survival) decide(ctx context.Context, gen int, f fault) bool {
 	} else {
 		s.idle = 0
 	}
-	switch {
-	case s.idle > maxIdleGenerations:
-		p.Restart = fmt.Sprintf("the group failed %d times in a row with every rank still answering (last: %s)", s.idle, f.reason)
-	case len(alive) < s.e.MinRanks:
-		p.Restart = fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(len(alive), "rank"), s.e.MinRanks)
-	case s.e.Fits != nil && s.e.Fits(len(p.Members)) != nil:
-		p.Restart = s.e.Fits(len(p.Members)).Error()
-	case s.e.Survives != nil && s.survives(lost) != nil:
-		p.Restart = s.survives(lost).Error()
-	}
+	p.Restart = s.cannotContinue(len(alive), len(p.Members), lost, f)
 	s.placeMembers(&p)
 	s.mu.Lock()
 	prev := len(s.members)
@@ -525,6 +516,29 @@ func (s *survival) currentMembers() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]int(nil), s.members...)
+}
+
+// cannotContinue is why the job cannot go on with alive ranks of the
+// current members left (members in the next generation, joiners
+// included) after losing lost in fault f: the plan's Restart, or "".
+func (s *survival) cannotContinue(alive, members int, lost []LostRank, f fault) string {
+	switch {
+	case s.idle > maxIdleGenerations:
+		return fmt.Sprintf("the group failed %d times in a row with every rank still answering (last: %s)", s.idle, f.reason)
+	case alive < s.e.MinRanks:
+		return fmt.Sprintf("%s left, fewer than the minimum of %d (-min-ranks)", Count(alive, "rank"), s.e.MinRanks)
+	}
+	if s.e.Fits != nil {
+		if err := s.e.Fits(members); err != nil {
+			return err.Error()
+		}
+	}
+	if s.e.Survives != nil {
+		if err := s.survives(lost); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // survives is Elastic.Survives of the current members, on their nodes
